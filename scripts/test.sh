@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs what is missing, builds everything and runs every test (ctest). CI runs exactly this.
+#   scripts/test.sh            all tests
+#   scripts/test.sh -L unit    extra arguments go to ctest
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+JOBS="${DDPRUN_JOBS:-$(nproc)}"
+
+scripts/setup.sh
+scripts/build.sh
+
+# Second LibTorch: the CUDA build inside torch 2.x from PyPI. The worker compiles and links its NCCL path
+# against it (when the CUDA toolkit is found) and runs its Gloo tests on CPU.
+TORCH2_DIR="$(python3 -c 'import torch.utils; print(torch.utils.cmake_prefix_path)' 2>/dev/null || true)"
+if [[ -n "$TORCH2_DIR" && -d "$TORCH2_DIR/Torch" && "${DDPRUN_SKIP_TORCH2:-0}" != 1 ]]; then
+  cmake -S . -B build-torch2 -DCMAKE_BUILD_TYPE=Release -DDDPRUN_TORCH_ONLY=ON \
+    -DTorch_DIR="$TORCH2_DIR/Torch" >/dev/null
+  cmake --build build-torch2 -j"$JOBS"
+fi
+
+status=0
+(cd build && ctest --output-on-failure --timeout 600 -j"$JOBS" "$@") || status=$?
+if [[ -d build-torch2 && "${DDPRUN_SKIP_TORCH2:-0}" != 1 ]]; then
+  (cd build-torch2 && ctest --output-on-failure --timeout 600 -L torch2 "$@") || status=$?
+fi
+exit $status
