@@ -1,0 +1,75 @@
+#pragma once
+
+// Incremental, bounded request decoder and the matching encoders for both protocol
+// generations. Pure functions over byte buffers: no sockets, no allocation before a length has
+// been checked against StoreLimits.
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "rendezvous/protocol.hpp"
+#include "rendezvous/store_limits.hpp"
+
+namespace ddp::rdzv {
+
+// One decoded request. Which fields are used depends on `op`:
+//   keys:   SET/GET/ADD/... one key; CHECK/WAIT/MULTI_GET/MULTI_SET n keys
+//   values: SET/APPEND/QUEUE_PUSH one value; COMPARE_SET {expected, desired}; MULTI_SET n values
+//   number: ADD delta, BARRIER world size
+//   word:   VALIDATE magic, PING nonce
+struct Command {
+  Op op = Op::Set;
+  std::vector<std::string> keys;
+  std::vector<std::string> values;
+  std::int64_t number = 0;
+  std::uint32_t word = 0;
+
+  bool operator==(const Command&) const = default;
+};
+
+enum class DecodeStatus { NeedMore, Ok, Bad };
+
+struct DecodeResult {
+  DecodeStatus status = DecodeStatus::NeedMore;
+  std::size_t consumed = 0;  // Ok: bytes of the buffer this request used
+  // NeedMore: no progress is possible before the buffer holds at least this many bytes (lengths
+  // already checked against the limits), so a caller can skip re-parsing until then.
+  std::size_t need_total = 0;
+  Command command;    // valid when Ok
+  std::string error;  // Bad: one line naming what was wrong
+};
+
+// Decode the request at the start of `buf`. Never reads past `buf`, never trusts a length beyond
+// `limits`, and reports Bad for unknown opcodes and oversize fields as soon as the header shows it.
+DecodeResult decode_request(std::string_view buf, Generation gen, const StoreLimits& limits);
+
+// How a fresh connection identifies itself (rule from the protocol notes, section 4.4):
+// first byte != 0 -> G1; 00 CE F7 85 3C -> G2 (VALIDATE); 00 followed by anything else -> G1 SET.
+enum class ConnectionKind { Undetermined, G1, G2 };
+ConnectionKind classify_connection(std::string_view first_bytes);
+
+// --- encoding -------------------------------------------------------------------------------
+// Integers are little-endian on the wire (every supported platform is little-endian and the
+// reference implementations write native order).
+void put_u8(std::string& out, std::uint8_t v);
+void put_u32(std::string& out, std::uint32_t v);
+void put_u64(std::string& out, std::uint64_t v);
+void put_i64(std::string& out, std::int64_t v);
+void put_bytes(std::string& out, std::string_view bytes);  // u64 length + bytes
+
+std::uint32_t get_u32(const char* p);
+std::uint64_t get_u64(const char* p);
+std::int64_t get_i64(const char* p);
+
+// Serialize `cmd` as `gen` speaks it. Throws std::invalid_argument when `gen` has no such op or
+// the fields do not fit the op (e.g. MULTI_SET with unequal key and value counts).
+std::string encode_request(Generation gen, const Command& cmd);
+
+// G1 watch notification: u8 type | str key | bytes old | bytes new.
+std::string encode_watch_event(WatchEventType type, std::string_view key, std::string_view old_value,
+                               std::string_view new_value);
+
+}  // namespace ddp::rdzv

@@ -1,0 +1,25 @@
+#pragma once
+
+// Turns one decoded request into a reply and side effects on the StoreModel, for a connection of
+// a known generation. No I/O: the server writes `reply`, closes on `close_reason`, and delivers
+// `effects` to the other connections.
+
+#include <optional>
+#include <string>
+
+#include "rendezvous/codec.hpp"
+#include "rendezvous/store_model.hpp"
+
+namespace ddp::rdzv {
+
+struct Outcome {
+  std::string reply;                        // bytes to send back now (may be empty)
+  std::optional<std::string> close_reason;  // set: drop the connection without replying
+  Effects effects;                          // other clients to answer (wake-ups, notifications)
+};
+
+// `first_request` is true for the first request of the connection (G2: must be VALIDATE).
+Outcome handle_command(StoreModel& model, ClientId client, Generation gen, const Command& cmd,
+                       bool first_request);
+
+}  // namespace ddp::rdzv

@@ -1,0 +1,72 @@
+#include "rendezvous/protocol.hpp"
+
+#include <array>
+
+namespace ddp::rdzv {
+namespace {
+
+// Index = wire byte.
+constexpr std::array<Op, 9> kG1Ops = {Op::Set,   Op::CompareSet, Op::Get,        Op::Add,      Op::Check,
+                                      Op::Wait,  Op::GetNumKeys, Op::WatchKey,   Op::DeleteKey};
+constexpr std::array<Op, 19> kG2Ops = {
+    Op::Validate, Op::Set,      Op::CompareSet, Op::Get,       Op::Add,       Op::Check,    Op::Wait,
+    Op::GetNumKeys, Op::DeleteKey, Op::Append,  Op::MultiGet,  Op::MultiSet,  Op::CancelWait, Op::Ping,
+    Op::QueuePush, Op::QueuePop, Op::QueueLen,  Op::ListKeys,  Op::Barrier};
+
+template <std::size_t N>
+std::optional<std::uint8_t> find(const std::array<Op, N>& table, Op op) {
+  for (std::size_t i = 0; i < N; ++i) {
+    if (table[i] == op) return static_cast<std::uint8_t>(i);
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<Op> op_from_wire(Generation gen, std::uint8_t byte) {
+  if (gen == Generation::G1) {
+    if (byte < kG1Ops.size()) return kG1Ops[byte];
+    return std::nullopt;
+  }
+  if (byte < kG2Ops.size()) return kG2Ops[byte];
+  return std::nullopt;
+}
+
+bool has_op(Generation gen, Op op) {
+  return gen == Generation::G1 ? find(kG1Ops, op).has_value() : find(kG2Ops, op).has_value();
+}
+
+std::uint8_t wire_from_op(Generation gen, Op op) {
+  auto byte = gen == Generation::G1 ? find(kG1Ops, op) : find(kG2Ops, op);
+  return byte.value_or(0xFF);
+}
+
+std::string_view op_name(Op op) {
+  switch (op) {
+    case Op::Validate: return "VALIDATE";
+    case Op::Set: return "SET";
+    case Op::CompareSet: return "COMPARE_SET";
+    case Op::Get: return "GET";
+    case Op::Add: return "ADD";
+    case Op::Check: return "CHECK";
+    case Op::Wait: return "WAIT";
+    case Op::GetNumKeys: return "GETNUMKEYS";
+    case Op::WatchKey: return "WATCH_KEY";
+    case Op::DeleteKey: return "DELETE_KEY";
+    case Op::Append: return "APPEND";
+    case Op::MultiGet: return "MULTI_GET";
+    case Op::MultiSet: return "MULTI_SET";
+    case Op::CancelWait: return "CANCEL_WAIT";
+    case Op::Ping: return "PING";
+    case Op::QueuePush: return "QUEUE_PUSH";
+    case Op::QueuePop: return "QUEUE_POP";
+    case Op::QueueLen: return "QUEUE_LEN";
+    case Op::ListKeys: return "LIST_KEYS";
+    case Op::Barrier: return "BARRIER";
+  }
+  return "?";
+}
+
+std::string_view generation_name(Generation gen) { return gen == Generation::G1 ? "G1" : "G2"; }
+
+}  // namespace ddp::rdzv

@@ -1,0 +1,62 @@
+#pragma once
+
+// The c10d TCPStore wire vocabulary (see docs/protocol.md and the shared protocol notes).
+// Two generations share bytes but not meanings: G1 = torch 1.13 (no handshake, WATCH_KEY),
+// G2 = torch 2.x (VALIDATE + PING first, queues, LIST_KEYS, BARRIER).
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+namespace ddp::rdzv {
+
+enum class Generation : std::uint8_t { G1, G2 };
+
+// Generation-neutral command identity; the wire byte depends on the generation.
+enum class Op : std::uint8_t {
+  Validate,
+  Set,
+  CompareSet,
+  Get,
+  Add,
+  Check,
+  Wait,
+  GetNumKeys,
+  WatchKey,
+  DeleteKey,
+  Append,
+  MultiGet,
+  MultiSet,
+  CancelWait,
+  Ping,
+  QueuePush,
+  QueuePop,
+  QueueLen,
+  ListKeys,
+  Barrier,
+};
+
+inline constexpr std::uint32_t kValidateMagic = 0x3C85F7CE;  // sent little-endian: CE F7 85 3C
+
+// Reply bytes.
+inline constexpr std::uint8_t kCheckReady = 0x00;
+inline constexpr std::uint8_t kCheckNotReady = 0x01;
+inline constexpr std::uint8_t kStopWaiting = 0x00;
+inline constexpr std::uint8_t kWaitCanceled = 0x01;
+
+// G1 watch notification types (first byte of a notification frame).
+enum class WatchEventType : std::uint8_t {
+  KeyUpdated = 0,
+  KeyCreated = 1,
+  KeyDeleted = 2,
+  CallbackRegistered = 3,
+};
+
+std::optional<Op> op_from_wire(Generation gen, std::uint8_t byte);
+// Only valid for ops that exist in `gen` (has_op).
+std::uint8_t wire_from_op(Generation gen, Op op);
+bool has_op(Generation gen, Op op);
+std::string_view op_name(Op op);
+std::string_view generation_name(Generation gen);
+
+}  // namespace ddp::rdzv

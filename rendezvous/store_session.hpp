@@ -1,0 +1,72 @@
+#pragma once
+
+// One accepted TCP connection of the store server: buffers input, classifies the connection as
+// G1 or G2, decodes requests and queues replies. Reactor style (wait for readability, then
+// non-blocking reads into one shared scratch buffer) so an idle connection holds no buffer.
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include <boost/asio/ip/tcp.hpp>
+
+#include "rendezvous/codec.hpp"
+#include "rendezvous/store_model.hpp"
+
+namespace ddp::rdzv {
+
+class StoreSession;
+
+// What a session needs from the server that owns it.
+class SessionHost {
+ public:
+  virtual ~SessionHost() = default;
+  virtual const StoreLimits& limits() const = 0;
+  virtual std::string& scratch_buffer() = 0;  // shared read buffer, only used synchronously
+  virtual void handle(StoreSession& session, Generation gen, const Command& cmd, bool first_request) = 0;
+  virtual void session_closed(ClientId id, bool for_error) = 0;
+};
+
+class StoreSession : public std::enable_shared_from_this<StoreSession> {
+ public:
+  StoreSession(boost::asio::ip::tcp::socket socket, ClientId id, std::shared_ptr<SessionHost> host);
+
+  void start();
+  void send(std::string_view bytes);
+  // Close without logging (normal end or server stop).
+  void close();
+  // Close and write one log line naming the peer and the reason.
+  void close_for_error(std::string_view reason);
+
+  ClientId id() const { return id_; }
+  bool is_open() const { return !closed_; }
+
+ private:
+  void arm_read();
+  void on_readable(const boost::system::error_code& ec);
+  void process_input();
+  void flush();
+  void on_written(const boost::system::error_code& ec);
+  bool output_backlogged() const;
+  std::string describe_peer() const;
+  void finish(bool for_error);
+
+  boost::asio::ip::tcp::socket socket_;
+  ClientId id_;
+  std::shared_ptr<SessionHost> host_;
+  std::string peer_;
+
+  ConnectionKind kind_ = ConnectionKind::Undetermined;
+  bool first_request_ = true;
+  std::string in_;
+  std::size_t in_pos_ = 0;     // start of unparsed input in in_
+  std::size_t need_total_ = 0;  // decoder hint: unparsed bytes needed before the next attempt
+
+  std::string out_;      // queued, not yet handed to the socket
+  std::string writing_;  // being written
+  bool write_in_flight_ = false;
+  bool read_armed_ = false;
+  bool closed_ = false;
+};
+
+}  // namespace ddp::rdzv
