@@ -82,11 +82,11 @@ BlockingSocket& StoreClient::connected_socket() {
     } catch (const StoreError& e) {
       last_error = e.what();
     }
-    const auto now = BlockingSocket::Clock::now();
-    if (now >= deadline) break;
-    // Exponential backoff with jitter so many agents restarting together do not reconnect in step.
-    const auto sleep = std::min<Duration>(backoff + Duration(jitter() % (backoff.count() + 1)),
-                                          std::chrono::duration_cast<Duration>(deadline - now));
+    // Exponential backoff with jitter so many agents restarting together do not reconnect in
+    // step. No attempt starts at the deadline itself: it could only time out and hide the
+    // reason the earlier attempts failed.
+    const auto sleep = backoff + Duration(jitter() % (backoff.count() + 1));
+    if (BlockingSocket::Clock::now() + sleep >= deadline) break;
     std::this_thread::sleep_for(sleep);
     backoff = std::min(backoff * 2, options_.max_backoff);
   }

@@ -1,0 +1,88 @@
+#include <doctest/doctest.h>
+
+#include "rendezvous/command_handler.hpp"
+#include "tests/rendezvous/frames.hpp"
+
+using namespace ddp::rdzv;
+using ddp::rdzv::test::make;
+
+namespace {
+std::string i64_bytes(std::int64_t v) {
+  std::string s;
+  put_i64(s, v);
+  return s;
+}
+}  // namespace
+
+TEST_CASE("handler: G2 must start with VALIDATE and never repeat it") {
+  StoreModel m;
+  auto ok = handle_command(m, 1, Generation::G2, make(Op::Validate, {}, {}, 0, kValidateMagic), true);
+  CHECK_FALSE(ok.close_reason);
+  CHECK(ok.reply.empty());
+  auto again = handle_command(m, 1, Generation::G2, make(Op::Validate, {}, {}, 0, kValidateMagic), false);
+  CHECK(again.close_reason);
+  auto not_first = handle_command(m, 2, Generation::G2, make(Op::GetNumKeys), true);
+  CHECK(not_first.close_reason);
+  auto ping = handle_command(m, 1, Generation::G2, make(Op::Ping, {}, {}, 0, 0xDEADBEEF), false);
+  std::string echo;
+  put_u32(echo, 0xDEADBEEF);
+  CHECK(ping.reply == echo);
+}
+
+TEST_CASE("handler: GET of a missing key closes G1 and answers empty on G2") {
+  StoreModel m;
+  CHECK(handle_command(m, 1, Generation::G1, make(Op::Get, {"/none"}), true).close_reason);
+  auto g2 = handle_command(m, 2, Generation::G2, make(Op::Get, {"/none"}), false);
+  CHECK_FALSE(g2.close_reason);
+  CHECK(g2.reply == i64_bytes(0));
+  auto mg = handle_command(m, 2, Generation::G2, make(Op::MultiGet, {"/none", "/none"}), false);
+  CHECK(mg.reply == i64_bytes(0) + i64_bytes(0));
+}
+
+TEST_CASE("handler: ADD on a non-number closes the connection without a reply") {
+  StoreModel m;
+  Effects fx;
+  m.set("/t", "text", fx);
+  auto out = handle_command(m, 1, Generation::G1, make(Op::Add, {"/t"}, {}, 1), true);
+  CHECK(out.close_reason);
+  CHECK(out.reply.empty());
+  CHECK(handle_command(m, 1, Generation::G1, make(Op::Add, {"/n"}, {}, 3), true).reply == i64_bytes(3));
+}
+
+TEST_CASE("handler: WAIT answers later, CANCEL_WAIT always answers WAIT_CANCELED") {
+  StoreModel m;
+  auto wait = handle_command(m, 1, Generation::G2, make(Op::Wait, {"/k"}), false);
+  CHECK(wait.reply.empty());
+  auto set = handle_command(m, 2, Generation::G2, make(Op::Set, {"/k"}, {"v"}), false);
+  CHECK(set.effects.woken == std::vector<ClientId>{1});
+  auto wait2 = handle_command(m, 1, Generation::G2, make(Op::Wait, {"/other"}), false);
+  CHECK(wait2.reply.empty());
+  auto cancel = handle_command(m, 1, Generation::G2, make(Op::CancelWait), false);
+  CHECK(cancel.reply == std::string(1, '\x01'));
+  CHECK(m.pending_wait_count() == 0);
+  CHECK(handle_command(m, 1, Generation::G2, make(Op::CancelWait), false).reply == std::string(1, '\x01'));
+}
+
+TEST_CASE("handler: a G1 request after a timed-out WAIT drops the stale registration") {
+  StoreModel m;
+  CHECK(handle_command(m, 1, Generation::G1, make(Op::Wait, {"/stray"}), true).reply.empty());
+  CHECK(m.pending_wait_count() == 1);
+  handle_command(m, 1, Generation::G1, make(Op::GetNumKeys), false);
+  CHECK(m.pending_wait_count() == 0);
+  auto set = handle_command(m, 2, Generation::G1, make(Op::Set, {"/stray"}, {"v"}), true);
+  CHECK(set.effects.woken.empty());  // no stray STOP_WAITING for client 1
+}
+
+TEST_CASE("handler: WATCH_KEY answers KEY_CALLBACK_REGISTERED, QUEUE_POP layouts, LIST_KEYS") {
+  StoreModel m;
+  CHECK(handle_command(m, 1, Generation::G1, make(Op::WatchKey, {"/wk"}), true).reply == std::string(1, '\x03'));
+  CHECK(handle_command(m, 2, Generation::G2, make(Op::QueuePop, {"/q"}), false).reply == i64_bytes(0));
+  handle_command(m, 2, Generation::G2, make(Op::QueuePush, {"/q"}, {"ab"}), false);
+  std::string popped = i64_bytes(1);
+  put_bytes(popped, "ab");
+  CHECK(handle_command(m, 2, Generation::G2, make(Op::QueuePop, {"/q"}), false).reply == popped);
+  handle_command(m, 2, Generation::G2, make(Op::Set, {"/only"}, {"v"}), false);
+  std::string listed = i64_bytes(1);
+  put_bytes(listed, "/only");
+  CHECK(handle_command(m, 2, Generation::G2, make(Op::ListKeys), false).reply == listed);
+}
