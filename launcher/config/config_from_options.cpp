@@ -1,0 +1,196 @@
+// SPDX-License-Identifier: MIT
+#include "launcher/config/launch_config.hpp"
+
+#include <fmt/format.h>
+
+#include "launcher/common/exit_codes.hpp"
+#include "launcher/config/cuda_devices.hpp"
+
+namespace ddp::launcher {
+namespace {
+
+Error usage(std::string message) { return Error{exit_codes::kUsage, std::move(message)}; }
+
+bool ends_with(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+/// --nproc_per_node: N, gpu, cpu or auto. Returns the count and appends notices.
+Result<int> resolve_nproc(const std::string& text, const std::vector<std::string>& gpus,
+                          const HostFacts& host) {
+  if (text == "gpu") {
+    if (gpus.empty()) {
+      return usage(host.cuda_visible_devices
+                       ? fmt::format("--nproc_per_node=gpu: no GPU is visible "
+                                     "(CUDA_VISIBLE_DEVICES='{}')",
+                                     *host.cuda_visible_devices)
+                       : std::string("--nproc_per_node=gpu: no GPU found (no NVIDIA driver "
+                                     "devices and CUDA_VISIBLE_DEVICES is unset)"));
+    }
+    return static_cast<int>(gpus.size());
+  }
+  if (text == "cpu") return std::max(1, host.cpu_count);
+  if (text == "auto") return gpus.empty() ? std::max(1, host.cpu_count) : static_cast<int>(gpus.size());
+  auto n = parse_integer("--nproc_per_node", text, -1'000'000'000, 1'000'000'000);
+  if (!n) {
+    return usage(fmt::format("--nproc_per_node: '{}' is not a number, gpu, cpu or auto", text));
+  }
+  if (*n < 1) return usage(fmt::format("--nproc_per_node: {} must be at least 1", *n));
+  if (*n > 8192) return usage(fmt::format("--nproc_per_node: {} is more than 8192", *n));
+  return static_cast<int>(*n);
+}
+
+Result<ProgramKind> resolve_program_kind(const RawOptions& raw) {
+  if (raw.module && raw.no_python) {
+    return usage("-m/--module and --no_python cannot be used together");
+  }
+  if (raw.module && raw.run_path) {
+    return usage("-m/--module and --run_path cannot be used together");
+  }
+  const std::string& program = raw.program_and_args.front();
+  if (raw.module) return ProgramKind::PythonModule;
+  if (raw.run_path) return ProgramKind::PythonScript;  // torchrun: --run_path wins over --no_python
+  if (raw.no_python) return ProgramKind::Executable;
+  return ends_with(program, ".py") ? ProgramKind::PythonScript : ProgramKind::Executable;
+}
+
+}  // namespace
+
+Result<ConfiguredLaunch> config_from_options(const RawOptions& raw, const HostFacts& host) {
+  ConfiguredLaunch out;
+  LaunchConfig& c = out.config;
+
+  // The program: with a prefix command, an unknown option lands here as the "program".
+  if (raw.program_and_args.empty()) return usage("no program given (usage: ddprun [options] PROGRAM [ARGS...])");
+  const std::string& first = raw.program_and_args.front();
+  if (first.size() > 1 && first[0] == '-') {
+    return usage(fmt::format("unknown option '{}' (options go before the program; see --help)", first));
+  }
+  if (first.empty()) return usage("the program name is empty");
+  auto kind = resolve_program_kind(raw);
+  if (!kind) return kind.error();
+  c.program_kind = *kind;
+  c.program = first;
+  c.program_args.assign(raw.program_and_args.begin() + 1, raw.program_and_args.end());
+  c.python = !raw.python.empty() ? raw.python : host.python_exec.value_or("python3");
+
+  // Nodes and processes.
+  auto nnodes = parse_node_range(raw.nnodes);
+  if (!nnodes) return nnodes.error();
+  c.nnodes = *nnodes;
+  auto node_rank = parse_integer("--node_rank", raw.node_rank, 0, 1'000'000);
+  if (!node_rank) return node_rank.error();
+  if (*node_rank >= c.nnodes.max) {
+    return usage(fmt::format("--node_rank: {} must be less than the number of nodes ({})",
+                             *node_rank, c.nnodes.max));
+  }
+  c.node_rank = static_cast<int>(*node_rank);
+
+  c.gpus = visible_gpus(host.cuda_visible_devices, host.driver_gpu_count);
+  auto nproc = resolve_nproc(raw.nproc_per_node, c.gpus, host);
+  if (!nproc) return nproc.error();
+  c.nproc_per_node = *nproc;
+  if (!c.gpus.empty() && c.nproc_per_node > static_cast<int>(c.gpus.size())) {
+    if (raw.bind_gpu) {
+      return usage(fmt::format("--bind-gpu: {} processes per node but only {} visible GPU(s)",
+                               c.nproc_per_node, c.gpus.size()));
+    }
+    out.notices.push_back(fmt::format(
+        "warning: {} processes per node but only {} visible GPU(s); some processes share a GPU",
+        c.nproc_per_node, c.gpus.size()));
+  }
+  c.bind_gpu = raw.bind_gpu;
+  if (c.bind_gpu && c.gpus.empty()) return usage("--bind-gpu: no GPU is visible");
+
+  // Rendezvous and the master address.
+  c.rdzv_backend = raw.rdzv_backend;
+  static const std::set<std::string> kBackends{"static", "c10d", "etcd", "etcd-v2"};
+  if (!kBackends.count(c.rdzv_backend)) {
+    return usage(fmt::format("--rdzv_backend: '{}' is not one of static, c10d, etcd, etcd-v2",
+                             c.rdzv_backend));
+  }
+  auto conf = parse_key_values("--rdzv_conf", raw.rdzv_conf);
+  if (!conf) return conf.error();
+  c.rdzv_conf = *conf;
+  c.run_id = raw.rdzv_id.empty() ? "none" : raw.rdzv_id;
+  c.rdzv_endpoint = raw.rdzv_endpoint;
+  c.local_addr = raw.local_addr;
+  c.master_addr = raw.master_addr.empty() ? "127.0.0.1" : raw.master_addr;
+  if (!raw.master_port.empty()) {
+    auto port = parse_integer("--master_port", raw.master_port, 1, 65535);
+    if (!port) return port.error();
+    c.master_port = static_cast<int>(*port);
+  } else {
+    c.master_port = c.multi_node() ? 29500 : 0;
+  }
+  if (!c.rdzv_endpoint.empty()) {
+    auto endpoint = parse_host_port("--rdzv_endpoint", c.rdzv_endpoint);
+    if (!endpoint) return endpoint.error();
+    if (endpoint->host.empty()) {
+      return usage(fmt::format("--rdzv_endpoint: '{}' has no host", c.rdzv_endpoint));
+    }
+    if (c.rdzv_backend == "static") {  // torchrun: the static store lives at the endpoint
+      c.master_addr = endpoint->host;
+      if (endpoint->port != 0) c.master_port = endpoint->port;
+    }
+  }
+  c.standalone = raw.standalone;
+  if (c.standalone) {
+    if (c.multi_node()) return usage("--standalone runs one node; drop --nnodes or set it to 1");
+    c.run_id = host.fresh_run_id;
+    c.master_addr = "127.0.0.1";
+    if (raw.master_port.empty()) c.master_port = 0;
+  }
+
+  // Supervision.
+  auto restarts = parse_integer("--max_restarts", raw.max_restarts, 0, 1'000'000);
+  if (!restarts) return restarts.error();
+  c.max_restarts = static_cast<int>(*restarts);
+  auto interval = parse_seconds("--monitor_interval", raw.monitor_interval);
+  if (!interval) return interval.error();
+  c.monitor_interval_s = *interval;
+  static const std::set<std::string> kStartMethods{"spawn", "fork", "forkserver"};
+  if (!kStartMethods.count(raw.start_method)) {
+    return usage(fmt::format("--start_method: '{}' is not one of spawn, fork, forkserver",
+                             raw.start_method));
+  }
+  c.start_method = raw.start_method;
+  if (raw.role.empty()) return usage("--role: the role name is empty");
+  c.role = raw.role;
+  auto grace = parse_seconds("--shutdown-timeout", raw.shutdown_timeout);
+  if (!grace) return grace.error();
+  if (*grace > 86400.0 * 365) return usage("--shutdown-timeout: more than a year");
+  c.shutdown_timeout = std::chrono::milliseconds(static_cast<long long>(*grace * 1000.0));
+
+  // Output.
+  c.log_dir = raw.log_dir;
+  auto redirects = parse_stream_spec("--redirects", raw.redirects);
+  if (!redirects) return redirects.error();
+  c.redirects = *redirects;
+  auto tee = parse_stream_spec("--tee", raw.tee);
+  if (!tee) return tee.error();
+  c.tee = *tee;
+  auto filter = parse_ranks_filter(raw.local_ranks_filter);
+  if (!filter) return filter.error();
+  c.console_ranks = *filter;
+  if (c.console_ranks) {
+    for (int r : *c.console_ranks) {
+      if (r >= c.nproc_per_node) {
+        return usage(fmt::format("--local_ranks_filter: local rank {} does not exist ({} per node)",
+                                 r, c.nproc_per_node));
+      }
+    }
+  }
+  c.events = raw.events;
+  c.dry_run = raw.dry_run;
+
+  c.default_omp_threads = !host.omp_num_threads_set && c.nproc_per_node > 1;
+  if (c.default_omp_threads) {
+    out.notices.push_back(
+        "setting OMP_NUM_THREADS=1 for each worker (it was unset and nproc_per_node > 1); "
+        "set it yourself to tune");
+  }
+  return out;
+}
+
+}  // namespace ddp::launcher

@@ -1,0 +1,93 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+/// LaunchConfig: a validated, fully resolved description of one ddprun job. Produced only by
+/// config_from_options() (pure) and consumed by the dry run and the Agent.
+
+#include <chrono>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "launcher/common/result.hpp"
+#include "launcher/config/raw_options.hpp"
+#include "launcher/config/value_parsers.hpp"
+
+namespace ddp::launcher {
+
+/// How the program is started (never through a shell).
+enum class ProgramKind {
+  PythonScript,  // PYTHON -u script args   (*.py, or --run_path)
+  PythonModule,  // PYTHON -u -m module args (-m)
+  Executable,    // program args            (--no_python, or anything that is not *.py)
+};
+
+struct LaunchConfig {
+  NodeRange nnodes;
+  int node_rank = 0;
+  int nproc_per_node = 1;
+
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;  // 0: pick a free port on this host at launch (single node only)
+  std::string rdzv_backend = "static";
+  std::string rdzv_endpoint;
+  std::string run_id = "none";
+  std::map<std::string, std::string> rdzv_conf;
+  bool standalone = false;
+  std::string local_addr;
+
+  int max_restarts = 0;
+  double monitor_interval_s = 0.1;  // accepted for compatibility; unused
+  std::string start_method = "spawn";
+  std::string role = "default";
+
+  ProgramKind program_kind = ProgramKind::Executable;
+  std::string program;                    // script, module or executable as given
+  std::vector<std::string> program_args;  // untouched
+  std::string python;                     // interpreter as given (resolved on PATH later)
+
+  std::string log_dir;  // empty: a temporary directory
+  StreamSpec redirects;
+  StreamSpec tee;
+  std::optional<std::set<int>> console_ranks;  // --local_ranks_filter; nullopt = all
+
+  std::chrono::milliseconds shutdown_timeout{30'000};
+  std::string events;  // "", "-" or a path
+  bool dry_run = false;
+  bool bind_gpu = false;
+  std::vector<std::string> gpus;  // the devices this node sees (for --bind-gpu)
+
+  /// TORCHELASTIC_USE_AGENT_STORE. False while worker rank 0 hosts PyTorch's own TCPStore; it
+  /// flips to true once ddprun hosts the store itself (rendezvous/).
+  bool use_agent_store = false;
+
+  /// True when OMP_NUM_THREADS must be set to 1 for the workers (unset and nproc > 1).
+  bool default_omp_threads = false;
+
+  int world_size() const { return nnodes.max * nproc_per_node; }
+  bool multi_node() const { return nnodes.max > 1; }
+};
+
+/// Facts about the host that the configuration depends on, gathered by the caller (so that
+/// config_from_options stays pure and testable).
+struct HostFacts {
+  std::optional<std::string> cuda_visible_devices;
+  int driver_gpu_count = 0;
+  int cpu_count = 1;
+  std::optional<std::string> python_exec;  // $PYTHON_EXEC
+  bool omp_num_threads_set = false;
+  std::string fresh_run_id = "none";  // used by --standalone
+};
+
+/// The validated configuration plus notices to print (one line each, without "ddprun: ").
+struct ConfiguredLaunch {
+  LaunchConfig config;
+  std::vector<std::string> notices;
+};
+
+/// Validates every value and resolves nproc, ports, program kind and streams. Pure: no files,
+/// no environment, no processes. Errors carry exit code 2.
+Result<ConfiguredLaunch> config_from_options(const RawOptions& raw, const HostFacts& host);
+
+}  // namespace ddp::launcher

@@ -1,0 +1,26 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+/// The command line each worker runs: `PYTHON -u [-m] prog args` or `prog args`, never a shell.
+/// Building the argv is pure; resolving names on PATH and checking files touches the disk.
+
+#include <string>
+#include <vector>
+
+#include "launcher/common/result.hpp"
+#include "launcher/config/launch_config.hpp"
+
+namespace ddp::launcher {
+
+/// argv for one worker, with the interpreter or program as given (not yet resolved on PATH).
+std::vector<std::string> worker_argv(const LaunchConfig& config);
+
+/// Resolves a program name the way execvp does: a name containing '/' is used as is, anything
+/// else is searched in `path_env` (a PATH value). Errors (exit code 127) say "not found",
+/// "is a directory" or "is not executable".
+Result<std::string> resolve_executable(const std::string& name, const std::string& path_env);
+
+/// The executable to exec for this configuration (the interpreter for Python programs), resolved
+/// and checked; for a Python script, also checks that the script is a readable regular file.
+Result<std::string> resolve_worker_executable(const LaunchConfig& config, const std::string& path_env);
+
+}  // namespace ddp::launcher

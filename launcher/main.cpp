@@ -1,0 +1,108 @@
+// SPDX-License-Identifier: MIT
+// ddprun: parse, validate, then hand a resolved setup to the Agent. main() only wires (style R14).
+
+#include <fmt/format.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <exception>
+#include <random>
+#include <thread>
+
+#include "launcher/common/exit_codes.hpp"
+#include "launcher/config/cli.hpp"
+#include "launcher/config/cuda_devices.hpp"
+#include "launcher/config/program.hpp"
+#include "launcher/output/console_sink.hpp"
+#include "launcher/run/agent.hpp"
+#include "launcher/run/dry_run.hpp"
+
+namespace {
+
+using namespace ddp::launcher;
+
+int fail(const Error& error) {
+  write_fully(STDERR_FILENO, fmt::format("ddprun: {}\n", error.message));
+  return error.exit_code;
+}
+
+std::optional<std::string> env_value(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? std::optional<std::string>(v) : std::nullopt;
+}
+
+std::string fresh_run_id() {
+  std::random_device rd;
+  return fmt::format("{:08x}-{:04x}-{:04x}", rd(), rd() & 0xffff, rd() & 0xffff);
+}
+
+std::string host_name() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof buf - 1) != 0) return "localhost";
+  return buf;
+}
+
+int run_main(int argc, char** argv) {
+  // A closed stdout (ddprun ... | head) must not kill the supervisor; writes report EPIPE instead.
+  ::signal(SIGPIPE, SIG_IGN);
+
+  auto parsed = parse_command_line(std::vector<std::string>(argv + 1, argv + argc));
+  if (!parsed) return fail(parsed.error());
+  if (parsed->exit_now) return parsed->exit_code;
+
+  HostFacts host;
+  host.cuda_visible_devices = env_value("CUDA_VISIBLE_DEVICES");
+  host.driver_gpu_count = host.cuda_visible_devices ? 0 : count_driver_gpus();
+  host.cpu_count = static_cast<int>(std::thread::hardware_concurrency());
+  host.python_exec = env_value("PYTHON_EXEC");
+  host.omp_num_threads_set = env_value("OMP_NUM_THREADS").has_value();
+  host.fresh_run_id = fresh_run_id();
+  auto configured = config_from_options(parsed->raw, host);
+  if (!configured) return fail(configured.error());
+  LaunchConfig& config = configured->config;
+
+  if (config.multi_node() && (config.rdzv_backend != "static" || config.nnodes.min != config.nnodes.max)) {
+    return fail({exit_codes::kUsage,
+                 fmt::format("multi-node rendezvous with --rdzv_backend={} / --nnodes={}:{} is not "
+                             "implemented yet; use --rdzv_backend=static with a fixed --nnodes",
+                             config.rdzv_backend, config.nnodes.min, config.nnodes.max)});
+  }
+
+  auto executable = resolve_worker_executable(config, env_value("PATH").value_or("/usr/bin:/bin"));
+  if (!executable) return fail(executable.error());
+  std::vector<std::string> worker_args = worker_argv(config);
+
+  int master_port = config.master_port;
+  if (master_port == 0) {
+    auto port = pick_free_port();
+    if (!port) return fail(port.error());
+    master_port = *port;
+  }
+
+  EnvMap parent_env = current_environment();
+  if (config.dry_run) {
+    std::string text = format_dry_run(config, worker_args, parent_env, master_port, config.events == "-");
+    write_fully(STDOUT_FILENO, text);
+    return exit_codes::kSuccess;
+  }
+  for (const auto& notice : configured->notices) {
+    write_fully(STDERR_FILENO, fmt::format("ddprun: {}\n", notice));
+  }
+
+  Agent agent(AgentSetup{config, *executable, worker_args, std::move(parent_env), host_name(),
+                         master_port});
+  return agent.run();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run_main(argc, argv);
+  } catch (const std::exception& e) {
+    // Only programmer errors and resource exhaustion get here (style R7).
+    write_fully(STDERR_FILENO, fmt::format("ddprun: internal error: {}\n", e.what()));
+    return ddp::launcher::exit_codes::kInternal;
+  }
+}

@@ -1,0 +1,89 @@
+// SPDX-License-Identifier: MIT
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "launcher/process/process_table.hpp"
+
+namespace ddp::launcher {
+namespace {
+
+bool read_proc_stat(pid_t pid, ProcStat& out) {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
+  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char buf[1024];
+  ssize_t n = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  if (n <= 0) return false;
+  buf[n] = '\0';
+  return parse_proc_stat(buf, out);
+}
+
+}  // namespace
+
+bool become_child_subreaper() { return ::prctl(PR_SET_CHILD_SUBREAPER, 1) == 0; }
+
+std::vector<ReapedChild> reap_exited_children() {
+  std::vector<ReapedChild> out;
+  while (true) {
+    int status = 0;
+    pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid > 0) {
+      out.push_back({pid, status});
+      continue;
+    }
+    if (pid < 0 && errno == EINTR) continue;
+    break;  // 0: children left but none exited; ECHILD: no children
+  }
+  return out;
+}
+
+bool parse_proc_stat(const char* text, ProcStat& out) {
+  // "pid (comm) S ppid pgrp ..."; comm may contain ") ", so take the last ')'.
+  const char* close = std::strrchr(text, ')');
+  if (!close) return false;
+  out.pid = static_cast<pid_t>(std::strtol(text, nullptr, 10));
+  int ppid = 0, pgrp = 0;
+  char state = '?';
+  if (std::sscanf(close + 1, " %c %d %d", &state, &ppid, &pgrp) != 3) return false;
+  out.state = state;
+  out.ppid = ppid;
+  out.pgrp = pgrp;
+  return true;
+}
+
+std::vector<pid_t> list_children() {
+  std::vector<pid_t> children;
+  const pid_t self = ::getpid();
+  DIR* dir = ::opendir("/proc");
+  if (!dir) return children;
+  while (dirent* entry = ::readdir(dir)) {
+    if (entry->d_name[0] < '1' || entry->d_name[0] > '9') continue;
+    ProcStat st;
+    if (read_proc_stat(static_cast<pid_t>(std::atoi(entry->d_name)), st) && st.ppid == self &&
+        st.state != 'Z') {
+      children.push_back(st.pid);
+    }
+  }
+  ::closedir(dir);
+  return children;
+}
+
+pid_t process_group_of(pid_t pid) { return ::getpgid(pid); }
+
+void signal_group(pid_t pgid, int sig) {
+  if (pgid <= 1) return;  // never signal "every process" or init's group
+  if (::kill(-pgid, sig) != 0 && errno == ESRCH) ::kill(pgid, sig);
+}
+
+}  // namespace ddp::launcher

@@ -1,0 +1,105 @@
+// SPDX-License-Identifier: MIT
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "launcher/common/exit_codes.hpp"
+#include "launcher/process/spawn.hpp"
+
+#ifndef CLOSE_RANGE_CLOEXEC
+#define CLOSE_RANGE_CLOEXEC (1U << 2)
+#endif
+
+namespace ddp::launcher {
+namespace {
+
+std::vector<char*> as_c_array(const std::vector<std::string>& strings) {
+  std::vector<char*> out;
+  out.reserve(strings.size() + 1);
+  for (const auto& s : strings) out.push_back(const_cast<char*>(s.c_str()));
+  out.push_back(nullptr);
+  return out;
+}
+
+/// Runs in the child between fork and exec: only async-signal-safe calls, no allocation.
+[[noreturn]] void exec_child(const SpawnRequest& request, char* const* argv, char* const* envp,
+                             pid_t parent, int error_pipe) {
+  auto fail = [&](int err) {
+    ssize_t ignored = ::write(error_pipe, &err, sizeof err);
+    (void)ignored;
+    ::_exit(exit_codes::kNotExecutable);
+  };
+  ::setpgid(0, 0);
+  if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) fail(errno);
+  if (::getppid() != parent) ::_exit(exit_codes::kInternal);  // ddprun died before prctl
+  // ddprun handles and ignores signals; the worker starts with the defaults (SIGPIPE included).
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  for (int sig = 1; sig < NSIG; ++sig) {
+    if (sig != SIGKILL && sig != SIGSTOP) ::sigaction(sig, &dfl, nullptr);
+  }
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  if (request.stdout_fd >= 0 && ::dup2(request.stdout_fd, STDOUT_FILENO) < 0) fail(errno);
+  if (request.stderr_fd >= 0 && ::dup2(request.stderr_fd, STDERR_FILENO) < 0) fail(errno);
+  // Every other descriptor ddprun holds (other workers' pipes, log files, epoll) must not leak
+  // into the worker, or a pipe would never see EOF. The error pipe is already close-on-exec.
+  if (::syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) != 0) {
+    for (int fd = 3; fd < 1024; ++fd) {
+      if (fd != error_pipe) ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+    }
+  }
+  ::execve(request.executable.c_str(), argv, envp);
+  fail(errno);
+  __builtin_unreachable();
+}
+
+}  // namespace
+
+Result<pid_t> spawn_process(const SpawnRequest& request) {
+  auto argv = as_c_array(request.argv);
+  auto envp = as_c_array(request.envp);
+  int error_pipe[2];
+  if (::pipe2(error_pipe, O_CLOEXEC) != 0) {
+    return Error{exit_codes::kInternal, fmt::format("pipe: {}", std::strerror(errno))};
+  }
+  // Block signals across fork so that no handler of ddprun's runs in the child.
+  sigset_t all, old;
+  sigfillset(&all);
+  ::pthread_sigmask(SIG_SETMASK, &all, &old);
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid == 0) exec_child(request, argv.data(), envp.data(), parent, error_pipe[1]);
+  const int fork_errno = errno;
+  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  ::close(error_pipe[1]);
+  if (pid < 0) {
+    ::close(error_pipe[0]);
+    return Error{exit_codes::kInternal, fmt::format("fork: {}", std::strerror(fork_errno))};
+  }
+  ::setpgid(pid, pid);  // also in the parent, so the group exists before we may signal it
+  int child_errno = 0;
+  ssize_t n;
+  do {
+    n = ::read(error_pipe[0], &child_errno, sizeof child_errno);
+  } while (n < 0 && errno == EINTR);
+  ::close(error_pipe[0]);
+  if (n == static_cast<ssize_t>(sizeof child_errno)) {
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    return Error{exit_codes::kNotExecutable,
+                 fmt::format("cannot execute '{}': {}", request.executable, std::strerror(child_errno))};
+  }
+  return pid;
+}
+
+}  // namespace ddp::launcher

@@ -1,0 +1,464 @@
+// SPDX-License-Identifier: MIT
+#include "launcher/run/agent.hpp"
+
+#include <fcntl.h>
+
+#include <boost/asio/post.hpp>
+#include <fmt/format.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "launcher/common/exit_codes.hpp"
+#include "launcher/process/process_table.hpp"
+#include "launcher/process/spawn.hpp"
+
+namespace ddp::launcher {
+namespace {
+
+constexpr size_t kStderrTailLines = 10;
+constexpr auto kLeftoverDeadline = std::chrono::seconds(5);
+constexpr int kPipeBytes = 1 << 20;
+
+void say(const std::string& line) {
+  std::string text = "ddprun: " + line + "\n";
+  write_fully(STDERR_FILENO, text);
+}
+
+long read_oom_kill_count() {
+  std::ifstream vmstat("/proc/vmstat");
+  std::string key;
+  long value = 0;
+  while (vmstat >> key >> value) {
+    if (key == "oom_kill") return value;
+  }
+  return -1;
+}
+
+std::string random_token() {
+  std::random_device rd;
+  return fmt::format("{}-{:08x}{:08x}", ::getpid(), rd(), rd());
+}
+
+std::string rank_prefix(int rank, bool color) {
+  if (!color) return fmt::format("[rank{}]:", rank);
+  static constexpr int kColors[] = {32, 34, 35, 36, 33, 31};
+  return fmt::format("\x1b[{}m[rank{}]:\x1b[0m", kColors[rank % 6], rank);
+}
+
+std::string read_small_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return {};
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+nlohmann::json status_json(const ExitStatus& s) {
+  nlohmann::json j;
+  if (s.kind == ExitStatus::Kind::Exited) {
+    j["exit_code"] = s.code;
+  } else {
+    j["signal"] = signal_name(s.signal);
+    j["signal_number"] = s.signal;
+  }
+  return j;
+}
+
+/// Opens a log file for a worker stream, or returns -1 (and reports) when it cannot.
+int open_log(const std::string& path) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) say(fmt::format("cannot write '{}': {}", path, std::strerror(errno)));
+  return fd;
+}
+
+}  // namespace
+
+Agent::Agent(AgentSetup setup)
+    : setup_(std::move(setup)),
+      child_signals_(io_, SIGCHLD),
+      shutdown_signals_(io_, SIGINT, SIGTERM, SIGHUP),
+      grace_timer_(io_),
+      cleanup_timer_(io_),
+      stdout_sink_(STDOUT_FILENO),
+      stderr_sink_(STDERR_FILENO),
+      token_(random_token()) {
+  shutdown_signals_.add(SIGQUIT);
+}
+
+Agent::~Agent() {
+  for (auto& w : workers_) {
+    if (w.out) w.out->finish();
+    if (w.err) w.err->finish();
+  }
+}
+
+Result<Ok> Agent::prepare() {
+  if (!become_child_subreaper()) {
+    say("warning: cannot become a child subreaper; daemonised grandchildren may escape");
+  }
+  if (!guard_.start(token_)) {
+    say("warning: cannot start the orphan guard; `kill -9 ddprun` may leave grandchildren");
+  }
+  auto events = events_.open(setup_.config.events);
+  if (!events) return events.error();
+  auto dir = RunDirectory::create(setup_.config.log_dir, setup_.config.run_id);
+  if (!dir) return dir.error();
+  run_dir_ = std::move(*dir);
+  const auto& c = setup_.config;
+  for (int r = 0; r < c.nproc_per_node; ++r) {
+    bool filtered = c.console_ranks && !c.console_ranks->count(r);
+    if (filtered || c.redirects.for_rank(r) != StreamSet::None || c.tee.for_rank(r) != StreamSet::None) {
+      keep_run_dir_ = true;
+    }
+  }
+  if (keep_run_dir_ && run_dir_->temporary()) say(fmt::format("worker logs: {}", run_dir_->path()));
+  return Ok{};
+}
+
+int Agent::run() {
+  start_time_ = std::chrono::system_clock::now();
+  auto ready = prepare();
+  if (!ready) {
+    say(ready.error().message);
+    guard_.release();
+    return ready.error().exit_code;
+  }
+  const auto& c = setup_.config;
+  events_.emit("launch", {{"program", c.program},
+                          {"argv", setup_.argv},
+                          {"nproc_per_node", c.nproc_per_node},
+                          {"nnodes", c.nnodes.max},
+                          {"node_rank", c.node_rank},
+                          {"world_size", c.world_size()},
+                          {"master_addr", c.master_addr},
+                          {"master_port", setup_.master_port},
+                          {"run_id", c.run_id},
+                          {"max_restarts", c.max_restarts},
+                          {"log_dir", run_dir_->path()},
+                          {"pid", ::getpid()}});
+  wait_for_children();
+  wait_for_shutdown_signals();
+  boost::asio::post(io_, [this] { start_attempt(0); });
+  io_.run();
+  guard_.release();
+  if (!keep_run_dir_) run_dir_->remove_if_temporary();
+  return exit_code();
+}
+
+void Agent::wait_for_children() {
+  child_signals_.async_wait([this](const boost::system::error_code& ec, int) {
+    if (ec || phase_ == Phase::Done) return;
+    on_children_exited();
+    if (phase_ != Phase::Done) wait_for_children();
+  });
+}
+
+void Agent::wait_for_shutdown_signals() {
+  shutdown_signals_.async_wait([this](const boost::system::error_code& ec, int sig) {
+    if (ec || phase_ == Phase::Done) return;
+    on_shutdown_signal(sig);
+    if (phase_ != Phase::Done) wait_for_shutdown_signals();
+  });
+}
+
+void Agent::start_attempt(int attempt) {
+  attempt_ = attempt;
+  phase_ = Phase::Running;
+  root_cause_.reset();
+  oom_kills_at_start_ = read_oom_kill_count();
+  const auto& c = setup_.config;
+  auto made = run_dir_->create_attempt(attempt, c.nproc_per_node);
+  if (!made) {
+    say(made.error().message);
+    internal_error_ = made.error().exit_code;
+    finish_run();
+    return;
+  }
+  workers_.clear();
+  workers_.resize(c.nproc_per_node);
+  for (int r = 0; r < c.nproc_per_node; ++r) {
+    Worker& w = workers_[r];
+    w.outcome.local_rank = r;
+    w.outcome.rank = global_rank(c, r);
+    w.outcome.error_file = run_dir_->rank_dir(attempt, r) + "/error.json";
+  }
+  for (auto& w : workers_) {
+    start_worker(w, attempt);
+    if (phase_ != Phase::Running) break;  // a worker could not start: the others stop
+  }
+  after_worker_exit();  // every worker may already be gone (start failures)
+}
+
+void Agent::start_worker(Worker& w, int attempt) {
+  const auto& c = setup_.config;
+  const int r = w.outcome.local_rank;
+  const bool filtered = c.console_ranks && !c.console_ranks->count(r);
+  const StreamSet redirect = c.redirects.for_rank(r);
+  const StreamSet tee = c.tee.for_rank(r);
+  const std::string dir = run_dir_->rank_dir(attempt, r);
+
+  struct StreamPlan {
+    int pipe[2] = {-1, -1};
+    StreamRoute route;
+  } plans[2];
+  for (int s = 0; s < 2; ++s) {
+    bool (*includes)(StreamSet) = s == 0 ? includes_stdout : includes_stderr;
+    bool to_file = includes(redirect) || includes(tee) || filtered;
+    bool to_console = !includes(redirect) && !filtered;
+    if (::pipe2(plans[s].pipe, O_CLOEXEC) != 0) {
+      say(fmt::format("pipe: {}", std::strerror(errno)));
+      internal_error_ = exit_codes::kInternal;
+      w.outcome.status = ExitStatus::exited(exit_codes::kInternal);
+      w.outcome.start_error = "pipe failed";
+      root_cause_ = static_cast<size_t>(r);
+      stop_workers(SIGTERM);
+      return;
+    }
+    ::fcntl(plans[s].pipe[1], F_SETPIPE_SZ, kPipeBytes);  // fewer wake-ups; best effort
+    plans[s].route.console = to_console ? (s == 0 ? &stdout_sink_ : &stderr_sink_) : nullptr;
+    plans[s].route.file_fd = to_file ? open_log(dir + (s == 0 ? "/stdout.log" : "/stderr.log")) : -1;
+    plans[s].route.keep_tail = s == 1;
+  }
+
+  WorkerSlot slot{r, attempt, setup_.master_port, w.outcome.error_file};
+  EnvMap env = worker_environment(c, slot, setup_.parent_env);
+  env[OrphanGuard::kTokenVariable] = token_;
+  SpawnRequest request{setup_.executable, setup_.argv, to_envp_strings(env), plans[0].pipe[1],
+                       plans[1].pipe[1]};
+  auto spawned = spawn_process(request);
+  ::close(plans[0].pipe[1]);
+  ::close(plans[1].pipe[1]);
+  for (int s = 0; s < 2; ++s) {
+    const ConsoleSink* sink = plans[s].route.console;
+    auto pump = std::make_shared<StreamPump>(io_, plans[s].pipe[0], plans[s].route,
+                                             rank_prefix(w.outcome.rank, sink && sink->is_tty()));
+    pump->start();
+    (s == 0 ? w.out : w.err) = std::move(pump);
+  }
+  if (!spawned) {
+    say(spawned.error().message);
+    w.outcome.status = ExitStatus::exited(spawned.error().exit_code);
+    w.outcome.start_error = spawned.error().message;
+    w.outcome.exit_time = std::chrono::system_clock::now();
+    if (spawned.error().exit_code == exit_codes::kInternal) internal_error_ = exit_codes::kInternal;
+    events_.emit("worker_exit", {{"rank", w.outcome.rank}, {"local_rank", r}, {"attempt", attempt},
+                                 {"exit_code", spawned.error().exit_code},
+                                 {"error", spawned.error().message}});
+    if (!root_cause_) root_cause_ = static_cast<size_t>(r);
+    stop_workers(SIGTERM);
+    return;
+  }
+  w.outcome.pid = *spawned;
+  w.pgid = *spawned;
+  w.alive = true;
+  guard_.watch_group(w.pgid);
+  events_.emit("worker_start", {{"rank", w.outcome.rank}, {"local_rank", r}, {"attempt", attempt},
+                                {"pid", w.outcome.pid}});
+}
+
+Agent::Worker* Agent::find_worker(pid_t pid) {
+  for (auto& w : workers_) {
+    if (w.alive && w.outcome.pid == pid) return &w;
+  }
+  return nullptr;
+}
+
+bool Agent::any_alive() const {
+  return std::any_of(workers_.begin(), workers_.end(), [](const Worker& w) { return w.alive; });
+}
+
+void Agent::on_children_exited() {
+  for (const auto& child : reap_exited_children()) {
+    // Inherited orphans and the guard are reaped too; only workers matter here.
+    if (Worker* w = find_worker(child.pid)) on_worker_exit(*w, exit_status_from_wait(child.wait_status));
+  }
+  after_worker_exit();
+}
+
+void Agent::on_worker_exit(Worker& w, const ExitStatus& status) {
+  w.alive = false;
+  w.out->drain();
+  w.err->drain();
+  w.outcome.status = status;
+  w.outcome.exit_time = std::chrono::system_clock::now();
+  if (status.kind == ExitStatus::Kind::Signaled && status.signal == SIGKILL &&
+      !w.outcome.terminated_by_ddprun && oom_kills_at_start_ >= 0) {
+    w.outcome.oom_killed = read_oom_kill_count() > oom_kills_at_start_;
+  }
+  nlohmann::json fields = status_json(status);
+  fields.update({{"rank", w.outcome.rank}, {"local_rank", w.outcome.local_rank},
+                 {"attempt", attempt_}, {"pid", w.outcome.pid},
+                 {"terminated_by_ddprun", w.outcome.terminated_by_ddprun},
+                 {"oom_killed", w.outcome.oom_killed}});
+  events_.emit("worker_exit", fields);
+  if (!status.success() && phase_ == Phase::Running && !root_cause_) {
+    root_cause_ = static_cast<size_t>(&w - workers_.data());
+    if (any_alive()) {
+      say(fmt::format("rank {} (pid {}) failed with {}; stopping the other workers",
+                      w.outcome.rank, w.outcome.pid, describe(status)));
+    }
+    stop_workers(SIGTERM);
+  }
+}
+
+void Agent::on_shutdown_signal(int sig) {
+  events_.emit("signal", {{"signal", signal_name(sig)}});
+  if (shutdown_signal_ != 0) {
+    say(fmt::format("received {} again; killing the workers now", signal_name(sig)));
+    kill_everything_now();
+    return;
+  }
+  shutdown_signal_ = sig;
+  if (phase_ == Phase::Running || phase_ == Phase::Stopping) {
+    say(fmt::format("received {}; passing it to the workers (SIGKILL after {:.3g} s; "
+                    "Ctrl-C again to kill now)",
+                    signal_name(sig), setup_.config.shutdown_timeout.count() / 1000.0));
+    stop_workers(sig);
+  }
+}
+
+void Agent::stop_workers(int sig) {
+  const bool first = phase_ == Phase::Running;
+  phase_ = Phase::Stopping;
+  for (auto& w : workers_) {
+    if (w.alive) {
+      w.outcome.terminated_by_ddprun = true;
+      signal_group(w.pgid, sig);
+    } else if (w.pgid > 0) {
+      ::kill(-w.pgid, sig);  // what the dead worker left in its group
+    }
+  }
+  if (!first) return;  // the deadline set by the first stop stands
+  grace_timer_.expires_after(setup_.config.shutdown_timeout);
+  grace_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec || phase_ != Phase::Stopping) return;
+    say(fmt::format("workers still running {:.3g} s after the stop signal; sending SIGKILL",
+                    setup_.config.shutdown_timeout.count() / 1000.0));
+    kill_everything_now();
+  });
+}
+
+void Agent::kill_everything_now() {
+  for (auto& w : workers_) {
+    if (w.alive) {
+      w.outcome.terminated_by_ddprun = true;
+      signal_group(w.pgid, SIGKILL);
+    } else if (w.pgid > 0) {
+      ::kill(-w.pgid, SIGKILL);
+    }
+  }
+  for (pid_t child : list_children()) {
+    if (child != guard_.pid()) ::kill(child, SIGKILL);
+  }
+}
+
+void Agent::after_worker_exit() {
+  if (phase_ == Phase::Done || any_alive()) return;
+  if (phase_ != Phase::Cleaning) {
+    grace_timer_.cancel();
+    phase_ = Phase::Cleaning;
+    cleanup_timer_.expires_after(kLeftoverDeadline);
+    cleanup_timer_.async_wait([this](const boost::system::error_code& ec) {
+      if (ec || phase_ != Phase::Cleaning) return;
+      say("warning: some leftover processes did not die within 5 s of SIGKILL (stuck in the kernel?)");
+      finish_attempt();
+    });
+  }
+  clean_up_leftovers();
+}
+
+void Agent::clean_up_leftovers() {
+  // Every worker is reaped, so any child left is an orphan the workers left behind, re-parented
+  // to ddprun (the subreaper). Kill it; its own children come to us next and go the same way.
+  std::vector<pid_t> leftovers;
+  for (pid_t child : list_children()) {
+    if (child != guard_.pid()) leftovers.push_back(child);
+  }
+  if (leftovers.empty()) {
+    finish_attempt();
+    return;
+  }
+  for (auto& w : workers_) {
+    if (w.pgid > 0) ::kill(-w.pgid, SIGKILL);
+  }
+  for (pid_t pid : leftovers) ::kill(pid, SIGKILL);
+  events_.emit("leftovers_killed", {{"pids", leftovers}, {"attempt", attempt_}});
+  // The SIGCHLD of each death brings us back here through after_worker_exit().
+}
+
+void Agent::finish_attempt() {
+  cleanup_timer_.cancel();
+  AttemptOutcome outcome;
+  outcome.attempt = attempt_;
+  outcome.root_cause = root_cause_;
+  for (auto& w : workers_) {
+    if (w.out) w.out->finish();
+    if (w.err) {
+      w.err->finish();
+      w.outcome.stderr_tail = w.err->tail_lines(kStderrTailLines);
+    }
+    std::string error_json = read_small_file(w.outcome.error_file);
+    if (!error_json.empty()) w.outcome.error_info = parse_error_file(error_json);
+    outcome.workers.push_back(w.outcome);
+  }
+  history_.push_back(std::move(outcome));
+  const bool failed = root_cause_.has_value();
+  if (failed && shutdown_signal_ == 0 && internal_error_ == 0 &&
+      attempt_ < setup_.config.max_restarts) {
+    const auto& w = workers_[*root_cause_];
+    say(fmt::format("rank {} failed with {}; restarting the workers (restart {} of {})",
+                    w.outcome.rank, describe(*w.outcome.status), attempt_ + 1,
+                    setup_.config.max_restarts));
+    events_.emit("restart", {{"attempt", attempt_ + 1}, {"failed_rank", w.outcome.rank}});
+    boost::asio::post(io_, [this, next = attempt_ + 1] { start_attempt(next); });
+    return;
+  }
+  finish_run();
+}
+
+int Agent::exit_code() const {
+  if (internal_error_ != 0) return internal_error_;
+  if (shutdown_signal_ != 0) return exit_codes::kSignalBase + shutdown_signal_;
+  if (!history_.empty() && history_.back().root_cause) {
+    const auto& w = history_.back().workers[*history_.back().root_cause];
+    if (w.status) return shell_exit_code(*w.status);
+  }
+  return exit_codes::kSuccess;
+}
+
+void Agent::finish_run() {
+  phase_ = Phase::Done;
+  grace_timer_.cancel();
+  cleanup_timer_.cancel();
+  const int code = exit_code();
+  RunSummaryInput summary{setup_.config.program, setup_.host, setup_.config.max_restarts,
+                          start_time_, history_, shutdown_signal_, code};
+  if (code != 0) write_fully(STDERR_FILENO, format_failure_summary(summary));
+  nlohmann::json attempts = nlohmann::json::array();
+  for (const auto& a : history_) {
+    nlohmann::json workers = nlohmann::json::array();
+    for (const auto& w : a.workers) {
+      nlohmann::json jw = w.status ? status_json(*w.status) : nlohmann::json::object();
+      jw.update({{"rank", w.rank}, {"local_rank", w.local_rank}, {"pid", w.pid},
+                 {"terminated_by_ddprun", w.terminated_by_ddprun}, {"oom_killed", w.oom_killed}});
+      if (w.error_info) jw["error_message"] = w.error_info->message;
+      workers.push_back(jw);
+    }
+    nlohmann::json ja{{"attempt", a.attempt}, {"workers", workers}};
+    if (a.root_cause) ja["root_cause_rank"] = a.workers[*a.root_cause].rank;
+    attempts.push_back(ja);
+  }
+  nlohmann::json fields{{"exit_code", code}, {"attempts", attempts}};
+  if (shutdown_signal_) fields["signal"] = signal_name(shutdown_signal_);
+  events_.emit("summary", fields);
+  io_.stop();
+}
+
+}  // namespace ddp::launcher

@@ -1,0 +1,118 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+/// Agent: owns one Asio io_context and supervises the local worker group on it.
+///
+/// Everything happens on that loop (single thread): SIGCHLD and the shutdown signals arrive as
+/// signal_set events, worker pipes as readiness events, the shutdown grace as a steady_timer.
+/// Nothing polls. The io_context is exposed so that a TCP store server can share the loop.
+///
+/// Phases of one attempt (only Agent's handlers assign phase_):
+///
+///    Running --first failure / shutdown signal--> Stopping --all workers reaped--> Cleaning
+///       |                                            | grace expires: SIGKILL          |
+///       +------------all workers reaped (success)----+------------------------------->+
+///                                                                                     |
+///    Cleaning: SIGKILL inherited orphans until none is left --> attempt ends --> Running
+///    (next attempt, after a failure with restarts left) or Done (io_context stops).
+
+#include <sys/types.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "launcher/config/launch_config.hpp"
+#include "launcher/env/worker_env.hpp"
+#include "launcher/output/console_sink.hpp"
+#include "launcher/output/stream_pump.hpp"
+#include "launcher/process/orphan_guard.hpp"
+#include "launcher/run/event_log.hpp"
+#include "launcher/run/failure_report.hpp"
+#include "launcher/run/run_directory.hpp"
+
+namespace ddp::launcher {
+
+/// What the Agent needs besides the configuration, all resolved by main.
+struct AgentSetup {
+  LaunchConfig config;
+  std::string executable;  // resolved path of argv[0]
+  std::vector<std::string> argv;
+  EnvMap parent_env;
+  std::string host;
+  int master_port = 0;     // resolved (never 0)
+};
+
+class Agent {
+ public:
+  explicit Agent(AgentSetup setup);
+  ~Agent();
+  Agent(const Agent&) = delete;
+  Agent& operator=(const Agent&) = delete;
+
+  /// The loop every handler runs on; other components (the store server) may share it.
+  boost::asio::io_context& io_context() { return io_; }
+
+  /// Runs the job to the end (all attempts). Returns ddprun's exit code.
+  int run();
+
+ private:
+  enum class Phase { Running, Stopping, Cleaning, Done };
+
+  struct Worker {
+    WorkerOutcome outcome;
+    pid_t pgid = -1;
+    bool alive = false;
+    std::shared_ptr<StreamPump> out;
+    std::shared_ptr<StreamPump> err;
+  };
+
+  Result<Ok> prepare();
+  void start_attempt(int attempt);
+  void start_worker(Worker& worker, int attempt);
+  void wait_for_children();
+  void wait_for_shutdown_signals();
+  void on_children_exited();
+  void on_worker_exit(Worker& worker, const ExitStatus& status);
+  void on_shutdown_signal(int sig);
+  void stop_workers(int sig);
+  void kill_everything_now();
+  void after_worker_exit();
+  void clean_up_leftovers();
+  void finish_attempt();
+  void finish_run();
+  int exit_code() const;
+  Worker* find_worker(pid_t pid);
+  bool any_alive() const;
+
+  AgentSetup setup_;
+  boost::asio::io_context io_{1};
+  boost::asio::signal_set child_signals_;
+  boost::asio::signal_set shutdown_signals_;
+  boost::asio::steady_timer grace_timer_;
+  boost::asio::steady_timer cleanup_timer_;
+  ConsoleSink stdout_sink_;
+  ConsoleSink stderr_sink_;
+  OrphanGuard guard_;
+  std::string token_;
+  EventLog events_;
+  std::optional<RunDirectory> run_dir_;
+  bool keep_run_dir_ = false;
+
+  Phase phase_ = Phase::Running;
+  int attempt_ = 0;
+  std::vector<Worker> workers_;
+  std::vector<AttemptOutcome> history_;
+  std::optional<size_t> root_cause_;
+  int shutdown_signal_ = 0;  // signal ddprun received (0: none)
+  int interrupts_ = 0;
+  long oom_kills_at_start_ = 0;
+  int internal_error_ = 0;
+  std::chrono::system_clock::time_point start_time_;
+};
+
+}  // namespace ddp::launcher

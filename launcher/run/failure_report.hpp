@@ -1,0 +1,62 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+/// What happened to each worker of each attempt, and the failure summary ddprun prints at the
+/// end. Pure: the Agent fills the records; formatting and error-file parsing touch nothing.
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "launcher/status/exit_status.hpp"
+
+namespace ddp::launcher {
+
+/// PyTorch's @record error file (TORCHELASTIC_ERROR_FILE), as far as ddprun understands it.
+struct ErrorFileInfo {
+  std::string message;
+  std::string traceback;
+  std::string timestamp;
+};
+/// Parses the JSON text of an error file; nullopt when it is not JSON or has no message.
+std::optional<ErrorFileInfo> parse_error_file(const std::string& json_text);
+
+struct WorkerOutcome {
+  int rank = 0;
+  int local_rank = 0;
+  pid_t pid = 0;
+  std::optional<ExitStatus> status;  // nullopt: never started
+  std::string start_error;           // why it could not start
+  bool terminated_by_ddprun = false; // ddprun signalled it before it ended
+  bool oom_killed = false;           // SIGKILL while the kernel's oom_kill counter rose
+  std::chrono::system_clock::time_point exit_time{};
+  std::vector<std::string> stderr_tail;
+  std::string error_file;
+  std::optional<ErrorFileInfo> error_info;
+};
+
+struct AttemptOutcome {
+  int attempt = 0;
+  std::vector<WorkerOutcome> workers;
+  std::optional<size_t> root_cause;  // index into workers
+};
+
+struct RunSummaryInput {
+  std::string program;
+  std::string host;
+  int max_restarts = 0;
+  std::chrono::system_clock::time_point start_time{};
+  std::vector<AttemptOutcome> attempts;
+  int interrupted_by_signal = 0;  // ddprun itself got this signal
+  int exit_code = 0;
+};
+
+/// The boxed summary printed on stderr when the run failed or was interrupted.
+std::string format_failure_summary(const RunSummaryInput& input);
+
+/// "2026-11-30 10:01:02.345 UTC".
+std::string format_utc(std::chrono::system_clock::time_point t);
+
+}  // namespace ddp::launcher

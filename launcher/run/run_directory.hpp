@@ -1,0 +1,39 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+/// The on-disk layout of a run, as torchrun lays it out:
+///   <log_dir>/<run_id>_<random>/attempt_<k>/<local_rank>/{stdout.log,stderr.log,error.json}
+/// Without --log_dir the root is a fresh temporary directory that ddprun removes at the end
+/// unless it holds log files the user asked for.
+
+#include <string>
+
+#include "launcher/common/result.hpp"
+
+namespace ddp::launcher {
+
+class RunDirectory {
+ public:
+  /// Creates `log_dir` (if needed) and a unique run directory inside it; an empty `log_dir`
+  /// means a temporary directory under $TMPDIR (or /tmp). Errors have exit code 2.
+  static Result<RunDirectory> create(const std::string& log_dir, const std::string& run_id);
+
+  const std::string& path() const { return path_; }
+  bool temporary() const { return temporary_; }
+  std::string attempt_dir(int attempt) const;
+  std::string rank_dir(int attempt, int local_rank) const;
+  /// Creates attempt_<k>/<local_rank>/ for ranks 0..nproc-1.
+  Result<Ok> create_attempt(int attempt, int nproc) const;
+  /// Removes the temporary root (only when temporary()).
+  void remove_if_temporary() const;
+
+ private:
+  std::string path_;
+  std::string base_;  // the directory that was created for a temporary run
+  bool temporary_ = false;
+};
+
+/// A TCP port that was free on 127.0.0.1 a moment ago (bind to port 0, read it, close).
+/// Racy by nature; it goes away once ddprun hosts the store on a port it keeps.
+Result<int> pick_free_port();
+
+}  // namespace ddp::launcher

@@ -1,0 +1,33 @@
+#pragma once
+/// Small helpers that read typed values out of an Env, with errors that name the variable.
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "launcher/scheduler/scheduler_types.hpp"
+
+namespace ddp::launcher::scheduler {
+
+/// The variable's value, or nullopt when it is unset. An empty value counts as set.
+std::optional<std::string> env_get(const Env& env, const std::string& name);
+
+/// The first of `names` that is set, as a Sourced string (origin = that name).
+std::optional<Sourced<std::string>> env_first(const Env& env,
+                                               std::initializer_list<const char*> names);
+
+/// Parses a non-negative decimal integer; throws SchedulerError naming `what` otherwise.
+int parse_count(std::string_view text, std::string_view what);
+
+/// `env_first` parsed with parse_count; the raw text is kept in the result.
+std::optional<Sourced<int>> env_int(const Env& env, std::initializer_list<const char*> names);
+
+/// Throws SchedulerError("inconsistent <what> environment: RANK=3 but SIZE=2") unless rank < size.
+void require_rank_below(const Sourced<int>& rank, const Sourced<int>& size, std::string_view what);
+
+/// A port that is stable for one job id and unlikely to collide between jobs on one node:
+/// 15000 + the last four digits of a numeric id (the convention PyTorch Lightning uses under
+/// Slurm), or 15000 + a hash modulo 10000 for other ids. Stays below Linux's ephemeral range.
+int port_from_job_id(std::string_view job_id);
+
+}  // namespace ddp::launcher::scheduler
