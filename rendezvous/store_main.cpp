@@ -43,6 +43,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--max-connections", opts.limits.max_connections, "most concurrent connections")
       ->capture_default_str();
+  app.add_flag("--trace", opts.trace, "log every request on stderr (protocol debugging)");
   CLI11_PARSE(app, argc, argv);
 
   raise_fd_limit();

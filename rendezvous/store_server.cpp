@@ -56,6 +56,21 @@ tcp::endpoint resolve_bind_endpoint(asio::io_context& io, const StoreServerOptio
   return results.begin()->endpoint();
 }
 
+// One line per request for --trace: connection, generation, command, keys (printable part) and sizes.
+std::string describe_request(ClientId id, Generation gen, const Command& cmd) {
+  std::string line = fmt::format("trace conn={} {} {}", id, generation_name(gen), op_name(cmd.op));
+  for (std::size_t i = 0; i < cmd.keys.size() && i < 8; ++i) {
+    std::string printable;
+    for (char c : cmd.keys[i].substr(0, 120)) printable += (c >= 0x20 && c < 0x7f) ? c : '?';
+    line += fmt::format(" '{}'", printable);
+  }
+  if (cmd.keys.size() > 8) line += fmt::format(" ...({} keys)", cmd.keys.size());
+  for (const auto& v : cmd.values) line += fmt::format(" [{}B]", v.size());
+  if (cmd.op == Op::Add || cmd.op == Op::Barrier) line += fmt::format(" {}", cmd.number);
+  if (cmd.op == Op::Ping || cmd.op == Op::Validate) line += fmt::format(" {:#x}", cmd.word);
+  return line;
+}
+
 }  // namespace
 
 struct StoreServer::Core : SessionHost, std::enable_shared_from_this<StoreServer::Core> {
@@ -120,6 +135,7 @@ struct StoreServer::Core : SessionHost, std::enable_shared_from_this<StoreServer
   }
 
   void handle(StoreSession& session, Generation gen, const Command& cmd, bool first_request) override {
+    if (options.trace) log_line(describe_request(session.id(), gen, cmd));
     Outcome outcome = handle_command(model, session.id(), gen, cmd, first_request);
     if (outcome.close_reason) {
       session.close_for_error(*outcome.close_reason);
