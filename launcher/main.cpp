@@ -70,7 +70,8 @@ int run_main(int argc, char** argv) {
   }
 
   auto executable = resolve_worker_executable(config, env_value("PATH").value_or("/usr/bin:/bin"));
-  if (!executable) return fail(executable.error());
+  // A dry run starts nothing, so it shows the command even when the program is not here.
+  if (!executable && !config.dry_run) return fail(executable.error());
   std::vector<std::string> worker_args = worker_argv(config);
 
   int master_port = config.master_port;
@@ -90,7 +91,7 @@ int run_main(int argc, char** argv) {
     write_fully(STDERR_FILENO, fmt::format("ddprun: {}\n", notice));
   }
 
-  Agent agent(AgentSetup{config, *executable, worker_args, std::move(parent_env), host_name(),
+  Agent agent(AgentSetup{config, executable.value(), worker_args, std::move(parent_env), host_name(),
                          master_port});
   return agent.run();
 }

@@ -108,9 +108,6 @@ Result<Ok> Agent::prepare() {
   }
   auto events = events_.open(setup_.config.events);
   if (!events) return events.error();
-  auto dir = RunDirectory::create(setup_.config.log_dir, setup_.config.run_id);
-  if (!dir) return dir.error();
-  run_dir_ = std::move(*dir);
   const auto& c = setup_.config;
   for (int r = 0; r < c.nproc_per_node; ++r) {
     bool filtered = c.console_ranks && !c.console_ranks->count(r);
@@ -118,6 +115,9 @@ Result<Ok> Agent::prepare() {
       keep_run_dir_ = true;
     }
   }
+  auto dir = RunDirectory::create(c.log_dir, c.run_id, keep_run_dir_);
+  if (!dir) return dir.error();
+  run_dir_ = std::move(*dir);
   if (keep_run_dir_ && run_dir_->temporary()) say(fmt::format("worker logs: {}", run_dir_->path()));
   return Ok{};
 }

@@ -31,12 +31,15 @@ Result<std::string> make_temp_dir(const std::string& parent, const std::string& 
 }
 }  // namespace
 
-Result<RunDirectory> RunDirectory::create(const std::string& log_dir, const std::string& run_id) {
+Result<RunDirectory> RunDirectory::create(const std::string& log_dir, const std::string& run_id,
+                                          bool will_hold_logs) {
   RunDirectory dir;
   std::string parent = log_dir;
   if (parent.empty()) {
     const char* tmp = std::getenv("TMPDIR");
-    auto base = make_temp_dir(tmp && *tmp ? tmp : "/tmp", "ddprun_");
+    std::string where = tmp && *tmp ? tmp : "/tmp";
+    if (!will_hold_logs && ::access("/dev/shm", W_OK | X_OK) == 0) where = "/dev/shm";
+    auto base = make_temp_dir(where, "ddprun_");
     if (!base) return base.error();
     dir.base_ = *base;
     dir.temporary_ = true;

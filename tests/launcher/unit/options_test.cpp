@@ -1,0 +1,182 @@
+// SPDX-License-Identifier: MIT
+// Command-line parsing and validation: both spellings, PET_ fallback, pass-through of program
+// arguments, and every bad input of issue 2 with its exit code and message.
+#include <doctest/doctest.h>
+#include <stdlib.h>
+
+#include "launcher/config/cli.hpp"
+#include "launcher/config/launch_config.hpp"
+
+using namespace ddp::launcher;
+
+namespace {
+
+/// Sets an environment variable for one scope (CLI11 reads PET_* from the real environment).
+struct ScopedEnv {
+  std::string name;
+  ScopedEnv(const char* n, const char* v) : name(n) { ::setenv(n, v, 1); }
+  ~ScopedEnv() { ::unsetenv(name.c_str()); }
+};
+
+HostFacts cpu_host() {
+  HostFacts h;
+  h.cpu_count = 4;
+  return h;
+}
+
+Result<ConfiguredLaunch> configure(std::vector<std::string> args, HostFacts host = cpu_host()) {
+  auto parsed = parse_command_line(args);
+  if (!parsed) return parsed.error();
+  return config_from_options(parsed->raw, host);
+}
+
+void check_error(std::vector<std::string> args, int code, const std::string& needle,
+                 HostFacts host = cpu_host()) {
+  auto r = configure(args, host);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().exit_code == code);
+  CHECK_MESSAGE(r.error().message.find(needle) != std::string::npos, r.error().message);
+  CHECK(r.error().message.find('\n') == std::string::npos);  // one line
+}
+
+}  // namespace
+
+TEST_CASE("both spellings of every multi-word flag are accepted") {
+  for (auto [underscore, dash] : std::vector<std::pair<std::string, std::string>>{
+           {"--nproc_per_node", "--nproc-per-node"}, {"--max_restarts", "--max-restarts"},
+           {"--master_port", "--master-port"}, {"--node_rank", "--node-rank"}}) {
+    for (const auto& flag : {underscore, dash}) {
+      auto r = configure({"--nnodes", "2", flag, "1", "train"});
+      REQUIRE_MESSAGE(r.ok(), flag);
+    }
+  }
+  auto a = configure({"--nproc_per_node=3", "--max-restarts=2", "--shutdown_timeout", "1.5", "train"});
+  REQUIRE(a.ok());
+  CHECK(a->config.nproc_per_node == 3);
+  CHECK(a->config.max_restarts == 2);
+  CHECK(a->config.shutdown_timeout.count() == 1500);
+}
+
+TEST_CASE("program arguments pass through untouched, even ones that look like ddprun flags") {
+  auto r = configure({"--nproc_per_node", "2", "train.py", "--lr", "3", "--nproc_per_node", "9", "-m"});
+  REQUIRE(r.ok());
+  CHECK(r->config.program == "train.py");
+  CHECK(r->config.program_kind == ProgramKind::PythonScript);
+  CHECK(r->config.program_args ==
+        std::vector<std::string>{"--lr", "3", "--nproc_per_node", "9", "-m"});
+  CHECK(r->config.nproc_per_node == 2);
+}
+
+TEST_CASE("PET_ variables are a fallback and the command line wins") {
+  ScopedEnv nproc("PET_NPROC_PER_NODE", "3");
+  ScopedEnv restarts("PET_MAX_RESTARTS", "4");
+  ScopedEnv standalone("PET_STANDALONE", "1");
+  auto from_env = configure({"prog"});
+  REQUIRE(from_env.ok());
+  CHECK(from_env->config.nproc_per_node == 3);
+  CHECK(from_env->config.max_restarts == 4);
+  CHECK(from_env->config.standalone);
+  auto cli_wins = configure({"--nproc-per-node", "2", "prog"});
+  REQUIRE(cli_wins.ok());
+  CHECK(cli_wins->config.nproc_per_node == 2);
+}
+
+TEST_CASE("how the program runs") {
+  auto py = configure({"--python", "/opt/py", "a.py", "x"});
+  REQUIRE(py.ok());
+  CHECK(py->config.program_kind == ProgramKind::PythonScript);
+  CHECK(py->config.python == "/opt/py");
+  auto mod = configure({"-m", "pkg.main"});
+  REQUIRE(mod.ok());
+  CHECK(mod->config.program_kind == ProgramKind::PythonModule);
+  auto bin = configure({"./worker"});
+  REQUIRE(bin.ok());
+  CHECK(bin->config.program_kind == ProgramKind::Executable);
+  auto nopy = configure({"--no_python", "thing.py"});
+  REQUIRE(nopy.ok());
+  CHECK(nopy->config.program_kind == ProgramKind::Executable);
+  HostFacts host = cpu_host();
+  host.python_exec = "/usr/bin/python3";
+  auto env_py = configure({"a.py"}, host);
+  REQUIRE(env_py.ok());
+  CHECK(env_py->config.python == "/usr/bin/python3");
+}
+
+TEST_CASE("nproc_per_node gpu, cpu and auto") {
+  HostFacts gpus = cpu_host();
+  gpus.cuda_visible_devices = "1,GPU-8f3e,MIG-abc";
+  auto g = configure({"--nproc_per_node", "gpu", "prog"}, gpus);
+  REQUIRE(g.ok());
+  CHECK(g->config.nproc_per_node == 3);
+  auto a = configure({"--nproc_per_node", "auto", "prog"}, gpus);
+  REQUIRE(a.ok());
+  CHECK(a->config.nproc_per_node == 3);
+  auto c = configure({"--nproc_per_node", "cpu", "prog"});
+  REQUIRE(c.ok());
+  CHECK(c->config.nproc_per_node == 4);
+  auto auto_cpu = configure({"--nproc_per_node", "auto", "prog"});
+  REQUIRE(auto_cpu.ok());
+  CHECK(auto_cpu->config.nproc_per_node == 4);
+  HostFacts driver = cpu_host();
+  driver.driver_gpu_count = 2;
+  auto d = configure({"--nproc_per_node", "gpu", "prog"}, driver);
+  REQUIRE(d.ok());
+  CHECK(d->config.nproc_per_node == 2);
+  auto more = configure({"--nproc_per_node", "5", "prog"}, gpus);
+  REQUIRE(more.ok());
+  REQUIRE(!more->notices.empty());
+  CHECK(more->notices[0].find("5 processes per node but only 3 visible GPU") != std::string::npos);
+}
+
+TEST_CASE("ports, master address and standalone") {
+  auto single = configure({"prog"});
+  REQUIRE(single.ok());
+  CHECK(single->config.master_port == 0);  // a free port is chosen at launch
+  CHECK(single->config.master_addr == "127.0.0.1");
+  auto multi = configure({"--nnodes", "2", "prog"});
+  REQUIRE(multi.ok());
+  CHECK(multi->config.master_port == 29500);
+  auto endpoint = configure({"--nnodes", "2", "--rdzv_endpoint", "node0:1234", "prog"});
+  REQUIRE(endpoint.ok());
+  CHECK(endpoint->config.master_addr == "node0");
+  CHECK(endpoint->config.master_port == 1234);
+  HostFacts host = cpu_host();
+  host.fresh_run_id = "abc";
+  auto standalone = configure({"--standalone", "prog"}, host);
+  REQUIRE(standalone.ok());
+  CHECK(standalone->config.run_id == "abc");
+}
+
+TEST_CASE("every bad input gives one line and its exit code") {
+  check_error({"--bogus", "prog"}, 2, "unknown option '--bogus'");
+  check_error({"--nproc_per_node", "0", "prog"}, 2, "must be at least 1");
+  check_error({"--nproc_per_node", "-2", "prog"}, 2, "must be at least 1");
+  check_error({"--nproc_per_node", "two", "prog"}, 2, "'two' is not a number");
+  check_error({"--nproc_per_node", "gpu", "prog"}, 2, "no GPU found");
+  HostFacts empty_cvd = cpu_host();
+  empty_cvd.cuda_visible_devices = "";
+  check_error({"--nproc_per_node", "gpu", "prog"}, 2, "no GPU is visible", empty_cvd);
+  check_error({}, 2, "no program given");
+  check_error({"--nproc_per_node", "2"}, 2, "no program given");
+  check_error({"--nnodes", "2", "--node_rank", "2", "prog"}, 2, "must be less than the number of nodes");
+  check_error({"--nnodes", "3:2", "prog"}, 2, "MIN > MAX");
+  check_error({"--nnodes", "0", "prog"}, 2, "must be at least 1");
+  check_error({"--nnodes", "a:b", "prog"}, 2, "not a number or range");
+  check_error({"--master_port", "70000", "prog"}, 2, "out of range");
+  check_error({"--master_port", "0", "prog"}, 2, "out of range");
+  check_error({"--master_port", "x", "prog"}, 2, "not a whole number");
+  check_error({"--rdzv_endpoint", "h:99999", "prog"}, 2, "out of range");
+  check_error({"--redirects", "4", "prog"}, 2, "--redirects: '4' is malformed");
+  check_error({"--redirects", "0:1,0:2", "prog"}, 2, "malformed");
+  check_error({"--tee", "a:1", "prog"}, 2, "--tee: 'a:1' is malformed");
+  check_error({"--local_ranks_filter", "0,x", "prog"}, 2, "--local_ranks_filter");
+  check_error({"--nproc_per_node", "2", "--local_ranks_filter", "5", "prog"}, 2, "does not exist");
+  check_error({"-m", "--no_python", "prog"}, 2, "cannot be used together");
+  check_error({"--max_restarts", "-1", "prog"}, 2, "out of range");
+  check_error({"--shutdown-timeout", "soon", "prog"}, 2, "not a non-negative number");
+  check_error({"--rdzv_backend", "zookeeper", "prog"}, 2, "not one of");
+  check_error({"--start_method", "thread", "prog"}, 2, "not one of");
+  check_error({"--rdzv_conf", "novalue", "prog"}, 2, "malformed");
+  check_error({"--bind-gpu", "prog"}, 2, "no GPU is visible");
+  check_error({"--nproc_per_node"}, 2, "");  // CLI11: missing value
+}

@@ -1,0 +1,128 @@
+// SPDX-License-Identifier: MIT
+// Exit-status mapping, the line framer, /proc/<pid>/stat parsing, error files and the summary.
+#include <doctest/doctest.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include "launcher/output/line_framer.hpp"
+#include "launcher/process/process_table.hpp"
+#include "launcher/run/dry_run.hpp"
+#include "launcher/run/failure_report.hpp"
+#include "launcher/status/exit_status.hpp"
+
+using namespace ddp::launcher;
+
+TEST_CASE("exit-status mapping follows the shell") {
+  CHECK(shell_exit_code(ExitStatus::exited(0)) == 0);
+  CHECK(shell_exit_code(ExitStatus::exited(3)) == 3);
+  CHECK(shell_exit_code(ExitStatus::signaled(SIGKILL)) == 137);
+  CHECK(shell_exit_code(ExitStatus::signaled(SIGSEGV)) == 139);
+  CHECK(signal_name(SIGKILL) == "SIGKILL");
+  CHECK(signal_name(SIGTERM) == "SIGTERM");
+  CHECK(describe(ExitStatus::exited(3)) == "exit code 3");
+  CHECK(describe(ExitStatus::signaled(SIGSEGV, true)) == "signal SIGSEGV (11, core dumped)");
+  // Real wait statuses from real children.
+  pid_t p = fork();
+  if (p == 0) _exit(5);
+  int st = 0;
+  waitpid(p, &st, 0);
+  CHECK(exit_status_from_wait(st) == ExitStatus::exited(5));
+  p = fork();
+  if (p == 0) {
+    raise(SIGKILL);
+    _exit(0);
+  }
+  waitpid(p, &st, 0);
+  CHECK(exit_status_from_wait(st) == ExitStatus::signaled(SIGKILL));
+}
+
+TEST_CASE("line framer: whole lines with the prefix, whatever the chunking") {
+  const std::string input = "alpha\nbeta\n\ngamma delta\nlast-no-newline";
+  const std::string expected = "P:alpha\nP:beta\nP:\nP:gamma delta\nP:last-no-newline\n";
+  for (size_t chunk = 1; chunk <= input.size(); ++chunk) {
+    LineFramer framer("P:");
+    std::string out;
+    for (size_t i = 0; i < input.size(); i += chunk) {
+      std::string before = out;
+      framer.frame(std::string_view(input).substr(i, chunk), out);
+      // Output only ever grows by whole lines.
+      CHECK((out.size() == before.size() || out.back() == '\n'));
+    }
+    CHECK(framer.pending() == std::string("last-no-newline").size());
+    CHECK(framer.finish(out) == 1);
+    CHECK(out == expected);
+    CHECK(framer.finish(out) == 0);
+  }
+}
+
+TEST_CASE("line framer bounds an endless line") {
+  LineFramer framer("[r]:");
+  std::string out;
+  std::string blob(LineFramer::kMaxLineBytes + 10, 'z');
+  framer.frame(blob, out);
+  CHECK(framer.pending() == 0);
+  CHECK(out.size() == blob.size() + 4 + 1);
+  CHECK(out.back() == '\n');
+}
+
+TEST_CASE("/proc/<pid>/stat parsing copes with odd command names") {
+  ProcStat st;
+  REQUIRE(parse_proc_stat("1234 (my (odd) prog) S 77 1234 1234 0 -1", st));
+  CHECK(st.pid == 1234);
+  CHECK(st.state == 'S');
+  CHECK(st.ppid == 77);
+  CHECK(st.pgrp == 1234);
+  CHECK_FALSE(parse_proc_stat("garbage", st));
+}
+
+TEST_CASE("error files in torch's @record format") {
+  auto info = parse_error_file(R"({"message": {"message": "ValueError: boom", "extraInfo":
+      {"py_callstack": "Traceback...\nValueError: boom", "timestamp": "1700000000"}}})");
+  REQUIRE(info);
+  CHECK(info->message == "ValueError: boom");
+  CHECK(info->traceback.find("Traceback") == 0);
+  CHECK(info->timestamp == "1700000000");
+  auto plain = parse_error_file(R"({"message": "plain text"})");
+  REQUIRE(plain);
+  CHECK(plain->message == "plain text");
+  CHECK_FALSE(parse_error_file("not json"));
+  CHECK_FALSE(parse_error_file("{}"));
+}
+
+TEST_CASE("failure summary names the root cause and the ranks ddprun terminated") {
+  RunSummaryInput in;
+  in.program = "train.py";
+  in.host = "node0";
+  in.exit_code = 137;
+  AttemptOutcome a;
+  WorkerOutcome root;
+  root.rank = 1;
+  root.local_rank = 1;
+  root.pid = 4242;
+  root.status = ExitStatus::signaled(SIGKILL);
+  root.oom_killed = true;
+  root.stderr_tail = {"loading data", "allocating 80 GiB"};
+  WorkerOutcome peer;
+  peer.rank = 0;
+  peer.pid = 4241;
+  peer.status = ExitStatus::signaled(SIGTERM);
+  peer.terminated_by_ddprun = true;
+  a.workers = {peer, root};
+  a.root_cause = 1;
+  in.attempts = {a};
+  std::string text = format_failure_summary(in);
+  CHECK(text.find("rank       : 1 (local_rank: 1)") != std::string::npos);
+  CHECK(text.find("pid        : 4242") != std::string::npos);
+  CHECK(text.find("signal SIGKILL (9) - killed by the kernel's OOM killer") != std::string::npos);
+  CHECK(text.find("host       : node0") != std::string::npos);
+  CHECK(text.find("    allocating 80 GiB") != std::string::npos);
+  CHECK(text.find("rank 0 (local_rank 0, pid 4241): signal SIGTERM (15)  [terminated by ddprun]") !=
+        std::string::npos);
+}
+
+TEST_CASE("shell quoting for the dry run") {
+  CHECK(shell_quote("plain-arg_1.py") == "plain-arg_1.py");
+  CHECK(shell_quote("two words") == "'two words'");
+  CHECK(shell_quote("it's") == "'it'\\''s'");
+  CHECK(shell_quote("") == "''");
+}
