@@ -53,7 +53,11 @@ int run_main(int argc, char** argv) {
 
   HostFacts host;
   host.cuda_visible_devices = env_value("CUDA_VISIBLE_DEVICES");
-  host.driver_gpu_count = host.cuda_visible_devices ? 0 : count_driver_gpus();
+  // Listing /dev costs milliseconds; only gpu/auto and --bind-gpu need the driver's count.
+  const auto& nproc = parsed->raw.nproc_per_node;
+  if (!host.cuda_visible_devices && (nproc == "gpu" || nproc == "auto" || parsed->raw.bind_gpu)) {
+    host.driver_gpu_count = count_driver_gpus();
+  }
   host.cpu_count = static_cast<int>(std::thread::hardware_concurrency());
   host.python_exec = env_value("PYTHON_EXEC");
   host.omp_num_threads_set = env_value("OMP_NUM_THREADS").has_value();

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "launcher/process/process_table.hpp"
 
@@ -62,8 +63,33 @@ bool parse_proc_stat(const char* text, ProcStat& out) {
   return true;
 }
 
+/// Fast path: the kernel's own list (CONFIG_PROC_CHILDREN). ddprun has one thread, so its
+/// thread id is its pid and this file lists every child.
+bool read_children_file(std::vector<pid_t>& children) {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/self/task/%d/children", static_cast<int>(::getpid()));
+  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  std::string text;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(fd, buf, sizeof buf)) > 0) text.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  if (n < 0) return false;
+  const char* p = text.c_str();
+  char* end = nullptr;
+  for (long pid = std::strtol(p, &end, 10); end != p; pid = std::strtol(p, &end, 10)) {
+    ProcStat st;
+    // The list includes zombies; only live children need killing.
+    if (read_proc_stat(static_cast<pid_t>(pid), st) && st.state != 'Z') children.push_back(st.pid);
+    p = end;
+  }
+  return true;
+}
+
 std::vector<pid_t> list_children() {
   std::vector<pid_t> children;
+  if (read_children_file(children)) return children;
   const pid_t self = ::getpid();
   DIR* dir = ::opendir("/proc");
   if (!dir) return children;

@@ -26,9 +26,21 @@ struct SpawnRequest {
   int stderr_fd = -1;                  // child's stderr (-1: inherit)
 };
 
-/// Forks and execs. Returns the pid (which is also the worker's process group id) once exec has
-/// succeeded; an exec failure (ENOENT, EACCES...) is an Error with exit code 127, and the failed
-/// child is already reaped. A failing fork is an Error with exit code 70.
+/// A forked child that may still be on its way to exec.
+struct StartedProcess {
+  pid_t pid = -1;         // also the child's process group id
+  int exec_report_fd = -1; // reads EOF once exec succeeded, or the child's errno if it failed
+};
+
+/// Forks; the child sets itself up and execs. Does not wait for the exec, so that several
+/// workers can be started back to back. A failing fork is an Error with exit code 70.
+Result<StartedProcess> start_process(const SpawnRequest& request);
+
+/// Waits until the child has exec'd (or failed to) and closes the report fd. Returns the pid;
+/// an exec failure (ENOENT, EACCES...) is an Error with exit code 127 and the child is reaped.
+Result<pid_t> await_exec(const StartedProcess& started, const std::string& executable);
+
+/// start_process + await_exec.
 Result<pid_t> spawn_process(const SpawnRequest& request);
 
 }  // namespace ddp::launcher

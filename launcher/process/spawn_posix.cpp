@@ -64,7 +64,7 @@ std::vector<char*> as_c_array(const std::vector<std::string>& strings) {
 
 }  // namespace
 
-Result<pid_t> spawn_process(const SpawnRequest& request) {
+Result<StartedProcess> start_process(const SpawnRequest& request) {
   auto argv = as_c_array(request.argv);
   auto envp = as_c_array(request.envp);
   int error_pipe[2];
@@ -86,20 +86,30 @@ Result<pid_t> spawn_process(const SpawnRequest& request) {
     return Error{exit_codes::kInternal, fmt::format("fork: {}", std::strerror(fork_errno))};
   }
   ::setpgid(pid, pid);  // also in the parent, so the group exists before we may signal it
+  return StartedProcess{pid, error_pipe[0]};
+}
+
+Result<pid_t> await_exec(const StartedProcess& started, const std::string& executable) {
   int child_errno = 0;
   ssize_t n;
   do {
-    n = ::read(error_pipe[0], &child_errno, sizeof child_errno);
+    n = ::read(started.exec_report_fd, &child_errno, sizeof child_errno);
   } while (n < 0 && errno == EINTR);
-  ::close(error_pipe[0]);
+  ::close(started.exec_report_fd);
   if (n == static_cast<ssize_t>(sizeof child_errno)) {
     int status = 0;
-    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    while (::waitpid(started.pid, &status, 0) < 0 && errno == EINTR) {
     }
     return Error{exit_codes::kNotExecutable,
-                 fmt::format("cannot execute '{}': {}", request.executable, std::strerror(child_errno))};
+                 fmt::format("cannot execute '{}': {}", executable, std::strerror(child_errno))};
   }
-  return pid;
+  return started.pid;
+}
+
+Result<pid_t> spawn_process(const SpawnRequest& request) {
+  auto started = start_process(request);
+  if (!started) return started.error();
+  return await_exec(*started, request.executable);
 }
 
 }  // namespace ddp::launcher

@@ -189,10 +189,12 @@ void Agent::start_attempt(int attempt) {
     w.outcome.rank = global_rank(c, r);
     w.outcome.error_file = run_dir_->rank_dir(attempt, r) + "/error.json";
   }
+  // Fork every worker first and only then wait for their execs, so the execs overlap.
   for (auto& w : workers_) {
     start_worker(w, attempt);
     if (phase_ != Phase::Running) break;  // a worker could not start: the others stop
   }
+  for (auto& w : workers_) confirm_exec(w);
   after_worker_exit();  // every worker may already be gone (start failures)
 }
 
@@ -232,7 +234,7 @@ void Agent::start_worker(Worker& w, int attempt) {
   env[OrphanGuard::kTokenVariable] = token_;
   SpawnRequest request{setup_.executable, setup_.argv, to_envp_strings(env), plans[0].pipe[1],
                        plans[1].pipe[1]};
-  auto spawned = spawn_process(request);
+  auto started = start_process(request);
   ::close(plans[0].pipe[1]);
   ::close(plans[1].pipe[1]);
   for (int s = 0; s < 2; ++s) {
@@ -242,25 +244,41 @@ void Agent::start_worker(Worker& w, int attempt) {
     pump->start();
     (s == 0 ? w.out : w.err) = std::move(pump);
   }
-  if (!spawned) {
-    say(spawned.error().message);
-    w.outcome.status = ExitStatus::exited(spawned.error().exit_code);
-    w.outcome.start_error = spawned.error().message;
-    w.outcome.exit_time = std::chrono::system_clock::now();
-    if (spawned.error().exit_code == exit_codes::kInternal) internal_error_ = exit_codes::kInternal;
-    events_.emit("worker_exit", {{"rank", w.outcome.rank}, {"local_rank", r}, {"attempt", attempt},
-                                 {"exit_code", spawned.error().exit_code},
-                                 {"error", spawned.error().message}});
-    if (!root_cause_) root_cause_ = static_cast<size_t>(r);
-    stop_workers(SIGTERM);
+  if (!started) {
+    record_start_failure(w, started.error());
     return;
   }
-  w.outcome.pid = *spawned;
-  w.pgid = *spawned;
+  w.outcome.pid = started->pid;
+  w.pgid = started->pid;
   w.alive = true;
+  w.exec_report_fd = started->exec_report_fd;
   guard_.watch_group(w.pgid);
-  events_.emit("worker_start", {{"rank", w.outcome.rank}, {"local_rank", r}, {"attempt", attempt},
-                                {"pid", w.outcome.pid}});
+}
+
+void Agent::confirm_exec(Worker& w) {
+  if (w.exec_report_fd < 0) return;
+  auto execed = await_exec(StartedProcess{w.outcome.pid, w.exec_report_fd}, setup_.executable);
+  w.exec_report_fd = -1;
+  if (!execed) {
+    w.alive = false;  // await_exec reaped it
+    record_start_failure(w, execed.error());
+    return;
+  }
+  events_.emit("worker_start", {{"rank", w.outcome.rank}, {"local_rank", w.outcome.local_rank},
+                                {"attempt", attempt_}, {"pid", w.outcome.pid}});
+}
+
+void Agent::record_start_failure(Worker& w, const Error& error) {
+  say(error.message);
+  w.outcome.status = ExitStatus::exited(error.exit_code);
+  w.outcome.start_error = error.message;
+  w.outcome.exit_time = std::chrono::system_clock::now();
+  if (error.exit_code == exit_codes::kInternal) internal_error_ = exit_codes::kInternal;
+  events_.emit("worker_exit", {{"rank", w.outcome.rank}, {"local_rank", w.outcome.local_rank},
+                               {"attempt", attempt_}, {"exit_code", error.exit_code},
+                               {"error", error.message}});
+  if (!root_cause_) root_cause_ = static_cast<size_t>(&w - workers_.data());
+  stop_workers(SIGTERM);
 }
 
 Agent::Worker* Agent::find_worker(pid_t pid) {

@@ -31,6 +31,7 @@
 #include "launcher/output/console_sink.hpp"
 #include "launcher/output/stream_pump.hpp"
 #include "launcher/process/orphan_guard.hpp"
+#include "launcher/process/spawn.hpp"
 #include "launcher/run/event_log.hpp"
 #include "launcher/run/failure_report.hpp"
 #include "launcher/run/run_directory.hpp"
@@ -69,11 +70,14 @@ class Agent {
     bool alive = false;
     std::shared_ptr<StreamPump> out;
     std::shared_ptr<StreamPump> err;
+    int exec_report_fd = -1;  // between fork and the confirmed exec
   };
 
   Result<Ok> prepare();
   void start_attempt(int attempt);
   void start_worker(Worker& worker, int attempt);
+  void confirm_exec(Worker& worker);
+  void record_start_failure(Worker& worker, const Error& error);
   void wait_for_children();
   void wait_for_shutdown_signals();
   void on_children_exited();
