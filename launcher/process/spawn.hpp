@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 #pragma once
-/// Starting one worker process. The child gets its own process group, PR_SET_PDEATHSIG(SIGKILL)
+/// Starting one worker process. The child gets its own session and process group, PR_SET_PDEATHSIG(SIGKILL)
 /// (so `kill -9 ddprun` takes it down), default signal dispositions and an empty signal mask,
 /// stdout/stderr on the given pipe ends, and nothing else from ddprun's descriptors.
 ///

@@ -36,7 +36,9 @@ std::vector<char*> as_c_array(const std::vector<std::string>& strings) {
     (void)ignored;
     ::_exit(exit_codes::kNotExecutable);
   };
-  ::setpgid(0, 0);
+  // A new session, not just a new group: the worker has no controlling terminal, so reading the
+  // terminal gives EIO instead of stopping it with SIGTTIN forever (torch 2.x does the same).
+  ::setsid();
   if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) fail(errno);
   if (::getppid() != parent) ::_exit(exit_codes::kInternal);  // ddprun died before prctl
   // ddprun handles and ignores signals; the worker starts with the defaults (SIGPIPE included).
@@ -85,7 +87,8 @@ Result<StartedProcess> start_process(const SpawnRequest& request) {
     ::close(error_pipe[0]);
     return Error{exit_codes::kInternal, fmt::format("fork: {}", std::strerror(fork_errno))};
   }
-  ::setpgid(pid, pid);  // also in the parent, so the group exists before we may signal it
+  // No setpgid(pid, pid) here: it would make setsid() fail in the child. Until the child's
+  // setsid() runs, signal_group() falls back to signalling the pid itself.
   return StartedProcess{pid, error_pipe[0]};
 }
 
