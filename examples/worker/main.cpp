@@ -1,0 +1,51 @@
+// SPDX-License-Identifier: MIT
+// The worker program: `ddprun --nproc_per_node=2 build/bin/worker` trains Fashion-MNIST with
+// DDP + SyncBatchNorm. Wiring only: flags -> TrainOptions, environment -> WorkerEnv, run, and
+// any escaping exception -> one stderr line, the launcher's error file, exit code 1.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <unistd.h>
+
+#include "examples/worker/train.hpp"
+#include "worker/error_file.hpp"
+#include "worker/worker_env.hpp"
+
+int main(int argc, char** argv) {
+  ddp::examples::TrainOptions options;
+  CLI::App app{"Train a Fashion-MNIST CNN with DDP + SyncBatchNorm (run it under ddprun)", "worker"};
+  app.add_option("--epochs", options.epochs, "Epochs to train")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--batch-size", options.batch_size, "Batch size per rank")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--lr", options.lr, "SGD learning rate")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--momentum", options.momentum, "SGD momentum")->check(CLI::Range(0.0, 1.0))->capture_default_str();
+  app.add_option("--data", options.data_dir, "Directory with the gzipped Fashion-MNIST IDX files")->capture_default_str();
+  app.add_option("--checkpoint", options.checkpoint, "Checkpoint file (written by rank 0)")->capture_default_str();
+  app.add_option("--seed", options.seed, "Seed for initialisation and shuffling")->capture_default_str();
+  app.add_option("--backend", options.backend, "auto, gloo or nccl")->check(CLI::IsMember({"auto", "gloo", "nccl"}))->capture_default_str();
+  app.add_option("--synthetic", options.synthetic, "Train on N generated images instead of Fashion-MNIST")->check(CLI::NonNegativeNumber);
+  app.add_option("--timeout", options.timeout_s, "Seconds before a stuck collective or store call fails")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--threads", options.threads, "Intra-op threads per rank (0: OMP_NUM_THREADS or cores/ranks)")->check(CLI::NonNegativeNumber);
+  app.add_option("--bucket-kb", options.bucket_kb, "DDP gradient bucket cap in KiB")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--max-steps", options.max_steps, "Stop each epoch after N steps (benchmarks)")->check(CLI::NonNegativeNumber);
+  app.add_option("--log-every", options.log_every, "Progress line every N steps when not on a terminal")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--dump-params", options.dump_params, "Each rank writes its final parameters to PATH.rank<R> (tests)");
+  app.add_option("--summary-json", options.summary_json, "Rank 0 writes throughput, accuracy and overlap as JSON");
+  app.add_option("--fail-after-epoch", options.fail_after_epoch, "Tests: the last rank kills itself after this epoch on the first attempt");
+  app.add_flag("!--no-eval", options.evaluate, "Skip the test-set evaluation");
+  CLI11_PARSE(app, argc, argv);
+
+  ddp::worker::WorkerEnv env;
+  try {
+    env = ddp::worker::worker_env_from_environment();
+  } catch (const ddp::worker::WorkerEnvError& e) {
+    std::fprintf(stderr, "worker: error: %s\n", e.what());
+    return 2;
+  }
+  const int code = ddp::worker::run_reporting_errors(env.error_file, [&] { return ddp::examples::train(options, env); });
+  std::fflush(stdout);
+  std::fflush(stderr);
+  // A failed collective can leave the backend's threads blocked on a dead peer; do not wait
+  // for their destructors, so the launcher sees the exit code at once.
+  if (code != 0) ::_exit(code);
+  return code;
+}

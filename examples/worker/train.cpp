@@ -1,0 +1,205 @@
+// SPDX-License-Identifier: MIT
+#include "examples/worker/train.hpp"
+
+#include <fmt/core.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+#include <torch/torch.h>
+
+#include "examples/worker/fashion_mnist.hpp"
+#include "examples/worker/model.hpp"
+#include "examples/worker/progress.hpp"
+#include "worker/checkpoint.hpp"
+#include "worker/communicator.hpp"
+#include "worker/ddp.hpp"
+#include "worker/distributed_sampler.hpp"
+#include "worker/sync_batch_norm.hpp"
+
+namespace ddp::examples {
+namespace {
+
+using worker::Communicator;
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+/// Intra-op threads: the flag, else OMP_NUM_THREADS (which LibTorch already honours), else the
+/// cores shared out among this node's ranks so they do not oversubscribe the CPU.
+void configure_threads(int requested, const worker::WorkerEnv& env) {
+  if (requested > 0) {
+    at::set_num_threads(requested);
+  } else if (std::getenv("OMP_NUM_THREADS") == nullptr) {
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    at::set_num_threads(std::max(1, cores / env.local_world_size));
+  }
+}
+
+/// Test accuracy over the whole test set: each rank scores a contiguous share, then the
+/// (correct, total) counts are summed.
+double evaluate(torch::nn::Sequential& model, const LabelledImages& test, Communicator& comm) {
+  torch::NoGradGuard no_grad;
+  model->eval();
+  const int64_t n = test.size();
+  const int64_t begin = n * comm.rank() / comm.size();
+  const int64_t end = n * (comm.rank() + 1) / comm.size();
+  int64_t correct = 0;
+  for (int64_t i = begin; i < end; i += 1000) {
+    const int64_t len = std::min<int64_t>(1000, end - i);
+    auto x = test.images.narrow(0, i, len).to(comm.device());
+    auto y = test.labels.narrow(0, i, len).to(comm.device());
+    correct += model->forward(x).argmax(1).eq(y).sum().item<int64_t>();
+  }
+  torch::Tensor counts = torch::tensor({static_cast<double>(correct), static_cast<double>(end - begin)},
+                                       torch::TensorOptions(torch::kDouble).device(comm.device()));
+  comm.all_reduce_sum(counts);
+  counts = counts.cpu();
+  model->train();
+  return counts[0].item<double>() / std::max(1.0, counts[1].item<double>());
+}
+
+void dump_parameters(const std::string& prefix, torch::nn::Module& model, int rank) {
+  std::vector<torch::Tensor> tensors;
+  for (auto& p : model.parameters()) tensors.push_back(p.detach().cpu());
+  for (auto& b : model.buffers()) tensors.push_back(b.detach().cpu());
+  // Raw float values one tensor after another: trivially compared bit for bit by tests.
+  std::ofstream out(prefix + ".rank" + std::to_string(rank), std::ios::binary | std::ios::trunc);
+  for (auto& t : tensors) {
+    auto c = t.to(torch::kDouble).contiguous();
+    out.write(reinterpret_cast<const char*>(c.data_ptr<double>()),
+              static_cast<std::streamsize>(c.numel() * sizeof(double)));
+  }
+}
+
+}  // namespace
+
+int train(const TrainOptions& options, const worker::WorkerEnv& env) {
+  configure_threads(options.threads, env);
+  worker::CommunicatorOptions comm_options;
+  comm_options.backend = worker::parse_backend(options.backend);
+  comm_options.timeout = std::chrono::milliseconds(static_cast<int64_t>(options.timeout_s * 1000));
+  auto comm = worker::connect_communicator(env, comm_options);
+  const bool chief = comm->rank() == 0;
+  const torch::Device device = comm->device();
+
+  LabelledImages train_set, test_set;
+  if (options.synthetic > 0) {
+    train_set = synthetic_images(options.synthetic, 1234);
+    test_set = synthetic_images(std::max<int64_t>(options.synthetic / 5, 10), 4321);
+  } else {
+    train_set = load_fashion_mnist(options.data_dir, "train");
+    test_set = load_fashion_mnist(options.data_dir, "t10k");
+  }
+  if (chief) {
+    fmt::print("worker: {} ranks, backend {}, device {}, {} threads per rank, {} training images{}\n",
+               comm->size(), comm->backend_name(), device.str(), at::get_num_threads(),
+               train_set.size(), options.synthetic > 0 ? " (synthetic)" : "");
+  }
+
+  torch::manual_seed(options.seed);
+  auto model = make_fashion_cnn();
+  worker::convert_sync_batchnorm(*model, comm);
+  model->to(device);
+  worker::DdpOptions ddp_options;
+  ddp_options.bucket_cap_bytes = static_cast<std::size_t>(options.bucket_kb) * 1024;
+  ddp_options.first_bucket_bytes = std::min<std::size_t>(ddp_options.bucket_cap_bytes, 1 << 20);
+  worker::DistributedDataParallel ddp(model.ptr(), comm, ddp_options);
+  torch::optim::SGD optimizer(model->parameters(),
+                              torch::optim::SGDOptions(options.lr).momentum(options.momentum));
+
+  worker::TrainingProgress progress;
+  if (env.restart_count > 0) {
+    if (auto loaded = worker::load_checkpoint(options.checkpoint, *model, optimizer)) {
+      progress = *loaded;
+      if (chief) {
+        fmt::print("worker: restart {}: resumed from {} after epoch {} (step {})\n",
+                   env.restart_count, options.checkpoint, progress.epoch, progress.step);
+      }
+    }
+  }
+
+  worker::DistributedSampler sampler(train_set.size(), comm->size(), comm->rank(), true, options.seed);
+  ProgressReporter reporter(chief, ::isatty(STDOUT_FILENO) == 1, options.log_every);
+  double train_seconds = 0;
+  int64_t train_samples = 0;
+  double last_accuracy = -1;
+  for (int64_t epoch = progress.epoch; epoch < options.epochs; ++epoch) {
+    sampler.set_epoch(epoch);
+    const std::vector<int64_t> indices = sampler.indices();
+    const torch::Tensor order = torch::tensor(indices, torch::kLong);
+    int64_t steps = (static_cast<int64_t>(indices.size()) + options.batch_size - 1) / options.batch_size;
+    if (options.max_steps > 0) steps = std::min(steps, options.max_steps);
+    reporter.start_epoch(epoch, options.epochs, steps);
+    const auto epoch_start = std::chrono::steady_clock::now();
+    int64_t epoch_samples = 0;
+    for (int64_t step = 0; step < steps; ++step) {
+      const int64_t begin = step * options.batch_size;
+      const int64_t len = std::min<int64_t>(options.batch_size, static_cast<int64_t>(indices.size()) - begin);
+      const torch::Tensor batch = order.narrow(0, begin, len);
+      const torch::Tensor x = train_set.images.index_select(0, batch).to(device);
+      const torch::Tensor y = train_set.labels.index_select(0, batch).to(device);
+      optimizer.zero_grad();
+      const torch::Tensor loss = torch::nn::functional::cross_entropy(model->forward(x), y);
+      loss.backward();
+      optimizer.step();
+      ++progress.step;
+      epoch_samples += len * comm->size();
+      reporter.step(step + 1, loss.item<double>(), epoch_samples / seconds_since(epoch_start));
+    }
+    const double epoch_seconds = seconds_since(epoch_start);
+    train_seconds += epoch_seconds;
+    train_samples += epoch_samples;
+    reporter.end_epoch();
+    progress.epoch = epoch + 1;
+    if (options.evaluate) last_accuracy = evaluate(model, test_set, *comm);
+    worker::save_checkpoint(options.checkpoint, *model, optimizer, progress, *comm);
+    if (chief) {
+      fmt::print("epoch {}/{}: {:.1f} s, {:.0f} samples/s, test accuracy {:.2f}%, checkpoint {}\n",
+                 epoch + 1, options.epochs, epoch_seconds, epoch_samples / epoch_seconds,
+                 100 * last_accuracy, options.checkpoint);
+      std::fflush(stdout);
+    }
+    if (epoch + 1 == options.fail_after_epoch && env.restart_count == 0 &&
+        comm->rank() == comm->size() - 1) {
+      fmt::print(stderr, "worker: rank {} simulating a crash after epoch {}\n", comm->rank(), epoch + 1);
+      std::fflush(stderr);
+      std::raise(SIGKILL);
+    }
+  }
+
+  const auto& stats = ddp.stats();
+  if (chief && train_seconds > 0) {
+    fmt::print("worker: trained {} samples in {:.1f} s: {:.0f} samples/s; all-reduce {:.1f} ms/step, "
+               "{:.0f}% hidden behind backward\n",
+               train_samples, train_seconds, train_samples / train_seconds,
+               stats.iterations ? 1000 * stats.comm_busy_s / stats.iterations : 0.0,
+               100 * stats.overlap_fraction());
+  }
+  if (!options.dump_params.empty()) dump_parameters(options.dump_params, *model, comm->rank());
+  if (chief && !options.summary_json.empty()) {
+    nlohmann::json summary = {{"world_size", comm->size()},
+                              {"backend", comm->backend_name()},
+                              {"threads", at::get_num_threads()},
+                              {"epochs_run", options.epochs - 0},
+                              {"train_samples", train_samples},
+                              {"train_seconds", train_seconds},
+                              {"samples_per_second", train_seconds > 0 ? train_samples / train_seconds : 0.0},
+                              {"test_accuracy", last_accuracy},
+                              {"allreduce_busy_s", stats.comm_busy_s},
+                              {"allreduce_exposed_s", stats.comm_exposed_s},
+                              {"overlap_fraction", stats.overlap_fraction()},
+                              {"buckets", ddp.bucket_count()}};
+    std::ofstream(options.summary_json) << summary.dump(2) << "\n";
+  }
+  comm->barrier();
+  return 0;
+}
+
+}  // namespace ddp::examples
