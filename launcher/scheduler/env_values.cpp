@@ -46,11 +46,22 @@ void require_rank_below(const Sourced<int>& rank, const Sourced<int>& size, std:
                                    rank.origin, rank.raw, size.origin, size.raw));
 }
 
+namespace {
+bool is_numeric(std::string_view text) {
+  bool numeric = !text.empty();
+  for (char c : text) numeric = numeric && c >= '0' && c <= '9';
+  return numeric;
+}
+}  // namespace
+
+std::string port_derivation(std::string_view job_id) {
+  return is_numeric(job_id) ? "15000 + last 4 digits of the job id"
+                            : "15000 + hash of the job id modulo 10000";
+}
+
 int port_from_job_id(std::string_view job_id) {
   constexpr int kBase = 15000;
-  bool numeric = !job_id.empty();
-  for (char c : job_id) numeric = numeric && c >= '0' && c <= '9';
-  if (numeric) {
+  if (is_numeric(job_id)) {
     std::string_view tail = job_id.size() > 4 ? job_id.substr(job_id.size() - 4) : job_id;
     return kBase + parse_count(tail, "job id");
   }

@@ -30,4 +30,8 @@ void require_rank_below(const Sourced<int>& rank, const Sourced<int>& size, std:
 /// Slurm), or 15000 + a hash modulo 10000 for other ids. Stays below Linux's ephemeral range.
 int port_from_job_id(std::string_view job_id);
 
+/// How port_from_job_id derived the port, for reports: "15000 + last 4 digits of the job id" or
+/// "15000 + hash of the job id modulo 10000".
+std::string port_derivation(std::string_view job_id);
+
 }  // namespace ddp::launcher::scheduler

@@ -51,7 +51,7 @@ std::optional<SchedulerDefaults> rank_and_size(const Env& env, const char* sched
 void derive_port(SchedulerDefaults& out) {
   if (out.master_port || !out.job_id) return;
   out.master_port = Sourced<int>{port_from_job_id(out.job_id->value), out.job_id->origin,
-                                 out.job_id->raw, "15000 + job id (last 4 digits, or a hash)"};
+                                 out.job_id->raw, port_derivation(out.job_id->value)};
 }
 
 }  // namespace

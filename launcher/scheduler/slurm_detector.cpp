@@ -47,7 +47,7 @@ std::optional<SchedulerDefaults> detect_slurm(const Env& env) {
   out.trigger = job_id->origin;
   out.job_id = *job_id;
   out.master_port = Sourced<int>{port_from_job_id(job_id->value), job_id->origin, job_id->raw,
-                                 "15000 + last 4 digits of the job id"};
+                                 port_derivation(job_id->value)};
 
   const bool in_step = env.contains("SLURM_STEP_ID") || env.contains("SLURM_STEPID");
   auto nnodes = in_step ? env_int(env, {"SLURM_STEP_NUM_NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES"})

@@ -10,27 +10,13 @@
 #include <iostream>
 #include <string>
 
-#include "launcher/scheduler/detection.hpp"
-#include "launcher/scheduler/merge.hpp"
+#include "launcher/scheduler/plan.hpp"
 #include "launcher/scheduler/report.hpp"
-#include "launcher/scheduler/resolve_master.hpp"
-
-extern char** environ;
 
 using namespace ddp::launcher::scheduler;
 using nlohmann::json;
 
 namespace {
-
-Env process_env() {
-  Env env;
-  for (char** e = environ; *e != nullptr; ++e) {
-    std::string entry(*e);
-    auto eq = entry.find('=');
-    if (eq != std::string::npos) env[entry.substr(0, eq)] = entry.substr(eq + 1);
-  }
-  return env;
-}
 
 template <typename T>
 json value_json(const std::optional<Sourced<T>>& v) {
@@ -67,8 +53,9 @@ int main(int argc, char** argv) {
   json out;
   int rc = 0;
   try {
-    Env env = process_env();
-    Detection detection = detect_scheduler(env, choice);
+    SchedulerPlan plan = plan_node_settings(current_environment(), {}, choice);
+    const Detection& detection = plan.detection;
+    const NodeSettings& settings = plan.settings;
     if (detection.defaults) {
       const auto& d = *detection.defaults;
       out["scheduler"] = d.scheduler;
@@ -84,21 +71,19 @@ int main(int argc, char** argv) {
       out["scheduler"] = nullptr;
     }
     out["also_present"] = detection.also_present;
-    NodeSettings settings = merge_node_settings({}, pet_options_from_env(env), detection);
     out["effective"] = {{"nnodes", value_json(settings.nnodes)},
                         {"node_rank", value_json(settings.node_rank)},
                         {"master_addr", value_json(settings.master_addr)},
                         {"master_port", value_json(settings.master_port)},
                         {"rdzv_id", value_json(settings.rdzv_id)}};
-    std::optional<HostResolution> master;
     if (resolve && settings.master_addr) {
-      master = resolve_master_host(settings.master_addr->value,
-                                   ResolveOptions{.ask_slurm = settings.master_from_scheduler()});
-      out["master_resolution"] = {
-          {"host", master->host}, {"address", master->address}, {"how", master->how}};
+      resolve_plan_master(plan);
+      out["master_resolution"] = {{"host", plan.master->host},
+                                  {"address", plan.master->address},
+                                  {"how", plan.master->how}};
     }
     if (report) {
-      std::cout << render_detection_report(detection, settings, master);
+      std::cout << render_detection_report(detection, settings, plan.master);
       return 0;
     }
   } catch (const SchedulerError& e) {

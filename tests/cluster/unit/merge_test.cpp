@@ -1,9 +1,11 @@
 #include <doctest/doctest.h>
 
+#include <cstdlib>
 #include <string>
 
 #include "launcher/scheduler/detection.hpp"
 #include "launcher/scheduler/merge.hpp"
+#include "launcher/scheduler/plan.hpp"
 #include "tests/cluster/unit/env_fixture.hpp"
 
 using namespace ddp::launcher::scheduler;
@@ -150,4 +152,24 @@ TEST_CASE("merge: PET_* parsing errors name the variable") {
   CHECK(parse_node_range("1:4", "--nnodes") == NodeRange{1, 4});
   CHECK(parse_node_range("3", "--nnodes") == NodeRange{3, 3});
   CHECK_THROWS_AS(parse_node_range("0", "--nnodes"), SchedulerError);
+}
+
+TEST_CASE("plan: detection + PET_* + flags in one call, as ddprun wires it") {
+  Env env = load_env_fixture("slurm-srun-N2-task1.env");
+  env["PET_MASTER_PORT"] = std::string("29400");
+  NodeOptions flags;
+  flags.rdzv_id = "my-run";
+  auto plan = plan_node_settings(env, flags);
+  CHECK(plan.detection.defaults->scheduler == "slurm");
+  CHECK(plan.settings.node_rank->value == 1);
+  CHECK(plan.settings.master_port->value == 29400);
+  CHECK(plan.settings.rdzv_id->value == "my-run");
+  CHECK_FALSE(plan.master);
+  CHECK_FALSE(plan_node_settings(env, {}, "none").settings.node_rank);
+}
+
+TEST_CASE("plan: the process environment is read into an Env") {
+  setenv("DDP_SCHEDULER_TEST_VAR", "a=b", 1);
+  CHECK(current_environment().at("DDP_SCHEDULER_TEST_VAR") == "a=b");
+  unsetenv("DDP_SCHEDULER_TEST_VAR");
 }
