@@ -35,6 +35,11 @@ require_tools() {
 cluster_up() {
   require_tools munged mungekey slurmctld slurmd srun sbatch
   CLUSTER="$WORK/cluster"
+  # Watchdog in its own session: if this script is SIGKILLed (e.g. by a ctest timeout) and its EXIT
+  # trap never runs, the watchdog still stops the daemons (which setsid put out of ctest's reach).
+  setsid bash -c 'while kill -0 "$1" 2>/dev/null; do sleep 0.5; done
+                  "$2/scripts/cluster/slurm-down.sh" "$3"; rm -rf "$4"' \
+    watchdog "$$" "$DDP_SOURCE_DIR" "$CLUSTER" "$WORK" </dev/null >/dev/null 2>&1 &
   "$DDP_SOURCE_DIR/scripts/cluster/slurm-up.sh" "$CLUSTER" "${1:-multi}" >/dev/null || fail "slurm-up.sh failed"
   export SLURM_CONF="$CLUSTER/etc/slurm.conf"
 }
