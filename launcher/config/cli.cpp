@@ -91,6 +91,7 @@ void add_launch_options(CLI::App& app, RawOptions& raw) {
   for (const auto& spec : kFlags) {
     app.add_flag(spec.names, raw.*(spec.field), spec.help)->envname(spec.env);
   }
+  app.set_version_flag("--version", "ddprun " DDPRUN_VERSION);
   // Everything from the program on is passed through: `ddprun train.py --lr 3` never parses --lr.
   app.prefix_command();
   app.footer(
@@ -110,6 +111,10 @@ Result<ParsedCommandLine> parse_command_line(const std::vector<std::string>& arg
     app.parse(reversed);
   } catch (const CLI::CallForHelp&) {
     std::cout << app.help();
+    parsed.exit_now = true;
+    return parsed;
+  } catch (const CLI::CallForVersion&) {
+    std::cout << "ddprun " DDPRUN_VERSION "\n";
     parsed.exit_now = true;
     return parsed;
   } catch (const CLI::CallForAllHelp&) {
