@@ -156,6 +156,9 @@ std::shared_ptr<SyncBatchNormImpl> try_convert(const std::shared_ptr<torch::nn::
   options.eps(o.eps()).momentum(o.momentum()).affine(o.affine()).track_running_stats(
       o.track_running_stats());
   auto sync = std::make_shared<SyncBatchNormImpl>(options, comm);
+  // Same dtype and device as the module it replaces (a double model stays double).
+  const torch::Tensor& like = o.affine() ? bn->weight : bn->running_mean;
+  if (like.defined()) sync->to(like.device(), like.scalar_type());
   torch::NoGradGuard no_grad;
   if (o.affine()) {
     sync->weight.copy_(bn->weight);
@@ -168,7 +171,6 @@ std::shared_ptr<SyncBatchNormImpl> try_convert(const std::shared_ptr<torch::nn::
     sync->running_var.copy_(bn->running_var);
     sync->num_batches_tracked.copy_(bn->num_batches_tracked);
   }
-  sync->to(bn->running_mean.defined() ? bn->running_mean.device() : torch::kCPU);
   return sync;
 }
 

@@ -103,9 +103,9 @@ int train(const TrainOptions& options, const worker::WorkerEnv& env) {
                train_set.size(), options.synthetic > 0 ? " (synthetic)" : "");
   }
 
-  torch::manual_seed(options.seed);
+  torch::manual_seed(options.seed);  // as the Python baseline: the same initial weights
   auto model = make_fashion_cnn();
-  worker::convert_sync_batchnorm(*model, comm);
+  if (options.sync_batch_norm) worker::convert_sync_batchnorm(*model, comm);
   model->to(device);
   worker::DdpOptions ddp_options;
   ddp_options.bucket_cap_bytes = static_cast<std::size_t>(options.bucket_kb) * 1024;

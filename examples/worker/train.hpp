@@ -30,6 +30,7 @@ struct TrainOptions {
   std::string summary_json;       ///< Rank 0 writes throughput/accuracy/overlap here.
   int64_t fail_after_epoch = -1;  ///< Tests: the last rank SIGKILLs itself after this epoch's checkpoint (first attempt only).
   bool evaluate = true;
+  bool sync_batch_norm = true;  ///< Convert BatchNorm to SyncBatchNorm (the seed's setup).
 };
 
 /// Runs the job; returns the process exit code. Throws on errors (reported by main).
