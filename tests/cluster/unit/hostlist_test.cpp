@@ -1,6 +1,8 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
+#include <random>
+
 #include "launcher/scheduler/hostlist.hpp"
 #include "launcher/scheduler/scheduler_types.hpp"
 
@@ -59,4 +61,36 @@ TEST_CASE("hostlist: errors quote the whole list") {
 TEST_CASE("hostlist: the size cap applies across items and groups") {
   CHECK_THROWS_AS(expand_hostlist("a[0-999999]-b[0-9]"), SchedulerError);
   CHECK(expand_hostlist("a[0-999]").size() == 1000);
+}
+
+TEST_CASE("hostlist: compressed lists of random host sets expand back to the same hosts") {
+  // Compress like Slurm does (runs of consecutive numbers with the same width as lo-hi inside
+  // brackets, one bracket group per prefix) and check that expansion gives the original order.
+  std::mt19937 rng(12345);
+  for (int round = 0; round < 300; ++round) {
+    CAPTURE(round);
+    Hosts expected;
+    std::string list;
+    const int prefixes = 1 + static_cast<int>(rng() % 3);
+    for (int p = 0; p < prefixes; ++p) {
+      std::string prefix = fmt::format("{}{}", "abc"[p], rng() % 2 ? "node" : "gpu-");
+      const int width = 1 + static_cast<int>(rng() % 4);
+      int n = static_cast<int>(rng() % 5);
+      std::string body;
+      for (int run = 0; run < 1 + static_cast<int>(rng() % 4); ++run) {
+        const int lo = n;
+        const int hi = lo + static_cast<int>(rng() % 4);
+        for (int i = lo; i <= hi; ++i) expected.push_back(fmt::format("{}{:0{}}", prefix, i, width));
+        if (!body.empty()) body += ",";
+        body += lo == hi ? fmt::format("{:0{}}", lo, width)
+                         : fmt::format("{:0{}}-{:0{}}", lo, width, hi, width);
+        n = hi + 2 + static_cast<int>(rng() % 5);  // a gap, so runs stay separate
+      }
+      if (!list.empty()) list += ",";
+      list += fmt::format("{}[{}]", prefix, body);
+    }
+    CAPTURE(list);
+    CHECK(expand_hostlist(list) == expected);
+    CHECK(first_host(list) == expected.front());
+  }
 }
