@@ -29,6 +29,10 @@ JOB
 jid="$(sbatch --parsable -N2 --ntasks-per-node=1 -o "$CL/job-%j.out" "$CL/job.sh")"
 for _ in $(seq 300); do squeue -h -j "$jid" 2>/dev/null | grep -q . || break; sleep 0.1; done
 cat "$CL/job-$jid.out"
+# A step on part of the allocation: SLURM_NODEID and SLURM_NNODES describe the step.
+jid="$(sbatch --parsable -N2 --ntasks-per-node=1 -o "$CL/job-%j.out" \
+  --wrap 'srun -N1 -n1 -w n2 sh -c "env >\"\$RAW/slurm-sbatch-N2-srun-N1-on-n2.env\""')"
+for _ in $(seq 300); do squeue -h -j "$jid" 2>/dev/null | grep -q . || break; sleep 0.1; done
 (unset SLURM_CONF; mpirun --allow-run-as-root --oversubscribe -np 2 \
   sh -c 'env >"$RAW/ompi-np2-rank$OMPI_COMM_WORLD_RANK.env"')
 

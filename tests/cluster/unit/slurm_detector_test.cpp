@@ -140,3 +140,13 @@ TEST_CASE("slurm: node count from the node list when SLURM_NNODES is missing") {
   CHECK(d->nnodes->value == 3);
   CHECK(d->nnodes->origin == "SLURM_JOB_NODELIST");
 }
+
+TEST_CASE("slurm: real step on part of the allocation (srun -N1 -n1 -w n2 inside sbatch -N2)") {
+  auto d = detect_slurm(load_env_fixture("slurm-sbatch-N2-srun-N1-on-n2.env"));
+  REQUIRE(d);
+  CHECK(d->nnodes->value == 1);
+  CHECK(d->node_rank->value == 0);  // SLURM_NODEID counts within the step
+  CHECK(d->master_addr->value == "n2");
+  CHECK(d->job_id->value == "6");
+  CHECK_FALSE(d->refusal);
+}
