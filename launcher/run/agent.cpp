@@ -169,6 +169,10 @@ void Agent::wait_for_shutdown_signals() {
 }
 
 void Agent::start_attempt(int attempt) {
+  if (shutdown_signal_ != 0) {  // a signal arrived between two attempts: no new attempt
+    finish_run();
+    return;
+  }
   attempt_ = attempt;
   phase_ = Phase::Running;
   root_cause_.reset();
@@ -339,6 +343,8 @@ void Agent::on_shutdown_signal(int sig) {
                     "Ctrl-C again to kill now)",
                     signal_name(sig), setup_.config.shutdown_timeout.count() / 1000.0));
     stop_workers(sig);
+  } else {
+    say(fmt::format("received {}; finishing without starting another attempt", signal_name(sig)));
   }
 }
 
@@ -378,7 +384,8 @@ void Agent::kill_everything_now() {
 }
 
 void Agent::after_worker_exit() {
-  if (phase_ == Phase::Done || any_alive()) return;
+  // Starting: a late SIGCHLD between two attempts must not end the attempt a second time.
+  if (phase_ == Phase::Done || phase_ == Phase::Starting || any_alive()) return;
   if (phase_ != Phase::Cleaning) {
     grace_timer_.cancel();
     phase_ = Phase::Cleaning;
@@ -435,6 +442,7 @@ void Agent::finish_attempt() {
                     w.outcome.rank, describe(*w.outcome.status), attempt_ + 1,
                     setup_.config.max_restarts));
     events_.emit("restart", {{"attempt", attempt_ + 1}, {"failed_rank", w.outcome.rank}});
+    phase_ = Phase::Starting;
     boost::asio::post(io_, [this, next = attempt_ + 1] { start_attempt(next); });
     return;
   }

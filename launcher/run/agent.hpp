@@ -12,8 +12,9 @@
 ///       |                                            | grace expires: SIGKILL          |
 ///       +------------all workers reaped (success)----+------------------------------->+
 ///                                                                                     |
-///    Cleaning: SIGKILL inherited orphans until none is left --> attempt ends --> Running
-///    (next attempt, after a failure with restarts left) or Done (io_context stops).
+///    Cleaning: SIGKILL inherited orphans until none is left --> attempt ends --> Starting (a
+///    failure with restarts left; the next attempt is posted) or Done (io_context stops).
+///    Starting --posted start_attempt--> Running (or Done if a shutdown signal came meanwhile).
 
 #include <sys/types.h>
 
@@ -62,7 +63,7 @@ class Agent {
   int run();
 
  private:
-  enum class Phase { Running, Stopping, Cleaning, Done };
+  enum class Phase { Starting, Running, Stopping, Cleaning, Done };
 
   struct Worker {
     WorkerOutcome outcome;
@@ -107,7 +108,7 @@ class Agent {
   std::optional<RunDirectory> run_dir_;
   bool keep_run_dir_ = false;
 
-  Phase phase_ = Phase::Running;
+  Phase phase_ = Phase::Starting;
   int attempt_ = 0;
   std::vector<Worker> workers_;
   std::vector<AttemptOutcome> history_;
