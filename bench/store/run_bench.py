@@ -1,0 +1,176 @@
+#!/usr/bin/env python3
+"""Store benchmarks: ddprun-store against PyTorch's own TCPStore servers, same load generator.
+
+  python3 bench/store/run_bench.py --build build [--rounds 3] [--seconds 3]
+        [--scale 1000,4000,16000] [--libuv-scale-max 1000] [--torch113-scale-max 1000]
+
+Servers: ddprun-store (G2 load), torch 1.13's server via /usr/bin/python3 (G1 load) and torch 2.x's
+libuv server via python3 (G2 load), each started fresh on 127.0.0.1 port 0. Prints markdown tables.
+Throughput rounds are interleaved across servers and the median is reported, because the machine
+may be shared. Server CPU per op comes from /proc/<pid>/stat; RSS is sampled from /proc while the
+load runs (peak minus the idle value before the load).
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+SERVER_PY = (
+    "import datetime, sys, time, torch, torch.distributed as d\n"
+    "kw = {'use_libuv': True} if sys.argv[1] == 'libuv' else {}\n"
+    "s = d.TCPStore('127.0.0.1', 0, is_master=True, wait_for_workers=False,"
+    " timeout=datetime.timedelta(seconds=900), **kw)\n"
+    "print(s.port, flush=True)\n"
+    "time.sleep(1e9)\n")
+
+
+class Server:
+    def __init__(self, kind, build):
+        self.kind = kind
+        if kind == "ddprun":
+            argv = [os.path.join(build, "bin", "ddprun-store"), "--port", "0"]
+        elif kind == "torch113":
+            argv = ["/usr/bin/python3", "-c", SERVER_PY, "legacy"]
+        else:
+            argv = ["python3", "-c", SERVER_PY, "libuv"]
+        self.proto = "g1" if kind == "torch113" else "g2"
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        line = self.proc.stdout.readline().strip()
+        if not line.isdigit():
+            self.stop()
+            raise RuntimeError(f"{kind} server did not start")
+        self.port = int(line)
+        time.sleep(0.3)
+
+    def cpu_ticks(self):
+        with open(f"/proc/{self.proc.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        # Threads included: utime + stime of the whole process (fields 14, 15 counted from 1).
+        return int(fields[11]) + int(fields[12])
+
+    def rss_kib(self):
+        with open(f"/proc/{self.proc.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+        return 0
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def loadgen(build, server, args, timeout):
+    argv = [os.path.join(build, "bin", "store_loadgen"), *args, "--port", str(server.port), "--proto", server.proto]
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout).stdout
+        return json.loads(out.strip().splitlines()[-1])
+    except subprocess.TimeoutExpired:
+        return {"error": f"no result within {timeout} s"}
+
+
+def throughput(build, kinds, rounds, seconds):
+    servers = {k: Server(k, build) for k in kinds}
+    results = {k: [] for k in kinds}
+    try:
+        for _ in range(rounds):
+            for k, s in servers.items():
+                t0 = s.cpu_ticks()
+                r = loadgen(build, s, ["throughput", "--clients", "64", "--value-bytes", "64",
+                                       "--seconds", str(seconds)], timeout=seconds + 60)
+                ticks = s.cpu_ticks() - t0
+                if "ops" in r:
+                    r["cpu_us_per_op"] = ticks * 1e6 / os.sysconf("SC_CLK_TCK") / max(r["ops"], 1)
+                results[k].append(r)
+    finally:
+        for s in servers.values():
+            s.stop()
+    return results
+
+
+def scale(build, kind, n, timeout):
+    s = Server(kind, build)
+    idle = s.rss_kib()
+    peak = [idle]
+    done = threading.Event()
+
+    def sample():
+        while not done.is_set():
+            peak[0] = max(peak[0], s.rss_kib())
+            time.sleep(0.05)
+
+    t = threading.Thread(target=sample)
+    t.start()
+    try:
+        r = loadgen(build, s, ["barrier", "--clients", str(n), "--timeout", str(timeout)], timeout=timeout + 30)
+    finally:
+        done.set()
+        t.join()
+        s.stop()
+    r["rss_idle_mib"] = idle / 1024
+    r["rss_growth_mib"] = (peak[0] - idle) / 1024
+    return r
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--seconds", type=float, default=3)
+    ap.add_argument("--scale", default="1000,4000,16000")
+    ap.add_argument("--libuv-scale-max", type=int, default=1000)
+    ap.add_argument("--torch113-scale-max", type=int, default=1000)
+    ap.add_argument("--scale-timeout", type=float, default=240)
+    a = ap.parse_args()
+
+    print(f"# store benchmarks ({time.strftime('%Y-%m-%d %H:%M')}, load average {os.getloadavg()[0]:.1f}, "
+          f"{os.cpu_count()} cores)\n")
+    kinds = ["ddprun", "torch113", "libuv"]
+    tp = throughput(a.build, kinds, a.rounds, a.seconds)
+    names = {"ddprun": "ddprun-store", "torch113": "torch 1.13 server", "libuv": "torch 2.15 libuv server"}
+    print("## 1. Throughput: 64 clients, closed loop SET+GET+ADD, 64-byte values\n")
+    print("| server | ops/s (median) | all rounds | server CPU µs/op (median) |")
+    print("|---|---:|---|---:|")
+    med = {}
+    for k in kinds:
+        ok = [r for r in tp[k] if "ops_per_s" in r]
+        if not ok:
+            print(f"| {names[k]} | failed: {tp[k][0].get('error')} | | |")
+            continue
+        med[k] = statistics.median(r["ops_per_s"] for r in ok)
+        cpu = statistics.median(r["cpu_us_per_op"] for r in ok)
+        rounds = ", ".join(f"{r['ops_per_s']:.0f}" for r in ok)
+        print(f"| {names[k]} | {med[k]:,.0f} | {rounds} | {cpu:.2f} |")
+    if "ddprun" in med:
+        for k in ("torch113", "libuv"):
+            if k in med:
+                print(f"\nddprun-store / {names[k]}: {med['ddprun'] / med[k]:.2f}x", end="")
+        print("\n")
+
+    print("## 2. Scale: N clients connect, each ADDs a barrier key, the last SETs a release key, all WAIT\n")
+    print("| server | N | connect all (s) | release everyone (s) | server RSS idle (MiB) | RSS growth (MiB) |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for n in [int(x) for x in a.scale.split(",") if x]:
+        for kind, limit in (("ddprun", None), ("libuv", a.libuv_scale_max), ("torch113", a.torch113_scale_max)):
+            if limit is not None and n > limit:
+                print(f"| {names[kind]} | {n} | not run (above --{kind.replace('torch113', 'torch113')}-scale-max) | | | |")
+                continue
+            r = scale(a.build, kind, n, a.scale_timeout)
+            if "error" in r:
+                print(f"| {names[kind]} | {n} | {r['error']} | | {r['rss_idle_mib']:.1f} | |")
+            else:
+                print(f"| {names[kind]} | {n} | {r['connect_s']:.3f} | {r['release_s']:.3f} | "
+                      f"{r['rss_idle_mib']:.1f} | {r['rss_growth_mib']:.1f} |")
+            sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

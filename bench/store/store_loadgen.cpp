@@ -1,0 +1,320 @@
+// Load generator for TCPStore servers (ddprun-store, torch 1.13's, torch 2.x's libuv), speaking
+// the wire protocol directly from one epoll loop so the generator itself stays cheap.
+//
+//   store_loadgen throughput --port P --proto g1|g2 [--clients 64] [--seconds 5] [--value-bytes 64]
+//       closed loop per client: SET k (value), GET k, ADD counter; prints ops/s
+//   store_loadgen barrier --port P --proto g1|g2 --clients N [--source-ips 8] [--connect-window 1024]
+//                 [--timeout 120]
+//       N connections; each ADDs a barrier key, the last arrival SETs a release key, everyone
+//       WAITs on it; prints connect time and time from the first ADD to the last release
+// Output: one JSON object on stdout.
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/epoll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "rendezvous/codec.hpp"
+
+using namespace ddp::rdzv;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+struct Args {
+  std::string mode;
+  std::uint16_t port = 0;
+  Generation gen = Generation::G2;
+  int clients = 64;
+  double seconds = 5;
+  std::size_t value_bytes = 64;
+  int source_ips = 8;
+  int connect_window = 1024;  // connects in flight at once (the server's listen backlog is finite)
+  double timeout = 120;
+};
+
+Args parse(int argc, char** argv) {
+  if (argc < 2) throw std::runtime_error("usage: store_loadgen throughput|barrier --port P --proto g1|g2 ...");
+  Args a;
+  a.mode = argv[1];
+  for (int i = 2; i + 1 < argc; i += 2) {
+    const std::string f = argv[i], v = argv[i + 1];
+    if (f == "--port") a.port = static_cast<std::uint16_t>(std::stoi(v));
+    else if (f == "--proto") a.gen = v == "g1" ? Generation::G1 : Generation::G2;
+    else if (f == "--clients") a.clients = std::stoi(v);
+    else if (f == "--seconds") a.seconds = std::stod(v);
+    else if (f == "--value-bytes") a.value_bytes = std::stoul(v);
+    else if (f == "--source-ips") a.source_ips = std::stoi(v);
+    else if (f == "--timeout") a.timeout = std::stod(v);
+    else if (f == "--connect-window") a.connect_window = std::stoi(v);
+    else throw std::runtime_error("unknown flag " + f);
+  }
+  if (a.port == 0) throw std::runtime_error("--port is required");
+  return a;
+}
+
+struct Conn {
+  int fd = -1;
+  int index = 0;
+  bool connected = false;
+  std::string out;
+  std::size_t out_off = 0;
+  std::string in;
+  std::size_t expect = 0;                              // reply bytes awaited (0 = none)
+  std::function<void(Conn&, std::string_view)> on_reply;  // called with exactly `expect` bytes
+  bool want_write = false;
+};
+
+class Loop {
+ public:
+  explicit Loop(const Args& args) : args_(args), ep_(::epoll_create1(EPOLL_CLOEXEC)) {}
+  ~Loop() {
+    for (auto& c : conns_) if (c.fd >= 0) ::close(c.fd);
+    ::close(ep_);
+  }
+
+  std::vector<Conn>& conns() { return conns_; }
+
+  // Connect `n` sockets, at most `in_flight` handshakes at a time (the listen backlog is finite).
+  void connect_all(int n, int in_flight, const std::function<void(Conn&)>& on_ready) {
+    conns_.resize(static_cast<std::size_t>(n));
+    int started = 0, ready = 0;
+    auto start_one = [&] {
+      Conn& c = conns_[static_cast<std::size_t>(started)];
+      c.index = started++;
+      open_socket(c);
+    };
+    auto ready_cb = [&](Conn& c) {
+      ++ready;
+      on_ready(c);
+      if (started < n) start_one();
+    };
+    on_connected_ = ready_cb;
+    while (started < n && started < in_flight) start_one();
+    run_until([&] { return ready == n; });
+  }
+
+  void send(Conn& c, std::string bytes, std::size_t expect, std::function<void(Conn&, std::string_view)> on_reply) {
+    c.out += bytes;
+    c.expect = expect;
+    c.on_reply = std::move(on_reply);
+    flush(c);
+  }
+
+  void run_until(const std::function<bool()>& done) {
+    const auto deadline = Clock::now() + std::chrono::duration<double>(args_.timeout);
+    epoll_event events[256];
+    while (!done()) {
+      if (Clock::now() > deadline) throw std::runtime_error("timed out");
+      const int n = ::epoll_wait(ep_, events, 256, 100);
+      for (int i = 0; i < n; ++i) {
+        Conn& c = conns_[events[i].data.u32];
+        if (events[i].events & (EPOLLERR | EPOLLHUP)) {
+          if (!c.connected) throw std::runtime_error(fmt::format("connect {} failed", c.index));
+          throw std::runtime_error(fmt::format("connection {} closed by the server", c.index));
+        }
+        if (events[i].events & EPOLLOUT) {
+          if (!c.connected) {
+            c.connected = true;
+            set_events(c, false);
+            on_connected_(c);
+          } else {
+            flush(c);
+          }
+        }
+        if (events[i].events & EPOLLIN) read(c);
+      }
+    }
+  }
+
+ private:
+  void open_socket(Conn& c) {
+    c.fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (c.fd < 0) throw std::runtime_error(fmt::format("socket: {}", std::strerror(errno)));
+    const int one = 1;
+    ::setsockopt(c.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    // Spread clients over 127.0.0.x source addresses so 16k connections never run out of
+    // ephemeral ports (each source address has its own port range).
+    ::setsockopt(c.fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof one);
+    sockaddr_in src{};
+    src.sin_family = AF_INET;
+    src.sin_addr.s_addr = htonl(0x7F000001u + static_cast<std::uint32_t>(c.index % args_.source_ips));
+    if (::bind(c.fd, reinterpret_cast<sockaddr*>(&src), sizeof src) != 0) {
+      throw std::runtime_error(fmt::format("bind source: {}", std::strerror(errno)));
+    }
+    sockaddr_in dst{};
+    dst.sin_family = AF_INET;
+    dst.sin_port = htons(args_.port);
+    dst.sin_addr.s_addr = htonl(0x7F000001u);
+    if (::connect(c.fd, reinterpret_cast<sockaddr*>(&dst), sizeof dst) != 0 && errno != EINPROGRESS) {
+      throw std::runtime_error(fmt::format("connect: {}", std::strerror(errno)));
+    }
+    epoll_event ev{};
+    ev.events = EPOLLOUT;
+    ev.data.u32 = static_cast<std::uint32_t>(c.index);
+    ::epoll_ctl(ep_, EPOLL_CTL_ADD, c.fd, &ev);
+  }
+
+  void set_events(Conn& c, bool want_write) {
+    epoll_event ev{};
+    ev.events = EPOLLIN | (want_write ? EPOLLOUT : 0u);
+    ev.data.u32 = static_cast<std::uint32_t>(c.index);
+    ::epoll_ctl(ep_, EPOLL_CTL_MOD, c.fd, &ev);
+    c.want_write = want_write;
+  }
+
+  void flush(Conn& c) {
+    while (c.out_off < c.out.size()) {
+      const ssize_t n = ::send(c.fd, c.out.data() + c.out_off, c.out.size() - c.out_off, MSG_NOSIGNAL);
+      if (n > 0) {
+        c.out_off += static_cast<std::size_t>(n);
+        continue;
+      }
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        if (!c.want_write) set_events(c, true);
+        return;
+      }
+      throw std::runtime_error(fmt::format("send: {}", std::strerror(errno)));
+    }
+    c.out.clear();
+    c.out_off = 0;
+    if (c.want_write) set_events(c, false);
+  }
+
+  void read(Conn& c) {
+    char buf[16384];
+    for (;;) {
+      const ssize_t n = ::recv(c.fd, buf, sizeof buf, 0);
+      if (n > 0) {
+        c.in.append(buf, static_cast<std::size_t>(n));
+        continue;
+      }
+      if (n == 0) throw std::runtime_error(fmt::format("connection {} closed by the server", c.index));
+      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+      throw std::runtime_error(fmt::format("recv: {}", std::strerror(errno)));
+    }
+    while (c.expect > 0 && c.in.size() >= c.expect) {
+      const std::string reply = c.in.substr(0, c.expect);
+      c.in.erase(0, c.expect);
+      c.expect = 0;
+      auto cb = std::move(c.on_reply);
+      cb(c, reply);
+    }
+  }
+
+  const Args& args_;
+  int ep_;
+  std::vector<Conn> conns_;
+  std::function<void(Conn&)> on_connected_;
+};
+
+std::string req(Generation gen, Op op, std::vector<std::string> keys, std::vector<std::string> values = {},
+                std::int64_t number = 0) {
+  return encode_request(gen, Command{op, std::move(keys), std::move(values), number, 0});
+}
+
+// G2 connections open with VALIDATE + PING and wait for the echo; G1 ones are ready at once.
+void handshake(Loop& loop, Conn& c, Generation gen, const std::function<void(Conn&)>& then) {
+  if (gen == Generation::G1) {
+    then(c);
+    return;
+  }
+  std::string hs = encode_request(gen, Command{Op::Validate, {}, {}, 0, kValidateMagic}) +
+                   encode_request(gen, Command{Op::Ping, {}, {}, 0, 0x00FF0000u + static_cast<std::uint32_t>(c.index)});
+  loop.send(c, hs, 4, [then](Conn& conn, std::string_view) { then(conn); });
+}
+
+int run_throughput(const Args& a) {
+  Loop loop(a);
+  const std::string value(a.value_bytes, 'v');
+  std::uint64_t ops = 0;
+  bool measuring = false;
+  int handshaken = 0;
+  std::function<void(Conn&)> cycle = [&](Conn& c) {
+    const std::string key = "/bench/k" + std::to_string(c.index);
+    loop.send(c, req(a.gen, Op::Set, {key}, {value}) + req(a.gen, Op::Get, {key}), 8 + a.value_bytes,
+              [&](Conn& conn, std::string_view) {
+                if (measuring) ops += 2;
+                loop.send(conn, req(a.gen, Op::Add, {"/bench/counter"}, {}, 1), 8, [&](Conn& c2, std::string_view) {
+                  if (measuring) ops += 1;
+                  cycle(c2);
+                });
+              });
+  };
+  loop.connect_all(a.clients, std::min(a.connect_window, 256), [&](Conn& c) { handshake(loop, c, a.gen, [&](Conn&) { ++handshaken; }); });
+  loop.run_until([&] { return handshaken == a.clients; });
+  for (auto& c : loop.conns()) cycle(c);
+  // Warm up briefly, then count.
+  const auto warm = Clock::now() + std::chrono::milliseconds(300);
+  loop.run_until([&] { return Clock::now() >= warm; });
+  measuring = true;
+  const auto t0 = Clock::now();
+  const auto end = t0 + std::chrono::duration<double>(a.seconds);
+  loop.run_until([&] { return Clock::now() >= end; });
+  const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  fmt::print("{{\"mode\":\"throughput\",\"clients\":{},\"value_bytes\":{},\"ops\":{},\"seconds\":{:.3f},\"ops_per_s\":{:.0f}}}\n",
+             a.clients, a.value_bytes, ops, secs, static_cast<double>(ops) / secs);
+  return 0;
+}
+
+int run_barrier(const Args& a) {
+  Loop loop(a);
+  int handshaken = 0, released = 0;
+  const auto t_connect = Clock::now();
+  loop.connect_all(a.clients, a.connect_window, [&](Conn& c) { handshake(loop, c, a.gen, [&](Conn&) { ++handshaken; }); });
+  loop.run_until([&] { return handshaken == a.clients; });
+  const double connect_s = std::chrono::duration<double>(Clock::now() - t_connect).count();
+  // Keys unique to this run, so repeated runs against one server do not see old counters.
+  const std::string run = fmt::format("/bench/{}-{}", ::getpid(), Clock::now().time_since_epoch().count());
+  const std::string add = req(a.gen, Op::Add, {run + "/barrier"}, {}, 1);
+  const std::string wait = req(a.gen, Op::Wait, {run + "/released"});
+  const std::string release = req(a.gen, Op::Set, {run + "/released"}, {"1"});
+  auto on_released = [&](Conn&, std::string_view reply) {
+    if (reply[0] != static_cast<char>(kStopWaiting)) throw std::runtime_error("unexpected WAIT reply");
+    ++released;
+  };
+  const auto t0 = Clock::now();
+  for (auto& c : loop.conns()) {
+    loop.send(c, add, 8, [&](Conn& conn, std::string_view reply) {
+      const bool last = get_i64(reply.data()) == a.clients;
+      loop.send(conn, (last ? release : std::string()) + wait, 1, on_released);
+    });
+  }
+  loop.run_until([&] { return released == a.clients; });
+  const double release_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  fmt::print("{{\"mode\":\"barrier\",\"clients\":{},\"connect_s\":{:.3f},\"release_s\":{:.3f}}}\n", a.clients,
+             connect_s, release_s);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    rlimit lim{};
+    if (::getrlimit(RLIMIT_NOFILE, &lim) == 0) {
+      lim.rlim_cur = lim.rlim_max;
+      ::setrlimit(RLIMIT_NOFILE, &lim);
+    }
+    const Args a = parse(argc, argv);
+    if (a.mode == "throughput") return run_throughput(a);
+    if (a.mode == "barrier") return run_barrier(a);
+    throw std::runtime_error("unknown mode " + a.mode);
+  } catch (const std::exception& e) {
+    fmt::print("{{\"error\":\"{}\"}}\n", e.what());
+    return 1;
+  }
+}
