@@ -35,6 +35,12 @@ def test_usage_errors(tmp):
     expect(["--shutdown-timeout", "-4", true], 2, "--shutdown-timeout")
 
 
+def test_multi_node_modes_not_implemented_yet(tmp):
+    expect(["--nnodes", "2", "--rdzv_backend", "c10d", "/bin/true"], 2, "not implemented yet")
+    expect(["--nnodes", "1:2", "/bin/true"], 2, "not implemented yet")
+    expect(["--standalone", "--nnodes", "2", "/bin/true"], 2, "--standalone runs one node")
+
+
 def test_gpu_without_gpus(tmp):
     expect(["--nproc_per_node", "gpu", "/bin/true"], 2, "no GPU is visible",
            env=clean_env(CUDA_VISIBLE_DEVICES=""))

@@ -44,6 +44,35 @@ def test_stderr_is_prefixed_too(tmp):
         assert f"[rank{rank}]:r{rank} 2 xxxxx" in r.err and f"[rank{rank}]:r{rank} end" in r.err, r
 
 
+def test_prefix_is_colored_on_a_terminal_only(tmp):
+    import pty
+    master, slave = pty.openpty()
+    try:
+        proc = subprocess.Popen([DDPRUN, "--nproc_per_node", "2", helper("output_flooder"), "1", "1"],
+                                stdout=slave, stderr=subprocess.PIPE, env=clean_env(),
+                                start_new_session=True)
+        os.close(slave)
+        slave = -1
+        data = b""
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: every writer closed the terminal
+                break
+            if not chunk:
+                break
+            data += chunk
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if slave >= 0:
+            os.close(slave)
+        os.close(master)
+    text = data.decode()
+    assert "\x1b[" in text and "[rank1]:" in text and "r1 0 x" in text, repr(text)
+    r = run(["--nproc_per_node", "2", helper("output_flooder"), "1", "1"])
+    assert "\x1b[" not in r.out and "[rank1]:r1 0 x" in r.out, r
+
+
 def test_log_dir_redirects_tee_and_filter(tmp):
     logs = os.path.join(tmp, "logs")
     # stdout of every rank to files only; stderr on the console; only local rank 1 on the console.
