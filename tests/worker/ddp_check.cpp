@@ -7,12 +7,16 @@
 //     run under no_sync().
 //   syncbn: SyncBatchNorm forward/backward over each rank's slice equals BatchNorm2d over the
 //     whole batch (outputs, input gradients, summed weight/bias gradients).
+//   checkpoint DIR: only rank 0 writes; every rank resumes rank 0's state.
 // Exit 0 when every check passes; the failing check is named on stderr otherwise.
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <torch/torch.h>
 
+#include <filesystem>
+
+#include "worker/checkpoint.hpp"
 #include "worker/communicator.hpp"
 #include "worker/ddp.hpp"
 #include "worker/sync_batch_norm.hpp"
@@ -168,6 +172,43 @@ int check_sync_batch_norm(const std::shared_ptr<Communicator>& comm) {
   return all_ok(*comm, ok) ? 0 : 1;
 }
 
+/// Every rank asks to save to its own path; only rank 0's may appear. Every rank then resumes
+/// from it and must see rank 0's parameters and progress; no temporary file may be left.
+int check_checkpoint(const std::shared_ptr<Communicator>& comm, const std::string& dir) {
+  const int r = comm->rank();
+  auto model = make_model();
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : model->parameters()) p.add_(static_cast<double>(r));  // ranks differ
+  }
+  torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  ddp::worker::save_checkpoint(dir + "/ck.rank" + std::to_string(r) + ".pt", *model, opt, {3, 42},
+                               *comm);
+  int files = 0;
+  bool ok = true;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    ++files;
+    ok = ok && entry.path().filename() == "ck.rank0.pt";
+  }
+  if (!ok || files != 1) {
+    std::fprintf(stderr, "ddp_check: FAIL expected only ck.rank0.pt in %s (found %d files)\n", dir.c_str(), files);
+    ok = false;
+  }
+  auto resumed = make_model();
+  torch::optim::SGD resumed_opt(resumed->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  const auto progress = ddp::worker::load_checkpoint(dir + "/ck.rank0.pt", *resumed, resumed_opt);
+  auto expected = make_model();  // rank 0's parameters: the initial ones + 0
+  const double diff = max_diff(resumed->parameters(), expected->parameters());
+  if (!progress || progress->epoch != 3 || progress->step != 42 || diff != 0) {
+    std::fprintf(stderr, "ddp_check: FAIL rank %d did not resume rank 0's checkpoint\n", r);
+    ok = false;
+  }
+  const bool missing = !ddp::worker::load_checkpoint(dir + "/absent.pt", *resumed, resumed_opt);
+  ok = ok && missing;
+  std::printf("ddp_check: checkpoint rank %d ok=%d\n", r, ok ? 1 : 0);
+  return all_ok(*comm, ok) ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -181,7 +222,8 @@ int main(int argc, char** argv) {
     auto comm = ddp::worker::connect_communicator(env, options);
     if (mode == "equivalence") return check_equivalence(comm, argc > 2 ? std::atoi(argv[2]) : 1);
     if (mode == "syncbn") return check_sync_batch_norm(comm);
-    std::fprintf(stderr, "usage: ddp_check equivalence [accumulate] | syncbn\n");
+    if (mode == "checkpoint" && argc > 2) return check_checkpoint(comm, argv[2]);
+    std::fprintf(stderr, "usage: ddp_check equivalence [accumulate] | syncbn | checkpoint DIR\n");
     return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ddp_check: error: %s\n", e.what());
