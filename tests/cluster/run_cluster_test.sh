@@ -202,6 +202,25 @@ e2e_usr1_forwarded)
   rc=0; wait "$srun_pid" || rc=$?
   [[ $rc -eq 0 ]] || fail "srun rc=$rc after stop: $(tail -20 "$WORK/srun.log")"
   ;;
+e2e_netns_srun_gloo)
+  # Two nodes with their own IPs and host names: ddprun on node2 must reach node1's store at
+  # 10.77.0.11 (found through Slurm's NodeAddr), so nothing may bind to 127.0.0.1 only.
+  require_ddprun
+  [[ $EUID -eq 0 ]] || skip "netns mode needs root"
+  ip link add ddpciprobe0 type bridge 2>/dev/null && ip link del ddpciprobe0 ||
+    skip "no CAP_NET_ADMIN here: namespaces cannot be created"
+  cluster_up netns
+  # Gloo picks its interface from the host name, which does not resolve inside the namespaces.
+  GLOO_SOCKET_IFNAME=eth0 timeout 120 srun -N2 --ntasks-per-node=1 "$DDPRUN" --nproc_per_node=2 \
+    --python "$PY" "$HERE/gloo_agree.py" "$OUT" || fail "srun ddprun rc=$?"
+  "$PY" - "$OUT" <<'PY' || fail "the ranks do not agree"
+import glob, json, sys
+docs = sorted((json.load(open(p)) for p in glob.glob(sys.argv[1] + "/rank-*.json")), key=lambda d: d["rank"])
+assert [d["rank"] for d in docs] == [0, 1, 2, 3] and all(d["sum"] == 10 for d in docs), docs
+assert all(d["nodes"] == ["node1", "node1", "node2", "node2"] for d in docs), docs
+assert all(d["master_addr"] == "10.77.0.11" for d in docs), docs
+PY
+  ;;
 e2e_mpirun)
   require_ddprun
   require_tools mpirun
