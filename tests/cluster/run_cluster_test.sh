@@ -39,16 +39,19 @@ require_ddprun() {
 }
 
 # The 4 rank files of a 2 nodes x 2 processes gloo job agree.
+#   check_gloo_four_ranks [NODE_A NODE_B [MASTER_ADDR]]     (default n1 n2, any single master)
 check_gloo_four_ranks() {
-  "$PY" - "$OUT" <<'PY' || fail "the ranks do not agree"
+  "$PY" - "$OUT" "${1:-n1}" "${2:-n2}" "${3:-}" <<'PY' || fail "the ranks do not agree"
 import glob, json, sys
-docs = sorted((json.load(open(p)) for p in glob.glob(sys.argv[1] + "/rank-*.json")), key=lambda d: d["rank"])
+out, a, b, master = sys.argv[1:]
+docs = sorted((json.load(open(p)) for p in glob.glob(out + "/rank-*.json")), key=lambda d: d["rank"])
 assert [d["rank"] for d in docs] == [0, 1, 2, 3], docs
 assert all(d["world_size"] == 4 and d["sum"] == 10 for d in docs), docs
-assert all(d["nodes"] == ["n1", "n1", "n2", "n2"] for d in docs), docs
-assert [d["node"] for d in docs] == ["n1", "n1", "n2", "n2"], docs
+assert all(d["nodes"] == [a, a, b, b] for d in docs), docs
+assert [d["node"] for d in docs] == [a, a, b, b], docs
 assert [d["local_rank"] for d in docs] == [0, 1, 0, 1], docs
 assert len({(d["master_addr"], d["master_port"]) for d in docs}) == 1, docs
+assert not master or docs[0]["master_addr"] == master, docs
 PY
 }
 
@@ -213,13 +216,7 @@ e2e_netns_srun_gloo)
   # Gloo picks its interface from the host name, which does not resolve inside the namespaces.
   GLOO_SOCKET_IFNAME=eth0 timeout 120 srun -N2 --ntasks-per-node=1 "$DDPRUN" --nproc_per_node=2 \
     --python "$PY" "$HERE/gloo_agree.py" "$OUT" || fail "srun ddprun rc=$?"
-  "$PY" - "$OUT" <<'PY' || fail "the ranks do not agree"
-import glob, json, sys
-docs = sorted((json.load(open(p)) for p in glob.glob(sys.argv[1] + "/rank-*.json")), key=lambda d: d["rank"])
-assert [d["rank"] for d in docs] == [0, 1, 2, 3] and all(d["sum"] == 10 for d in docs), docs
-assert all(d["nodes"] == ["node1", "node1", "node2", "node2"] for d in docs), docs
-assert all(d["master_addr"] == "10.77.0.11" for d in docs), docs
-PY
+  check_gloo_four_ranks node1 node2 10.77.0.11
   ;;
 e2e_mpirun)
   require_ddprun
