@@ -86,7 +86,10 @@ constexpr FlagSpec kFlags[] = {
 
 void add_launch_options(CLI::App& app, RawOptions& raw) {
   for (const auto& spec : kStringOptions) {
-    app.add_option(spec.names, raw.*(spec.field), spec.help)->envname(spec.env);
+    // Like argparse (torchrun), a repeated option takes its last value.
+    app.add_option(spec.names, raw.*(spec.field), spec.help)
+        ->envname(spec.env)
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   }
   for (const auto& spec : kFlags) {
     app.add_flag(spec.names, raw.*(spec.field), spec.help)->envname(spec.env);
@@ -125,6 +128,9 @@ Result<ParsedCommandLine> parse_command_line(const std::vector<std::string>& arg
     return Error{exit_codes::kUsage, e.what()};
   }
   parsed.raw.program_and_args = app.remaining();
+  // `ddprun [options] -- prog args`: the separator is not part of the program's command line.
+  auto& rest = parsed.raw.program_and_args;
+  if (!rest.empty() && rest.front() == "--") rest.erase(rest.begin());
   return parsed;
 }
 

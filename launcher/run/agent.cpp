@@ -389,6 +389,7 @@ void Agent::after_worker_exit() {
   if (phase_ != Phase::Cleaning) {
     grace_timer_.cancel();
     phase_ = Phase::Cleaning;
+    leftover_rounds_ = 0;
     cleanup_timer_.expires_after(kLeftoverDeadline);
     cleanup_timer_.async_wait([this](const boost::system::error_code& ec) {
       if (ec || phase_ != Phase::Cleaning) return;
@@ -414,6 +415,10 @@ void Agent::clean_up_leftovers() {
     if (w.pgid > 0) ::kill(-w.pgid, SIGKILL);
   }
   for (pid_t pid : leftovers) ::kill(pid, SIGKILL);
+  if (leftover_rounds_++ == 0) {
+    say(fmt::format("killing {} process(es) the workers left running (pid {}{})", leftovers.size(),
+                    leftovers.front(), leftovers.size() > 1 ? ", ..." : ""));
+  }
   events_.emit("leftovers_killed", {{"pids", leftovers}, {"attempt", attempt_}});
   // The SIGCHLD of each death brings us back here through after_worker_exit().
 }

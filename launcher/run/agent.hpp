@@ -114,7 +114,7 @@ class Agent {
   std::vector<AttemptOutcome> history_;
   std::optional<size_t> root_cause_;
   int shutdown_signal_ = 0;  // signal ddprun received (0: none)
-  int interrupts_ = 0;
+  int leftover_rounds_ = 0;  // clean_up_leftovers() calls in this attempt's Cleaning phase
   long oom_kills_at_start_ = 0;
   int internal_error_ = 0;
   std::chrono::system_clock::time_point start_time_;

@@ -67,6 +67,14 @@ TEST_CASE("program arguments pass through untouched, even ones that look like dd
   CHECK(r->config.nproc_per_node == 2);
 }
 
+TEST_CASE("a repeated option takes its last value; -- separates the program") {
+  auto r = configure({"--nproc_per_node", "2", "--nproc-per-node", "3", "--", "prog", "--", "x"});
+  REQUIRE(r.ok());
+  CHECK(r->config.nproc_per_node == 3);
+  CHECK(r->config.program == "prog");
+  CHECK(r->config.program_args == std::vector<std::string>{"--", "x"});
+}
+
 TEST_CASE("PET_ variables are a fallback and the command line wins") {
   ScopedEnv nproc("PET_NPROC_PER_NODE", "3");
   ScopedEnv restarts("PET_MAX_RESTARTS", "4");
