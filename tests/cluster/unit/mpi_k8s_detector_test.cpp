@@ -48,22 +48,22 @@ TEST_CASE("openmpi: real mpirun --map-by ppr:1:node inside sbatch -N2 wins over 
   }
 }
 
-TEST_CASE("openmpi: MASTER_ADDR/MASTER_PORT exported with mpirun -x win; otherwise a note asks") {
+TEST_CASE("openmpi: MASTER_ADDR/MASTER_PORT exported with mpirun -x win, otherwise a note asks") {
   Env env{{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "4"},
           {"OMPI_COMM_WORLD_LOCAL_SIZE", "1"}, {"OMPI_MCA_ess_base_jobid", "77"}};
   auto d = detect_openmpi(env);
   REQUIRE(d);
   CHECK_FALSE(d->master_addr);
   CHECK(d->notes.at(0).find("--master_addr") != std::string::npos);
-  env["MASTER_ADDR"] = "head";
-  env["MASTER_PORT"] = "4000";
+  env["MASTER_ADDR"] = std::string("head");
+  env["MASTER_PORT"] = std::string("4000");
   d = detect_openmpi(env);
   CHECK(d->master_addr->value == "head");
   CHECK(d->master_port->value == 4000);
   CHECK(d->master_port->origin == "MASTER_PORT");
 }
 
-TEST_CASE("pmix: real srun --mpi=pmix is Slurm first; PMIx alone gives the rank only") {
+TEST_CASE("pmix: real srun --mpi=pmix is Slurm first, PMIx alone gives the rank only") {
   Env env = load_env_fixture("slurm-srun-pmix-N2-task1.env");
   auto detection = detect_scheduler(env);
   CHECK(detection.defaults->scheduler == "slurm");
@@ -146,7 +146,7 @@ TEST_CASE("detection order and --scheduler choices") {
 
 TEST_CASE("a malformed later environment is listed, not fatal") {
   Env env = load_env_fixture("slurm-srun-N2-task0.env");
-  env["PMI_RANK"] = "x";
+  env["PMI_RANK"] = std::string("x");
   auto detection = detect_scheduler(env);
   CHECK(detection.defaults->scheduler == "slurm");
   REQUIRE(detection.also_present.size() == 1);

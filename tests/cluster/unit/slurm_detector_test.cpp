@@ -71,9 +71,9 @@ TEST_CASE("slurm: refuses the batch script of a multi-node job (real sbatch -N2)
 
 TEST_CASE("slurm: a single-node batch script is fine even with several tasks") {
   Env env = load_env_fixture("slurm-sbatch-N2-batch.env");
-  env["SLURM_NNODES"] = env["SLURM_JOB_NUM_NODES"] = "1";
-  env["SLURM_JOB_NODELIST"] = env["SLURM_NODELIST"] = "n1";
-  env["SLURM_NTASKS"] = "2";
+  env["SLURM_NNODES"] = env["SLURM_JOB_NUM_NODES"] = std::string("1");
+  env["SLURM_JOB_NODELIST"] = env["SLURM_NODELIST"] = std::string("n1");
+  env["SLURM_NTASKS"] = std::string("2");
   auto d = detect_slurm(env);
   REQUIRE(d);
   CHECK_FALSE(d->refusal);
@@ -108,7 +108,7 @@ TEST_CASE("slurm: a step on part of the allocation uses the step's nodes") {
   CHECK_FALSE(d->refusal);
 }
 
-TEST_CASE("slurm: two jobs get different ports; the port stays below the ephemeral range") {
+TEST_CASE("slurm: two jobs get different ports, all below the ephemeral range") {
   CHECK(port_from_job_id("1") == 15001);
   CHECK(port_from_job_id("4187342") == 22342);
   CHECK(port_from_job_id("4187343") != port_from_job_id("4187342"));
@@ -119,16 +119,16 @@ TEST_CASE("slurm: two jobs get different ports; the port stays below the ephemer
   CHECK(hashed == port_from_job_id("slurm.pmix.3.0"));
 }
 
-TEST_CASE("slurm: not detected without a job id; malformed values name the variable") {
+TEST_CASE("slurm: not detected without a job id, malformed values name the variable") {
   CHECK_FALSE(detect_slurm(Env{{"SLURM_CONF", "/etc/slurm/slurm.conf"}}));
   Env env = load_env_fixture("slurm-srun-N2-task1.env");
-  env["SLURM_NODEID"] = "one";
+  env["SLURM_NODEID"] = std::string("one");
   CHECK_THROWS_WITH_AS(detect_slurm(env), doctest::Contains("SLURM_NODEID='one'"), SchedulerError);
   env = load_env_fixture("slurm-srun-N2-task1.env");
-  env["SLURM_STEP_NODELIST"] = "n[1-2";
+  env["SLURM_STEP_NODELIST"] = std::string("n[1-2");
   CHECK_THROWS_WITH_AS(detect_slurm(env), doctest::Contains("'n[1-2'"), SchedulerError);
   env = load_env_fixture("slurm-srun-N2-task1.env");
-  env["SLURM_NODEID"] = "2";
+  env["SLURM_NODEID"] = std::string("2");
   CHECK_THROWS_WITH_AS(detect_slurm(env), doctest::Contains("SLURM_STEP_NUM_NODES=2"),
                        SchedulerError);
 }
