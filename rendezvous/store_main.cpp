@@ -47,7 +47,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   raise_fd_limit();
-  boost::asio::io_context io;
+  boost::asio::io_context io(1);  // one thread runs it: lets Asio skip internal locking
   try {
     ddp::rdzv::StoreServer server(io, opts);
     std::cout << server.port() << std::endl;  // first line: the port clients should use

@@ -1,6 +1,5 @@
 #include "rendezvous/store_session.hpp"
 
-#include <boost/asio/write.hpp>
 #include <fmt/format.h>
 
 #include "rendezvous/log.hpp"
@@ -38,35 +37,39 @@ void StoreSession::start() {
 }
 
 bool StoreSession::output_backlogged() const {
-  return out_.size() + writing_.size() > host_->limits().max_pending_output_bytes;
+  return out_.size() - out_off_ > host_->limits().max_pending_output_bytes;
 }
 
 void StoreSession::arm_read() {
   if (closed_ || read_armed_ || output_backlogged()) return;
   read_armed_ = true;
-  socket_.async_wait(boost::asio::ip::tcp::socket::wait_read,
-                     [self = shared_from_this()](const boost::system::error_code& ec) { self->on_readable(ec); });
+  // A read (not a bare readiness wait): Asio then keeps the edge-triggered epoll registration
+  // as it is, where a wait would cost an epoll_ctl per request.
+  socket_.async_read_some(boost::asio::buffer(first_bytes_),
+                          [self = shared_from_this()](const boost::system::error_code& ec, std::size_t n) {
+                            self->on_read(ec, n);
+                          });
 }
 
-void StoreSession::on_readable(const boost::system::error_code& ec) {
+void StoreSession::on_read(const boost::system::error_code& ec, std::size_t n) {
   read_armed_ = false;
   if (closed_) return;
-  if (ec) {
-    finish(false);
-    return;
-  }
-  std::string& scratch = host_->scratch_buffer();
-  bool peer_done = false;
-  for (std::size_t i = 0; i < kMaxReadsPerWakeup; ++i) {
-    boost::system::error_code read_ec;
-    const std::size_t n = socket_.read_some(boost::asio::buffer(scratch), read_ec);
-    if (read_ec == boost::asio::error::would_block || read_ec == boost::asio::error::try_again) break;
-    if (read_ec) {
-      peer_done = true;  // EOF or reset: still apply what arrived before it (a SET then exit)
-      break;
+  in_.append(first_bytes_.data(), n);
+  bool peer_done = static_cast<bool>(ec);  // EOF or reset: still apply what arrived before it
+  if (!peer_done && n == first_bytes_.size()) {
+    // More may be waiting: drain it through the shared scratch buffer.
+    std::string& scratch = host_->scratch_buffer();
+    for (std::size_t i = 0; i < kMaxReadsPerWakeup; ++i) {
+      boost::system::error_code read_ec;
+      const std::size_t got = socket_.read_some(boost::asio::buffer(scratch), read_ec);
+      if (read_ec == boost::asio::error::would_block || read_ec == boost::asio::error::try_again) break;
+      if (read_ec) {
+        peer_done = true;
+        break;
+      }
+      in_.append(scratch.data(), got);
+      if (got < scratch.size()) break;
     }
-    in_.append(scratch.data(), n);
-    if (n < scratch.size()) break;
   }
   process_input();
   if (peer_done) {
@@ -120,24 +123,39 @@ void StoreSession::send(std::string_view bytes) {
 }
 
 void StoreSession::flush() {
-  if (closed_ || write_in_flight_ || out_.empty()) return;
-  writing_.swap(out_);
+  if (closed_ || write_in_flight_ || out_off_ == out_.size()) return;
+  // Write straight away on the non-blocking socket: almost every reply fits in the socket
+  // buffer, and skipping an async operation per reply is most of the server's per-request cost.
+  boost::system::error_code ec;
+  const std::size_t n = socket_.write_some(boost::asio::buffer(out_.data() + out_off_, out_.size() - out_off_), ec);
+  if (ec && ec != boost::asio::error::would_block && ec != boost::asio::error::try_again) {
+    finish(false);
+    return;
+  }
+  out_off_ += n;
+  if (out_off_ == out_.size()) {
+    out_.clear();
+    out_off_ = 0;
+    release_if_large(out_);
+    return;
+  }
+  if (out_off_ > out_.size() / 2) {  // keep the unsent tail at the front without quadratic copying
+    out_.erase(0, out_off_);
+    out_off_ = 0;
+  }
+  // The peer is slow to read: wait until the socket is writable again.
   write_in_flight_ = true;
-  boost::asio::async_write(socket_, boost::asio::buffer(writing_),
-                           [self = shared_from_this()](const boost::system::error_code& ec, std::size_t) {
-                             self->on_written(ec);
-                           });
+  socket_.async_wait(boost::asio::ip::tcp::socket::wait_write,
+                     [self = shared_from_this()](const boost::system::error_code& wait_ec) { self->on_writable(wait_ec); });
 }
 
-void StoreSession::on_written(const boost::system::error_code& ec) {
+void StoreSession::on_writable(const boost::system::error_code& ec) {
   write_in_flight_ = false;
   if (closed_) return;
   if (ec) {
     finish(false);
     return;
   }
-  writing_.clear();
-  release_if_large(writing_);
   flush();
   if (!output_backlogged()) {
     process_input();  // requests held back while the peer was not reading

@@ -1,9 +1,11 @@
 #pragma once
 
 // One accepted TCP connection of the store server: buffers input, classifies the connection as
-// G1 or G2, decodes requests and queues replies. Reactor style (wait for readability, then
-// non-blocking reads into one shared scratch buffer) so an idle connection holds no buffer.
+// G1 or G2, decodes requests and queues replies. Reads land in a small inline buffer and bursts
+// continue through one shared scratch buffer, so idle connections stay cheap; replies are
+// written directly and only fall back to waiting when the peer is not reading.
 
+#include <array>
 #include <cstddef>
 #include <memory>
 #include <string>
@@ -43,10 +45,10 @@ class StoreSession : public std::enable_shared_from_this<StoreSession> {
 
  private:
   void arm_read();
-  void on_readable(const boost::system::error_code& ec);
+  void on_read(const boost::system::error_code& ec, std::size_t n);
   void process_input();
   void flush();
-  void on_written(const boost::system::error_code& ec);
+  void on_writable(const boost::system::error_code& ec);
   bool output_backlogged() const;
   std::string describe_peer() const;
   void finish(bool for_error);
@@ -58,13 +60,16 @@ class StoreSession : public std::enable_shared_from_this<StoreSession> {
 
   ConnectionKind kind_ = ConnectionKind::Undetermined;
   bool first_request_ = true;
+  // Small per-connection landing area for the first bytes of a read; larger bursts continue
+  // through the server's shared scratch buffer, so an idle connection costs little memory.
+  std::array<char, 256> first_bytes_{};
   std::string in_;
   std::size_t in_pos_ = 0;     // start of unparsed input in in_
   std::size_t need_total_ = 0;  // decoder hint: unparsed bytes needed before the next attempt
 
-  std::string out_;      // queued, not yet handed to the socket
-  std::string writing_;  // being written
-  bool write_in_flight_ = false;
+  std::string out_;               // replies not yet accepted by the socket, from out_off_
+  std::size_t out_off_ = 0;
+  bool write_in_flight_ = false;  // waiting for the socket to become writable
   bool read_armed_ = false;
   bool closed_ = false;
 };

@@ -1,0 +1,229 @@
+#include "rendezvous/node_rendezvous.hpp"
+
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include "rendezvous/log.hpp"
+
+namespace ddp::rdzv {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Store keys (StoreClient adds the leading "/"):
+//   ddprun/<run_id>/<round>/arrivals        ADD counter handing out arrival numbers
+//   .../join/<seq>                           JSON JoinRequest
+//   .../verdict/<seq>                        "ok" or "refused: <reason>"
+//   .../assignment                           JSON Assignment, written before any "ok"
+//   .../closed                               "1" once the leader stopped admitting
+//   .../status                               leader's one-line progress (for timeout messages)
+//   .../hb/<node_rank>                       heartbeat counters
+//   .../stop                                 first stop reason (COMPARE_SET from "")
+std::string key_prefix(const NodeRendezvousOptions& o) { return fmt::format("ddprun/{}/{}/", o.run_id, o.round); }
+
+std::string host_name() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof buf - 1) != 0) return "unknown-host";
+  return buf;
+}
+
+constexpr auto kPollSlice = 100ms;
+
+bool wait_for(StoreClient& client, const std::string& key, std::chrono::milliseconds budget) {
+  try {
+    client.wait({key}, std::max(budget, 1ms));
+    return true;
+  } catch (const StoreTimeoutError&) {
+    return false;
+  }
+}
+
+Assignment lead(StoreClient& client, const std::string& prefix, const NodeRendezvousOptions& o,
+                RdzvClock::time_point deadline) {
+  Admission admission(AdmissionPolicy{o.min_nodes, o.max_nodes, o.node_rank >= 0, o.token, o.run_id,
+                                      o.last_call_timeout});
+  std::int64_t next = 1;
+  while (!admission.complete(RdzvClock::now())) {
+    const auto now = RdzvClock::now();
+    if (now >= deadline) {
+      const std::string status = admission.describe();
+      client.set(prefix + "status", status);
+      client.set(prefix + "closed", "1");
+      throw RendezvousError(fmt::format("rendezvous '{}' timed out after {} s: {}", o.run_id,
+                                        std::chrono::duration_cast<std::chrono::seconds>(o.join_timeout).count(), status));
+    }
+    auto until = deadline;
+    if (auto last_call = admission.last_call_deadline()) until = std::min(until, *last_call);
+    const std::string join_key = prefix + "join/" + std::to_string(next);
+    if (!wait_for(client, join_key, std::chrono::duration_cast<std::chrono::milliseconds>(until - now))) continue;
+    const std::string verdict_key = prefix + "verdict/" + std::to_string(next);
+    auto join = decode_join(client.get(join_key));
+    ++next;
+    if (!join) {
+      log_line(fmt::format("rendezvous '{}': ignoring malformed join record {}", o.run_id, join_key));
+      client.set(verdict_key, "refused: malformed join record");
+      continue;
+    }
+    const auto decision = admission.offer(*join, RdzvClock::now());
+    if (!decision.admitted) {
+      log_line(fmt::format("rendezvous '{}': refused join #{} from {}: {}", o.run_id, join->seq, join->name,
+                           decision.reason));
+      client.set(verdict_key, "refused: " + decision.reason);
+    }
+    client.set(prefix + "status", admission.describe());
+  }
+  Assignment assignment = assign_ranks(admission.admitted());
+  std::vector<std::string> keys{prefix + "assignment"};
+  std::vector<std::string> values{encode_assignment(assignment)};
+  for (const auto& n : assignment.nodes) {
+    keys.push_back(prefix + "hb/" + std::to_string(n.node_rank));
+    values.push_back("0");
+  }
+  client.multi_set(keys, values);
+  keys.clear();
+  values.clear();
+  for (const auto& n : assignment.nodes) {
+    keys.push_back(prefix + "verdict/" + std::to_string(n.seq));
+    values.push_back("ok");
+  }
+  client.multi_set(keys, values);
+  client.set(prefix + "closed", "1");  // after the verdicts: a join without one is too late
+  return assignment;
+}
+
+}  // namespace
+
+RendezvousResult join_rendezvous(const StoreClientOptions& store, const NodeRendezvousOptions& options) {
+  NodeRendezvousOptions o = options;
+  if (o.node_name.empty()) o.node_name = host_name();
+  if (o.min_nodes < 1 || o.max_nodes < o.min_nodes) {
+    throw RendezvousError(fmt::format("invalid node range {}:{}", o.min_nodes, o.max_nodes));
+  }
+  const auto deadline = RdzvClock::now() + o.join_timeout;
+  const std::string prefix = key_prefix(o);
+  StoreClient client(store);
+
+  JoinRequest join;
+  join.seq = client.add(prefix + "arrivals", 1);
+  join.name = o.node_name;
+  join.local_world_size = o.local_world_size;
+  join.requested_node_rank = o.node_rank;
+  join.proof = join_proof(o.token, o.run_id, join);
+  client.set(prefix + "join/" + std::to_string(join.seq), encode_join(join));
+
+  const bool leader = o.node_rank >= 0 ? o.node_rank == 0 : join.seq == 1;
+  std::optional<Assignment> assignment;
+  if (leader) assignment = lead(client, prefix, o, deadline);
+
+  const std::string verdict_key = prefix + "verdict/" + std::to_string(join.seq);
+  for (;;) {
+    if (wait_for(client, verdict_key, kPollSlice)) break;
+    if (client.check({prefix + "closed"}) && !client.check({verdict_key})) {
+      std::string why = client.check({prefix + "status"}) ? client.get(prefix + "status") : "";
+      throw RendezvousError(fmt::format("rendezvous '{}' closed without admitting {} (arrival #{}){}{}", o.run_id,
+                                        o.node_name, join.seq, why.empty() ? "" : ": ", why));
+    }
+    if (RdzvClock::now() >= deadline) {
+      std::string why = client.check({prefix + "status"}) ? client.get(prefix + "status") : "the leader never answered";
+      throw RendezvousError(fmt::format("rendezvous '{}' timed out after {} s waiting to be admitted: {}", o.run_id,
+                                        std::chrono::duration_cast<std::chrono::seconds>(o.join_timeout).count(), why));
+    }
+  }
+  const std::string verdict = client.get(verdict_key);
+  if (verdict != "ok") throw RendezvousError(fmt::format("rendezvous '{}' {}", o.run_id, verdict));
+  if (!assignment) assignment = decode_assignment(client.get(prefix + "assignment"));
+  if (!assignment) throw RendezvousError("rendezvous assignment record is malformed");
+
+  RendezvousResult result;
+  result.assignment = *assignment;
+  result.num_nodes = static_cast<int>(assignment->nodes.size());
+  result.world_size = assignment->world_size;
+  for (const auto& n : assignment->nodes) {
+    if (n.seq == join.seq) {
+      result.node_rank = n.node_rank;
+      result.base_rank = n.base_rank;
+      result.local_world_size = n.local_world_size;
+    }
+  }
+  return result;
+}
+
+namespace {
+// The monitor must notice a dead store within the heartbeat timeout, not after the default
+// minutes-long connect and call timeouts.
+StoreClientOptions monitor_client_options(StoreClientOptions store, const NodeMonitor::Options& options) {
+  store.connect_timeout = options.heartbeat_timeout;
+  store.timeout = options.heartbeat_timeout;
+  store.max_backoff = std::min(store.max_backoff, options.heartbeat_interval);
+  return store;
+}
+}  // namespace
+
+NodeMonitor::NodeMonitor(const StoreClientOptions& store, const NodeRendezvousOptions& rendezvous,
+                         const RendezvousResult& joined, Options options, Callbacks callbacks)
+    : client_(monitor_client_options(store, options)),
+      control_(store),
+      prefix_(key_prefix(rendezvous)),
+      joined_(joined),
+      options_(options),
+      callbacks_(std::move(callbacks)),
+      thread_([this] { run(); }) {}
+
+NodeMonitor::~NodeMonitor() {
+  stopping_ = true;
+  thread_.join();
+}
+
+std::string NodeMonitor::broadcast_stop(const std::string& reason) {
+  const std::string now = control_.compare_set(prefix_ + "stop", "", reason);
+  return now;
+}
+
+void NodeMonitor::run() {
+  struct Seen {
+    std::string value;
+    RdzvClock::time_point changed;
+    bool reported = false;
+  };
+  std::vector<std::string> keys;
+  for (const auto& n : joined_.assignment.nodes) keys.push_back(prefix_ + "hb/" + std::to_string(n.node_rank));
+  std::map<int, Seen> seen;
+  const std::string my_key = prefix_ + "hb/" + std::to_string(joined_.node_rank);
+  bool stop_reported = false;
+  bool store_lost_reported = false;
+  auto store_answered = RdzvClock::now();
+  while (!stopping_) {
+    const auto now = RdzvClock::now();
+    try {
+      client_.add(my_key, 1);
+      const auto values = client_.multi_get(keys);
+      for (std::size_t i = 0; i < values.size(); ++i) {
+        const auto& node = joined_.assignment.nodes[i];
+        auto [it, fresh] = seen.try_emplace(node.node_rank, Seen{values[i], now});
+        if (fresh || it->second.value != values[i]) {
+          it->second = Seen{values[i], now, false};
+        } else if (!it->second.reported && node.node_rank != joined_.node_rank &&
+                   now - it->second.changed > options_.heartbeat_timeout) {
+          it->second.reported = true;
+          if (callbacks_.on_node_lost) callbacks_.on_node_lost(node);
+        }
+      }
+      if (!stop_reported && client_.check({prefix_ + "stop"})) {
+        stop_reported = true;
+        if (callbacks_.on_stop) callbacks_.on_stop(client_.get(prefix_ + "stop"));
+      }
+      store_answered = RdzvClock::now();
+    } catch (const StoreError& e) {
+      // The store's host is gone: nobody can heartbeat any more, so this is reported once.
+      if (!store_lost_reported && RdzvClock::now() - store_answered > options_.heartbeat_timeout) {
+        store_lost_reported = true;
+        if (callbacks_.on_store_lost) callbacks_.on_store_lost(e.what());
+      }
+    }
+    const auto next = now + options_.heartbeat_interval;
+    while (!stopping_ && RdzvClock::now() < next) std::this_thread::sleep_for(std::min<std::chrono::milliseconds>(options_.heartbeat_interval, 20ms));
+  }
+}
+
+}  // namespace ddp::rdzv

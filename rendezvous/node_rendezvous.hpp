@@ -1,0 +1,92 @@
+#pragma once
+
+// Multi-node rendezvous for ddprun agents over the store: join (optionally with a shared token),
+// rank assignment, heartbeats and a job-wide stop broadcast. Blocking API, one StoreClient
+// connection per object; see docs/rendezvous.md for the key layout.
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include "rendezvous/rank_assignment.hpp"
+#include "rendezvous/store_client.hpp"
+
+namespace ddp::rdzv {
+
+struct NodeRendezvousOptions {
+  std::string run_id = "none";  // keeps jobs sharing one store apart (--rdzv_id)
+  int round = 0;                // restart count: each restart meets under fresh keys
+  std::string token;            // shared secret (DDPRUN_RDZV_TOKEN / --rdzv_conf token=); empty = none
+  int min_nodes = 1;
+  int max_nodes = 1;
+  int node_rank = -1;           // static rendezvous: this node's rank; -1: assigned on arrival (c10d)
+  int local_world_size = 1;
+  std::string node_name;        // shown in messages; defaults to the host name
+  std::chrono::milliseconds join_timeout{std::chrono::seconds(600)};
+  std::chrono::milliseconds last_call_timeout{std::chrono::seconds(30)};
+};
+
+struct RendezvousResult {
+  int node_rank = 0;
+  int num_nodes = 0;
+  int world_size = 0;
+  int base_rank = 0;  // RANK of this node's LOCAL_RANK 0
+  int local_world_size = 0;
+  Assignment assignment;  // every node, in node-rank order
+};
+
+// Join failed: timed out (the message says who arrived and who did not) or was refused.
+class RendezvousError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Blocks until the job's nodes have met or join_timeout passes. The leader (node rank 0 when
+// static, the first arrival otherwise) admits joins and publishes the assignment; refused
+// joins are logged by the leader and reported to the joiner.
+RendezvousResult join_rendezvous(const StoreClientOptions& store, const NodeRendezvousOptions& options);
+
+// Heartbeats and job-wide stop after a successful join. Runs one background thread with its own
+// store connection; callbacks run on that thread (each at most once per node / once for stop).
+class NodeMonitor {
+ public:
+  struct Options {
+    std::chrono::milliseconds heartbeat_interval{std::chrono::seconds(1)};
+    std::chrono::milliseconds heartbeat_timeout{std::chrono::seconds(5)};
+  };
+  struct Callbacks {
+    std::function<void(const NodeAssignment& lost)> on_node_lost;
+    std::function<void(const std::string& reason)> on_stop;
+    // The store stopped answering for longer than heartbeat_timeout (its host is gone).
+    std::function<void(const std::string& error)> on_store_lost;
+  };
+
+  NodeMonitor(const StoreClientOptions& store, const NodeRendezvousOptions& rendezvous,
+              const RendezvousResult& joined, Options options, Callbacks callbacks);
+  ~NodeMonitor();
+  NodeMonitor(const NodeMonitor&) = delete;
+  NodeMonitor& operator=(const NodeMonitor&) = delete;
+
+  // Tell every node to stop (first reason wins); returns the reason now in force. Throws
+  // StoreError if the store is unreachable.
+  std::string broadcast_stop(const std::string& reason);
+
+ private:
+  void run();
+
+  StoreClient client_;
+  StoreClient control_;  // broadcast_stop from the caller's thread
+  std::string prefix_;
+  RendezvousResult joined_;
+  Options options_;
+  Callbacks callbacks_;
+  std::atomic<bool> stopping_{false};
+  std::thread thread_;
+};
+
+}  // namespace ddp::rdzv

@@ -1,0 +1,171 @@
+#include "rendezvous/rank_assignment.hpp"
+
+#include <algorithm>
+
+#include <boost/uuid/detail/sha1.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+namespace ddp::rdzv {
+namespace {
+
+using Json = nlohmann::json;
+
+std::string sha1_raw(std::string_view data) {
+  boost::uuids::detail::sha1 h;
+  h.process_bytes(data.data(), data.size());
+  boost::uuids::detail::sha1::digest_type digest;
+  h.get_digest(digest);
+  std::string out;
+  for (unsigned word : digest) {
+    for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<char>((word >> shift) & 0xFF));
+  }
+  return out;
+}
+
+// RFC 2104 HMAC over SHA-1 (64-byte blocks).
+std::string hmac_sha1_hex(std::string_view key, std::string_view message) {
+  std::string k(key);
+  if (k.size() > 64) k = sha1_raw(k);
+  k.resize(64, '\0');
+  std::string inner(64, '\0'), outer(64, '\0');
+  for (int i = 0; i < 64; ++i) {
+    inner[i] = static_cast<char>(k[i] ^ 0x36);
+    outer[i] = static_cast<char>(k[i] ^ 0x5c);
+  }
+  const std::string mac = sha1_raw(outer + sha1_raw(inner + std::string(message)));
+  std::string hex;
+  for (unsigned char c : mac) hex += fmt::format("{:02x}", c);
+  return hex;
+}
+
+}  // namespace
+
+Assignment assign_ranks(std::vector<JoinRequest> admitted) {
+  const bool by_request = !admitted.empty() && admitted.front().requested_node_rank >= 0;
+  std::stable_sort(admitted.begin(), admitted.end(), [&](const JoinRequest& a, const JoinRequest& b) {
+    return by_request ? a.requested_node_rank < b.requested_node_rank : a.seq < b.seq;
+  });
+  Assignment out;
+  for (std::size_t i = 0; i < admitted.size(); ++i) {
+    const JoinRequest& j = admitted[i];
+    out.nodes.push_back(NodeAssignment{static_cast<int>(i), j.name, j.local_world_size, out.world_size, j.seq});
+    out.world_size += j.local_world_size;
+  }
+  return out;
+}
+
+std::string encode_join(const JoinRequest& join) {
+  return Json{{"seq", join.seq},
+              {"name", join.name},
+              {"local_world_size", join.local_world_size},
+              {"node_rank", join.requested_node_rank},
+              {"proof", join.proof}}
+      .dump();
+}
+
+std::optional<JoinRequest> decode_join(std::string_view text) {
+  try {
+    const Json j = Json::parse(text);
+    JoinRequest out;
+    out.seq = j.at("seq").get<std::int64_t>();
+    out.name = j.at("name").get<std::string>();
+    out.local_world_size = j.at("local_world_size").get<int>();
+    out.requested_node_rank = j.at("node_rank").get<int>();
+    out.proof = j.at("proof").get<std::string>();
+    return out;
+  } catch (const Json::exception&) {
+    return std::nullopt;
+  }
+}
+
+std::string encode_assignment(const Assignment& assignment) {
+  Json nodes = Json::array();
+  for (const auto& n : assignment.nodes) {
+    nodes.push_back({{"node_rank", n.node_rank}, {"name", n.name}, {"local_world_size", n.local_world_size},
+                     {"base_rank", n.base_rank}, {"seq", n.seq}});
+  }
+  return Json{{"world_size", assignment.world_size}, {"nodes", nodes}}.dump();
+}
+
+std::optional<Assignment> decode_assignment(std::string_view text) {
+  try {
+    const Json j = Json::parse(text);
+    Assignment out;
+    out.world_size = j.at("world_size").get<int>();
+    for (const auto& n : j.at("nodes")) {
+      out.nodes.push_back(NodeAssignment{n.at("node_rank").get<int>(), n.at("name").get<std::string>(),
+                                         n.at("local_world_size").get<int>(), n.at("base_rank").get<int>(),
+                                         n.at("seq").get<std::int64_t>()});
+    }
+    return out;
+  } catch (const Json::exception&) {
+    return std::nullopt;
+  }
+}
+
+std::string join_proof(std::string_view token, std::string_view run_id, const JoinRequest& join) {
+  if (token.empty()) return {};
+  return hmac_sha1_hex(token, fmt::format("{}\n{}\n{}\n{}\n{}", run_id, join.seq, join.name, join.local_world_size,
+                                          join.requested_node_rank));
+}
+
+Admission::Decision Admission::offer(const JoinRequest& join, RdzvClock::time_point now) {
+  if (!policy_.token.empty() && join.proof != join_proof(policy_.token, policy_.run_id, join)) {
+    return {false, "wrong or missing rendezvous token"};
+  }
+  if (static_cast<int>(admitted_.size()) >= policy_.max_nodes) {
+    return {false, fmt::format("the job already has its {} nodes", policy_.max_nodes)};
+  }
+  if (join.local_world_size < 1) return {false, "local world size must be at least 1"};
+  if (policy_.static_ranks) {
+    const int r = join.requested_node_rank;
+    if (r < 0 || r >= policy_.max_nodes) {
+      return {false, fmt::format("node rank {} is outside 0..{}", r, policy_.max_nodes - 1)};
+    }
+    for (const auto& a : admitted_) {
+      if (a.requested_node_rank == r) return {false, fmt::format("node rank {} already joined from {}", r, a.name)};
+    }
+  } else if (join.requested_node_rank >= 0) {
+    return {false, "a fixed node rank was given to a rendezvous that assigns ranks on arrival"};
+  }
+  admitted_.push_back(join);
+  if (!min_reached_at_ && static_cast<int>(admitted_.size()) >= policy_.min_nodes) min_reached_at_ = now;
+  return {true, {}};
+}
+
+bool Admission::complete(RdzvClock::time_point now) const {
+  const int n = static_cast<int>(admitted_.size());
+  if (n >= policy_.max_nodes) return true;
+  if (policy_.static_ranks || !min_reached_at_) return false;
+  return now >= *min_reached_at_ + policy_.last_call_timeout;
+}
+
+std::optional<RdzvClock::time_point> Admission::last_call_deadline() const {
+  if (policy_.static_ranks || !min_reached_at_) return std::nullopt;
+  return *min_reached_at_ + policy_.last_call_timeout;
+}
+
+std::string Admission::describe() const {
+  std::string arrived;
+  for (const auto& a : admitted_) {
+    arrived += fmt::format("{}{}", arrived.empty() ? "" : ", ", a.name);
+    if (a.requested_node_rank >= 0) arrived += fmt::format(" (node {})", a.requested_node_rank);
+  }
+  std::string line = fmt::format("{} of {} node(s) arrived: {}", admitted_.size(),
+                                 policy_.min_nodes == policy_.max_nodes ? std::to_string(policy_.max_nodes)
+                                                                        : fmt::format("{}..{}", policy_.min_nodes, policy_.max_nodes),
+                                 arrived.empty() ? "none" : arrived);
+  if (policy_.static_ranks) {
+    std::string missing;
+    for (int r = 0; r < policy_.max_nodes; ++r) {
+      const bool present = std::any_of(admitted_.begin(), admitted_.end(),
+                                       [&](const JoinRequest& a) { return a.requested_node_rank == r; });
+      if (!present) missing += fmt::format("{}{}", missing.empty() ? "" : ", ", r);
+    }
+    if (!missing.empty()) line += fmt::format("; missing node rank(s): {}", missing);
+  }
+  return line;
+}
+
+}  // namespace ddp::rdzv

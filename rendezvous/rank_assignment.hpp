@@ -1,0 +1,89 @@
+#pragma once
+
+// The pure half of multi-node rendezvous: join records, the leader's admission state machine,
+// rank assignment, and the shared-secret proof. No I/O; node_rendezvous.cpp drives it over the
+// store.
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ddp::rdzv {
+
+using RdzvClock = std::chrono::steady_clock;
+
+// What an agent announces when it joins.
+struct JoinRequest {
+  std::int64_t seq = 0;         // arrival number handed out by the store (1, 2, ...)
+  std::string name;             // host name (or any label) used in messages
+  int local_world_size = 1;     // workers this node will run
+  int requested_node_rank = -1; // static rendezvous: the node's --node_rank; -1: assign on arrival
+  std::string proof;            // join_proof(token, ...) or empty when no token is configured
+};
+
+struct NodeAssignment {
+  int node_rank = 0;
+  std::string name;
+  int local_world_size = 1;
+  int base_rank = 0;  // global rank of this node's local rank 0
+  std::int64_t seq = 0;
+};
+
+struct Assignment {
+  std::vector<NodeAssignment> nodes;  // in node-rank order
+  int world_size = 0;
+};
+
+// Global ranks are contiguous per node in node-rank order (torchrun's rule). Static requests keep
+// their node ranks; dynamic ones are numbered in arrival order.
+Assignment assign_ranks(std::vector<JoinRequest> admitted);
+
+std::string encode_join(const JoinRequest& join);
+std::optional<JoinRequest> decode_join(std::string_view text);
+std::string encode_assignment(const Assignment& assignment);
+std::optional<Assignment> decode_assignment(std::string_view text);
+
+// HMAC-SHA1 (hex) of the join's identity under the shared token. Not a secure channel (the store
+// protocol is plaintext), but a stranger without the token cannot produce an admissible join,
+// and a proof is bound to its arrival number so it cannot be replayed.
+std::string join_proof(std::string_view token, std::string_view run_id, const JoinRequest& join);
+
+struct AdmissionPolicy {
+  int min_nodes = 1;
+  int max_nodes = 1;
+  bool static_ranks = true;  // node ranks come from the joins (0..max_nodes-1, each once)
+  std::string token;         // empty: no proof required
+  std::string run_id;
+  std::chrono::milliseconds last_call_timeout{std::chrono::seconds(30)};
+};
+
+// The leader's decision procedure, fed one join at a time.
+class Admission {
+ public:
+  explicit Admission(AdmissionPolicy policy) : policy_(std::move(policy)) {}
+
+  struct Decision {
+    bool admitted = false;
+    std::string reason;  // why a join was refused
+  };
+  Decision offer(const JoinRequest& join, RdzvClock::time_point now);
+
+  // Complete when max_nodes joined, or (dynamic) min_nodes joined and last_call_timeout passed.
+  bool complete(RdzvClock::time_point now) const;
+  // When complete() may next turn true without a new join (the end of the last call), if ever.
+  std::optional<RdzvClock::time_point> last_call_deadline() const;
+
+  const std::vector<JoinRequest>& admitted() const { return admitted_; }
+  // One line naming who arrived and, for static rendezvous, which node ranks are missing.
+  std::string describe() const;
+
+ private:
+  AdmissionPolicy policy_;
+  std::vector<JoinRequest> admitted_;
+  std::optional<RdzvClock::time_point> min_reached_at_;
+};
+
+}  // namespace ddp::rdzv

@@ -1,0 +1,190 @@
+// Multi-node rendezvous against a real StoreServer on 127.0.0.1: each "agent" is a thread with
+// its own store connections, exactly as separate ddprun processes would be.
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <future>
+#include <set>
+
+#include "rendezvous/node_rendezvous.hpp"
+#include "tests/rendezvous/test_server.hpp"
+
+using namespace ddp::rdzv;
+using namespace ddp::rdzv::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+NodeRendezvousOptions node(std::string name, int lws, int node_rank, int min_nodes, int max_nodes) {
+  NodeRendezvousOptions o;
+  o.run_id = "job";
+  o.node_name = std::move(name);
+  o.local_world_size = lws;
+  o.node_rank = node_rank;
+  o.min_nodes = min_nodes;
+  o.max_nodes = max_nodes;
+  o.join_timeout = 20s;
+  o.last_call_timeout = 300ms;
+  return o;
+}
+
+std::vector<std::future<RendezvousResult>> join_all(TestServer& server, const std::vector<NodeRendezvousOptions>& nodes) {
+  std::vector<std::future<RendezvousResult>> out;
+  for (const auto& n : nodes) {
+    out.push_back(std::async(std::launch::async, [&server, n] { return join_rendezvous(server.client_options(), n); }));
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("static rendezvous: 3 nodes, heterogeneous local sizes, any arrival order") {
+  TestServer server;
+  auto futures = join_all(server, {node("c", 3, 2, 3, 3), node("a", 2, 0, 3, 3), node("b", 1, 1, 3, 3)});
+  std::vector<RendezvousResult> results;
+  for (auto& f : futures) results.push_back(f.get());
+  for (const auto& r : results) {
+    CHECK(r.world_size == 6);
+    CHECK(r.num_nodes == 3);
+    CHECK(encode_assignment(r.assignment) == encode_assignment(results[0].assignment));  // all agree
+  }
+  CHECK(results[0].node_rank == 2);
+  CHECK(results[0].base_rank == 3);
+  CHECK(results[1].node_rank == 0);
+  CHECK(results[1].base_rank == 0);
+  CHECK(results[2].node_rank == 1);
+  CHECK(results[2].base_rank == 2);
+  CHECK(results[2].local_world_size == 1);
+}
+
+TEST_CASE("dynamic rendezvous MIN:MAX starts with MIN nodes after the last call") {
+  TestServer server;
+  auto futures = join_all(server, {node("x", 2, -1, 2, 4), node("y", 1, -1, 2, 4)});
+  auto r0 = futures[0].get();
+  auto r1 = futures[1].get();
+  CHECK(r0.num_nodes == 2);
+  CHECK(r0.world_size == 3);
+  CHECK(r0.node_rank != r1.node_rank);
+  CHECK(r0.base_rank + r1.base_rank == (r0.node_rank == 0 ? 2 : 1));
+  // A node arriving after the round closed is refused, not left hanging.
+  auto late = node("late", 1, -1, 2, 4);
+  try {
+    join_rendezvous(server.client_options(), late);
+    FAIL("late node admitted");
+  } catch (const RendezvousError& e) {
+    CHECK(std::string(e.what()).find("closed without admitting late") != std::string::npos);
+  }
+}
+
+TEST_CASE("dynamic rendezvous closes at once when MAX nodes arrive") {
+  TestServer server;
+  std::vector<NodeRendezvousOptions> nodes;
+  for (int i = 0; i < 4; ++i) {
+    auto n = node("n" + std::to_string(i), 1, -1, 1, 4);
+    n.last_call_timeout = 60s;  // would dominate if MAX did not close the round
+    nodes.push_back(n);
+  }
+  auto futures = join_all(server, nodes);
+  std::set<int> ranks;
+  for (auto& f : futures) {
+    REQUIRE(f.wait_for(10s) == std::future_status::ready);
+    ranks.insert(f.get().node_rank);
+  }
+  CHECK(ranks == std::set<int>{0, 1, 2, 3});
+}
+
+TEST_CASE("a stranger without the token is refused and logged; the job still forms") {
+  TestServer server;
+  auto a = node("a", 1, 0, 2, 2);
+  auto b = node("b", 1, 1, 2, 2);
+  a.token = b.token = "s3cret";
+  auto stranger = node("stranger", 1, 1, 2, 2);
+  stranger.token = "guess";
+  auto fa = std::async(std::launch::async, [&] { return join_rendezvous(server.client_options(), a); });
+  server.stats_when([](const StoreServerStats& s) { return s.pending_waits >= 1; });
+  try {
+    join_rendezvous(server.client_options(), stranger);
+    FAIL("stranger admitted");
+  } catch (const RendezvousError& e) {
+    CHECK(std::string(e.what()).find("wrong or missing rendezvous token") != std::string::npos);
+  }
+  auto rb = join_rendezvous(server.client_options(), b);
+  CHECK(fa.get().world_size == 2);
+  CHECK(rb.node_rank == 1);
+  const auto log = server.log();
+  CHECK(std::any_of(log.begin(), log.end(), [](const std::string& l) {
+    return l.find("refused join #2 from stranger: wrong or missing rendezvous token") != std::string::npos;
+  }));
+}
+
+TEST_CASE("a node that never arrives: join_timeout names who came and who did not") {
+  TestServer server;
+  auto a = node("alpha", 1, 0, 3, 3);
+  a.join_timeout = 500ms;
+  auto b = node("beta", 1, 2, 3, 3);
+  b.join_timeout = 2s;
+  auto fb = std::async(std::launch::async, [&] { return join_rendezvous(server.client_options(), b); });
+  try {
+    join_rendezvous(server.client_options(), a);
+    FAIL("rendezvous completed without node 1");
+  } catch (const RendezvousError& e) {
+    const std::string what = e.what();
+    CHECK(what.find("timed out") != std::string::npos);
+    CHECK(what.find("alpha (node 0)") != std::string::npos);
+    CHECK(what.find("missing node rank(s): 1") != std::string::npos);
+  }
+  CHECK_THROWS_AS(fb.get(), RendezvousError);  // the others learn it too, no hang
+}
+
+TEST_CASE("two jobs on one store stay apart") {
+  TestServer server;
+  auto j1 = node("a", 1, 0, 1, 1);
+  auto j2 = node("b", 5, 0, 1, 1);
+  j2.run_id = "other";
+  CHECK(join_rendezvous(server.client_options(), j1).world_size == 1);
+  CHECK(join_rendezvous(server.client_options(), j2).world_size == 5);
+}
+
+TEST_CASE("heartbeats: a node that stops is reported; a stop broadcast reaches everyone") {
+  TestServer server;
+  auto futures = join_all(server, {node("a", 1, 0, 2, 2), node("b", 1, 1, 2, 2)});
+  auto ra = futures[0].get();
+  auto rb = futures[1].get();
+  NodeMonitor::Options mo{50ms, 400ms};
+  std::promise<NodeAssignment> lost;
+  std::promise<std::string> stop_a;
+  NodeMonitor::Callbacks cba;
+  cba.on_node_lost = [&](const NodeAssignment& n) { lost.set_value(n); };
+  cba.on_stop = [&](const std::string& reason) { stop_a.set_value(reason); };
+  NodeMonitor ma(server.client_options(), node("a", 1, 0, 2, 2), ra, mo, cba);
+  {
+    NodeMonitor mb(server.client_options(), node("b", 1, 1, 2, 2), rb, mo, {});
+    std::this_thread::sleep_for(200ms);
+    CHECK(mb.broadcast_stop("node 1 (b): rank 1 exited with code 3") == "node 1 (b): rank 1 exited with code 3");
+    CHECK(mb.broadcast_stop("second reason") == "node 1 (b): rank 1 exited with code 3");  // first wins
+  }  // b's agent is gone: no more heartbeats
+  auto stop_future = stop_a.get_future();
+  REQUIRE(stop_future.wait_for(5s) == std::future_status::ready);
+  CHECK(stop_future.get() == "node 1 (b): rank 1 exited with code 3");
+  auto lost_future = lost.get_future();
+  REQUIRE(lost_future.wait_for(5s) == std::future_status::ready);
+  auto n = lost_future.get();
+  CHECK(n.node_rank == 1);
+  CHECK(n.name == "b");
+}
+
+TEST_CASE("heartbeats: losing the store itself is reported") {
+  auto server = std::make_unique<TestServer>();
+  auto opts = server->client_options();
+  auto futures = join_all(*server, {node("a", 1, 0, 1, 1)});
+  auto ra = futures[0].get();
+  std::promise<std::string> gone;
+  NodeMonitor::Callbacks cb;
+  cb.on_store_lost = [&](const std::string& e) { gone.set_value(e); };
+  NodeMonitor m(opts, node("a", 1, 0, 1, 1), ra, NodeMonitor::Options{50ms, 300ms}, cb);
+  server.reset();
+  auto f = gone.get_future();
+  REQUIRE(f.wait_for(10s) == std::future_status::ready);
+  CHECK_FALSE(f.get().empty());
+}
