@@ -11,10 +11,16 @@ namespace {
 constexpr size_t kReadBytes = 256 * 1024;
 constexpr size_t kTailKeep = 16 * 1024;
 
-/// One scratch buffer for every pump: ddprun's loop is single-threaded.
+/// One read buffer and one framing buffer for every pump: ddprun's loop is single-threaded,
+/// and a per-pump framing buffer would keep ~300 KiB per stream alive after a burst.
 char* scratch() {
   static std::vector<char> buffer(kReadBytes);
   return buffer.data();
+}
+
+std::string& framed() {
+  static std::string buffer;
+  return buffer;
 }
 
 }  // namespace
@@ -66,9 +72,10 @@ void StreamPump::deliver(std::string_view chunk) {
     route_.file_fd = -1;
   }
   if (route_.console) {
-    framer_.frame(chunk, out_);
-    route_.console->write_all(out_);
-    out_.clear();
+    std::string& out = framed();
+    out.clear();
+    framer_.frame(chunk, out);
+    route_.console->write_all(out);
   }
   if (route_.keep_tail) {
     tail_.append(chunk);
@@ -93,10 +100,9 @@ void StreamPump::finish() {
   if (closed_) return;
   drain();
   closed_ = true;
-  if (route_.console && framer_.finish(out_)) {
-    route_.console->write_all(out_);
-    out_.clear();
-  }
+  std::string& out = framed();
+  out.clear();
+  if (route_.console && framer_.finish(out)) route_.console->write_all(out);
   boost::system::error_code ignored;
   pipe_.cancel(ignored);
   pipe_.close(ignored);

@@ -45,7 +45,6 @@ class StreamPump : public std::enable_shared_from_this<StreamPump> {
   boost::asio::posix::stream_descriptor pipe_;
   StreamRoute route_;
   LineFramer framer_;
-  std::string out_;
   std::string tail_;
   bool closed_ = false;
 };

@@ -217,7 +217,8 @@ void Agent::start_worker(Worker& w, int attempt) {
   for (int s = 0; s < 2; ++s) {
     bool (*includes)(StreamSet) = s == 0 ? includes_stdout : includes_stderr;
     bool to_file = includes(redirect) || includes(tee) || filtered;
-    bool to_console = !includes(redirect) && !filtered;
+    // As in torchrun, --tee wins over --redirects for the same stream.
+    bool to_console = (!includes(redirect) || includes(tee)) && !filtered;
     if (::pipe2(plans[s].pipe, O_CLOEXEC) != 0) {
       say(fmt::format("pipe: {}", std::strerror(errno)));
       internal_error_ = exit_codes::kInternal;
