@@ -219,13 +219,14 @@ void Agent::start_worker(Worker& w, int attempt) {
     bool to_file = includes(redirect) || includes(tee) || filtered;
     // As in torchrun, --tee wins over --redirects for the same stream.
     bool to_console = (!includes(redirect) || includes(tee)) && !filtered;
-    if (::pipe2(plans[s].pipe, O_CLOEXEC) != 0) {
-      say(fmt::format("pipe: {}", std::strerror(errno)));
-      internal_error_ = exit_codes::kInternal;
-      w.outcome.status = ExitStatus::exited(exit_codes::kInternal);
-      w.outcome.start_error = "pipe failed";
-      root_cause_ = static_cast<size_t>(r);
-      stop_workers(SIGTERM);
+    if (::pipe2(plans[s].pipe, O_CLOEXEC) != 0) {  // out of descriptors, most likely
+      Error error{exit_codes::kInternal, fmt::format("pipe: {}", std::strerror(errno))};
+      for (int t = 0; t < s; ++t) {
+        ::close(plans[t].pipe[0]);
+        ::close(plans[t].pipe[1]);
+        if (plans[t].route.file_fd >= 0) ::close(plans[t].route.file_fd);
+      }
+      record_start_failure(w, error);
       return;
     }
     ::fcntl(plans[s].pipe[1], F_SETPIPE_SZ, kPipeBytes);  // fewer wake-ups; best effort

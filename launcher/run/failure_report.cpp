@@ -31,7 +31,11 @@ void append_indented(std::string& out, const std::string& text, const char* inde
 }
 
 std::string outcome_text(const WorkerOutcome& w) {
-  if (!w.status) return "not started: " + w.start_error;
+  if (!w.start_error.empty()) {
+    return w.status ? fmt::format("could not start ({}): {}", describe(*w.status), w.start_error)
+                    : "could not start: " + w.start_error;
+  }
+  if (!w.status) return "not started";
   std::string text = describe(*w.status);
   if (w.oom_killed) text += " - killed by the kernel's OOM killer";
   return text;
@@ -83,7 +87,7 @@ std::string format_failure_summary(const RunSummaryInput& in) {
     out += "Root cause (first observed failure):\n";
     out += fmt::format("  rank       : {} (local_rank: {})\n", w.rank, w.local_rank);
     out += fmt::format("  host       : {}\n", in.host);
-    out += fmt::format("  pid        : {}\n", w.pid);
+    out += w.pid > 0 ? fmt::format("  pid        : {}\n", w.pid) : std::string("  pid        : -\n");
     out += fmt::format("  exit       : {}\n", outcome_text(w));
     auto since = std::chrono::duration<double>(w.exit_time - in.start_time).count();
     out += fmt::format("  time       : {} ({:.3f} s after launch)\n", format_utc(w.exit_time), since);
