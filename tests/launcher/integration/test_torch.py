@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import socket
+import subprocess
 import sys
 
 from harness import clean_env, run, start, stop
@@ -73,9 +74,11 @@ def agree(results):
 
 if __name__ == "__main__":
     python = sys.argv[1] if len(sys.argv) > 1 else "default"
-    if python != "default" and not shutil.which(python):
-        print(f"SKIP: {python} not found")
-        sys.exit(0)
+    interpreter = "python3" if python == "default" else python
+    if not shutil.which(interpreter) or subprocess.run(
+            [interpreter, "-c", "import torch.distributed"], capture_output=True).returncode != 0:
+        print(f"SKIP: {interpreter} cannot import torch.distributed")
+        sys.exit(77)  # ctest SKIP_RETURN_CODE
     if len(sys.argv) > 2 and sys.argv[2] == "two-nodes":
         check_two_static_nodes(python)
     else:
