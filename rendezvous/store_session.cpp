@@ -17,7 +17,7 @@ void release_if_large(std::string& buffer) {
 
 StoreSession::StoreSession(boost::asio::ip::tcp::socket socket, ClientId id,
                            std::shared_ptr<SessionHost> host)
-    : socket_(std::move(socket)), id_(id), host_(std::move(host)), peer_(describe_peer()) {}
+    : socket_(std::move(socket)), id_(id), host_(std::move(host)) {}
 
 std::string StoreSession::describe_peer() const {
   boost::system::error_code ec;
@@ -168,7 +168,8 @@ void StoreSession::close() { finish(false); }
 void StoreSession::close_for_error(std::string_view reason) {
   if (closed_) return;
   const char* gen = kind_ == ConnectionKind::G1 ? "G1" : kind_ == ConnectionKind::G2 ? "G2" : "unclassified";
-  log_line(fmt::format("closing connection from {} ({}): {}", peer_, gen, reason));
+  // The peer is looked up only here: a getpeername per connection is measurable at 16k clients.
+  log_line(fmt::format("closing connection from {} ({}): {}", describe_peer(), gen, reason));
   finish(true);
 }
 

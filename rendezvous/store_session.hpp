@@ -56,7 +56,6 @@ class StoreSession : public std::enable_shared_from_this<StoreSession> {
   boost::asio::ip::tcp::socket socket_;
   ClientId id_;
   std::shared_ptr<SessionHost> host_;
-  std::string peer_;
 
   ConnectionKind kind_ = ConnectionKind::Undetermined;
   bool first_request_ = true;

@@ -6,6 +6,12 @@
 
 Servers: ddprun-store (G2 load), torch 1.13's server via /usr/bin/python3 (G1 load) and torch 2.x's
 libuv server via python3 (G2 load), each started fresh on 127.0.0.1 port 0. Prints markdown tables.
+
+The libuv server does a reverse-DNS (PTR) lookup for every accepted connection; where the
+resolver is slow or unreachable (this sandbox: some lookups wait 5 s) that alone makes 1k clients
+take ~95 s to connect. With --no-dns (the default, needs root for `unshare -m`) the PyTorch servers
+run with a private /etc/resolv.conf pointing at 127.0.0.1, so lookups fail at once, as they would
+on a cluster with a fast resolver.
 Throughput rounds are interleaved across servers and the median is reported, because the machine
 may be shared. Server CPU per op comes from /proc/<pid>/stat; RSS is sampled from /proc while the
 load runs (peak minus the idle value before the load).
@@ -28,7 +34,20 @@ SERVER_PY = (
     "time.sleep(1e9)\n")
 
 
+NO_DNS_RESOLV = "/tmp/ddprun-bench-resolv.conf"
+
+
+def without_dns(argv):
+    """Run argv in a private mount namespace whose /etc/resolv.conf points at nothing."""
+    with open(NO_DNS_RESOLV, "w") as f:
+        f.write("nameserver 127.0.0.1\noptions timeout:1 attempts:1\n")
+    return ["unshare", "-m", "sh", "-c", f"mount --bind {NO_DNS_RESOLV} /etc/resolv.conf && exec \"$0\" \"$@\"",
+            *argv]
+
+
 class Server:
+    no_dns = True
+
     def __init__(self, kind, build):
         self.kind = kind
         if kind == "ddprun":
@@ -37,6 +56,8 @@ class Server:
             argv = ["/usr/bin/python3", "-c", SERVER_PY, "legacy"]
         else:
             argv = ["python3", "-c", SERVER_PY, "libuv"]
+        if kind != "ddprun" and Server.no_dns:
+            argv = without_dns(argv)
         self.proto = "g1" if kind == "torch113" else "g2"
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         line = self.proc.stdout.readline().strip()
@@ -126,13 +147,16 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=3)
     ap.add_argument("--scale", default="1000,4000,16000")
-    ap.add_argument("--libuv-scale-max", type=int, default=1000)
-    ap.add_argument("--torch113-scale-max", type=int, default=1000)
+    ap.add_argument("--libuv-scale-max", type=int, default=16000)
+    ap.add_argument("--torch113-scale-max", type=int, default=4000)
+    ap.add_argument("--no-dns", action=argparse.BooleanOptionalAction, default=True,
+                    help="run the PyTorch servers without a reachable DNS resolver (see above)")
     ap.add_argument("--scale-timeout", type=float, default=240)
     a = ap.parse_args()
+    Server.no_dns = a.no_dns
 
     print(f"# store benchmarks ({time.strftime('%Y-%m-%d %H:%M')}, load average {os.getloadavg()[0]:.1f}, "
-          f"{os.cpu_count()} cores)\n")
+          f"{os.cpu_count()} cores, PyTorch servers {'without' if a.no_dns else 'with'} DNS)\n")
     kinds = ["ddprun", "torch113", "libuv"]
     tp = throughput(a.build, kinds, a.rounds, a.seconds)
     names = {"ddprun": "ddprun-store", "torch113": "torch 1.13 server", "libuv": "torch 2.15 libuv server"}
