@@ -25,9 +25,10 @@ class OrphanGuard {
   OrphanGuard& operator=(const OrphanGuard&) = delete;
   ~OrphanGuard();
 
-  /// Forks the guard. `token` must be unique to this run. Returns false if it could not start
-  /// (ddprun then runs without it, and says so).
-  bool start(const std::string& token);
+  /// Forks the guard. `token` must be unique to this run. `scratch_dir`, if not empty, is a
+  /// temporary directory of ddprun's that the guard removes when ddprun dies without cleaning up.
+  /// Returns false if it could not start (ddprun then runs without it, and says so).
+  bool start(const std::string& token, const std::string& scratch_dir = {});
 
   /// Tells the guard about a worker's process group.
   void watch_group(pid_t pgid);

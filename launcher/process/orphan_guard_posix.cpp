@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -55,7 +56,7 @@ int kill_marked_processes(const std::string& needle) {
   return killed;
 }
 
-[[noreturn]] void guard_main(int read_fd, const std::string& token) {
+[[noreturn]] void guard_main(int read_fd, const std::string& token, const std::string& scratch_dir) {
   ::setpgid(0, 0);  // a Ctrl-C or a kill of ddprun's group must not take the guard down
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGCHLD}) ::signal(sig, SIG_IGN);
   sigset_t none;
@@ -92,12 +93,16 @@ int kill_marked_processes(const std::string& needle) {
     if (kill_marked_processes(needle) == 0 && round > 0) break;
     ::usleep(20'000);
   }
+  if (!scratch_dir.empty()) {
+    std::error_code ignored;
+    std::filesystem::remove_all(scratch_dir, ignored);
+  }
   ::_exit(0);
 }
 
 }  // namespace
 
-bool OrphanGuard::start(const std::string& token) {
+bool OrphanGuard::start(const std::string& token, const std::string& scratch_dir) {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) return false;
   pid_t pid = ::fork();
@@ -108,7 +113,7 @@ bool OrphanGuard::start(const std::string& token) {
   }
   if (pid == 0) {
     ::close(fds[1]);
-    guard_main(fds[0], token);
+    guard_main(fds[0], token, scratch_dir);
   }
   ::close(fds[0]);
   pid_ = pid;

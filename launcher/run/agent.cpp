@@ -16,8 +16,6 @@
 #include <sstream>
 
 #include "launcher/common/exit_codes.hpp"
-#include "launcher/process/process_table.hpp"
-#include "launcher/process/spawn.hpp"
 
 namespace ddp::launcher {
 namespace {
@@ -80,7 +78,7 @@ int open_log(const std::string& path) {
 
 }  // namespace
 
-Agent::Agent(AgentSetup setup)
+Agent::Agent(AgentSetup setup, std::unique_ptr<ProcessControl> control)
     : setup_(std::move(setup)),
       child_signals_(io_, SIGCHLD),
       shutdown_signals_(io_, SIGINT, SIGTERM, SIGHUP),
@@ -88,6 +86,7 @@ Agent::Agent(AgentSetup setup)
       cleanup_timer_(io_),
       stdout_sink_(STDOUT_FILENO),
       stderr_sink_(STDERR_FILENO),
+      control_(control ? std::move(control) : std::make_unique<PosixProcessControl>()),
       token_(random_token()) {
   shutdown_signals_.add(SIGQUIT);
 }
@@ -100,12 +99,6 @@ Agent::~Agent() {
 }
 
 Result<Ok> Agent::prepare() {
-  if (!become_child_subreaper()) {
-    say("warning: cannot become a child subreaper; daemonised grandchildren may escape");
-  }
-  if (!guard_.start(token_)) {
-    say("warning: cannot start the orphan guard; `kill -9 ddprun` may leave grandchildren");
-  }
   auto events = events_.open(setup_.config.events);
   if (!events) return events.error();
   const auto& c = setup_.config;
@@ -119,6 +112,10 @@ Result<Ok> Agent::prepare() {
   if (!dir) return dir.error();
   run_dir_ = std::move(*dir);
   if (keep_run_dir_ && run_dir_->temporary()) say(fmt::format("worker logs: {}", run_dir_->path()));
+  // Before any worker exists. If ddprun is killed, the guard also removes a temporary run
+  // directory that nobody asked to keep.
+  const std::string scratch = keep_run_dir_ ? std::string() : run_dir_->temporary_base();
+  for (const auto& warning : control_->begin_supervision(token_, scratch)) say(warning);
   return Ok{};
 }
 
@@ -127,7 +124,7 @@ int Agent::run() {
   auto ready = prepare();
   if (!ready) {
     say(ready.error().message);
-    guard_.release();
+    control_->end_supervision();
     return ready.error().exit_code;
   }
   const auto& c = setup_.config;
@@ -147,7 +144,7 @@ int Agent::run() {
   wait_for_shutdown_signals();
   boost::asio::post(io_, [this] { start_attempt(0); });
   io_.run();
-  guard_.release();
+  control_->end_supervision();
   if (!keep_run_dir_) run_dir_->remove_if_temporary();
   return exit_code();
 }
@@ -240,7 +237,7 @@ void Agent::start_worker(Worker& w, int attempt) {
   env[OrphanGuard::kTokenVariable] = token_;
   SpawnRequest request{setup_.executable, setup_.argv, to_envp_strings(env), plans[0].pipe[1],
                        plans[1].pipe[1]};
-  auto started = start_process(request);
+  auto started = control_->start(request);
   ::close(plans[0].pipe[1]);
   ::close(plans[1].pipe[1]);
   for (int s = 0; s < 2; ++s) {
@@ -258,12 +255,13 @@ void Agent::start_worker(Worker& w, int attempt) {
   w.pgid = started->pid;
   w.alive = true;
   w.exec_report_fd = started->exec_report_fd;
-  guard_.watch_group(w.pgid);
+  control_->watch_group(w.pgid);
 }
 
 void Agent::confirm_exec(Worker& w) {
   if (w.exec_report_fd < 0) return;
-  auto execed = await_exec(StartedProcess{w.outcome.pid, w.exec_report_fd}, setup_.executable);
+  auto execed = control_->await_exec(StartedProcess{w.outcome.pid, w.exec_report_fd},
+                                     setup_.executable);
   w.exec_report_fd = -1;
   if (!execed) {
     w.alive = false;  // await_exec reaped it
@@ -299,7 +297,7 @@ bool Agent::any_alive() const {
 }
 
 void Agent::on_children_exited() {
-  for (const auto& child : reap_exited_children()) {
+  for (const auto& child : control_->reap_exited()) {
     // Inherited orphans and the guard are reaped too; only workers matter here.
     if (Worker* w = find_worker(child.pid)) on_worker_exit(*w, exit_status_from_wait(child.wait_status));
   }
@@ -356,9 +354,9 @@ void Agent::stop_workers(int sig) {
   for (auto& w : workers_) {
     if (w.alive) {
       w.outcome.terminated_by_ddprun = true;
-      signal_group(w.pgid, sig);
+      control_->signal_worker(w.pgid, sig);
     } else if (w.pgid > 0) {
-      ::kill(-w.pgid, sig);  // what the dead worker left in its group
+      control_->signal_group(w.pgid, sig);  // what the dead worker left in its group
     }
   }
   if (!first) return;  // the deadline set by the first stop stands
@@ -375,14 +373,12 @@ void Agent::kill_everything_now() {
   for (auto& w : workers_) {
     if (w.alive) {
       w.outcome.terminated_by_ddprun = true;
-      signal_group(w.pgid, SIGKILL);
+      control_->signal_worker(w.pgid, SIGKILL);
     } else if (w.pgid > 0) {
-      ::kill(-w.pgid, SIGKILL);
+      control_->signal_group(w.pgid, SIGKILL);
     }
   }
-  for (pid_t child : list_children()) {
-    if (child != guard_.pid()) ::kill(child, SIGKILL);
-  }
+  for (pid_t child : control_->live_children()) control_->signal_process(child, SIGKILL);
 }
 
 void Agent::after_worker_exit() {
@@ -405,18 +401,15 @@ void Agent::after_worker_exit() {
 void Agent::clean_up_leftovers() {
   // Every worker is reaped, so any child left is an orphan the workers left behind, re-parented
   // to ddprun (the subreaper). Kill it; its own children come to us next and go the same way.
-  std::vector<pid_t> leftovers;
-  for (pid_t child : list_children()) {
-    if (child != guard_.pid()) leftovers.push_back(child);
-  }
+  std::vector<pid_t> leftovers = control_->live_children();
   if (leftovers.empty()) {
     finish_attempt();
     return;
   }
   for (auto& w : workers_) {
-    if (w.pgid > 0) ::kill(-w.pgid, SIGKILL);
+    if (w.pgid > 0) control_->signal_group(w.pgid, SIGKILL);
   }
-  for (pid_t pid : leftovers) ::kill(pid, SIGKILL);
+  for (pid_t pid : leftovers) control_->signal_process(pid, SIGKILL);
   if (leftover_rounds_++ == 0) {
     say(fmt::format("killing {} process(es) the workers left running (pid {}{})", leftovers.size(),
                     leftovers.front(), leftovers.size() > 1 ? ", ..." : ""));

@@ -31,8 +31,7 @@
 #include "launcher/env/worker_env.hpp"
 #include "launcher/output/console_sink.hpp"
 #include "launcher/output/stream_pump.hpp"
-#include "launcher/process/orphan_guard.hpp"
-#include "launcher/process/spawn.hpp"
+#include "launcher/process/process_control.hpp"
 #include "launcher/run/event_log.hpp"
 #include "launcher/run/failure_report.hpp"
 #include "launcher/run/run_directory.hpp"
@@ -51,7 +50,8 @@ struct AgentSetup {
 
 class Agent {
  public:
-  explicit Agent(AgentSetup setup);
+  /// `control` defaults to the real PosixProcessControl; tests pass a scripted fake.
+  explicit Agent(AgentSetup setup, std::unique_ptr<ProcessControl> control = nullptr);
   ~Agent();
   Agent(const Agent&) = delete;
   Agent& operator=(const Agent&) = delete;
@@ -102,7 +102,7 @@ class Agent {
   boost::asio::steady_timer cleanup_timer_;
   ConsoleSink stdout_sink_;
   ConsoleSink stderr_sink_;
-  OrphanGuard guard_;
+  std::unique_ptr<ProcessControl> control_;
   std::string token_;
   EventLog events_;
   std::optional<RunDirectory> run_dir_;

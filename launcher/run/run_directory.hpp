@@ -26,6 +26,8 @@ class RunDirectory {
   std::string rank_dir(int attempt, int local_rank) const;
   /// Creates attempt_<k>/<local_rank>/ for ranks 0..nproc-1.
   Result<Ok> create_attempt(int attempt, int nproc) const;
+  /// The directory ddprun created for a temporary run ("" when --log_dir was given).
+  const std::string& temporary_base() const { return base_; }
   /// Removes the temporary root (only when temporary()).
   void remove_if_temporary() const;
 

@@ -1,0 +1,73 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+/// ProcessControl: the seam between the Agent and the kernel (style R2). The Agent only decides;
+/// everything that forks, reaps, lists or signals processes goes through this interface.
+/// PosixProcessControl is the real one; tests use a scripted fake (tests/launcher/unit).
+///
+/// Exit notifications are not part of the interface: the Agent reaps on SIGCHLD, and a fake
+/// raises SIGCHLD itself after queueing the statuses that reap_exited() will return.
+
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "launcher/common/result.hpp"
+#include "launcher/process/orphan_guard.hpp"
+#include "launcher/process/process_table.hpp"
+#include "launcher/process/spawn.hpp"
+
+namespace ddp::launcher {
+
+class ProcessControl {
+ public:
+  virtual ~ProcessControl() = default;
+
+  /// Before the first worker: become the subreaper, start the orphan guard (with this token, and
+  /// a temporary directory to remove if ddprun is killed; may be empty). Returns warnings (one
+  /// line each) for what could not be set up.
+  virtual std::vector<std::string> begin_supervision(const std::string& token,
+                                                     const std::string& scratch_dir) = 0;
+  /// After the last worker and leftover are gone: release the guard.
+  virtual void end_supervision() = 0;
+
+  /// Forks a worker (see spawn.hpp); await_exec() confirms its exec.
+  virtual Result<StartedProcess> start(const SpawnRequest& request) = 0;
+  virtual Result<pid_t> await_exec(const StartedProcess& started, const std::string& executable) = 0;
+  /// Registers a worker's process group with the orphan guard.
+  virtual void watch_group(pid_t pgid) = 0;
+
+  /// Every child that has exited since the last call (workers, orphans, the guard).
+  virtual std::vector<ReapedChild> reap_exited() = 0;
+  /// Live children other than the guard: after all workers are reaped, the leftovers.
+  virtual std::vector<pid_t> live_children() = 0;
+
+  /// Signals a live worker's group (falls back to the pid while the group does not exist yet).
+  virtual void signal_worker(pid_t pgid, int sig) = 0;
+  /// Signals a process group only (what a dead worker left in its group).
+  virtual void signal_group(pid_t pgid, int sig) = 0;
+  /// Signals one process.
+  virtual void signal_process(pid_t pid, int sig) = 0;
+};
+
+/// The real thing: fork/exec, waitpid(-1), /proc, kill(2), PR_SET_CHILD_SUBREAPER, OrphanGuard.
+class PosixProcessControl final : public ProcessControl {
+ public:
+  std::vector<std::string> begin_supervision(const std::string& token,
+                                             const std::string& scratch_dir) override;
+  void end_supervision() override;
+  Result<StartedProcess> start(const SpawnRequest& request) override;
+  Result<pid_t> await_exec(const StartedProcess& started, const std::string& executable) override;
+  void watch_group(pid_t pgid) override;
+  std::vector<ReapedChild> reap_exited() override;
+  std::vector<pid_t> live_children() override;
+  void signal_worker(pid_t pgid, int sig) override;
+  void signal_group(pid_t pgid, int sig) override;
+  void signal_process(pid_t pid, int sig) override;
+
+ private:
+  OrphanGuard guard_;
+};
+
+}  // namespace ddp::launcher
