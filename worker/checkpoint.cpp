@@ -48,8 +48,13 @@ void save_checkpoint(const std::string& path, const torch::nn::Module& module,
 std::optional<TrainingProgress> load_checkpoint(const std::string& path, torch::nn::Module& module,
                                                 torch::optim::Optimizer& optimizer) {
   if (!std::filesystem::exists(path)) return std::nullopt;
+  // Load straight onto the model's device (cuda:LOCAL_RANK under NCCL), so parameters keep
+  // their device and identity (DDP's hooks stay attached).
+  const auto params = module.parameters();
+  c10::optional<torch::Device> device;  // c10::optional: std::optional in 2.x, its own type in 1.13
+  if (!params.empty()) device = params.front().device();
   torch::serialize::InputArchive archive;
-  archive.load_from(path);
+  archive.load_from(path, device);
   torch::serialize::InputArchive model_archive, optimizer_archive;
   archive.read("model", model_archive);
   archive.read("optimizer", optimizer_archive);

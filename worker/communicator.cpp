@@ -184,7 +184,7 @@ std::shared_ptr<Communicator> connect_communicator(const WorkerEnv& env,
   if (backend == Backend::Nccl && !at::hasCUDA()) {
     throw std::runtime_error("--backend nccl: no CUDA device is visible");
   }
-  if (env.world_size == 1) {
+  if (!env.launched) {
     return std::make_shared<LocalCommunicator>(
         backend == Backend::Nccl
             ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank))

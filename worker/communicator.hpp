@@ -64,7 +64,8 @@ class Communicator {
 };
 
 /// Connects to the job's store (see WorkerEnv::use_agent_store) and creates the process group.
-/// A one-process world (env.world_size == 1) gets a local communicator that needs no store.
+/// A process started without a launcher (env.launched false) gets a local one-process
+/// communicator that needs no store; under a launcher even a world of 1 gets a real group.
 /// Backend::Auto picks NCCL when this build has CUDA and a GPU is visible, else Gloo.
 std::shared_ptr<Communicator> connect_communicator(const WorkerEnv& env,
                                                    const CommunicatorOptions& options);
