@@ -1,31 +1,11 @@
 // ddprun-store: the ddprun TCP store on its own (also reachable as `ddprun --store-only`).
 // Prints the port it listens on as the first line of stdout, serves until SIGINT/SIGTERM.
 
-#include <sys/resource.h>
-
-#include <csignal>
-#include <cstdio>
 #include <iostream>
 
 #include <CLI/CLI.hpp>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/signal_set.hpp>
-#include <fmt/format.h>
 
-#include "rendezvous/store_server.hpp"
-
-namespace {
-
-// Thousands of clients need thousands of descriptors; the soft limit is often far below the hard one.
-void raise_fd_limit() {
-  rlimit lim{};
-  if (::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
-    lim.rlim_cur = lim.rlim_max;
-    ::setrlimit(RLIMIT_NOFILE, &lim);
-  }
-}
-
-}  // namespace
+#include "rendezvous/store_runner.hpp"
 
 int main(int argc, char** argv) {
   ddp::rdzv::StoreServerOptions opts;
@@ -46,24 +26,5 @@ int main(int argc, char** argv) {
   app.add_flag("--trace", opts.trace, "log every request on stderr (protocol debugging)");
   CLI11_PARSE(app, argc, argv);
 
-  raise_fd_limit();
-  boost::asio::io_context io(1);  // one thread runs it: lets Asio skip internal locking
-  try {
-    ddp::rdzv::StoreServer server(io, opts);
-    std::cout << server.port() << std::endl;  // first line: the port clients should use
-    server.start();
-    boost::asio::signal_set signals(io, SIGINT, SIGTERM);
-    signals.async_wait([&](const boost::system::error_code& ec, int) {
-      if (ec) return;
-      server.stop();
-      io.stop();
-    });
-    io.run();
-  } catch (const ddp::rdzv::StoreBindError& e) {
-    std::cerr << "ddprun-store: " << e.what();
-    if (opts.port != 0) std::cerr << " (use --port 0 to let the system pick a free port)";
-    std::cerr << '\n';
-    return 1;
-  }
-  return 0;
+  return ddp::rdzv::run_store_until_signal(opts, std::cout);
 }

@@ -7,6 +7,8 @@
 #include <future>
 #include <set>
 
+#include <fmt/format.h>
+
 #include "rendezvous/node_rendezvous.hpp"
 #include "tests/rendezvous/test_server.hpp"
 
@@ -81,7 +83,7 @@ TEST_CASE("dynamic rendezvous closes at once when MAX nodes arrive") {
   TestServer server;
   std::vector<NodeRendezvousOptions> nodes;
   for (int i = 0; i < 4; ++i) {
-    auto n = node("n" + std::to_string(i), 1, -1, 1, 4);
+    auto n = node(fmt::format("n{}", i), 1, -1, 1, 4);
     n.last_call_timeout = 60s;  // would dominate if MAX did not close the round
     nodes.push_back(n);
   }

@@ -1,0 +1,39 @@
+"""ddprun-store as a program: port on stdout, clear error for a port in use, clean signal exits.
+
+  python3 store_binary_test.py STORE_BIN
+"""
+import os
+import signal
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch"))
+from store_harness import running_store  # noqa: E402
+
+
+def main():
+    store_bin = sys.argv[1]
+    with running_store(store_bin) as (port, _):
+        second = subprocess.run([store_bin, "--port", str(port)], capture_output=True, text=True, timeout=30)
+        assert second.returncode == 1, f"second store on a busy port exited {second.returncode}"
+        err = second.stderr.strip()
+        assert err.count("\n") == 0, f"expected one line, got: {err!r}"
+        assert f"cannot listen on 127.0.0.1:{port}: address already in use" in err, err
+        assert "--port 0" in err, err
+    # SIGINT ends it cleanly too (running_store checked SIGTERM).
+    proc = subprocess.Popen([store_bin, "--port", "0"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip().isdigit()
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=10) == 0, "SIGINT exit status"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    bad = subprocess.run([store_bin, "--port", "70000"], capture_output=True, text=True, timeout=30)
+    assert bad.returncode != 0 and bad.stderr.strip(), "an out-of-range port is a usage error"
+    print("ddprun-store binary: OK")
+
+
+if __name__ == "__main__":
+    main()
