@@ -25,6 +25,9 @@ namespace {
 constexpr std::size_t kScratchBytes = 64 * 1024;
 constexpr int kListenBacklog = 65535;  // the kernel caps it at net.core.somaxconn
 constexpr auto kAcceptRetryDelay = std::chrono::milliseconds(100);
+// A scanner or a broken client fleet must not flood the log: at most this many "closing
+// connection" lines per second, then one line counting the ones left out.
+constexpr int kErrorLinesPerSecond = 50;
 
 std::string os_reason(const boost::system::error_code& ec) {
   std::string text = ec.message();
@@ -158,6 +161,25 @@ struct StoreServer::Core : SessionHost, std::enable_shared_from_this<StoreServer
     }
   }
 
+  void log_closed_for_error(const std::string& line) override {
+    const auto now = std::chrono::steady_clock::now();
+    if (now - error_window_start >= std::chrono::seconds(1)) {
+      if (error_lines_suppressed > 0) {
+        log_line(fmt::format("{} more connections were closed for errors in the last second (not logged)",
+                             error_lines_suppressed));
+      }
+      error_window_start = now;
+      error_lines_in_window = 0;
+      error_lines_suppressed = 0;
+    }
+    if (error_lines_in_window < kErrorLinesPerSecond) {
+      ++error_lines_in_window;
+      log_line(line);
+    } else {
+      ++error_lines_suppressed;
+    }
+  }
+
   void session_closed(ClientId id, bool for_error) override {
     model.remove_client(id);
     sessions.erase(id);
@@ -185,6 +207,9 @@ struct StoreServer::Core : SessionHost, std::enable_shared_from_this<StoreServer
   std::uint16_t port = 0;
   bool stopped = false;
   std::size_t closed_for_errors = 0;
+  std::chrono::steady_clock::time_point error_window_start{};
+  int error_lines_in_window = 0;
+  std::size_t error_lines_suppressed = 0;
 };
 
 StoreServer::StoreServer(asio::io_context& io, const StoreServerOptions& opts)

@@ -169,7 +169,7 @@ void StoreSession::close_for_error(std::string_view reason) {
   if (closed_) return;
   const char* gen = kind_ == ConnectionKind::G1 ? "G1" : kind_ == ConnectionKind::G2 ? "G2" : "unclassified";
   // The peer is looked up only here: a getpeername per connection is measurable at 16k clients.
-  log_line(fmt::format("closing connection from {} ({}): {}", describe_peer(), gen, reason));
+  host_->log_closed_for_error(fmt::format("closing connection from {} ({}): {}", describe_peer(), gen, reason));
   finish(true);
 }
 

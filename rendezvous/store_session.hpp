@@ -27,6 +27,8 @@ class SessionHost {
   virtual std::string& scratch_buffer() = 0;  // shared read buffer, only used synchronously
   virtual void handle(StoreSession& session, Generation gen, const Command& cmd, bool first_request) = 0;
   virtual void session_closed(ClientId id, bool for_error) = 0;
+  // One line about a connection closed for cause (the host rate-limits them).
+  virtual void log_closed_for_error(const std::string& line) = 0;
 };
 
 class StoreSession : public std::enable_shared_from_this<StoreSession> {
