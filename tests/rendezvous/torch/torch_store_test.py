@@ -5,6 +5,8 @@ Run with /usr/bin/python3 (Debian torch 1.13, protocol G1) or the pyenv python3 
   python torch_store_test.py STORE_BIN gloo     init_process_group("gloo") + all_reduce, 2 processes
   python torch_store_test.py STORE_BIN mixed G1_PYTHON
                                                 a 1.13 client and this 2.x client share keys
+  python torch_store_test.py STORE_BIN torchrun torchrun's c10d rendezvous (agent side) on our store,
+                                                2 gloo workers (torch 2.x only)
 """
 import datetime
 import os
@@ -129,6 +131,37 @@ def check_mixed(port, g1_python):
     print(f"torch {torch.__version__} + 1.13: OK shared key space ({out.stdout.strip()})")
 
 
+WORKER_SCRIPT = """
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+t = torch.ones(2) * (dist.get_rank() + 1)
+dist.all_reduce(t)
+print(f"torchrun worker {dist.get_rank()}/{dist.get_world_size()} result {t.tolist()}", flush=True)
+dist.destroy_process_group()
+"""
+
+
+def check_torchrun(port):
+    # The agent's c10d rendezvous runs entirely on our store: COMPARE_SET state machine on
+    # /torch.rendezvous.<id>, WAIT+GET, MULTI_GET of role_info, MULTI_SET of assigned_ranks, the
+    # exit barrier (ADD + SET + WAIT).
+    import tempfile
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+        f.write(WORKER_SCRIPT)
+    try:
+        out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc_per_node=2",
+                              "--rdzv_backend=c10d", f"--rdzv_endpoint=127.0.0.1:{port}", "--rdzv_id=ddprun-test",
+                              "--monitor-interval=0.1", f.name],
+                             capture_output=True, text=True, timeout=150, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    finally:
+        os.unlink(f.name)
+    text = out.stdout + out.stderr
+    expect(out.returncode == 0, f"torchrun exited {out.returncode}:\n{text}")
+    for rank in range(2):
+        expect(f"torchrun worker {rank}/2 result [3.0, 3.0]" in text, f"worker {rank} missing:\n{text}")
+    print(f"torch {torch.__version__}: OK torchrun c10d rendezvous on ddprun-store, 2 gloo workers")
+
+
 def main():
     if sys.argv[2] == "worker":
         worker(int(sys.argv[3]), int(sys.argv[4]))
@@ -139,6 +172,8 @@ def main():
             check_api(port)
         elif mode == "gloo":
             check_gloo(port)
+        elif mode == "torchrun":
+            check_torchrun(port)
         elif mode == "mixed":
             check_mixed(port, sys.argv[3])
         else:
