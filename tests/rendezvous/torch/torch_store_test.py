@@ -6,7 +6,7 @@ Run with /usr/bin/python3 (Debian torch 1.13, protocol G1) or the pyenv python3 
   python torch_store_test.py STORE_BIN mixed G1_PYTHON
                                                 a 1.13 client and this 2.x client share keys
   python torch_store_test.py STORE_BIN torchrun torchrun's c10d rendezvous (agent side) on our store,
-                                                2 gloo workers (torch 2.x only)
+                                                2 gloo workers
 """
 import datetime
 import os
@@ -141,6 +141,18 @@ dist.destroy_process_group()
 """
 
 
+# Debian's torch 1.13 on Python 3.11: torchrun's Std.from_str returns None for the default
+# "--redirects 0" (IntFlag iteration skips 0), which crashes it at start; map None to Std.NONE.
+TORCHRUN_113_SHIM = """
+import sys
+import torch.distributed.elastic.multiprocessing.api as api
+_orig = api.Std.from_str
+api.Std.from_str = staticmethod(lambda vm: _orig(vm) or api.Std.NONE)
+import torch.distributed.run as run
+sys.exit(run.main())
+"""
+
+
 def check_torchrun(port):
     # The agent's c10d rendezvous runs entirely on our store: COMPARE_SET state machine on
     # /torch.rendezvous.<id>, WAIT+GET, MULTI_GET of role_info, MULTI_SET of assigned_ranks, the
@@ -149,9 +161,10 @@ def check_torchrun(port):
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
         f.write(WORKER_SCRIPT)
     try:
-        out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc_per_node=2",
+        launcher = ["-c", TORCHRUN_113_SHIM] if torch.__version__.startswith("1.") else ["-m", "torch.distributed.run"]
+        out = subprocess.run([sys.executable, *launcher, "--nnodes=1", "--nproc_per_node=2",
                               "--rdzv_backend=c10d", f"--rdzv_endpoint=127.0.0.1:{port}", "--rdzv_id=ddprun-test",
-                              "--monitor-interval=0.1", f.name],
+                              "--monitor_interval=0.1", f.name],
                              capture_output=True, text=True, timeout=150, env=dict(os.environ, OMP_NUM_THREADS="1"))
     finally:
         os.unlink(f.name)
