@@ -13,8 +13,7 @@ Outcome close_with(std::string reason) {
 
 }  // namespace
 
-Outcome handle_command(StoreModel& model, ClientId client, Generation gen, const Command& cmd,
-                       bool first_request) {
+Outcome handle_command(StoreModel& model, ClientId client, Generation gen, Command&& cmd, bool first_request) {
   Outcome out;
   // A 1.13 client sends no CANCEL: a new request while its WAIT is still registered means that
   // wait timed out on the client side. Drop it so no stray STOP_WAITING desynchronises the
@@ -33,10 +32,10 @@ Outcome handle_command(StoreModel& model, ClientId client, Generation gen, const
       put_u32(out.reply, cmd.word);
       break;
     case Op::Set:
-      model.set(cmd.keys[0], cmd.values[0], out.effects);
+      model.set(cmd.keys[0], std::move(cmd.values[0]), out.effects);
       break;
     case Op::CompareSet:
-      put_bytes(out.reply, model.compare_set(cmd.keys[0], cmd.values[0], cmd.values[1],
+      put_bytes(out.reply, model.compare_set(cmd.keys[0], cmd.values[0], std::move(cmd.values[1]),
                                              CompareSetWake::IfPresent, out.effects));
       break;
     case Op::Get: {
@@ -78,14 +77,14 @@ Outcome handle_command(StoreModel& model, ClientId client, Generation gen, const
       }
       break;
     case Op::MultiSet:
-      for (std::size_t i = 0; i < cmd.keys.size(); ++i) model.set(cmd.keys[i], cmd.values[i], out.effects);
+      for (std::size_t i = 0; i < cmd.keys.size(); ++i) model.set(cmd.keys[i], std::move(cmd.values[i]), out.effects);
       break;
     case Op::CancelWait:
       model.cancel_wait(client);
       put_u8(out.reply, kWaitCanceled);
       break;
     case Op::QueuePush:
-      model.queue_push(cmd.keys[0], cmd.values[0], out.effects);
+      model.queue_push(cmd.keys[0], std::move(cmd.values[0]), out.effects);
       break;
     case Op::QueuePop: {
       std::int64_t length_before = 0;

@@ -138,9 +138,9 @@ struct StoreServer::Core : SessionHost, std::enable_shared_from_this<StoreServer
     accept_next();
   }
 
-  void handle(StoreSession& session, Generation gen, const Command& cmd, bool first_request) override {
+  void handle(StoreSession& session, Generation gen, Command&& cmd, bool first_request) override {
     if (options.trace) log_line(describe_request(session.id(), gen, cmd));
-    Outcome outcome = handle_command(model, session.id(), gen, cmd, first_request);
+    Outcome outcome = handle_command(model, session.id(), gen, std::move(cmd), first_request);
     if (outcome.close_reason) {
       session.close_for_error(*outcome.close_reason);
     } else {

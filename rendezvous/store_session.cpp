@@ -104,7 +104,7 @@ void StoreSession::process_input() {
     need_total_ = 0;
     const bool first = first_request_;
     first_request_ = false;
-    host_->handle(*this, gen, result.command, first);
+    host_->handle(*this, gen, std::move(result.command), first);
   }
   if (in_pos_ == in_.size()) {
     in_.clear();

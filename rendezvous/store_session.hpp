@@ -25,7 +25,7 @@ class SessionHost {
   virtual ~SessionHost() = default;
   virtual const StoreLimits& limits() const = 0;
   virtual std::string& scratch_buffer() = 0;  // shared read buffer, only used synchronously
-  virtual void handle(StoreSession& session, Generation gen, const Command& cmd, bool first_request) = 0;
+  virtual void handle(StoreSession& session, Generation gen, Command&& cmd, bool first_request) = 0;
   virtual void session_closed(ClientId id, bool for_error) = 0;
   // One line about a connection closed for cause (the host rate-limits them).
   virtual void log_closed_for_error(const std::string& line) = 0;

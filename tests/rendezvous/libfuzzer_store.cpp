@@ -30,7 +30,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const DecodeResult r = decode_request(stream, gen, limits);
     if (r.status != DecodeStatus::Ok) break;
     if (encode_request(gen, r.command) != stream.substr(0, r.consumed)) std::abort();
-    const Outcome out = handle_command(model, me, gen, r.command, first);
+    const Outcome out = handle_command(model, me, gen, Command(r.command), first);
     first = false;
     if (out.close_reason) break;
     stream.remove_prefix(r.consumed);
