@@ -16,64 +16,64 @@ std::vector<int64_t> channel_shape(const torch::Tensor& input) {
   return shape;
 }
 
-/// Every dimension but the channel one.
-std::vector<int64_t> reduce_dims(const torch::Tensor& input) {
-  std::vector<int64_t> dims{0};
-  for (int64_t d = 2; d < input.dim(); ++d) dims.push_back(d);
-  return dims;
-}
-
-/// Normalisation with global batch statistics. Forward returns y and saves what backward needs;
-/// the communicator travels as an address (saved_data holds IValues only); the module that owns
-/// it outlives every graph built from its forward.
+/// Normalisation with global batch statistics. Forward and backward run LibTorch's fused CPU/CUDA
+/// batch-norm kernels in their eval form, with the global mean and variance standing in for the
+/// running statistics, and add the terms that training mode needs from the all-reduced sums.
+/// The communicator travels as an address (saved_data holds IValues only); the module owning it
+/// outlives every graph built from its forward.
 struct SyncBatchNormFunction : public torch::autograd::Function<SyncBatchNormFunction> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& input,
                                const torch::Tensor& weight, const torch::Tensor& bias,
-                               const torch::Tensor& mean, const torch::Tensor& invstd,
+                               const torch::Tensor& mean, const torch::Tensor& var, double eps,
                                int64_t global_count, Communicator* comm) {
-    const auto shape = channel_shape(input);
-    torch::Tensor scale = weight.defined() ? weight * invstd : invstd;
-    torch::Tensor shift = bias.defined() ? bias - mean * scale : -mean * scale;
-    ctx->save_for_backward({input, weight, mean, invstd});
+    ctx->save_for_backward({input, weight, mean, var});
+    ctx->saved_data["eps"] = eps;
     ctx->saved_data["count"] = global_count;
     ctx->saved_data["comm"] = reinterpret_cast<int64_t>(comm);
-    ctx->saved_data["has_weight"] = weight.defined();
     ctx->saved_data["has_bias"] = bias.defined();
-    return torch::addcmul(shift.view(shape), input, scale.view(shape));
+    // y = (x - mean) / sqrt(var + eps) * w + b, in one fused pass.
+    return std::get<0>(at::native_batch_norm(input, weight, bias, mean, var, false, 0.0, eps));
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_outputs) {
     auto saved = ctx->get_saved_variables();
     const torch::Tensor& input = saved[0];
-    const torch::Tensor& weight = saved[1];
+    const bool has_weight = saved[1].defined();
+    const torch::Tensor weight =
+        has_weight ? saved[1] : torch::ones({input.size(1)}, input.options());
     const torch::Tensor& mean = saved[2];
-    const torch::Tensor& invstd = saved[3];
+    const torch::Tensor& var = saved[3];
+    const double eps = ctx->saved_data["eps"].toDouble();
     const auto count = static_cast<double>(ctx->saved_data["count"].toInt());
     auto* comm = reinterpret_cast<Communicator*>(ctx->saved_data["comm"].toInt());
     const torch::Tensor grad_out = grad_outputs[0].contiguous();
     const auto shape = channel_shape(input);
-    const auto dims = reduce_dims(input);
 
-    // Local sums; the weight and bias gradients use them as they are (DDP averages those).
-    torch::Tensor sum_dy = grad_out.sum(dims);
-    torch::Tensor sum_dy_xmu = (grad_out * input).sum(dims) - mean * sum_dy;
-    torch::Tensor grad_weight, grad_bias, grad_input;
-    if (ctx->saved_data["has_weight"].toBool()) grad_weight = sum_dy_xmu * invstd;
-    if (ctx->saved_data["has_bias"].toBool()) grad_bias = sum_dy.clone();
+    // Eval-form backward, one fused pass: dy * w * invstd, sum(dy * (x - mean) * invstd) and
+    // sum(dy) over this rank's batch; the last two are the local weight and bias gradients
+    // (DDP averages those, as PyTorch's SyncBatchNorm does).
+    auto [grad_input, grad_weight, grad_bias] = at::native_batch_norm_backward(
+        grad_out, input, weight, mean, var, {}, {}, false, eps, {true, true, true});
     if (ctx->needs_input_grad(0)) {
-      torch::Tensor both = torch::cat({sum_dy, sum_dy_xmu});
-      comm->all_reduce_sum(both);
+      const torch::Tensor invstd = (var + eps).rsqrt();
+      // Training form: dx = (dy - mean(dy) - (x - mean) * invstd^2 * mean(dy * (x - mean))) * w * invstd
+      // with the means over the global batch = eval form + x * a + c, a and c per channel.
+      torch::Tensor sums = torch::cat({grad_bias, grad_weight / invstd});
+      comm->all_reduce_sum(sums);
       const int64_t channels = input.size(1);
-      torch::Tensor mean_dy = both.narrow(0, 0, channels) / count;
-      torch::Tensor mean_dy_xmu = both.narrow(0, channels, channels) / count;
-      torch::Tensor scale = weight.defined() ? weight * invstd : invstd;
-      // dx = (dy - mean(dy) - (x - mean) * invstd^2 * mean(dy * (x - mean))) * w * invstd
-      torch::Tensor k = (invstd * invstd * mean_dy_xmu).view(shape);
-      grad_input = (grad_out - mean_dy.view(shape) - (input - mean.view(shape)) * k) *
-                   scale.view(shape);
+      const torch::Tensor mean_dy = sums.narrow(0, 0, channels) / count;
+      const torch::Tensor mean_dy_xmu = sums.narrow(0, channels, channels) / count;
+      const torch::Tensor scale = weight * invstd;
+      const torch::Tensor a = -scale * invstd * invstd * mean_dy_xmu;
+      const torch::Tensor c = -scale * mean_dy - a * mean;
+      grad_input.addcmul_(input, a.view(shape)).add_(c.view(shape));
+    } else {
+      grad_input = torch::Tensor();
     }
-    return {grad_input, grad_weight, grad_bias, torch::Tensor(), torch::Tensor(),
+    if (!has_weight) grad_weight = torch::Tensor();
+    if (!ctx->saved_data["has_bias"].toBool()) grad_bias = torch::Tensor();
+    return {grad_input, grad_weight, grad_bias, torch::Tensor(), torch::Tensor(), torch::Tensor(),
             torch::Tensor(), torch::Tensor()};
   }
 };
@@ -109,38 +109,42 @@ torch::Tensor SyncBatchNormImpl::forward(const torch::Tensor& input) {
     return torch::batch_norm(input, weight, bias, running_mean, running_var, false, 0.0,
                              options.eps(), false);
   }
-  const auto dims = reduce_dims(input);
   const int64_t channels = input.size(1);
-  torch::Tensor mean, invstd;
+  torch::Tensor mean, var;
   int64_t global_count = 0;
   {
     torch::NoGradGuard no_grad;
-    // One collective for (sum, sum of squares, count); the count makes unequal per-rank batches
+    // Local mean and biased variance in one fused pass; one collective then sums
+    // (n * mean, n * (var + mean^2), n) over ranks. The count makes unequal per-rank batches
     // weigh correctly.
     const torch::Tensor x = input.detach();
-    torch::Tensor stats =
-        torch::cat({x.sum(dims), (x * x).sum(dims),
-                    torch::full({1}, static_cast<double>(input.numel() / channels), x.options())});
+    const auto [local_mean, local_var] = at::batch_norm_update_stats(x, {}, {}, 0.0);
+    const double n = static_cast<double>(input.numel() / channels);
+    const torch::Tensor local_mean_d = local_mean.to(torch::kDouble);
+    torch::Tensor stats = torch::cat({local_mean_d * n,
+                                      (local_var.to(torch::kDouble) + local_mean_d * local_mean_d) * n,
+                                      torch::full({1}, n, local_mean_d.options())})
+                              .to(x.device());
     communicator_->all_reduce_sum(stats);
-    stats = stats.to(torch::kDouble);
+    stats = stats.cpu();
     global_count = static_cast<int64_t>(stats[2 * channels].item<double>() + 0.5);
     TORCH_CHECK(global_count > 1, "SyncBatchNorm: need more than 1 value per channel in training");
     const torch::Tensor mean_d = stats.narrow(0, 0, channels) / global_count;
     const torch::Tensor var_d =
         (stats.narrow(0, channels, channels) / global_count - mean_d * mean_d).clamp_min(0);
-    mean = mean_d.to(input.scalar_type());
-    invstd = (var_d + options.eps()).rsqrt().to(input.scalar_type());
+    mean = mean_d.to(input.options());
+    var = var_d.to(input.options());
     if (is_training() && options.track_running_stats()) {
       num_batches_tracked += 1;
       const double momentum = options.momentum().has_value()
                                   ? *options.momentum()
                                   : 1.0 / num_batches_tracked.item<double>();
       const torch::Tensor unbiased = var_d * (static_cast<double>(global_count) / (global_count - 1));
-      running_mean.mul_(1 - momentum).add_(mean, momentum);
-      running_var.mul_(1 - momentum).add_(unbiased.to(running_var.scalar_type()), momentum);
+      running_mean.mul_(1 - momentum).add_(mean_d.to(running_mean.options()), momentum);
+      running_var.mul_(1 - momentum).add_(unbiased.to(running_var.options()), momentum);
     }
   }
-  return SyncBatchNormFunction::apply(input, weight, bias, mean, invstd, global_count,
+  return SyncBatchNormFunction::apply(input, weight, bias, mean, var, options.eps(), global_count,
                                       communicator_.get());
 }
 

@@ -3,7 +3,8 @@
 /// SyncBatchNorm: batch normalisation whose training statistics cover the global batch, the
 /// C++ counterpart of torch.nn.SyncBatchNorm. Forward all-reduces per-channel (sum, sum of
 /// squares, count) in one collective; backward all-reduces (sum dy, sum dy*(x-mean)) in one
-/// collective inside a custom autograd Function. Unlike PyTorch's, it runs on CPU with Gloo.
+/// collective inside a custom autograd Function; both run LibTorch's fused batch-norm kernels.
+/// Unlike PyTorch's, it runs on CPU with Gloo.
 /// Parameter and buffer names match BatchNorm's, so state dicts are interchangeable.
 
 #include <torch/nn/cloneable.h>

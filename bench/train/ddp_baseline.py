@@ -63,12 +63,12 @@ def main():
     loader = DataLoader(train_set, batch_size=args.batch_size, sampler=sampler,
                         shuffle=sampler is None)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
-    train_seconds, train_samples, accuracy = 0.0, 0, 0.0
+    train_seconds, train_cpu_seconds, train_samples, accuracy = 0.0, 0.0, 0, 0.0
     for epoch in range(args.epochs):
         if sampler is not None:
             sampler.set_epoch(epoch)
         model.train()
-        start, samples = time.perf_counter(), 0
+        start, cpu_start, samples = time.perf_counter(), time.process_time(), 0
         for step, (x, y) in enumerate(loader):
             if args.max_steps and step >= args.max_steps:
                 break
@@ -78,6 +78,7 @@ def main():
             samples += len(x) * world
         seconds = time.perf_counter() - start
         train_seconds += seconds
+        train_cpu_seconds += time.process_time() - cpu_start
         train_samples += samples
         model.eval()
         with torch.no_grad():
@@ -97,6 +98,7 @@ def main():
             json.dump({"world_size": world, "threads": torch.get_num_threads(),
                        "train_samples": train_samples, "train_seconds": train_seconds,
                        "samples_per_second": train_samples / train_seconds,
+                       "cpu_ms_per_1k_samples_per_rank": 1e6 * train_cpu_seconds / (train_samples / world),
                        "test_accuracy": accuracy}, f, indent=2)
     if distributed:
         dist.destroy_process_group()

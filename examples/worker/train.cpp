@@ -2,6 +2,7 @@
 #include "examples/worker/train.hpp"
 
 #include <fmt/core.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -63,6 +64,15 @@ double evaluate(torch::nn::Sequential& model, const LabelledImages& test, Commun
   counts = counts.cpu();
   model->train();
   return counts[0].item<double>() / std::max(1.0, counts[1].item<double>());
+}
+
+/// CPU seconds (user + system, all threads) this process has used: a throughput measure that
+/// other load on the machine does not distort.
+double process_cpu_seconds() {
+  rusage usage{};
+  ::getrusage(RUSAGE_SELF, &usage);
+  auto seconds = [](const timeval& t) { return static_cast<double>(t.tv_sec) + t.tv_usec / 1e6; };
+  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
 }
 
 void dump_parameters(const std::string& prefix, torch::nn::Module& model, int rank) {
@@ -128,6 +138,7 @@ int train(const TrainOptions& options, const worker::WorkerEnv& env) {
   worker::DistributedSampler sampler(train_set.size(), comm->size(), comm->rank(), true, options.seed);
   ProgressReporter reporter(chief, ::isatty(STDOUT_FILENO) == 1, options.log_every);
   double train_seconds = 0;
+  double train_cpu_seconds = 0;  // this rank's
   int64_t train_samples = 0;
   double last_accuracy = -1;
   for (int64_t epoch = progress.epoch; epoch < options.epochs; ++epoch) {
@@ -138,6 +149,7 @@ int train(const TrainOptions& options, const worker::WorkerEnv& env) {
     if (options.max_steps > 0) steps = std::min(steps, options.max_steps);
     reporter.start_epoch(epoch, options.epochs, steps);
     const auto epoch_start = std::chrono::steady_clock::now();
+    const double epoch_cpu_start = process_cpu_seconds();
     int64_t epoch_samples = 0;
     for (int64_t step = 0; step < steps; ++step) {
       const int64_t begin = step * options.batch_size;
@@ -155,6 +167,7 @@ int train(const TrainOptions& options, const worker::WorkerEnv& env) {
     }
     const double epoch_seconds = seconds_since(epoch_start);
     train_seconds += epoch_seconds;
+    train_cpu_seconds += process_cpu_seconds() - epoch_cpu_start;
     train_samples += epoch_samples;
     reporter.end_epoch();
     progress.epoch = epoch + 1;
@@ -187,10 +200,11 @@ int train(const TrainOptions& options, const worker::WorkerEnv& env) {
     nlohmann::json summary = {{"world_size", comm->size()},
                               {"backend", comm->backend_name()},
                               {"threads", at::get_num_threads()},
-                              {"epochs_run", options.epochs - 0},
                               {"train_samples", train_samples},
                               {"train_seconds", train_seconds},
                               {"samples_per_second", train_seconds > 0 ? train_samples / train_seconds : 0.0},
+                              {"cpu_ms_per_1k_samples_per_rank",
+                               train_samples > 0 ? 1e6 * train_cpu_seconds / (train_samples / comm->size()) : 0.0},
                               {"test_accuracy", last_accuracy},
                               {"allreduce_busy_s", stats.comm_busy_s},
                               {"allreduce_exposed_s", stats.comm_exposed_s},
