@@ -23,6 +23,9 @@ TEST_CASE("handler: G2 must start with VALIDATE and never repeat it") {
   CHECK(again.close_reason);
   auto not_first = handle_command(m, 2, Generation::G2, make(Op::GetNumKeys), true);
   CHECK(not_first.close_reason);
+  auto wrong_magic = handle_command(m, 3, Generation::G2, make(Op::Validate, {}, {}, 0, 0x12345678), true);
+  REQUIRE(wrong_magic.close_reason);
+  CHECK(*wrong_magic.close_reason == "bad VALIDATE magic 0x12345678");
   auto ping = handle_command(m, 1, Generation::G2, make(Op::Ping, {}, {}, 0, 0xDEADBEEF), false);
   std::string echo;
   put_u32(echo, 0xDEADBEEF);
