@@ -59,6 +59,11 @@ tcp::endpoint resolve_bind_endpoint(asio::io_context& io, const StoreServerOptio
     throw StoreBindError(fmt::format("cannot listen on {}:{}: cannot resolve the address: {}",
                                      opts.bind_address, opts.port, os_reason(ec)));
   }
+  // A name such as "localhost" may resolve to ::1 first; PyTorch clients given the same name
+  // try IPv4 too, so prefer an IPv4 address when the name has one.
+  for (const auto& entry : results) {
+    if (entry.endpoint().address().is_v4()) return entry.endpoint();
+  }
   return results.begin()->endpoint();
 }
 

@@ -213,3 +213,26 @@ TEST_CASE("server: a SET followed by an immediate close is applied") {
   StoreClient c(server.client_options());
   CHECK(c.get("quick") == "v");
 }
+
+TEST_CASE("server: a host name is resolved (localhost) and clients reach it") {
+  boost::asio::io_context io;
+  StoreServerOptions opts;
+  opts.bind_address = "localhost";
+  StoreServer server(io, opts);
+  server.start();
+  std::thread t([&] { io.run(); });
+  StoreClientOptions o;
+  o.host = "localhost";
+  o.port = server.port();
+  o.connect_timeout = std::chrono::seconds(10);
+  {
+    StoreClient c(o);
+    c.set("k", "v");
+    CHECK(c.get("k") == "v");
+  }
+  boost::asio::post(io, [&] {
+    server.stop();
+    io.stop();
+  });
+  t.join();
+}
