@@ -47,7 +47,8 @@ struct SyncBatchNormFunction : public torch::autograd::Function<SyncBatchNormFun
     const double eps = ctx->saved_data["eps"].toDouble();
     const auto count = static_cast<double>(ctx->saved_data["count"].toInt());
     auto* comm = reinterpret_cast<Communicator*>(ctx->saved_data["comm"].toInt());
-    const torch::Tensor grad_out = grad_outputs[0].contiguous();
+    // Keep the input's layout (NHWC stays NHWC: the fused kernels have fast paths for both).
+    const torch::Tensor grad_out = grad_outputs[0].contiguous(input.suggest_memory_format());
     const auto shape = channel_shape(input);
 
     // Eval-form backward, one fused pass: dy * w * invstd, sum(dy * (x - mean) * invstd) and

@@ -47,6 +47,8 @@ def main():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-steps", type=int, default=0)
     p.add_argument("--summary-json", default="")
+    p.add_argument("--channels-last", action="store_true",
+                   help="NHWC weights and inputs (what the C++ worker uses by default)")
     args = p.parse_args()
 
     distributed = "RANK" in os.environ
@@ -57,6 +59,8 @@ def main():
     torch.manual_seed(args.seed)
     train_set, test_set = load(args.data, "train"), load(args.data, "t10k")
     model = make_model()
+    fmt = torch.channels_last if args.channels_last else torch.contiguous_format
+    model = model.to(memory_format=fmt)
     if distributed:
         model = nn.parallel.DistributedDataParallel(model)
     sampler = DistributedSampler(train_set, world, rank, seed=args.seed) if distributed else None
@@ -73,7 +77,7 @@ def main():
             if args.max_steps and step >= args.max_steps:
                 break
             opt.zero_grad()
-            F.cross_entropy(model(x), y).backward()
+            F.cross_entropy(model(x.contiguous(memory_format=fmt)), y).backward()
             opt.step()
             samples += len(x) * world
         seconds = time.perf_counter() - start
@@ -85,7 +89,8 @@ def main():
             n = len(test_set)
             lo, hi = n * rank // world, n * (rank + 1) // world
             x, y = test_set.tensors[0][lo:hi], test_set.tensors[1][lo:hi]
-            counts = torch.tensor([float((model(x).argmax(1) == y).sum()), float(hi - lo)],
+            counts = torch.tensor([float((model(x.contiguous(memory_format=fmt)).argmax(1) == y).sum()),
+                                   float(hi - lo)],
                                   dtype=torch.float64)
             if distributed:
                 dist.all_reduce(counts)

@@ -32,6 +32,7 @@ int main(int argc, char** argv) {
   app.add_option("--summary-json", options.summary_json, "Rank 0 writes throughput, accuracy and overlap as JSON");
   app.add_option("--fail-after-epoch", options.fail_after_epoch, "Tests: the last rank kills itself after this epoch on the first attempt");
   app.add_flag("!--no-eval", options.evaluate, "Skip the test-set evaluation");
+  app.add_flag("--channels-last", options.channels_last, "NHWC weights and activations");
   app.add_flag("!--no-sync-bn", options.sync_batch_norm, "Keep per-rank BatchNorm statistics (for comparison with PyTorch's CPU DDP)");
   CLI11_PARSE(app, argc, argv);
 

@@ -45,7 +45,8 @@ void configure_threads(int requested, const worker::WorkerEnv& env) {
 
 /// Test accuracy over the whole test set: each rank scores a contiguous share, then the
 /// (correct, total) counts are summed.
-double evaluate(torch::nn::Sequential& model, const LabelledImages& test, Communicator& comm) {
+double evaluate(torch::nn::Sequential& model, const LabelledImages& test, Communicator& comm,
+                at::MemoryFormat memory_format) {
   torch::NoGradGuard no_grad;
   model->eval();
   const int64_t n = test.size();
@@ -54,7 +55,7 @@ double evaluate(torch::nn::Sequential& model, const LabelledImages& test, Commun
   int64_t correct = 0;
   for (int64_t i = begin; i < end; i += 1000) {
     const int64_t len = std::min<int64_t>(1000, end - i);
-    auto x = test.images.narrow(0, i, len).to(comm.device());
+    auto x = test.images.narrow(0, i, len).to(comm.device()).contiguous(memory_format);
     auto y = test.labels.narrow(0, i, len).to(comm.device());
     correct += model->forward(x).argmax(1).eq(y).sum().item<int64_t>();
   }
@@ -117,6 +118,16 @@ int train(const TrainOptions& options, const worker::WorkerEnv& env) {
   auto model = make_fashion_cnn();
   if (options.sync_batch_norm) worker::convert_sync_batchnorm(*model, comm);
   model->to(device);
+  const auto memory_format =
+      options.channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
+  if (options.channels_last) {
+    // NHWC weights and inputs select other CPU convolution and pooling kernels (30% faster than
+    // NCHW in Python 1.13 for this model; no faster in this C++ program, hence not the default).
+    torch::NoGradGuard no_grad;
+    for (auto& param : model->parameters()) {
+      if (param.dim() == 4) param.set_data(param.contiguous(memory_format));
+    }
+  }
   worker::DdpOptions ddp_options;
   ddp_options.bucket_cap_bytes = static_cast<std::size_t>(options.bucket_kb) * 1024;
   ddp_options.first_bucket_bytes = std::min<std::size_t>(ddp_options.bucket_cap_bytes, 1 << 20);
@@ -155,7 +166,8 @@ int train(const TrainOptions& options, const worker::WorkerEnv& env) {
       const int64_t begin = step * options.batch_size;
       const int64_t len = std::min<int64_t>(options.batch_size, static_cast<int64_t>(indices.size()) - begin);
       const torch::Tensor batch = order.narrow(0, begin, len);
-      const torch::Tensor x = train_set.images.index_select(0, batch).to(device);
+      const torch::Tensor x =
+          train_set.images.index_select(0, batch).to(device).contiguous(memory_format);
       const torch::Tensor y = train_set.labels.index_select(0, batch).to(device);
       optimizer.zero_grad();
       const torch::Tensor loss = torch::nn::functional::cross_entropy(model->forward(x), y);
@@ -171,7 +183,7 @@ int train(const TrainOptions& options, const worker::WorkerEnv& env) {
     train_samples += epoch_samples;
     reporter.end_epoch();
     progress.epoch = epoch + 1;
-    if (options.evaluate) last_accuracy = evaluate(model, test_set, *comm);
+    if (options.evaluate) last_accuracy = evaluate(model, test_set, *comm, memory_format);
     worker::save_checkpoint(options.checkpoint, *model, optimizer, progress, *comm);
     if (chief) {
       fmt::print("epoch {}/{}: {:.1f} s, {:.0f} samples/s, test accuracy {:.2f}%, checkpoint {}\n",
