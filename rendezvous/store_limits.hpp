@@ -14,6 +14,10 @@ struct StoreLimits {
   std::size_t max_keys_per_request = 131072;        // CHECK/WAIT/MULTI_GET/MULTI_SET (libuv value)
   std::size_t max_request_bytes = 256 * 1024 * 1024;  // one decoded request, all fields together
   std::size_t max_connections = 65536;
+  // All connections' partly received requests together. Per-connection caps alone would let many
+  // connections each park a large half-sent value; past this total, a connection holding more than
+  // 64 KiB of unfinished input is closed instead of growing the server further.
+  std::size_t max_total_input_bytes = std::size_t{1} << 30;
   // A client that stops reading while we owe it replies: stop reading its requests once this
   // much output is queued, so one stalled peer cannot grow the server without bound.
   std::size_t max_pending_output_bytes = 64 * 1024 * 1024;

@@ -23,6 +23,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--max-connections", opts.limits.max_connections, "most concurrent connections")
       ->capture_default_str();
+  app.add_option("--max-total-input-bytes", opts.limits.max_total_input_bytes,
+                 "partly received requests of all connections together")
+      ->capture_default_str();
   app.add_flag("--trace", opts.trace, "log every request on stderr (protocol debugging)");
   CLI11_PARSE(app, argc, argv);
 

@@ -185,6 +185,11 @@ struct StoreServer::Core : SessionHost, std::enable_shared_from_this<StoreServer
     }
   }
 
+  std::size_t note_input_bytes(std::ptrdiff_t delta) override {
+    buffered_input_bytes = static_cast<std::size_t>(static_cast<std::ptrdiff_t>(buffered_input_bytes) + delta);
+    return buffered_input_bytes;
+  }
+
   void session_closed(ClientId id, bool for_error) override {
     model.remove_client(id);
     sessions.erase(id);
@@ -212,6 +217,7 @@ struct StoreServer::Core : SessionHost, std::enable_shared_from_this<StoreServer
   std::uint16_t port = 0;
   bool stopped = false;
   std::size_t closed_for_errors = 0;
+  std::size_t buffered_input_bytes = 0;  // all sessions' unparsed input
   std::chrono::steady_clock::time_point error_window_start{};
   int error_lines_in_window = 0;
   std::size_t error_lines_suppressed = 0;
@@ -237,6 +243,7 @@ StoreServerStats StoreServer::stats() const {
   s.pending_waits = core_->model.pending_wait_count();
   s.watch_registrations = core_->model.watch_registration_count();
   s.closed_for_errors = core_->closed_for_errors;
+  s.buffered_input_bytes = core_->buffered_input_bytes;
   return s;
 }
 

@@ -33,6 +33,7 @@ struct StoreServerStats {
   std::size_t pending_waits = 0;
   std::size_t watch_registrations = 0;
   std::size_t closed_for_errors = 0;  // connections closed because of a bad or oversize frame
+  std::size_t buffered_input_bytes = 0;  // partly received requests, all connections together
 };
 
 class StoreServer {

@@ -9,6 +9,7 @@ namespace ddp::rdzv {
 namespace {
 constexpr std::size_t kMaxReadsPerWakeup = 8;      // fairness between busy connections
 constexpr std::size_t kKeepCapacityBytes = 64 * 1024;  // idle connections give back larger buffers
+constexpr std::size_t kSmallInputBytes = 64 * 1024;    // never closed for the global budget below this
 
 void release_if_large(std::string& buffer) {
   if (buffer.empty() && buffer.capacity() > kKeepCapacityBytes) std::string().swap(buffer);
@@ -71,12 +72,23 @@ void StoreSession::on_read(const boost::system::error_code& ec, std::size_t n) {
       if (got < scratch.size()) break;
     }
   }
+  if (!account_input()) {
+    close_for_error(fmt::format("server-wide input buffer limit of {} bytes reached", host_->limits().max_total_input_bytes));
+    return;
+  }
   process_input();
   if (peer_done) {
     finish(false);
     return;
   }
   arm_read();
+}
+
+bool StoreSession::account_input() {
+  const auto delta = static_cast<std::ptrdiff_t>(in_.size()) - static_cast<std::ptrdiff_t>(accounted_input_);
+  accounted_input_ = in_.size();
+  const std::size_t total = host_->note_input_bytes(delta);
+  return total <= host_->limits().max_total_input_bytes || in_.size() - in_pos_ <= kSmallInputBytes;
 }
 
 void StoreSession::process_input() {
@@ -114,6 +126,7 @@ void StoreSession::process_input() {
     in_.erase(0, in_pos_);
     in_pos_ = 0;
   }
+  account_input();  // only shrinks here
 }
 
 void StoreSession::send(std::string_view bytes) {
@@ -179,6 +192,7 @@ void StoreSession::finish(bool for_error) {
   boost::system::error_code ignored;
   socket_.close(ignored);
   in_.clear();
+  account_input();
   out_.clear();
   host_->session_closed(id_, for_error);
 }

@@ -27,6 +27,8 @@ class SessionHost {
   virtual std::string& scratch_buffer() = 0;  // shared read buffer, only used synchronously
   virtual void handle(StoreSession& session, Generation gen, Command&& cmd, bool first_request) = 0;
   virtual void session_closed(ClientId id, bool for_error) = 0;
+  // Bytes buffered by all sessions changed by `delta`; returns the new total.
+  virtual std::size_t note_input_bytes(std::ptrdiff_t delta) = 0;
   // One line about a connection closed for cause (the host rate-limits them).
   virtual void log_closed_for_error(const std::string& line) = 0;
 };
@@ -54,6 +56,9 @@ class StoreSession : public std::enable_shared_from_this<StoreSession> {
   bool output_backlogged() const;
   std::string describe_peer() const;
   void finish(bool for_error);
+  // Report in_'s size change to the host; false if the server-wide input budget is exhausted and
+  // this connection holds a large unfinished request.
+  bool account_input();
 
   boost::asio::ip::tcp::socket socket_;
   ClientId id_;
@@ -67,6 +72,7 @@ class StoreSession : public std::enable_shared_from_this<StoreSession> {
   std::string in_;
   std::size_t in_pos_ = 0;     // start of unparsed input in in_
   std::size_t need_total_ = 0;  // decoder hint: unparsed bytes needed before the next attempt
+  std::size_t accounted_input_ = 0;  // in_.size() as last reported to the host
 
   std::string out_;               // replies not yet accepted by the socket, from out_off_
   std::size_t out_off_ = 0;

@@ -236,3 +236,29 @@ TEST_CASE("server: a host name is resolved (localhost) and clients reach it") {
   });
   t.join();
 }
+
+TEST_CASE("server: many half-sent large values hit the server-wide input budget, not the memory") {
+  StoreLimits limits;
+  limits.max_total_input_bytes = 1 << 20;
+  TestServer server(limits);
+  auto half_set = [](const std::string& key, std::size_t announced, std::size_t sent) {
+    std::string frame(1, '\x00');  // G1 SET
+    put_bytes(frame, key);
+    put_u64(frame, announced);
+    frame.append(sent, 'x');
+    return frame;
+  };
+  BlockingSocket a = server.raw();
+  a.send_all(half_set("/a", 900 << 10, 700 << 10), soon());
+  server.stats_when([](const StoreServerStats& s) { return s.buffered_input_bytes >= (700u << 10); });
+  BlockingSocket b = server.raw();
+  b.send_all(half_set("/b", 900 << 10, 700 << 10), soon());
+  char byte;
+  CHECK_THROWS_AS(b.recv_exact(&byte, 1, soon()), StoreError);  // b is closed
+  CHECK(any_line_contains(server.log(), "server-wide input buffer limit of 1048576 bytes reached"));
+  a.send_all(std::string(200 << 10, 'x'), soon());  // a finishes its value: served normally
+  StoreClient c(server.client_options());
+  CHECK(c.get("a").size() == (900u << 10));
+  auto stats = server.stats_when([](const StoreServerStats& s) { return s.buffered_input_bytes == 0; });
+  CHECK(stats.buffered_input_bytes == 0);
+}
