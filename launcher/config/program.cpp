@@ -57,8 +57,8 @@ Result<std::string> resolve_executable(const std::string& name, const std::strin
   while (start <= path_env.size()) {
     size_t colon = path_env.find(':', start);
     std::string dir = path_env.substr(start, colon == std::string::npos ? colon : colon - start);
-    if (dir.empty()) dir = ".";
-    std::string candidate = dir + "/" + name;
+    if (dir.empty()) dir.push_back('.');  // an empty PATH entry means the current directory
+    std::string candidate = fmt::format("{}/{}", dir, name);
     std::string why = why_not_runnable(candidate);
     if (why.empty()) return candidate;
     if (first_problem.empty() && why != std::strerror(ENOENT) && why != std::strerror(ENOTDIR)) {

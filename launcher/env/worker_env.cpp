@@ -32,9 +32,9 @@ EnvMap worker_env_additions(const LaunchConfig& config, const WorkerSlot& slot,
   add["TORCHELASTIC_ERROR_FILE"] = slot.error_file;
   // Defaults that the user's own setting overrides (torchrun does the same).
   for (const char* name : {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING"}) {
-    if (!parent.count(name)) add[name] = "1";
+    if (!parent.count(name)) add.emplace(name, "1");
   }
-  if (config.default_omp_threads && !parent.count("OMP_NUM_THREADS")) add["OMP_NUM_THREADS"] = "1";
+  if (config.default_omp_threads && !parent.count("OMP_NUM_THREADS")) add.emplace("OMP_NUM_THREADS", "1");
   if (config.bind_gpu && slot.local_rank < static_cast<int>(config.gpus.size())) {
     add["CUDA_VISIBLE_DEVICES"] = config.gpus[slot.local_rank];
   }
@@ -50,7 +50,12 @@ EnvMap worker_environment(const LaunchConfig& config, const WorkerSlot& slot, co
 std::vector<std::string> to_envp_strings(const EnvMap& env) {
   std::vector<std::string> out;
   out.reserve(env.size());
-  for (const auto& [name, value] : env) out.push_back(name + "=" + value);
+  for (const auto& [name, value] : env) {
+    std::string entry;
+    entry.reserve(name.size() + 1 + value.size());
+    entry.append(name).append(1, '=').append(value);
+    out.push_back(std::move(entry));
+  }
   return out;
 }
 

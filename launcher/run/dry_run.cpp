@@ -20,7 +20,8 @@ std::string shell_quote(const std::string& arg) {
       out += c;
     }
   }
-  return out + "'";
+  out += '\'';
+  return out;
 }
 
 std::string format_dry_run(const LaunchConfig& config, const std::vector<std::string>& argv,
@@ -39,7 +40,10 @@ std::string format_dry_run(const LaunchConfig& config, const std::vector<std::st
       continue;
     }
     std::string command;
-    for (const auto& a : argv) command += (command.empty() ? "" : " ") + shell_quote(a);
+    for (const auto& a : argv) {
+      if (!command.empty()) command += ' ';
+      command += shell_quote(a);
+    }
     out += fmt::format("rank {} (local_rank {}): {}\n", global_rank(config, r), r, command);
     for (const auto& [name, value] : env) out += fmt::format("    {}={}\n", name, shell_quote(value));
   }
