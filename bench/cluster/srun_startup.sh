@@ -19,7 +19,6 @@ REPEATS="${2:-7}"
 DDPRUN="$BUILD/bin/ddprun"
 PY=/usr/bin/python3
 SHIM="$ROOT/bench/launcher/torchrun113_shim.py"
-[[ -f "$SHIM" ]] || SHIM="$ROOT/bench/cluster/torchrun113_shim.py"
 WORKER="$ROOT/bench/cluster/mark_started.sh"
 [[ -x "$DDPRUN" ]] || { echo "no $DDPRUN; build first" >&2; exit 2; }
 
