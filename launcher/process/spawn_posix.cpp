@@ -36,8 +36,9 @@ std::vector<char*> as_c_array(const std::vector<std::string>& strings) {
     (void)ignored;
     ::_exit(exit_codes::kNotExecutable);
   };
-  // A new session, not just a new group: the worker has no controlling terminal, so reading the
-  // terminal gives EIO instead of stopping it with SIGTTIN forever (torch 2.x does the same).
+  // A new session, not just a new group: with no controlling terminal, job control can never
+  // stop the worker (a background group reading the terminal would get SIGTTIN and hang
+  // forever). torch 2.x does the same (start_new_session=True).
   ::setsid();
   if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) fail(errno);
   if (::getppid() != parent) ::_exit(exit_codes::kInternal);  // ddprun died before prctl
