@@ -25,9 +25,6 @@ std::vector<ReapedChild> reap_exited_children();
 /// Live children of this process, from /proc (workers and inherited orphans alike).
 std::vector<pid_t> list_children();
 
-/// The process group of `pid`, or -1 when it is gone.
-pid_t process_group_of(pid_t pid);
-
 /// Sends `sig` to process group `pgid`; falls back to the process itself if the group is gone.
 void signal_group(pid_t pgid, int sig);
 

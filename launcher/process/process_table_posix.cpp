@@ -105,8 +105,6 @@ std::vector<pid_t> list_children() {
   return children;
 }
 
-pid_t process_group_of(pid_t pid) { return ::getpgid(pid); }
-
 void signal_group(pid_t pgid, int sig) {
   if (pgid <= 1) return;  // never signal "every process" or init's group
   if (::kill(-pgid, sig) != 0 && errno == ESRCH) ::kill(pgid, sig);

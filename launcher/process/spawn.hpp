@@ -40,7 +40,5 @@ Result<StartedProcess> start_process(const SpawnRequest& request);
 /// an exec failure (ENOENT, EACCES...) is an Error with exit code 127 and the child is reaped.
 Result<pid_t> await_exec(const StartedProcess& started, const std::string& executable);
 
-/// start_process + await_exec.
-Result<pid_t> spawn_process(const SpawnRequest& request);
 
 }  // namespace ddp::launcher

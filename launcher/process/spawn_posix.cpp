@@ -110,10 +110,4 @@ Result<pid_t> await_exec(const StartedProcess& started, const std::string& execu
   return started.pid;
 }
 
-Result<pid_t> spawn_process(const SpawnRequest& request) {
-  auto started = start_process(request);
-  if (!started) return started.error();
-  return await_exec(*started, request.executable);
-}
-
 }  // namespace ddp::launcher
