@@ -72,5 +72,5 @@ print(f"| C++, 1 process, 1 thread | {cpp1:,.0f} | | | | {med('cpp_single', 2):.
 print()
 print("Scaling efficiency: 2-rank samples/s over twice the same program's one-process samples/s.")
 print("CPU ms per 1k samples: rank 0's user+system CPU time (all its threads) during training,")
-print("insensitive to other load on the machine, unlike samples/s.")
+print("much less sensitive than samples/s to other load on the machine.")
 PY
