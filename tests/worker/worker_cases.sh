@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: MIT
 # Integration cases of the worker program on real processes (CPU, Gloo). Usage:
 #   worker_cases.sh CASE WORKER [DDPRUN]
-# CASE: restart | peer_death | agent_store | env_errors | accuracy.
+# CASE: restart | peer_death | agent_store | ddprun_store | env_errors | accuracy
+# (ddprun_store takes the ddprun-store program in place of DDPRUN).
 # DDPRUN: the launcher to run under; when empty, tests/worker/launch_local.sh stands in (and a
 # restart is emulated by rerunning with TORCHELASTIC_RESTART_COUNT=1).
 # PYTHON (environment): interpreter with the torch matching the build (for agent_store).
@@ -102,6 +103,19 @@ PY
     "$here/launch_local.sh" 2 "$worker" --synthetic 256 --batch-size 16 --epochs 1 --no-eval \
     --checkpoint "$tmp/ck.pt" --timeout 30 >"$tmp/log" 2>&1 || { cat "$tmp/log"; fail "run on the agent store failed"; }
   echo "agent_store: 2 ranks trained with the store hosted outside rank 0"
+  ;;
+ddprun_store)
+  # The same with ddprun's own store server (rendezvous/, ddprun-store) hosting the store: the
+  # LibTorch TCPStore client of this build must work against it.
+  store_bin=$ddprun
+  "$store_bin" --port 0 >"$tmp/port" 2>"$tmp/store.log" &
+  children+=($!)
+  for _ in $(seq 100); do [ -s "$tmp/port" ] && break; sleep 0.1; done
+  [ -s "$tmp/port" ] || fail "ddprun-store did not print its port"
+  MASTER_PORT=$(head -1 "$tmp/port") TORCHELASTIC_USE_AGENT_STORE=1 TORCHELASTIC_RESTART_COUNT=0 \
+    "$here/launch_local.sh" 3 "$worker" --synthetic 256 --batch-size 16 --epochs 1 --no-eval \
+    --checkpoint "$tmp/ck.pt" --timeout 30 >"$tmp/log" 2>&1 || { cat "$tmp/log" "$tmp/store.log"; fail "run on ddprun-store failed"; }
+  echo "ddprun_store: 3 ranks trained on ddprun's store server"
   ;;
 env_errors)
   # A missing or malformed launcher variable is named in one line and gives exit code 2.
