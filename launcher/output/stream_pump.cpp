@@ -37,8 +37,20 @@ StreamPump::~StreamPump() {
 
 void StreamPump::start() { arm(); }
 
+bool StreamPump::console_congested() const {
+  return route_.console != nullptr && route_.console->congested();
+}
+
 void StreamPump::arm() {
   if (closed_) return;
+  if (console_congested()) {
+    // The console is behind: leave the data in the pipe (the worker blocks when it is full)
+    // until the sink has drained.
+    route_.console->when_drained([weak = weak_from_this()] {
+      if (auto self = weak.lock()) self->arm();
+    });
+    return;
+  }
   pipe_.async_wait(boost::asio::posix::stream_descriptor::wait_read,
                    [self = shared_from_this()](const boost::system::error_code& ec) {
                      if (ec || self->closed_) return;
@@ -53,6 +65,7 @@ void StreamPump::arm() {
 
 bool StreamPump::read_some(int max_reads) {
   for (int i = 0; i < max_reads; ++i) {
+    if (console_congested()) return true;  // arm() pauses until the console catches up
     ssize_t n = ::read(pipe_.native_handle(), scratch(), kReadBytes);
     if (n > 0) {
       deliver(std::string_view(scratch(), static_cast<size_t>(n)));
@@ -85,7 +98,7 @@ void StreamPump::deliver(std::string_view chunk) {
 
 void StreamPump::drain() {
   if (closed_) return;
-  while (true) {
+  while (!console_congested()) {
     ssize_t n = ::read(pipe_.native_handle(), scratch(), kReadBytes);
     if (n > 0) {
       deliver(std::string_view(scratch(), static_cast<size_t>(n)));
@@ -98,7 +111,18 @@ void StreamPump::drain() {
 
 void StreamPump::finish() {
   if (closed_) return;
-  drain();
+  // The end of the stream: everything left in the pipe goes out now, waiting for a slow console
+  // if need be (every writer is gone, so this holds up nothing but ddprun's own next step).
+  while (true) {
+    if (console_congested()) route_.console->flush_blocking();
+    ssize_t n = ::read(pipe_.native_handle(), scratch(), kReadBytes);
+    if (n > 0) {
+      deliver(std::string_view(scratch(), static_cast<size_t>(n)));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    break;
+  }
   closed_ = true;
   std::string& out = framed();
   out.clear();

@@ -29,9 +29,11 @@ class StreamPump : public std::enable_shared_from_this<StreamPump> {
 
   /// Starts waiting for data on the loop.
   void start();
-  /// Reads whatever is in the pipe right now (used when the worker has exited).
+  /// Reads what is in the pipe right now, as far as the console keeps up (never blocks; used
+  /// when the worker has exited).
   void drain();
-  /// Drains, flushes a partial last line, closes the pipe and the file. Idempotent.
+  /// Reads everything left (waiting for a slow console if it must), flushes a partial last line,
+  /// closes the pipe and the file. Idempotent.
   void finish();
   /// Up to `max_lines` last lines of what went through this stream (keep_tail only).
   std::vector<std::string> tail_lines(size_t max_lines) const;
@@ -41,6 +43,7 @@ class StreamPump : public std::enable_shared_from_this<StreamPump> {
   /// Reads until the pipe is empty or `max_reads` reads; returns false at EOF/error.
   bool read_some(int max_reads);
   void deliver(std::string_view chunk);
+  bool console_congested() const;
 
   boost::asio::posix::stream_descriptor pipe_;
   StreamRoute route_;

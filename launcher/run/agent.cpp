@@ -24,11 +24,6 @@ constexpr size_t kStderrTailLines = 10;
 constexpr auto kLeftoverDeadline = std::chrono::seconds(5);
 constexpr int kPipeBytes = 1 << 20;
 
-void say(const std::string& line) {
-  std::string text = "ddprun: " + line + "\n";
-  write_fully(STDERR_FILENO, text);
-}
-
 long read_oom_kill_count() {
   std::ifstream vmstat("/proc/vmstat");
   std::string key;
@@ -69,13 +64,6 @@ nlohmann::json status_json(const ExitStatus& s) {
   return j;
 }
 
-/// Opens a log file for a worker stream, or returns -1 (and reports) when it cannot.
-int open_log(const std::string& path) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
-  if (fd < 0) say(fmt::format("cannot write '{}': {}", path, std::strerror(errno)));
-  return fd;
-}
-
 }  // namespace
 
 Agent::Agent(AgentSetup setup, std::unique_ptr<ProcessControl> control)
@@ -84,8 +72,8 @@ Agent::Agent(AgentSetup setup, std::unique_ptr<ProcessControl> control)
       shutdown_signals_(io_, SIGINT, SIGTERM, SIGHUP),
       grace_timer_(io_),
       cleanup_timer_(io_),
-      stdout_sink_(STDOUT_FILENO),
-      stderr_sink_(STDERR_FILENO),
+      stdout_sink_(io_, STDOUT_FILENO),
+      stderr_sink_(io_, STDERR_FILENO),
       control_(control ? std::move(control) : std::make_unique<PosixProcessControl>()),
       token_(random_token()) {
   shutdown_signals_.add(SIGQUIT);
@@ -98,8 +86,16 @@ Agent::~Agent() {
   }
 }
 
+void Agent::say(const std::string& line) { stderr_sink_.write_all(fmt::format("ddprun: {}\n", line)); }
+
+int Agent::open_log(const std::string& path) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) say(fmt::format("cannot write '{}': {}", path, std::strerror(errno)));
+  return fd;
+}
+
 Result<Ok> Agent::prepare() {
-  auto events = events_.open(setup_.config.events);
+  auto events = events_.open(setup_.config.events, &stdout_sink_);
   if (!events) return events.error();
   const auto& c = setup_.config;
   for (int r = 0; r < c.nproc_per_node; ++r) {
@@ -124,6 +120,7 @@ int Agent::run() {
   auto ready = prepare();
   if (!ready) {
     say(ready.error().message);
+    stderr_sink_.flush_blocking();
     control_->end_supervision();
     return ready.error().exit_code;
   }
@@ -144,6 +141,10 @@ int Agent::run() {
   wait_for_shutdown_signals();
   boost::asio::post(io_, [this] { start_attempt(0); });
   io_.run();
+  // Whatever the console could not take yet (the summary included) goes out now; every worker
+  // is gone, so waiting on a slow reader delays nothing but ddprun's own exit.
+  stdout_sink_.flush_blocking();
+  stderr_sink_.flush_blocking();
   control_->end_supervision();
   if (!keep_run_dir_) run_dir_->remove_if_temporary();
   return exit_code();
@@ -466,7 +467,7 @@ void Agent::finish_run() {
   const int code = exit_code();
   RunSummaryInput summary{setup_.config.program, setup_.host, setup_.config.max_restarts,
                           start_time_, history_, shutdown_signal_, code};
-  if (code != 0) write_fully(STDERR_FILENO, format_failure_summary(summary));
+  if (code != 0) stderr_sink_.write_all(format_failure_summary(summary));
   nlohmann::json attempts = nlohmann::json::array();
   for (const auto& a : history_) {
     nlohmann::json workers = nlohmann::json::array();

@@ -75,6 +75,10 @@ class Agent {
   };
 
   Result<Ok> prepare();
+  /// One "ddprun: ..." line on stderr, in order with the workers' stderr lines.
+  void say(const std::string& line);
+  /// Opens a log file for a worker stream; -1 (and a message) when it cannot.
+  int open_log(const std::string& path);
   void start_attempt(int attempt);
   void start_worker(Worker& worker, int attempt);
   void confirm_exec(Worker& worker);

@@ -18,10 +18,14 @@ EventLog::~EventLog() {
   if (owns_fd_ && fd_ >= 0) ::close(fd_);
 }
 
-Result<Ok> EventLog::open(const std::string& target) {
+Result<Ok> EventLog::open(const std::string& target, ConsoleSink* stdout_sink) {
   if (target.empty()) return Ok{};
   if (target == "-") {
-    fd_ = STDOUT_FILENO;
+    if (stdout_sink) {
+      sink_ = stdout_sink;
+    } else {
+      fd_ = STDOUT_FILENO;
+    }
     return Ok{};
   }
   fd_ = ::open(target.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -34,13 +38,17 @@ Result<Ok> EventLog::open(const std::string& target) {
 }
 
 void EventLog::emit(const char* event, nlohmann::json fields) {
-  if (fd_ < 0) return;
+  if (!enabled()) return;
   auto now = std::chrono::system_clock::now().time_since_epoch();
   fields["event"] = event;
   fields["time"] = std::chrono::duration_cast<std::chrono::microseconds>(now).count() / 1e6;
   std::string line = fields.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   line += '\n';
-  write_fully(fd_, line);
+  if (sink_) {
+    sink_->write_all(line);
+  } else {
+    write_fully(fd_, line);
+  }
 }
 
 }  // namespace ddp::launcher

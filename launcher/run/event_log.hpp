@@ -7,6 +7,7 @@
 #include <string>
 
 #include "launcher/common/result.hpp"
+#include "launcher/output/console_sink.hpp"
 
 namespace ddp::launcher {
 
@@ -17,15 +18,17 @@ class EventLog {
   EventLog& operator=(const EventLog&) = delete;
   ~EventLog();
 
-  /// "" disables, "-" is stdout, anything else a file (created or truncated). Error: exit 2.
-  Result<Ok> open(const std::string& target);
-  bool enabled() const { return fd_ >= 0; }
+  /// "" disables, "-" is stdout (through `stdout_sink`, so events and worker lines never tear
+  /// each other), anything else a file (created or truncated). Error: exit 2.
+  Result<Ok> open(const std::string& target, ConsoleSink* stdout_sink = nullptr);
+  bool enabled() const { return fd_ >= 0 || sink_ != nullptr; }
   /// Adds "event" and "time" (seconds since the epoch, µs resolution) and writes one line.
   void emit(const char* event, nlohmann::json fields = nlohmann::json::object());
 
  private:
   int fd_ = -1;
   bool owns_fd_ = false;
+  ConsoleSink* sink_ = nullptr;
 };
 
 }  // namespace ddp::launcher

@@ -44,6 +44,49 @@ def test_stderr_is_prefixed_too(tmp):
         assert f"[rank{rank}]:r{rank} 2 xxxxx" in r.err and f"[rank{rank}]:r{rank} end" in r.err, r
 
 
+def test_a_stalled_console_does_not_stall_supervision(tmp):
+    # ddprun's stdout is a pipe nobody reads while 4 workers flood it. SIGTERM to ddprun must still
+    # reach the workers (the events file shows every exit) before anyone reads a byte; once the
+    # pipe is drained, ddprun exits 143 with the output it had accepted.
+    import json
+    import signal
+    import threading
+    import time
+    from harness import read_events, wait_until
+    events = os.path.join(tmp, "ev.jsonl")
+    read_end, write_end = os.pipe()
+    proc = subprocess.Popen([DDPRUN, "--nproc_per_node", "4", "--events", events,
+                             helper("output_flooder"), "2000000", "40"],
+                            stdout=write_end, stderr=subprocess.PIPE, env=clean_env(),
+                            start_new_session=True)
+    os.close(write_end)
+    try:
+        def started():
+            return os.path.exists(events) and sum(
+                e["event"] == "worker_start" for e in read_events(events)) == 4
+        wait_until(started, 20, "4 workers started")
+        time.sleep(0.5)  # the pipe, the sink's queue and the workers' pipes fill up
+        os.kill(proc.pid, signal.SIGTERM)
+        wait_until(lambda: sum(e["event"] == "worker_exit" for e in read_events(events)) == 4, 20,
+                   "every worker exit handled while the console is stalled")
+        exits = [e for e in read_events(events) if e["event"] == "worker_exit"]
+        assert all(e.get("signal") == "SIGTERM" for e in exits), exits
+        drained = []
+        reader = threading.Thread(target=lambda: drained.append(sum(
+            len(c) for c in iter(lambda: os.read(read_end, 1 << 20), b""))))
+        reader.start()
+        assert proc.wait(timeout=30) == 143
+        reader.join(timeout=30)
+        assert drained and drained[0] > 0
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait(timeout=30)
+        os.close(read_end)
+
+
 def test_prefix_is_colored_on_a_terminal_only(tmp):
     import pty
     master, slave = pty.openpty()
