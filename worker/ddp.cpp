@@ -23,7 +23,6 @@ struct Bucket {
   at::Tensor flat;
   std::vector<std::size_t> params;
   std::size_t pending = 0;
-  bool launched = false;
   std::unique_ptr<PendingCollective> work;
   Clock::time_point launched_at;
 };
@@ -56,7 +55,6 @@ void ReducerState::on_gradient(std::size_t index, const at::Tensor& grad,
     for (auto& slot : slots) slot.ready = false;
     for (auto& bucket : buckets) {
       bucket.pending = bucket.params.size();
-      bucket.launched = false;
       bucket.work.reset();
     }
     // Runs once the whole backward graph has executed, inside loss.backward().
@@ -89,7 +87,6 @@ void ReducerState::launch_in_order() {
     if (comm->size() > 1) bucket.flat.div_(comm->size());
     bucket.launched_at = Clock::now();
     bucket.work = comm->all_reduce_sum_async(bucket.flat);
-    bucket.launched = true;
   }
 }
 
