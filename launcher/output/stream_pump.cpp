@@ -96,33 +96,31 @@ void StreamPump::deliver(std::string_view chunk) {
   }
 }
 
-void StreamPump::drain() {
-  if (closed_) return;
-  while (!console_congested()) {
+void StreamPump::read_all(bool wait_for_console) {
+  while (true) {
+    if (console_congested()) {
+      if (!wait_for_console) return;
+      route_.console->flush_blocking();
+    }
     ssize_t n = ::read(pipe_.native_handle(), scratch(), kReadBytes);
     if (n > 0) {
       deliver(std::string_view(scratch(), static_cast<size_t>(n)));
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
-    return;
+    return;  // empty (EAGAIN), EOF or error
   }
+}
+
+void StreamPump::drain() {
+  if (!closed_) read_all(/*wait_for_console=*/false);
 }
 
 void StreamPump::finish() {
   if (closed_) return;
   // The end of the stream: everything left in the pipe goes out now, waiting for a slow console
   // if need be (every writer is gone, so this holds up nothing but ddprun's own next step).
-  while (true) {
-    if (console_congested()) route_.console->flush_blocking();
-    ssize_t n = ::read(pipe_.native_handle(), scratch(), kReadBytes);
-    if (n > 0) {
-      deliver(std::string_view(scratch(), static_cast<size_t>(n)));
-      continue;
-    }
-    if (n < 0 && errno == EINTR) continue;
-    break;
-  }
+  read_all(/*wait_for_console=*/true);
   closed_ = true;
   std::string& out = framed();
   out.clear();

@@ -42,6 +42,9 @@ class StreamPump : public std::enable_shared_from_this<StreamPump> {
   void arm();
   /// Reads until the pipe is empty or `max_reads` reads; returns false at EOF/error.
   bool read_some(int max_reads);
+  /// Reads until the pipe is empty; with a congested console either stops (false) or waits for
+  /// it (true).
+  void read_all(bool wait_for_console);
   void deliver(std::string_view chunk);
   bool console_congested() const;
 
