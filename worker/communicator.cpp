@@ -31,6 +31,8 @@ void Communicator::barrier() {
   // what they need across LibTorch versions).
   at::Tensor token = at::ones({1}, at::TensorOptions().device(device()));
   all_reduce_sum(token);
+  // NCCL's wait() only orders the current CUDA stream; reading the value blocks the host too.
+  (void)token.item<float>();
 }
 
 namespace {
