@@ -77,6 +77,7 @@ class StoreSession : public std::enable_shared_from_this<StoreSession> {
   std::string out_;               // replies not yet accepted by the socket, from out_off_
   std::size_t out_off_ = 0;
   bool write_in_flight_ = false;  // waiting for the socket to become writable
+  bool batching_replies_ = false;  // inside process_input: send() queues, the end flushes once
   bool read_armed_ = false;
   bool closed_ = false;
 };

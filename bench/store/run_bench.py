@@ -2,7 +2,8 @@
 """Store benchmarks: ddprun-store against PyTorch's own TCPStore servers, same load generator.
 
   python3 bench/store/run_bench.py --build build [--rounds 3] [--seconds 3]
-        [--scale 1000,4000,16000] [--libuv-scale-max 1000] [--torch113-scale-max 1000]
+        [--scale 1000,4000,16000] [--scale-rounds 3] [--libuv-scale-max 16000] [--torch113-scale-max 4000]
+        [--parts throughput,scale] [--servers ddprun,torch113,libuv] [--ddprun-bin PATH]
 
 Servers: ddprun-store (G2 load), torch 1.13's server via /usr/bin/python3 (G1 load) and torch 2.x's
 libuv server via python3 (G2 load), each started fresh on 127.0.0.1 port 0. Prints markdown tables.
@@ -12,8 +13,9 @@ resolver is slow or unreachable (this sandbox: some lookups wait 5 s) that alone
 take ~95 s to connect. With --no-dns (the default, needs root for `unshare -m`) the PyTorch servers
 run with a private /etc/resolv.conf pointing at 127.0.0.1, so lookups fail at once, as they would
 on a cluster with a fast resolver.
-Throughput rounds are interleaved across servers and the median is reported, because the machine
-may be shared. Server CPU per op comes from /proc/<pid>/stat; RSS is sampled from /proc while the
+Throughput rounds and scale runs are interleaved across servers and medians are reported, because
+the machine may be shared. The load generator's own CPU per op is printed next to the server's: if
+it were not below the server's, the generator would be what limits the number. Server CPU per op comes from /proc/<pid>/stat; RSS is sampled from /proc while the
 load runs (peak minus the idle value before the load).
 """
 import argparse
@@ -47,11 +49,12 @@ def without_dns(argv):
 
 class Server:
     no_dns = True
+    ddprun_bin = None
 
     def __init__(self, kind, build):
         self.kind = kind
         if kind == "ddprun":
-            argv = [os.path.join(build, "bin", "ddprun-store"), "--port", "0"]
+            argv = [Server.ddprun_bin or os.path.join(build, "bin", "ddprun-store"), "--port", "0"]
         elif kind == "torch113":
             argv = ["/usr/bin/python3", "-c", SERVER_PY, "legacy"]
         else:
@@ -141,59 +144,92 @@ def scale(build, kind, n, timeout):
     return r
 
 
+NAMES = {"ddprun": "ddprun-store", "torch113": "torch 1.13 server", "libuv": "torch 2.15 libuv server"}
+
+
+def print_throughput(kinds, tp):
+    print("## 1. Throughput: 64 clients, closed loop SET+GET+ADD, 64-byte values\n")
+    print("| server | ops/s (median) | all rounds | server CPU µs/op (median) | load generator CPU µs/op (median) |")
+    print("|---|---:|---|---:|---:|")
+    med = {}
+    for k in kinds:
+        ok = [r for r in tp[k] if "ops_per_s" in r]
+        if not ok:
+            print(f"| {NAMES[k]} | failed: {tp[k][0].get('error')} | | | |")
+            continue
+        med[k] = statistics.median(r["ops_per_s"] for r in ok)
+        cpu = statistics.median(r["cpu_us_per_op"] for r in ok)
+        gen = statistics.median(r.get("loadgen_cpu_us_per_op", float("nan")) for r in ok)
+        rounds = ", ".join(f"{r['ops_per_s']:.0f}" for r in ok)
+        print(f"| {NAMES[k]} | {med[k]:,.0f} | {rounds} | {cpu:.2f} | {gen:.2f} |")
+    if "ddprun" in med:
+        for k in ("torch113", "libuv"):
+            if k in med:
+                print(f"\nddprun-store / {NAMES[k]}: {med['ddprun'] / med[k]:.2f}x", end="")
+        print("\n")
+
+
+def print_scale(a, kinds):
+    print("## 2. Scale: N clients connect, each ADDs a barrier key, the last SETs a release key, all WAIT\n")
+    print(f"Median of {a.scale_rounds} runs per cell (servers interleaved, each run on a fresh server).\n")
+    print("| server | N | connect all (s) | release everyone (s) | all release runs (s) | server RSS idle (MiB) "
+          "| RSS growth (MiB) |")
+    print("|---|---:|---:|---:|---|---:|---:|")
+    limits = {"ddprun": None, "libuv": a.libuv_scale_max, "torch113": a.torch113_scale_max}
+    for n in [int(x) for x in a.scale.split(",") if x]:
+        runs = {k: [] for k in kinds}
+        for _ in range(a.scale_rounds):
+            for kind in kinds:
+                if limits[kind] is not None and n > limits[kind]:
+                    continue
+                runs[kind].append(scale(a.build, kind, n, a.scale_timeout))
+        for kind in kinds:
+            if limits[kind] is not None and n > limits[kind]:
+                print(f"| {NAMES[kind]} | {n} | not run (above --{kind}-scale-max) | | | | |")
+                continue
+            ok = [r for r in runs[kind] if "error" not in r]
+            if not ok:
+                print(f"| {NAMES[kind]} | {n} | {runs[kind][0]['error']} | | | | |")
+                continue
+            med = lambda f: statistics.median(r[f] for r in ok)
+            all_runs = ", ".join(f"{r['release_s']:.3f}" for r in ok)
+            failed = len(runs[kind]) - len(ok)
+            if failed:
+                all_runs += f" ({failed} failed: {runs[kind][0].get('error', '')})"
+            print(f"| {NAMES[kind]} | {n} | {med('connect_s'):.3f} | {med('release_s'):.3f} | {all_runs} | "
+                  f"{med('rss_idle_mib'):.1f} | {med('rss_growth_mib'):.1f} |")
+            sys.stdout.flush()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default="build")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=3)
     ap.add_argument("--scale", default="1000,4000,16000")
+    ap.add_argument("--scale-rounds", type=int, default=3)
     ap.add_argument("--libuv-scale-max", type=int, default=16000)
     ap.add_argument("--torch113-scale-max", type=int, default=4000)
+    ap.add_argument("--parts", default="throughput,scale")
+    ap.add_argument("--servers", default="ddprun,torch113,libuv")
+    ap.add_argument("--ddprun-bin", help="ddprun-store binary to use instead of BUILD/bin/ddprun-store (A/B runs)")
     ap.add_argument("--no-dns", action=argparse.BooleanOptionalAction, default=True,
                     help="run the PyTorch servers without a reachable DNS resolver (see above)")
     ap.add_argument("--scale-timeout", type=float, default=240)
     a = ap.parse_args()
     Server.no_dns = a.no_dns
+    Server.ddprun_bin = a.ddprun_bin
+    kinds = [k for k in a.servers.split(",") if k]
+    parts = a.parts.split(",")
 
     print(f"# store benchmarks ({time.strftime('%Y-%m-%d %H:%M')}, load average {os.getloadavg()[0]:.1f}, "
           f"{os.cpu_count()} cores, PyTorch servers {'without' if a.no_dns else 'with'} DNS)\n")
-    kinds = ["ddprun", "torch113", "libuv"]
-    tp = throughput(a.build, kinds, a.rounds, a.seconds)
-    names = {"ddprun": "ddprun-store", "torch113": "torch 1.13 server", "libuv": "torch 2.15 libuv server"}
-    print("## 1. Throughput: 64 clients, closed loop SET+GET+ADD, 64-byte values\n")
-    print("| server | ops/s (median) | all rounds | server CPU µs/op (median) |")
-    print("|---|---:|---|---:|")
-    med = {}
-    for k in kinds:
-        ok = [r for r in tp[k] if "ops_per_s" in r]
-        if not ok:
-            print(f"| {names[k]} | failed: {tp[k][0].get('error')} | | |")
-            continue
-        med[k] = statistics.median(r["ops_per_s"] for r in ok)
-        cpu = statistics.median(r["cpu_us_per_op"] for r in ok)
-        rounds = ", ".join(f"{r['ops_per_s']:.0f}" for r in ok)
-        print(f"| {names[k]} | {med[k]:,.0f} | {rounds} | {cpu:.2f} |")
-    if "ddprun" in med:
-        for k in ("torch113", "libuv"):
-            if k in med:
-                print(f"\nddprun-store / {names[k]}: {med['ddprun'] / med[k]:.2f}x", end="")
-        print("\n")
-
-    print("## 2. Scale: N clients connect, each ADDs a barrier key, the last SETs a release key, all WAIT\n")
-    print("| server | N | connect all (s) | release everyone (s) | server RSS idle (MiB) | RSS growth (MiB) |")
-    print("|---|---:|---:|---:|---:|---:|")
-    for n in [int(x) for x in a.scale.split(",") if x]:
-        for kind, limit in (("ddprun", None), ("libuv", a.libuv_scale_max), ("torch113", a.torch113_scale_max)):
-            if limit is not None and n > limit:
-                print(f"| {names[kind]} | {n} | not run (above --{kind.replace('torch113', 'torch113')}-scale-max) | | | |")
-                continue
-            r = scale(a.build, kind, n, a.scale_timeout)
-            if "error" in r:
-                print(f"| {names[kind]} | {n} | {r['error']} | | {r['rss_idle_mib']:.1f} | |")
-            else:
-                print(f"| {names[kind]} | {n} | {r['connect_s']:.3f} | {r['release_s']:.3f} | "
-                      f"{r['rss_idle_mib']:.1f} | {r['rss_growth_mib']:.1f} |")
-            sys.stdout.flush()
+    if "throughput" in parts:
+        print_throughput(kinds, throughput(a.build, kinds, a.rounds, a.seconds))
+        sys.stdout.flush()
+    if "scale" in parts:
+        print_scale(a, [k for k in ("ddprun", "libuv", "torch113") if k in kinds])
+    print(f"(load average at the end: {os.getloadavg()[0]:.1f})")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,9 @@
 // the wire protocol directly from one epoll loop so the generator itself stays cheap.
 //
 //   store_loadgen throughput --port P --proto g1|g2 [--clients 64] [--seconds 5] [--value-bytes 64]
-//       closed loop per client: SET k (value), GET k, ADD counter; prints ops/s
+//                 [--pipeline 0|1]
+//       closed loop per client: SET k (value) + GET k, then ADD counter; prints ops/s.
+//       --pipeline 1 sends all three at once (one round trip, two replies, per cycle)
 //   store_loadgen barrier --port P --proto g1|g2 --clients N [--source-ips 8] [--connect-window 1024]
 //                 [--timeout 120]
 //       N connections; each ADDs a barrier key, the last arrival SETs a release key, everyone
@@ -20,6 +22,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <ctime>
 #include <functional>
 #include <stdexcept>
 #include <string>
@@ -44,6 +47,7 @@ struct Args {
   int source_ips = 8;
   int connect_window = 1024;  // connects in flight at once (the server's listen backlog is finite)
   double timeout = 120;
+  bool pipeline = false;  // throughput: send SET, GET and ADD together (two replies per round trip)
 };
 
 Args parse(int argc, char** argv) {
@@ -60,11 +64,15 @@ Args parse(int argc, char** argv) {
     else if (f == "--source-ips") a.source_ips = std::stoi(v);
     else if (f == "--timeout") a.timeout = std::stod(v);
     else if (f == "--connect-window") a.connect_window = std::stoi(v);
+    else if (f == "--pipeline") a.pipeline = v == "1" || v == "on";
     else throw std::runtime_error("unknown flag " + f);
   }
   if (a.port == 0) throw std::runtime_error("--port is required");
   return a;
 }
+
+struct Conn;
+using Callback = void (*)(Conn&, std::string_view);
 
 struct Conn {
   int fd = -1;
@@ -74,7 +82,7 @@ struct Conn {
   std::size_t out_off = 0;
   std::string in;
   std::size_t expect = 0;                              // reply bytes awaited (0 = none)
-  std::function<void(Conn&, std::string_view)> on_reply;  // called with exactly `expect` bytes
+  Callback on_reply = nullptr;                         // called with exactly `expect` bytes
   bool want_write = false;
 };
 
@@ -107,10 +115,11 @@ class Loop {
     run_until([&] { return ready == n; });
   }
 
-  void send(Conn& c, std::string bytes, std::size_t expect, std::function<void(Conn&, std::string_view)> on_reply) {
-    c.out += bytes;
+  // Queue `bytes` and send them now; `on_reply` gets the next `expect` reply bytes.
+  void send(Conn& c, std::string_view bytes, std::size_t expect, Callback on_reply) {
+    c.out.append(bytes);
     c.expect = expect;
-    c.on_reply = std::move(on_reply);
+    c.on_reply = on_reply;
     flush(c);
   }
 
@@ -194,25 +203,28 @@ class Loop {
     if (c.want_write) set_events(c, false);
   }
 
+  // One recv per readiness event: epoll is level-triggered here, so unread bytes are reported
+  // again, and a second recv that only returns EAGAIN would double the generator's receive calls.
   void read(Conn& c) {
     char buf[16384];
-    for (;;) {
-      const ssize_t n = ::recv(c.fd, buf, sizeof buf, 0);
-      if (n > 0) {
-        c.in.append(buf, static_cast<std::size_t>(n));
-        continue;
-      }
-      if (n == 0) throw std::runtime_error(fmt::format("connection {} closed by the server", c.index));
-      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+    const ssize_t n = ::recv(c.fd, buf, sizeof buf, 0);
+    if (n == 0) throw std::runtime_error(fmt::format("connection {} closed by the server", c.index));
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return;
       throw std::runtime_error(fmt::format("recv: {}", std::strerror(errno)));
     }
-    while (c.expect > 0 && c.in.size() >= c.expect) {
-      const std::string reply = c.in.substr(0, c.expect);
-      c.in.erase(0, c.expect);
+    c.in.append(buf, static_cast<std::size_t>(n));
+    std::size_t pos = 0;
+    while (c.expect > 0 && c.in.size() - pos >= c.expect) {
+      const std::string_view reply(c.in.data() + pos, c.expect);
+      pos += c.expect;
       c.expect = 0;
-      auto cb = std::move(c.on_reply);
+      // The callback may queue the next request (and set a new `expect`) on this connection;
+      // `reply` stays valid because sending never touches `in`.
+      Callback cb = c.on_reply;
       cb(c, reply);
     }
+    c.in.erase(0, pos);
   }
 
   const Args& args_;
@@ -226,77 +238,135 @@ std::string req(Generation gen, Op op, std::vector<std::string> keys, std::vecto
   return encode_request(gen, Command{op, std::move(keys), std::move(values), number, 0});
 }
 
+double process_cpu_seconds() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+// The callbacks are plain function pointers (no allocation per request); what they need lives
+// in one run-wide context.
+struct Run {
+  Loop* loop = nullptr;
+  Generation gen = Generation::G2;
+  int clients = 0;
+  int handshaken = 0;
+  // throughput
+  std::vector<std::string> set_get;  // per connection: SET k v + GET k, sent together
+  std::vector<std::string> set_get_add;  // --pipeline: all three requests of a cycle at once
+  std::string add;
+  bool pipeline = false;
+  std::size_t get_reply_bytes = 0;
+  bool measuring = false;
+  std::uint64_t ops = 0;
+  // barrier
+  std::string release_and_wait, wait;
+  int released = 0;
+};
+Run g_run;
+
 // G2 connections open with VALIDATE + PING and wait for the echo; G1 ones are ready at once.
-void handshake(Loop& loop, Conn& c, Generation gen, const std::function<void(Conn&)>& then) {
-  if (gen == Generation::G1) {
-    then(c);
+void handshake(Conn& c) {
+  if (g_run.gen == Generation::G1) {
+    ++g_run.handshaken;
     return;
   }
-  std::string hs = encode_request(gen, Command{Op::Validate, {}, {}, 0, kValidateMagic}) +
-                   encode_request(gen, Command{Op::Ping, {}, {}, 0, 0x00FF0000u + static_cast<std::uint32_t>(c.index)});
-  loop.send(c, hs, 4, [then](Conn& conn, std::string_view) { then(conn); });
+  const std::string hs =
+      encode_request(g_run.gen, Command{Op::Validate, {}, {}, 0, kValidateMagic}) +
+      encode_request(g_run.gen, Command{Op::Ping, {}, {}, 0, 0x00FF0000u + static_cast<std::uint32_t>(c.index)});
+  g_run.loop->send(c, hs, 4, [](Conn&, std::string_view) { ++g_run.handshaken; });
+}
+
+void throughput_cycle(Conn& c);
+void on_add_reply(Conn& c, std::string_view) {
+  if (g_run.measuring) g_run.ops += 1;
+  throughput_cycle(c);
+}
+void on_get_reply(Conn& c, std::string_view) {
+  if (g_run.measuring) g_run.ops += 2;
+  g_run.loop->send(c, g_run.add, 8, on_add_reply);
+}
+void on_pipelined_replies(Conn& c, std::string_view) {
+  if (g_run.measuring) g_run.ops += 3;
+  throughput_cycle(c);
+}
+void throughput_cycle(Conn& c) {
+  if (g_run.pipeline) {
+    g_run.loop->send(c, g_run.set_get_add[static_cast<std::size_t>(c.index)], g_run.get_reply_bytes + 8,
+                     on_pipelined_replies);
+  } else {
+    g_run.loop->send(c, g_run.set_get[static_cast<std::size_t>(c.index)], g_run.get_reply_bytes, on_get_reply);
+  }
 }
 
 int run_throughput(const Args& a) {
   Loop loop(a);
+  g_run.loop = &loop;
+  g_run.gen = a.gen;
+  g_run.clients = a.clients;
   const std::string value(a.value_bytes, 'v');
-  std::uint64_t ops = 0;
-  bool measuring = false;
-  int handshaken = 0;
-  std::function<void(Conn&)> cycle = [&](Conn& c) {
-    const std::string key = "/bench/k" + std::to_string(c.index);
-    loop.send(c, req(a.gen, Op::Set, {key}, {value}) + req(a.gen, Op::Get, {key}), 8 + a.value_bytes,
-              [&](Conn& conn, std::string_view) {
-                if (measuring) ops += 2;
-                loop.send(conn, req(a.gen, Op::Add, {"/bench/counter"}, {}, 1), 8, [&](Conn& c2, std::string_view) {
-                  if (measuring) ops += 1;
-                  cycle(c2);
-                });
-              });
-  };
-  loop.connect_all(a.clients, std::min(a.connect_window, 256), [&](Conn& c) { handshake(loop, c, a.gen, [&](Conn&) { ++handshaken; }); });
-  loop.run_until([&] { return handshaken == a.clients; });
-  for (auto& c : loop.conns()) cycle(c);
+  for (int i = 0; i < a.clients; ++i) {
+    const std::string key = "/bench/k" + std::to_string(i);
+    g_run.set_get.push_back(req(a.gen, Op::Set, {key}, {value}) + req(a.gen, Op::Get, {key}));
+  }
+  g_run.add = req(a.gen, Op::Add, {"/bench/counter"}, {}, 1);
+  for (const auto& sg : g_run.set_get) g_run.set_get_add.push_back(sg + g_run.add);
+  g_run.pipeline = a.pipeline;
+  g_run.get_reply_bytes = 8 + a.value_bytes;
+  loop.connect_all(a.clients, std::min(a.connect_window, 256), handshake);
+  loop.run_until([&] { return g_run.handshaken == a.clients; });
+  for (auto& c : loop.conns()) throughput_cycle(c);
   // Warm up briefly, then count.
   const auto warm = Clock::now() + std::chrono::milliseconds(300);
   loop.run_until([&] { return Clock::now() >= warm; });
-  measuring = true;
+  g_run.measuring = true;
+  const double cpu0 = process_cpu_seconds();
   const auto t0 = Clock::now();
   const auto end = t0 + std::chrono::duration<double>(a.seconds);
   loop.run_until([&] { return Clock::now() >= end; });
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-  fmt::print("{{\"mode\":\"throughput\",\"clients\":{},\"value_bytes\":{},\"ops\":{},\"seconds\":{:.3f},\"ops_per_s\":{:.0f}}}\n",
-             a.clients, a.value_bytes, ops, secs, static_cast<double>(ops) / secs);
+  const double cpu = process_cpu_seconds() - cpu0;
+  const auto ops = g_run.ops;
+  // loadgen_cpu_us_per_op: the generator's own CPU per op; if it is not below the server's, the
+  // generator (not the server) limits the measurement.
+  fmt::print("{{\"mode\":\"throughput\",\"clients\":{},\"value_bytes\":{},\"pipeline\":{},\"ops\":{},"
+             "\"seconds\":{:.3f},\"ops_per_s\":{:.0f},\"loadgen_cpu_us_per_op\":{:.2f}}}\n",
+             a.clients, a.value_bytes, a.pipeline, ops, secs, static_cast<double>(ops) / secs,
+             cpu * 1e6 / static_cast<double>(std::max<std::uint64_t>(ops, 1)));
   return 0;
+}
+
+void on_released(Conn&, std::string_view reply) {
+  if (reply[0] != static_cast<char>(kStopWaiting)) throw std::runtime_error("unexpected WAIT reply");
+  ++g_run.released;
+}
+void on_barrier_add(Conn& c, std::string_view reply) {
+  const bool last = get_i64(reply.data()) == g_run.clients;
+  g_run.loop->send(c, last ? g_run.release_and_wait : g_run.wait, 1, on_released);
 }
 
 int run_barrier(const Args& a) {
   Loop loop(a);
-  int handshaken = 0, released = 0;
+  g_run.loop = &loop;
+  g_run.gen = a.gen;
+  g_run.clients = a.clients;
   const auto t_connect = Clock::now();
-  loop.connect_all(a.clients, a.connect_window, [&](Conn& c) { handshake(loop, c, a.gen, [&](Conn&) { ++handshaken; }); });
-  loop.run_until([&] { return handshaken == a.clients; });
+  loop.connect_all(a.clients, a.connect_window, handshake);
+  loop.run_until([&] { return g_run.handshaken == a.clients; });
   const double connect_s = std::chrono::duration<double>(Clock::now() - t_connect).count();
   // Keys unique to this run, so repeated runs against one server do not see old counters.
   const std::string run = fmt::format("/bench/{}-{}", ::getpid(), Clock::now().time_since_epoch().count());
   const std::string add = req(a.gen, Op::Add, {run + "/barrier"}, {}, 1);
-  const std::string wait = req(a.gen, Op::Wait, {run + "/released"});
-  const std::string release = req(a.gen, Op::Set, {run + "/released"}, {"1"});
-  auto on_released = [&](Conn&, std::string_view reply) {
-    if (reply[0] != static_cast<char>(kStopWaiting)) throw std::runtime_error("unexpected WAIT reply");
-    ++released;
-  };
+  g_run.wait = req(a.gen, Op::Wait, {run + "/released"});
+  g_run.release_and_wait = req(a.gen, Op::Set, {run + "/released"}, {"1"}) + g_run.wait;
+  const double cpu0 = process_cpu_seconds();
   const auto t0 = Clock::now();
-  for (auto& c : loop.conns()) {
-    loop.send(c, add, 8, [&](Conn& conn, std::string_view reply) {
-      const bool last = get_i64(reply.data()) == a.clients;
-      loop.send(conn, (last ? release : std::string()) + wait, 1, on_released);
-    });
-  }
-  loop.run_until([&] { return released == a.clients; });
+  for (auto& c : loop.conns()) loop.send(c, add, 8, on_barrier_add);
+  loop.run_until([&] { return g_run.released == a.clients; });
   const double release_s = std::chrono::duration<double>(Clock::now() - t0).count();
-  fmt::print("{{\"mode\":\"barrier\",\"clients\":{},\"connect_s\":{:.3f},\"release_s\":{:.3f}}}\n", a.clients,
-             connect_s, release_s);
+  fmt::print("{{\"mode\":\"barrier\",\"clients\":{},\"connect_s\":{:.3f},\"release_s\":{:.3f},"
+             "\"loadgen_cpu_s\":{:.3f}}}\n",
+             a.clients, connect_s, release_s, process_cpu_seconds() - cpu0);
   return 0;
 }
 
