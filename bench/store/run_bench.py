@@ -3,7 +3,7 @@
 
   python3 bench/store/run_bench.py --build build [--rounds 3] [--seconds 3]
         [--scale 1000,4000,16000] [--scale-rounds 3] [--libuv-scale-max 16000] [--torch113-scale-max 4000]
-        [--parts throughput,scale] [--servers ddprun,torch113,libuv] [--ddprun-bin PATH]
+        [--parts throughput,pipelined,scale] [--servers ddprun,torch113,libuv] [--ddprun-bin PATH]
 
 Servers: ddprun-store (G2 load), torch 1.13's server via /usr/bin/python3 (G1 load) and torch 2.x's
 libuv server via python3 (G2 load), each started fresh on 127.0.0.1 port 0. Prints markdown tables.
@@ -70,12 +70,6 @@ class Server:
         self.port = int(line)
         time.sleep(0.3)
 
-    def cpu_ticks(self):
-        with open(f"/proc/{self.proc.pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        # Threads included: utime + stime of the whole process (fields 14, 15 counted from 1).
-        return int(fields[11]) + int(fields[12])
-
     def rss_kib(self):
         with open(f"/proc/{self.proc.pid}/status") as f:
             for line in f:
@@ -93,7 +87,8 @@ class Server:
 
 
 def loadgen(build, server, args, timeout):
-    argv = [os.path.join(build, "bin", "store_loadgen"), *args, "--port", str(server.port), "--proto", server.proto]
+    argv = [os.path.join(build, "bin", "store_loadgen"), *args, "--port", str(server.port), "--proto", server.proto,
+            "--server-pid", str(server.proc.pid)]
     try:
         out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout).stdout
         return json.loads(out.strip().splitlines()[-1])
@@ -101,18 +96,18 @@ def loadgen(build, server, args, timeout):
         return {"error": f"no result within {timeout} s"}
 
 
-def throughput(build, kinds, rounds, seconds):
+def throughput(build, kinds, rounds, seconds, pipeline=False):
     servers = {k: Server(k, build) for k in kinds}
     results = {k: [] for k in kinds}
     try:
         for _ in range(rounds):
             for k, s in servers.items():
-                t0 = s.cpu_ticks()
+                # The generator reads the server's CPU time itself, over exactly the counted interval.
                 r = loadgen(build, s, ["throughput", "--clients", "64", "--value-bytes", "64",
-                                       "--seconds", str(seconds)], timeout=seconds + 60)
-                ticks = s.cpu_ticks() - t0
+                                       "--seconds", str(seconds), "--pipeline", "1" if pipeline else "0"],
+                            timeout=seconds + 60)
                 if "ops" in r:
-                    r["cpu_us_per_op"] = ticks * 1e6 / os.sysconf("SC_CLK_TCK") / max(r["ops"], 1)
+                    r["cpu_us_per_op"] = r["server_cpu_us_per_op"]
                 results[k].append(r)
     finally:
         for s in servers.values():
@@ -147,8 +142,8 @@ def scale(build, kind, n, timeout):
 NAMES = {"ddprun": "ddprun-store", "torch113": "torch 1.13 server", "libuv": "torch 2.15 libuv server"}
 
 
-def print_throughput(kinds, tp):
-    print("## 1. Throughput: 64 clients, closed loop SET+GET+ADD, 64-byte values\n")
+def print_throughput(kinds, tp, title):
+    print(f"## {title}\n")
     print("| server | ops/s (median) | all rounds | server CPU µs/op (median) | load generator CPU µs/op (median) |")
     print("|---|---:|---|---:|---:|")
     med = {}
@@ -172,9 +167,9 @@ def print_throughput(kinds, tp):
 def print_scale(a, kinds):
     print("## 2. Scale: N clients connect, each ADDs a barrier key, the last SETs a release key, all WAIT\n")
     print(f"Median of {a.scale_rounds} runs per cell (servers interleaved, each run on a fresh server).\n")
-    print("| server | N | connect all (s) | release everyone (s) | all release runs (s) | server RSS idle (MiB) "
-          "| RSS growth (MiB) |")
-    print("|---|---:|---:|---:|---|---:|---:|")
+    print("| server | N | connect all (s) | release everyone (s) | all release runs (s) | server CPU for the release (s) "
+          "| load generator CPU (s) | server RSS idle (MiB) | RSS growth (MiB) |")
+    print("|---|---:|---:|---:|---|---:|---:|---:|---:|")
     limits = {"ddprun": None, "libuv": a.libuv_scale_max, "torch113": a.torch113_scale_max}
     for n in [int(x) for x in a.scale.split(",") if x]:
         runs = {k: [] for k in kinds}
@@ -185,11 +180,11 @@ def print_scale(a, kinds):
                 runs[kind].append(scale(a.build, kind, n, a.scale_timeout))
         for kind in kinds:
             if limits[kind] is not None and n > limits[kind]:
-                print(f"| {NAMES[kind]} | {n} | not run (above --{kind}-scale-max) | | | | |")
+                print(f"| {NAMES[kind]} | {n} | not run (above --{kind}-scale-max) | | | | | | |")
                 continue
             ok = [r for r in runs[kind] if "error" not in r]
             if not ok:
-                print(f"| {NAMES[kind]} | {n} | {runs[kind][0]['error']} | | | | |")
+                print(f"| {NAMES[kind]} | {n} | {runs[kind][0]['error']} | | | | | | |")
                 continue
             med = lambda f: statistics.median(r[f] for r in ok)
             all_runs = ", ".join(f"{r['release_s']:.3f}" for r in ok)
@@ -197,6 +192,7 @@ def print_scale(a, kinds):
             if failed:
                 all_runs += f" ({failed} failed: {runs[kind][0].get('error', '')})"
             print(f"| {NAMES[kind]} | {n} | {med('connect_s'):.3f} | {med('release_s'):.3f} | {all_runs} | "
+                  f"{med('server_cpu_s'):.3f} | {med('loadgen_cpu_s'):.3f} | "
                   f"{med('rss_idle_mib'):.1f} | {med('rss_growth_mib'):.1f} |")
             sys.stdout.flush()
 
@@ -210,7 +206,7 @@ def main():
     ap.add_argument("--scale-rounds", type=int, default=3)
     ap.add_argument("--libuv-scale-max", type=int, default=16000)
     ap.add_argument("--torch113-scale-max", type=int, default=4000)
-    ap.add_argument("--parts", default="throughput,scale")
+    ap.add_argument("--parts", default="throughput,scale", help="any of throughput,pipelined,scale")
     ap.add_argument("--servers", default="ddprun,torch113,libuv")
     ap.add_argument("--ddprun-bin", help="ddprun-store binary to use instead of BUILD/bin/ddprun-store (A/B runs)")
     ap.add_argument("--no-dns", action=argparse.BooleanOptionalAction, default=True,
@@ -225,7 +221,12 @@ def main():
     print(f"# store benchmarks ({time.strftime('%Y-%m-%d %H:%M')}, load average {os.getloadavg()[0]:.1f}, "
           f"{os.cpu_count()} cores, PyTorch servers {'without' if a.no_dns else 'with'} DNS)\n")
     if "throughput" in parts:
-        print_throughput(kinds, throughput(a.build, kinds, a.rounds, a.seconds))
+        print_throughput(kinds, throughput(a.build, kinds, a.rounds, a.seconds),
+                         "1. Throughput: 64 clients, closed loop SET+GET, then ADD; 64-byte values")
+        sys.stdout.flush()
+    if "pipelined" in parts:
+        print_throughput(kinds, throughput(a.build, kinds, a.rounds, a.seconds, pipeline=True),
+                         "1b. Pipelined: 64 clients, SET+GET+ADD sent together (two replies per round trip)")
         sys.stdout.flush()
     if "scale" in parts:
         print_scale(a, [k for k in ("ddprun", "libuv", "torch113") if k in kinds])

@@ -9,6 +9,7 @@
 //                 [--timeout 120]
 //       N connections; each ADDs a barrier key, the last arrival SETs a release key, everyone
 //       WAITs on it; prints connect time and time from the first ADD to the last release
+//   --server-pid PID (either mode): also report the server's CPU time over the measured interval
 // Output: one JSON object on stdout.
 
 #include <arpa/inet.h>
@@ -21,6 +22,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <ctime>
 #include <functional>
@@ -48,6 +50,7 @@ struct Args {
   int connect_window = 1024;  // connects in flight at once (the server's listen backlog is finite)
   double timeout = 120;
   bool pipeline = false;  // throughput: send SET, GET and ADD together (two replies per round trip)
+  int server_pid = 0;     // if set: also report the server's CPU time over the measured interval
 };
 
 Args parse(int argc, char** argv) {
@@ -65,6 +68,7 @@ Args parse(int argc, char** argv) {
     else if (f == "--timeout") a.timeout = std::stod(v);
     else if (f == "--connect-window") a.connect_window = std::stoi(v);
     else if (f == "--pipeline") a.pipeline = v == "1" || v == "on";
+    else if (f == "--server-pid") a.server_pid = std::stoi(v);
     else throw std::runtime_error("unknown flag " + f);
   }
   if (a.port == 0) throw std::runtime_error("--port is required");
@@ -238,6 +242,22 @@ std::string req(Generation gen, Op op, std::vector<std::string> keys, std::vecto
   return encode_request(gen, Command{op, std::move(keys), std::move(values), number, 0});
 }
 
+// user + system CPU seconds of a process (all threads) from /proc/<pid>/stat; 0 when unknown.
+double other_process_cpu_seconds(int pid) {
+  if (pid <= 0) return 0;
+  FILE* f = std::fopen(fmt::format("/proc/{}/stat", pid).c_str(), "r");
+  if (!f) return 0;
+  char buf[1024];
+  const std::size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  buf[n] = '\0';
+  const char* p = std::strrchr(buf, ')');
+  unsigned long utime = 0, stime = 0;
+  // Fields after the command: state(3) ... utime(14) stime(15).
+  if (!p || std::sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &utime, &stime) != 2) return 0;
+  return static_cast<double>(utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
 double process_cpu_seconds() {
   timespec ts{};
   ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
@@ -262,6 +282,8 @@ struct Run {
   // barrier
   std::string release_and_wait, wait;
   int released = 0;
+  Clock::time_point release_sent{};  // when the last arrival's SET went out: the fan-out starts
+  Clock::time_point first_released{};
 };
 Run g_run;
 
@@ -321,27 +343,31 @@ int run_throughput(const Args& a) {
   loop.run_until([&] { return Clock::now() >= warm; });
   g_run.measuring = true;
   const double cpu0 = process_cpu_seconds();
+  const double server_cpu0 = other_process_cpu_seconds(a.server_pid);
   const auto t0 = Clock::now();
   const auto end = t0 + std::chrono::duration<double>(a.seconds);
   loop.run_until([&] { return Clock::now() >= end; });
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
   const double cpu = process_cpu_seconds() - cpu0;
+  const double server_cpu = other_process_cpu_seconds(a.server_pid) - server_cpu0;
   const auto ops = g_run.ops;
   // loadgen_cpu_us_per_op: the generator's own CPU per op; if it is not below the server's, the
   // generator (not the server) limits the measurement.
   fmt::print("{{\"mode\":\"throughput\",\"clients\":{},\"value_bytes\":{},\"pipeline\":{},\"ops\":{},"
-             "\"seconds\":{:.3f},\"ops_per_s\":{:.0f},\"loadgen_cpu_us_per_op\":{:.2f}}}\n",
+             "\"seconds\":{:.3f},\"ops_per_s\":{:.0f},\"loadgen_cpu_us_per_op\":{:.2f},\"server_cpu_us_per_op\":{:.2f}}}\n",
              a.clients, a.value_bytes, a.pipeline, ops, secs, static_cast<double>(ops) / secs,
-             cpu * 1e6 / static_cast<double>(std::max<std::uint64_t>(ops, 1)));
+             cpu * 1e6 / static_cast<double>(std::max<std::uint64_t>(ops, 1)),
+             server_cpu * 1e6 / static_cast<double>(std::max<std::uint64_t>(ops, 1)));
   return 0;
 }
 
 void on_released(Conn&, std::string_view reply) {
   if (reply[0] != static_cast<char>(kStopWaiting)) throw std::runtime_error("unexpected WAIT reply");
-  ++g_run.released;
+  if (g_run.released++ == 0) g_run.first_released = Clock::now();
 }
 void on_barrier_add(Conn& c, std::string_view reply) {
   const bool last = get_i64(reply.data()) == g_run.clients;
+  if (last) g_run.release_sent = Clock::now();
   g_run.loop->send(c, last ? g_run.release_and_wait : g_run.wait, 1, on_released);
 }
 
@@ -360,13 +386,21 @@ int run_barrier(const Args& a) {
   g_run.wait = req(a.gen, Op::Wait, {run + "/released"});
   g_run.release_and_wait = req(a.gen, Op::Set, {run + "/released"}, {"1"}) + g_run.wait;
   const double cpu0 = process_cpu_seconds();
+  const double server_cpu0 = other_process_cpu_seconds(a.server_pid);
   const auto t0 = Clock::now();
   for (auto& c : loop.conns()) loop.send(c, add, 8, on_barrier_add);
   loop.run_until([&] { return g_run.released == a.clients; });
-  const double release_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  const auto t_end = Clock::now();
+  const double release_s = std::chrono::duration<double>(t_end - t0).count();
+  // Phases: until the last arrival sent the release SET (all ADDs answered), then the fan-out of
+  // STOP_WAITING to everyone (first and last one received).
+  auto since = [](Clock::time_point from, Clock::time_point to) { return std::chrono::duration<double>(to - from).count(); };
   fmt::print("{{\"mode\":\"barrier\",\"clients\":{},\"connect_s\":{:.3f},\"release_s\":{:.3f},"
-             "\"loadgen_cpu_s\":{:.3f}}}\n",
-             a.clients, connect_s, release_s, process_cpu_seconds() - cpu0);
+             "\"arrivals_s\":{:.3f},\"first_release_s\":{:.3f},\"fanout_s\":{:.3f},\"loadgen_cpu_s\":{:.3f},"
+             "\"server_cpu_s\":{:.3f}}}\n",
+             a.clients, connect_s, release_s, since(t0, g_run.release_sent), since(t0, g_run.first_released),
+             since(g_run.release_sent, t_end), process_cpu_seconds() - cpu0,
+             other_process_cpu_seconds(a.server_pid) - server_cpu0);
   return 0;
 }
 
