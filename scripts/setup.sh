@@ -6,7 +6,7 @@ set -euo pipefail
 # Debian packages: build toolchain deps, LibTorch 1.13 (CPU, Gloo), Python torch 1.13 for /usr/bin/python3,
 # the Fashion-MNIST data, a real Slurm + Open MPI for the cluster tests, and the benchmark tools.
 DEB_PACKAGES=(
-  build-essential cmake pkg-config
+  build-essential cmake pkg-config zlib1g-dev
   libboost1.81-all-dev libcli11-dev libfmt-dev nlohmann-json3-dev doctest-dev
   python3-torch libtorch-dev libgloo-dev
   dataset-fashion-mnist

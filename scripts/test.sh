@@ -14,8 +14,11 @@ scripts/build.sh
 # against it (when the CUDA toolkit is found) and runs its Gloo tests on CPU.
 TORCH2_DIR="$(python3 -c 'import torch.utils; print(torch.utils.cmake_prefix_path)' 2>/dev/null || true)"
 if [[ -n "$TORCH2_DIR" && -d "$TORCH2_DIR/Torch" && "${DDPRUN_SKIP_TORCH2:-0}" != 1 ]]; then
+  # CMAKE_PREFIX_PATH keeps Caffe2/Torch from falling back to Debian's 1.13 config files; the arch list
+  # skips the GPU probe that fails on a machine without one.
   cmake -S . -B build-torch2 -DCMAKE_BUILD_TYPE=Release -DDDPRUN_TORCH_ONLY=ON \
-    -DTorch_DIR="$TORCH2_DIR/Torch" >/dev/null
+    -DTorch_DIR="$TORCH2_DIR/Torch" -DCMAKE_PREFIX_PATH="$TORCH2_DIR/../..;$TORCH2_DIR" \
+    -DTORCH_CUDA_ARCH_LIST=9.0 >/dev/null
   cmake --build build-torch2 -j"$JOBS"
 fi
 
