@@ -13,10 +13,12 @@
 #include "launcher/common/exit_codes.hpp"
 #include "launcher/config/cli.hpp"
 #include "launcher/config/cuda_devices.hpp"
+#include "launcher/config/node_plan.hpp"
 #include "launcher/config/program.hpp"
 #include "launcher/output/console_sink.hpp"
 #include "launcher/run/agent.hpp"
 #include "launcher/run/dry_run.hpp"
+#include "launcher/scheduler/report.hpp"
 
 namespace {
 
@@ -50,6 +52,14 @@ int run_main(int argc, char** argv) {
   auto parsed = parse_command_line(std::vector<std::string>(argv + 1, argv + argc));
   if (!parsed) return fail(parsed.error());
   if (parsed->exit_now) return parsed->exit_code;
+  if (parsed->raw.print_env_detect) {  // the report only: no program needed, nothing started
+    auto plan = plan_launch_nodes(parsed->raw, current_environment());
+    if (!plan) return fail(plan.error());
+    if (auto resolved = resolve_launch_master(*plan); !resolved) return fail(resolved.error());
+    write_fully(STDOUT_FILENO, scheduler::render_detection_report(plan->detection, plan->settings,
+                                                                  plan->master));
+    return exit_codes::kSuccess;
+  }
 
   HostFacts host;
   host.cuda_visible_devices = env_value("CUDA_VISIBLE_DEVICES");
@@ -62,9 +72,15 @@ int run_main(int argc, char** argv) {
   host.python_exec = env_value("PYTHON_EXEC");
   host.omp_num_threads_set = env_value("OMP_NUM_THREADS").has_value();
   host.fresh_run_id = fresh_run_id();
+  host.environment = current_environment();
   auto configured = config_from_options(parsed->raw, host);
   if (!configured) return fail(configured.error());
   LaunchConfig& config = configured->config;
+  if (configured->master_needs_resolving) {  // a scheduler's node name: DNS, else Slurm NodeAddr
+    auto resolved = resolve_launch_master(configured->node_plan);
+    if (!resolved) return fail(resolved.error());
+    config.master_addr = configured->node_plan.master->address;
+  }
 
   if (config.multi_node() && (config.rdzv_backend != "static" || config.nnodes.min != config.nnodes.max)) {
     return fail({exit_codes::kUsage,

@@ -27,20 +27,26 @@ struct FlagSpec {
 };
 
 constexpr StringOptionSpec kStringOptions[] = {
-    {"--nnodes", "PET_NNODES", &RawOptions::nnodes, "Number of nodes, N or MIN:MAX (default 1:1)"},
-    {"--node-rank,--node_rank", "PET_NODE_RANK", &RawOptions::node_rank,
-     "Rank of this node, 0..nnodes-1 (default 0)"},
+    // The five node options have no envname: plan_launch_nodes() reads their PET_* variables
+    // next to the scheduler's environment, so that its messages can tell the sources apart.
+    {"--nnodes", nullptr, &RawOptions::nnodes,
+     "Number of nodes, N or MIN:MAX (default: PET_NNODES, the scheduler's, else 1:1)"},
+    {"--node-rank,--node_rank", nullptr, &RawOptions::node_rank,
+     "Rank of this node, 0..nnodes-1 (default: PET_NODE_RANK, the scheduler's, else 0)"},
     {"--nproc-per-node,--nproc_per_node", "PET_NPROC_PER_NODE", &RawOptions::nproc_per_node,
      "Workers per node: N, gpu, cpu or auto (default 1)"},
-    {"--master-addr,--master_addr", "PET_MASTER_ADDR", &RawOptions::master_addr,
-     "Address of the rank-0 node (default 127.0.0.1)"},
-    {"--master-port,--master_port", "PET_MASTER_PORT", &RawOptions::master_port,
-     "Port on the rank-0 node (default: a free port on one node, 29500 on several)"},
+    {"--master-addr,--master_addr", nullptr, &RawOptions::master_addr,
+     "Address of the rank-0 node (default: PET_MASTER_ADDR, the scheduler's first node, else "
+     "127.0.0.1)"},
+    {"--master-port,--master_port", nullptr, &RawOptions::master_port,
+     "Port on the rank-0 node (default: PET_MASTER_PORT, 15000 + the scheduler's job id, else a "
+     "free port on one node, 29500 on several)"},
     {"--rdzv-backend,--rdzv_backend", "PET_RDZV_BACKEND", &RawOptions::rdzv_backend,
      "Rendezvous backend: static (default) or c10d"},
     {"--rdzv-endpoint,--rdzv_endpoint", "PET_RDZV_ENDPOINT", &RawOptions::rdzv_endpoint,
      "Rendezvous endpoint host[:port]"},
-    {"--rdzv-id,--rdzv_id", "PET_RDZV_ID", &RawOptions::rdzv_id, "Job id shared by all nodes"},
+    {"--rdzv-id,--rdzv_id", nullptr, &RawOptions::rdzv_id,
+     "Job id shared by all nodes (default: PET_RDZV_ID, the scheduler's job id, else none)"},
     {"--rdzv-conf,--rdzv_conf", "PET_RDZV_CONF", &RawOptions::rdzv_conf,
      "Rendezvous settings k1=v1,k2=v2"},
     {"--max-restarts,--max_restarts", "PET_MAX_RESTARTS", &RawOptions::max_restarts,
@@ -66,6 +72,9 @@ constexpr StringOptionSpec kStringOptions[] = {
      "Write one JSON object per line for every launch event to FILE, or - for stdout"},
     {"--python", "PET_PYTHON", &RawOptions::python,
      "Interpreter for .py programs and -m (default $PYTHON_EXEC, else python3)"},
+    {"--scheduler", "PET_SCHEDULER", &RawOptions::scheduler,
+     "Cluster scheduler whose environment gives the node values: auto (default), none, slurm, "
+     "openmpi, pmix, pmi, k8s-indexed, kubeflow (--standalone implies none)"},
 };
 
 constexpr FlagSpec kFlags[] = {
@@ -80,6 +89,9 @@ constexpr FlagSpec kFlags[] = {
      "Print each rank's command and environment; start nothing"},
     {"--bind-gpu,--bind_gpu", "PET_BIND_GPU", &RawOptions::bind_gpu,
      "Give each worker CUDA_VISIBLE_DEVICES of its one device (by local rank)"},
+    // No PET_ variable: an exported setting would silently stop every launch.
+    {"--print-env-detect,--print_env_detect", nullptr, &RawOptions::print_env_detect,
+     "Print which scheduler was detected and where every node value comes from; start nothing"},
 };
 
 }  // namespace
@@ -87,12 +99,13 @@ constexpr FlagSpec kFlags[] = {
 void add_launch_options(CLI::App& app, RawOptions& raw) {
   for (const auto& spec : kStringOptions) {
     // Like argparse (torchrun), a repeated option takes its last value.
-    app.add_option(spec.names, raw.*(spec.field), spec.help)
-        ->envname(spec.env)
-        ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+    auto* option = app.add_option(spec.names, raw.*(spec.field), spec.help)
+                       ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+    if (spec.env != nullptr) option->envname(spec.env);
   }
   for (const auto& spec : kFlags) {
-    app.add_flag(spec.names, raw.*(spec.field), spec.help)->envname(spec.env);
+    auto* flag = app.add_flag(spec.names, raw.*(spec.field), spec.help);
+    if (spec.env != nullptr) flag->envname(spec.env);
   }
   app.set_version_flag("--version", "ddprun " DDPRUN_VERSION);
   // Everything from the program on is passed through: `ddprun train.py --lr 3` never parses --lr.
@@ -100,7 +113,9 @@ void add_launch_options(CLI::App& app, RawOptions& raw) {
   app.footer(
       "PROGRAM [ARGS...]: a .py script (run with PYTHON -u), a module with -m, or any executable.\n"
       "Every option can also come from PET_<NAME> (e.g. PET_NPROC_PER_NODE); the command line "
-      "wins.");
+      "wins.\nInside Slurm, Open MPI, PMIx/PMI or Kubernetes jobs, --nnodes, --node_rank, "
+      "--master_addr, --master_port and --rdzv_id default to the scheduler's values "
+      "(see --print-env-detect).");
 }
 
 Result<ParsedCommandLine> parse_command_line(const std::vector<std::string>& args) {

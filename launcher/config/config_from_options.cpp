@@ -5,11 +5,17 @@
 
 #include "launcher/common/exit_codes.hpp"
 #include "launcher/config/cuda_devices.hpp"
+#include "launcher/config/node_plan.hpp"
 
 namespace ddp::launcher {
 namespace {
 
 Error usage(std::string message) { return Error{exit_codes::kUsage, std::move(message)}; }
+
+/// A value typed as a flag or exported as PET_*, as opposed to one from the scheduler.
+bool is_explicit(const std::string& origin) {
+  return origin.rfind("--", 0) == 0 || origin.rfind("PET_", 0) == 0;
+}
 
 bool ends_with(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
@@ -74,17 +80,13 @@ Result<ConfiguredLaunch> config_from_options(const RawOptions& raw, const HostFa
   c.program_args.assign(raw.program_and_args.begin() + 1, raw.program_and_args.end());
   c.python = !raw.python.empty() ? raw.python : host.python_exec.value_or("python3");
 
-  // Nodes and processes.
-  auto nnodes = parse_node_range(raw.nnodes);
-  if (!nnodes) return nnodes.error();
-  c.nnodes = *nnodes;
-  auto node_rank = parse_integer("--node_rank", raw.node_rank, 0, 1'000'000);
-  if (!node_rank) return node_rank.error();
-  if (*node_rank >= c.nnodes.max) {
-    return usage(fmt::format("--node_rank: {} must be less than the number of nodes ({})",
-                             *node_rank, c.nnodes.max));
-  }
-  c.node_rank = static_cast<int>(*node_rank);
+  // Nodes: typed flags > PET_* > the scheduler's environment > ddprun's defaults.
+  auto plan = plan_launch_nodes(raw, host.environment);
+  if (!plan) return plan.error();
+  const scheduler::NodeSettings& nodes = plan->settings;
+  if (nodes.nnodes) c.nnodes = NodeRange{nodes.nnodes->value.min, nodes.nnodes->value.max};
+  if (nodes.node_rank) c.node_rank = nodes.node_rank->value;
+  for (const auto& note : nodes.notes) out.notices.push_back(fmt::format("note: {}", note));
 
   c.gpus = visible_gpus(host.cuda_visible_devices, host.driver_gpu_count);
   auto nproc = resolve_nproc(raw.nproc_per_node, c.gpus, host);
@@ -112,14 +114,17 @@ Result<ConfiguredLaunch> config_from_options(const RawOptions& raw, const HostFa
   auto conf = parse_key_values("--rdzv_conf", raw.rdzv_conf);
   if (!conf) return conf.error();
   c.rdzv_conf = *conf;
-  c.run_id = raw.rdzv_id.empty() ? "none" : raw.rdzv_id;
+  c.run_id = nodes.rdzv_id ? nodes.rdzv_id->value : "none";
   c.rdzv_endpoint = raw.rdzv_endpoint;
   c.local_addr = raw.local_addr;
-  c.master_addr = raw.master_addr.empty() ? "127.0.0.1" : raw.master_addr;
-  if (!raw.master_port.empty()) {
-    auto port = parse_integer("--master_port", raw.master_port, 1, 65535);
-    if (!port) return port.error();
-    c.master_port = static_cast<int>(*port);
+  // The scheduler's master host and port matter only across nodes: a one-node job under a
+  // scheduler keeps 127.0.0.1 and a free port, so two steps on one node cannot collide.
+  const bool scheduler_master = nodes.master_from_scheduler();
+  c.master_addr = nodes.master_addr && (c.multi_node() || !scheduler_master)
+                      ? nodes.master_addr->value
+                      : "127.0.0.1";
+  if (nodes.master_port && (c.multi_node() || is_explicit(nodes.master_port->origin))) {
+    c.master_port = nodes.master_port->value;
   } else {
     c.master_port = c.multi_node() ? 29500 : 0;
   }
@@ -141,6 +146,9 @@ Result<ConfiguredLaunch> config_from_options(const RawOptions& raw, const HostFa
     c.master_addr = "127.0.0.1";
     if (raw.master_port.empty()) c.master_port = 0;
   }
+  out.master_needs_resolving = c.multi_node() && scheduler_master &&
+                               c.master_addr == nodes.master_addr->value;
+  out.node_plan = std::move(*plan);
 
   // Supervision.
   auto restarts = parse_integer("--max_restarts", raw.max_restarts, 0, 1'000'000);

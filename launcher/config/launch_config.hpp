@@ -13,6 +13,7 @@
 #include "launcher/common/result.hpp"
 #include "launcher/config/raw_options.hpp"
 #include "launcher/config/value_parsers.hpp"
+#include "launcher/scheduler/plan.hpp"
 
 namespace ddp::launcher {
 
@@ -78,12 +79,19 @@ struct HostFacts {
   std::optional<std::string> python_exec;  // $PYTHON_EXEC
   bool omp_num_threads_set = false;
   std::string fresh_run_id = "none";  // used by --standalone
+  /// The environment ddprun was started in: PET_NNODES & co. and the scheduler's variables.
+  std::map<std::string, std::string> environment;
 };
 
 /// The validated configuration plus notices to print (one line each, without "ddprun: ").
 struct ConfiguredLaunch {
   LaunchConfig config;
   std::vector<std::string> notices;
+  /// Where the node values came from (flags > PET_* > scheduler), for --print-env-detect.
+  scheduler::SchedulerPlan node_plan;
+  /// True when config.master_addr is a host name from the scheduler that must be resolved to an
+  /// address before launch (resolve_launch_master; Slurm node names need not be DNS names).
+  bool master_needs_resolving = false;
 };
 
 /// Validates every value and resolves nproc, ports, program kind and streams. Pure: no files,

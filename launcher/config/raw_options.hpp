@@ -10,15 +10,17 @@
 namespace ddp::launcher {
 
 struct RawOptions {
-  // torchrun's flags, with torchrun's (2.x) defaults.
-  std::string nnodes = "1:1";
-  std::string node_rank = "0";
+  // torchrun's flags, with torchrun's (2.x) defaults. The five node options (nnodes, node_rank,
+  // master_addr, master_port, rdzv_id) are empty when not typed: their PET_* variables and the
+  // scheduler's environment are read by plan_launch_nodes(), which can then name each source.
+  std::string nnodes;       // empty: PET_NNODES, the scheduler, else 1:1
+  std::string node_rank;    // empty: PET_NODE_RANK, the scheduler, else 0
   std::string nproc_per_node = "1";
-  std::string master_addr;  // empty: 127.0.0.1
-  std::string master_port;  // empty: a free port on one node, 29500 on several
+  std::string master_addr;  // empty: PET_MASTER_ADDR, the scheduler, else 127.0.0.1
+  std::string master_port;  // empty: PET_, the scheduler; else a free port (1 node), 29500
   std::string rdzv_backend = "static";
   std::string rdzv_endpoint;
-  std::string rdzv_id = "none";
+  std::string rdzv_id;  // empty: PET_RDZV_ID, the scheduler's job id, else "none"
   std::string rdzv_conf;
   bool standalone = false;
   std::string max_restarts = "0";
@@ -40,6 +42,8 @@ struct RawOptions {
   bool dry_run = false;
   bool bind_gpu = false;
   std::string python;  // empty: $PYTHON_EXEC, else python3 on PATH
+  std::string scheduler = "auto";  // auto, none or one detector (slurm, openmpi, ...)
+  bool print_env_detect = false;   // print the scheduler detection report and exit
 
   /// The program and everything after it, untouched.
   std::vector<std::string> program_and_args;
