@@ -70,6 +70,7 @@ Agent::Agent(AgentSetup setup, std::unique_ptr<ProcessControl> control)
     : setup_(std::move(setup)),
       child_signals_(io_, SIGCHLD),
       shutdown_signals_(io_, SIGINT, SIGTERM, SIGHUP),
+      forwarded_signals_(io_, SIGUSR1, SIGUSR2),
       grace_timer_(io_),
       cleanup_timer_(io_),
       stdout_sink_(io_, STDOUT_FILENO),
@@ -139,6 +140,7 @@ int Agent::run() {
                           {"pid", ::getpid()}});
   wait_for_children();
   wait_for_shutdown_signals();
+  wait_for_forwarded_signals();
   boost::asio::post(io_, [this] { start_attempt(0); });
   io_.run();
   // Whatever the console could not take yet (the summary included) goes out now; every worker
@@ -163,6 +165,22 @@ void Agent::wait_for_shutdown_signals() {
     if (ec || phase_ == Phase::Done) return;
     on_shutdown_signal(sig);
     if (phase_ != Phase::Done) wait_for_shutdown_signals();
+  });
+}
+
+void Agent::wait_for_forwarded_signals() {
+  forwarded_signals_.async_wait([this](const boost::system::error_code& ec, int sig) {
+    if (ec || phase_ == Phase::Done) return;
+    // Unlike torchrun, which stops the job: the workers decide (checkpoint, carry on or exit).
+    int count = 0;
+    for (auto& w : workers_) {
+      if (!w.alive) continue;
+      control_->signal_worker(w.pgid, sig);
+      ++count;
+    }
+    events_.emit("signal_forwarded", {{"signal", signal_name(sig)}, {"workers", count}});
+    say(fmt::format("forwarded {} to {} worker(s)", signal_name(sig), count));
+    wait_for_forwarded_signals();
   });
 }
 

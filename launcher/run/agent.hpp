@@ -85,6 +85,8 @@ class Agent {
   void record_start_failure(Worker& worker, const Error& error);
   void wait_for_children();
   void wait_for_shutdown_signals();
+  /// SIGUSR1/SIGUSR2 (Slurm's pre-timeout warning) go to every worker; the job keeps running.
+  void wait_for_forwarded_signals();
   void on_children_exited();
   void on_worker_exit(Worker& worker, const ExitStatus& status);
   void on_shutdown_signal(int sig);
@@ -102,6 +104,7 @@ class Agent {
   boost::asio::io_context io_{1};
   boost::asio::signal_set child_signals_;
   boost::asio::signal_set shutdown_signals_;
+  boost::asio::signal_set forwarded_signals_;
   boost::asio::steady_timer grace_timer_;
   boost::asio::steady_timer cleanup_timer_;
   ConsoleSink stdout_sink_;
