@@ -33,9 +33,9 @@ N1_BY_NODEADDR=(
 
 require_ddprun() {
   [[ -x "$DDPRUN" ]] || skip "$DDPRUN is not built"
-  # Pending the launcher's multi-node support (ddprun reading ddp_scheduler's detection).
+  # A ddprun built before its scheduler support (no --print-env-detect) cannot run these cases.
   "$DDPRUN" --help 2>&1 | grep -q -- '--print-env-detect' ||
-    skip "ddprun has no scheduler detection yet (--print-env-detect missing): pending multi-node launch"
+    skip "this ddprun has no scheduler detection (--print-env-detect missing); rebuild it"
 }
 
 # The 4 rank files of a 2 nodes x 2 processes gloo job agree.
@@ -158,7 +158,7 @@ probe_netns)
     'all(d["master_resolution"]["address"] == "10.77.0.11" for d in docs)'
   ;;
 
-# ---- end to end: ddprun under the schedulers (pending the launcher's multi-node support) ----
+# ---- end to end: ddprun under the schedulers, with no node or master flags ----
 e2e_srun_gloo)
   require_ddprun
   cluster_up multi
@@ -231,8 +231,7 @@ assert [d["group_rank"] for d in docs] == [0, 1], docs
 PY
   ;;
 example_sbatch_one_node|example_sbatch_two_nodes)
-  # examples/slurm/train.sbatch as shipped (the worker, then train_ddp.py), on 1 node today; the
-  # 2-node run is pending the launcher's multi-node support.
+  # examples/slurm/train.sbatch as shipped (the worker, then train_ddp.py), on 1 and 2 nodes.
   [[ -x "$DDP_BIN_DIR/worker" ]] || skip "$DDP_BIN_DIR/worker is not built (LibTorch missing?)"
   [[ -x "$DDPRUN" ]] || skip "$DDPRUN is not built"
   nodes=1

@@ -30,6 +30,23 @@ TEST_CASE("report: nothing detected lists what was looked for") {
   CHECK(text.find("scheduler: none detected (none of OMPI_COMM_WORLD_RANK, SLURM_JOB_ID") !=
         std::string::npos);
   CHECK(text.find("default 127.0.0.1") != std::string::npos);
+  CHECK(text.find("default: a free port (one node)") != std::string::npos);
+  CHECK(text.find("note: one node") == std::string::npos);  // nothing from a scheduler to ignore
+}
+
+TEST_CASE("report: a one-node step says the scheduler's master host and port are not used") {
+  Env env = load_env_fixture("slurm-sbatch-N2-srun-N1-on-n2.env");
+  auto detection = detect_scheduler(env);
+  auto settings = merge_node_settings({}, pet_options_from_env(env), detection);
+  REQUIRE(settings.nnodes);
+  REQUIRE(settings.nnodes->value.max == 1);
+  std::string text = render_detection_report(detection, settings);
+  CAPTURE(text);
+  CHECK(text.find("note: one node: ddprun ignores the scheduler's master host and port") !=
+        std::string::npos);
+  auto two = merge_node_settings({}, {}, detect_scheduler(load_env_fixture("slurm-srun-N2-task1.env")));
+  CHECK(render_detection_report(detect_scheduler(load_env_fixture("slurm-srun-N2-task1.env")), two)
+            .find("note: one node") == std::string::npos);
 }
 
 TEST_CASE("report: refusal, notes and other environments are shown") {
