@@ -10,6 +10,7 @@ namespace {
 constexpr std::size_t kMaxReadsPerWakeup = 8;      // fairness between busy connections
 constexpr std::size_t kKeepCapacityBytes = 64 * 1024;  // idle connections give back larger buffers
 constexpr std::size_t kSmallInputBytes = 64 * 1024;    // never closed for the global budget below this
+constexpr std::size_t kLargeReadBytes = 4096;          // read buffer of connections with large requests
 
 void release_if_large(std::string& buffer) {
   if (buffer.empty() && buffer.capacity() > kKeepCapacityBytes) std::string().swap(buffer);
@@ -44,9 +45,12 @@ bool StoreSession::output_backlogged() const {
 void StoreSession::arm_read() {
   if (closed_ || read_armed_ || output_backlogged()) return;
   read_armed_ = true;
+  read_into_large_ = large_read_ != nullptr;
+  const auto landing = read_into_large_ ? boost::asio::buffer(large_read_.get(), kLargeReadBytes)
+                                        : boost::asio::buffer(first_bytes_);
   // A read (not a bare readiness wait): Asio then keeps the edge-triggered epoll registration
   // as it is, where a wait would cost an epoll_ctl per request.
-  socket_.async_read_some(boost::asio::buffer(first_bytes_),
+  socket_.async_read_some(landing,
                           [self = shared_from_this()](const boost::system::error_code& ec, std::size_t n) {
                             self->on_read(ec, n);
                           });
@@ -55,9 +59,12 @@ void StoreSession::arm_read() {
 void StoreSession::on_read(const boost::system::error_code& ec, std::size_t n) {
   read_armed_ = false;
   if (closed_) return;
-  in_.append(first_bytes_.data(), n);
+  const char* landing = read_into_large_ ? large_read_.get() : first_bytes_.data();
+  const std::size_t landing_size = read_into_large_ ? kLargeReadBytes : first_bytes_.size();
+  in_.append(landing, n);
   bool peer_done = static_cast<bool>(ec);  // EOF or reset: still apply what arrived before it
-  if (!peer_done && n == first_bytes_.size()) {
+  if (!peer_done && n == landing_size) {
+    if (!large_read_) large_read_ = std::make_unique<char[]>(kLargeReadBytes);
     // More may be waiting: drain it through the shared scratch buffer.
     std::string& scratch = host_->scratch_buffer();
     for (std::size_t i = 0; i < kMaxReadsPerWakeup; ++i) {

@@ -69,6 +69,11 @@ class StoreSession : public std::enable_shared_from_this<StoreSession> {
   // Small per-connection landing area for the first bytes of a read; larger bursts continue
   // through the server's shared scratch buffer, so an idle connection costs little memory.
   std::array<char, 256> first_bytes_{};
+  // Once a read has filled first_bytes_ (the peer sends requests larger than it, e.g. torchrun's
+  // ~500-byte rendezvous state), reads land here instead: one recv per request again, where the
+  // small buffer needed two or three. Idle connections with small requests never allocate it.
+  std::unique_ptr<char[]> large_read_;
+  bool read_into_large_ = false;  // which buffer the armed read targets
   std::string in_;
   std::size_t in_pos_ = 0;     // start of unparsed input in in_
   std::size_t need_total_ = 0;  // decoder hint: unparsed bytes needed before the next attempt
