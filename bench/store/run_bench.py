@@ -4,6 +4,7 @@
   python3 bench/store/run_bench.py --build build [--rounds 3] [--seconds 3]
         [--scale 1000,4000,16000] [--scale-rounds 3] [--libuv-scale-max 16000] [--torch113-scale-max 4000]
         [--parts throughput,pipelined,scale] [--servers ddprun,torch113,libuv] [--ddprun-bin PATH]
+        [--baseline-bin PATH]
 
 Servers: ddprun-store (G2 load), torch 1.13's server via /usr/bin/python3 (G1 load) and torch 2.x's
 libuv server via python3 (G2 load), each started fresh on 127.0.0.1 port 0. Prints markdown tables.
@@ -50,16 +51,19 @@ def without_dns(argv):
 class Server:
     no_dns = True
     ddprun_bin = None
+    baseline_bin = None  # --baseline-bin: a second ddprun-store build, run as its own column (A/B)
 
     def __init__(self, kind, build):
         self.kind = kind
         if kind == "ddprun":
             argv = [Server.ddprun_bin or os.path.join(build, "bin", "ddprun-store"), "--port", "0"]
+        elif kind == "baseline":
+            argv = [Server.baseline_bin, "--port", "0"]
         elif kind == "torch113":
             argv = ["/usr/bin/python3", "-c", SERVER_PY, "legacy"]
         else:
             argv = ["python3", "-c", SERVER_PY, "libuv"]
-        if kind != "ddprun" and Server.no_dns:
+        if kind in ("torch113", "libuv") and Server.no_dns:
             argv = without_dns(argv)
         self.proto = "g1" if kind == "torch113" else "g2"
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -139,7 +143,8 @@ def scale(build, kind, n, timeout):
     return r
 
 
-NAMES = {"ddprun": "ddprun-store", "torch113": "torch 1.13 server", "libuv": "torch 2.15 libuv server"}
+NAMES = {"ddprun": "ddprun-store", "baseline": "ddprun-store (baseline build)", "torch113": "torch 1.13 server",
+         "libuv": "torch 2.15 libuv server"}
 
 
 def print_throughput(kinds, tp, title):
@@ -158,7 +163,7 @@ def print_throughput(kinds, tp, title):
         rounds = ", ".join(f"{r['ops_per_s']:.0f}" for r in ok)
         print(f"| {NAMES[k]} | {med[k]:,.0f} | {rounds} | {cpu:.2f} | {gen:.2f} |")
     if "ddprun" in med:
-        for k in ("torch113", "libuv"):
+        for k in ("baseline", "torch113", "libuv"):
             if k in med:
                 print(f"\nddprun-store / {NAMES[k]}: {med['ddprun'] / med[k]:.2f}x", end="")
         print("\n")
@@ -170,7 +175,7 @@ def print_scale(a, kinds):
     print("| server | N | connect all (s) | release everyone (s) | all release runs (s) | server CPU for the release (s) "
           "| load generator CPU (s) | server RSS idle (MiB) | RSS growth (MiB) |")
     print("|---|---:|---:|---:|---|---:|---:|---:|---:|")
-    limits = {"ddprun": None, "libuv": a.libuv_scale_max, "torch113": a.torch113_scale_max}
+    limits = {"ddprun": None, "baseline": None, "libuv": a.libuv_scale_max, "torch113": a.torch113_scale_max}
     for n in [int(x) for x in a.scale.split(",") if x]:
         runs = {k: [] for k in kinds}
         for _ in range(a.scale_rounds):
@@ -208,14 +213,18 @@ def main():
     ap.add_argument("--torch113-scale-max", type=int, default=4000)
     ap.add_argument("--parts", default="throughput,scale", help="any of throughput,pipelined,scale")
     ap.add_argument("--servers", default="ddprun,torch113,libuv")
-    ap.add_argument("--ddprun-bin", help="ddprun-store binary to use instead of BUILD/bin/ddprun-store (A/B runs)")
+    ap.add_argument("--ddprun-bin", help="ddprun-store binary to use instead of BUILD/bin/ddprun-store")
+    ap.add_argument("--baseline-bin", help="another ddprun-store build, measured as server 'baseline' (A/B runs)")
     ap.add_argument("--no-dns", action=argparse.BooleanOptionalAction, default=True,
                     help="run the PyTorch servers without a reachable DNS resolver (see above)")
     ap.add_argument("--scale-timeout", type=float, default=240)
     a = ap.parse_args()
     Server.no_dns = a.no_dns
     Server.ddprun_bin = a.ddprun_bin
+    Server.baseline_bin = a.baseline_bin
     kinds = [k for k in a.servers.split(",") if k]
+    if a.baseline_bin and "baseline" not in kinds:
+        kinds.insert(1, "baseline")
     parts = a.parts.split(",")
 
     print(f"# store benchmarks ({time.strftime('%Y-%m-%d %H:%M')}, load average {os.getloadavg()[0]:.1f}, "
@@ -229,7 +238,7 @@ def main():
                          "1b. Pipelined: 64 clients, SET+GET+ADD sent together (two replies per round trip)")
         sys.stdout.flush()
     if "scale" in parts:
-        print_scale(a, [k for k in ("ddprun", "libuv", "torch113") if k in kinds])
+        print_scale(a, [k for k in ("ddprun", "baseline", "libuv", "torch113") if k in kinds])
     print(f"(load average at the end: {os.getloadavg()[0]:.1f})")
 
 
