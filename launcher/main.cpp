@@ -16,6 +16,8 @@
 #include "launcher/config/node_plan.hpp"
 #include "launcher/config/program.hpp"
 #include "launcher/output/console_sink.hpp"
+#include "launcher/multinode/multinode_settings.hpp"
+#include "launcher/multinode/store_only.hpp"
 #include "launcher/run/agent.hpp"
 #include "launcher/run/dry_run.hpp"
 #include "launcher/scheduler/report.hpp"
@@ -49,6 +51,7 @@ int run_main(int argc, char** argv) {
   // A closed stdout (ddprun ... | head) must not kill the supervisor; writes report EPIPE instead.
   ::signal(SIGPIPE, SIG_IGN);
 
+  if (wants_store_only(argc, argv)) return run_store_only(argc, argv);
   auto parsed = parse_command_line(std::vector<std::string>(argv + 1, argv + argc));
   if (!parsed) return fail(parsed.error());
   if (parsed->exit_now) return parsed->exit_code;
@@ -82,11 +85,14 @@ int run_main(int argc, char** argv) {
     config.master_addr = configured->node_plan.master->address;
   }
 
-  if (config.multi_node() && (config.rdzv_backend != "static" || config.nnodes.min != config.nnodes.max)) {
-    return fail({exit_codes::kUsage,
-                 fmt::format("multi-node rendezvous with --rdzv_backend={} / --nnodes={}:{} is not "
-                             "implemented yet; use --rdzv_backend=static with a fixed --nnodes",
-                             config.rdzv_backend, config.nnodes.min, config.nnodes.max)});
+  // ddprun hosts the job's store (or joins the one node 0 / the c10d endpoint hosts).
+  config.use_agent_store = true;
+  if (auto endpoint = apply_rdzv_endpoint(config); !endpoint) return fail(endpoint.error());
+  std::optional<MultiNodeSettings> multinode;
+  if (needs_rendezvous(config)) {
+    auto settings = multinode_settings(config, env_value("DDPRUN_RDZV_TOKEN"), host_name());
+    if (!settings) return fail(settings.error());
+    multinode = *settings;
   }
 
   auto executable = resolve_worker_executable(config, env_value("PATH").value_or("/usr/bin:/bin"));
@@ -94,12 +100,7 @@ int run_main(int argc, char** argv) {
   if (!executable && !config.dry_run) return fail(executable.error());
   std::vector<std::string> worker_args = worker_argv(config);
 
-  int master_port = config.master_port;
-  if (master_port == 0) {
-    auto port = pick_free_port();
-    if (!port) return fail(port.error());
-    master_port = *port;
-  }
+  const int master_port = config.master_port;  // 0: the store's kernel-chosen port, held
 
   EnvMap parent_env = current_environment();
   if (config.dry_run) {
@@ -112,7 +113,7 @@ int run_main(int argc, char** argv) {
   }
 
   Agent agent(AgentSetup{config, executable.value(), worker_args, std::move(parent_env), host_name(),
-                         master_port});
+                         master_port, plan_store(config), multinode});
   return agent.run();
 }
 

@@ -9,17 +9,21 @@ int global_rank(const LaunchConfig& config, int local_rank) {
   return config.node_rank * config.nproc_per_node + local_rank;
 }
 
+int global_rank(const LaunchConfig& config, const std::optional<GroupLayout>& group, int local_rank) {
+  return group ? group->base_rank + local_rank : global_rank(config, local_rank);
+}
+
 EnvMap worker_env_additions(const LaunchConfig& config, const WorkerSlot& slot,
-                            const EnvMap& parent) {
-  const int rank = global_rank(config, slot.local_rank);
-  const int world = config.world_size();
+                            const EnvMap& parent, const std::optional<GroupLayout>& group) {
+  const int rank = global_rank(config, group, slot.local_rank);
+  const int world = group ? group->world_size : config.world_size();
   EnvMap add;
   add["RANK"] = std::to_string(rank);
   add["LOCAL_RANK"] = std::to_string(slot.local_rank);
   add["WORLD_SIZE"] = std::to_string(world);
   add["LOCAL_WORLD_SIZE"] = std::to_string(config.nproc_per_node);
-  add["GROUP_RANK"] = std::to_string(config.node_rank);
-  add["GROUP_WORLD_SIZE"] = std::to_string(config.nnodes.max);
+  add["GROUP_RANK"] = std::to_string(group ? group->node_rank : config.node_rank);
+  add["GROUP_WORLD_SIZE"] = std::to_string(group ? group->num_nodes : config.nnodes.max);
   add["ROLE_RANK"] = std::to_string(rank);  // one role: role rank = global rank
   add["ROLE_WORLD_SIZE"] = std::to_string(world);
   add["ROLE_NAME"] = config.role;
@@ -41,9 +45,10 @@ EnvMap worker_env_additions(const LaunchConfig& config, const WorkerSlot& slot,
   return add;
 }
 
-EnvMap worker_environment(const LaunchConfig& config, const WorkerSlot& slot, const EnvMap& parent) {
+EnvMap worker_environment(const LaunchConfig& config, const WorkerSlot& slot, const EnvMap& parent,
+                          const std::optional<GroupLayout>& group) {
   EnvMap env = parent;
-  for (auto& [name, value] : worker_env_additions(config, slot, parent)) env[name] = value;
+  for (auto& [name, value] : worker_env_additions(config, slot, parent, group)) env[name] = value;
   return env;
 }
 

@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "launcher/common/exit_codes.hpp"
+#include "rendezvous/store_server.hpp"
 
 namespace ddp::launcher {
 namespace {
@@ -81,6 +82,7 @@ Agent::Agent(AgentSetup setup, std::unique_ptr<ProcessControl> control)
 }
 
 Agent::~Agent() {
+  NodeSession::dispose(std::move(session_));
   for (auto& w : workers_) {
     if (w.out) w.out->finish();
     if (w.err) w.err->finish();
@@ -113,6 +115,45 @@ Result<Ok> Agent::prepare() {
   // directory that nobody asked to keep.
   const std::string scratch = keep_run_dir_ ? std::string() : run_dir_->temporary_base();
   for (const auto& warning : control_->begin_supervision(token_, scratch)) say(warning);
+  return open_store();
+}
+
+Result<Ok> Agent::open_store() {
+  const StorePlan& plan = setup_.store;
+  if (plan.role != StoreRole::Client) {
+    rdzv::StoreServerOptions options;
+    options.bind_address = plan.bind_address;
+    options.port = static_cast<std::uint16_t>(plan.port);
+    try {
+      store_ = std::make_unique<rdzv::StoreServer>(io_, options);
+      store_->start();
+      setup_.master_port = store_->port();
+    } catch (const rdzv::StoreBindError& e) {
+      if (plan.role == StoreRole::Host) {
+        return Error{multinode_exit_codes::kRendezvous,
+                     fmt::format("{} (another job or torchrun may be using port {}: pass a free "
+                                 "--master_port, or --standalone to let the system pick one)",
+                                 e.what(), plan.port)};
+      }
+      // TryHost: the endpoint belongs to another node, or its agent already serves it.
+    }
+  }
+  events_.emit("store", {{"role", store_ ? "host" : "client"},
+                         {"address", store_ ? plan.bind_address : plan.connect_host},
+                         {"port", setup_.master_port}});
+  if (!setup_.multinode) return Ok{};
+  if (setup_.master_port == 0) {
+    return Error{exit_codes::kUsage, "--master_port 0 only works on the node that hosts the store; "
+                                     "give the other nodes the port it chose"};
+  }
+  rdzv::StoreClientOptions client;
+  client.host = plan.connect_host;
+  client.port = static_cast<std::uint16_t>(setup_.master_port);
+  client.timeout = setup_.multinode->read_timeout;
+  NodeSession::Events events;
+  events.on_stop = [this](const StopReason& reason) { on_job_stop(reason); };
+  events.on_lost = [this](const std::string& message) { on_node_lost(message); };
+  session_ = std::make_unique<NodeSession>(io_, *setup_.multinode, client, std::move(events));
   return Ok{};
 }
 
@@ -189,6 +230,45 @@ void Agent::start_attempt(int attempt) {
     finish_run();
     return;
   }
+  if (!session_) {
+    launch_workers(attempt);
+    return;
+  }
+  phase_ = Phase::Starting;
+  session_->join(attempt, [this, attempt](const NodeSession::JoinResult& result) {
+    on_joined(attempt, result);
+  });
+}
+
+void Agent::on_joined(int attempt, const NodeSession::JoinResult& result) {
+  if (phase_ == Phase::Done) return;
+  if (const auto* error = std::get_if<std::string>(&result)) {
+    say(fmt::format("rendezvous failed: {}", *error));
+    events_.emit("rendezvous_failed", {{"attempt", attempt}, {"error", *error}});
+    rendezvous_error_ = multinode_exit_codes::kRendezvous;
+    finish_run();
+    return;
+  }
+  if (shutdown_signal_ != 0) {
+    finish_run();
+    return;
+  }
+  const auto& joined = std::get<rdzv::RendezvousResult>(result);
+  layout_ = GroupLayout{joined.node_rank, joined.num_nodes, joined.base_rank, joined.world_size};
+  nlohmann::json nodes = nlohmann::json::array();
+  for (const auto& n : joined.assignment.nodes) {
+    nodes.push_back({{"node_rank", n.node_rank}, {"name", n.name},
+                     {"local_world_size", n.local_world_size}, {"base_rank", n.base_rank}});
+  }
+  events_.emit("rendezvous", {{"attempt", attempt}, {"node_rank", joined.node_rank},
+                              {"num_nodes", joined.num_nodes}, {"world_size", joined.world_size},
+                              {"base_rank", joined.base_rank}, {"nodes", nodes}});
+  launch_workers(attempt);
+}
+
+void Agent::launch_workers(int attempt) {
+  job_stop_.reset();
+  own_stop_text_.clear();
   attempt_ = attempt;
   phase_ = Phase::Running;
   root_cause_.reset();
@@ -206,7 +286,7 @@ void Agent::start_attempt(int attempt) {
   for (int r = 0; r < c.nproc_per_node; ++r) {
     Worker& w = workers_[r];
     w.outcome.local_rank = r;
-    w.outcome.rank = global_rank(c, r);
+    w.outcome.rank = global_rank(c, layout_, r);
     w.outcome.error_file = run_dir_->rank_dir(attempt, r) + "/error.json";
   }
   // Fork every worker first and only then wait for their execs, so the execs overlap.
@@ -252,7 +332,7 @@ void Agent::start_worker(Worker& w, int attempt) {
   }
 
   WorkerSlot slot{r, attempt, setup_.master_port, w.outcome.error_file};
-  EnvMap env = worker_environment(c, slot, setup_.parent_env);
+  EnvMap env = worker_environment(c, slot, setup_.parent_env, layout_);
   env[OrphanGuard::kTokenVariable] = token_;
   SpawnRequest request{setup_.executable, setup_.argv, to_envp_strings(env), plans[0].pipe[1],
                        plans[1].pipe[1]};
@@ -300,7 +380,10 @@ void Agent::record_start_failure(Worker& w, const Error& error) {
   events_.emit("worker_exit", {{"rank", w.outcome.rank}, {"local_rank", w.outcome.local_rank},
                                {"attempt", attempt_}, {"exit_code", error.exit_code},
                                {"error", error.message}});
-  if (!root_cause_) root_cause_ = static_cast<size_t>(&w - workers_.data());
+  if (!root_cause_) {
+    root_cause_ = static_cast<size_t>(&w - workers_.data());
+    announce_failure(w);
+  }
   stop_workers(SIGTERM);
 }
 
@@ -341,6 +424,7 @@ void Agent::on_worker_exit(Worker& w, const ExitStatus& status) {
   events_.emit("worker_exit", fields);
   if (!status.success() && phase_ == Phase::Running && !root_cause_) {
     root_cause_ = static_cast<size_t>(&w - workers_.data());
+    announce_failure(w);
     if (any_alive()) {
       say(fmt::format("rank {} (pid {}) failed with {}; stopping the other workers",
                       w.outcome.rank, w.outcome.pid, describe(status)));
@@ -357,6 +441,12 @@ void Agent::on_shutdown_signal(int sig) {
     return;
   }
   shutdown_signal_ = sig;
+  if (session_) session_->cancel_waits();
+  if (phase_ == Phase::Starting && session_ && session_->busy()) {
+    say(fmt::format("received {} while waiting for the other nodes; giving up", signal_name(sig)));
+    finish_run();
+    return;
+  }
   if (phase_ == Phase::Running || phase_ == Phase::Stopping) {
     say(fmt::format("received {}; passing it to the workers (SIGKILL after {:.3g} s; "
                     "Ctrl-C again to kill now)",
@@ -402,7 +492,9 @@ void Agent::kill_everything_now() {
 
 void Agent::after_worker_exit() {
   // Starting: a late SIGCHLD between two attempts must not end the attempt a second time.
-  if (phase_ == Phase::Done || phase_ == Phase::Starting || any_alive()) return;
+  if (phase_ == Phase::Done || phase_ == Phase::Starting || phase_ == Phase::Finishing || any_alive()) {
+    return;
+  }
   if (phase_ != Phase::Cleaning) {
     grace_timer_.cancel();
     phase_ = Phase::Cleaning;
@@ -453,14 +545,31 @@ void Agent::finish_attempt() {
     outcome.workers.push_back(w.outcome);
   }
   history_.push_back(std::move(outcome));
-  const bool failed = root_cause_.has_value();
-  if (failed && shutdown_signal_ == 0 && internal_error_ == 0 &&
+  const bool failed = root_cause_.has_value() || job_stop_.has_value() || !lost_message_.empty();
+  if (session_ && !failed && shutdown_signal_ == 0 && internal_error_ == 0) {
+    // This node is done; the job is done when every node is (another may still fail).
+    phase_ = Phase::Finishing;
+    session_->exit_barrier([this](const NodeSession::BarrierResult& stop) {
+      if (phase_ != Phase::Finishing) return;
+      if (stop && !job_stop_) job_stop_ = stop;
+      if (stop && !history_.empty()) say(fmt::format("the job failed on another node: {}", stop->text));
+      after_attempt(stop.has_value() || !lost_message_.empty());
+    });
+    return;
+  }
+  after_attempt(failed);
+}
+
+void Agent::after_attempt(bool failed) {
+  // A lost node ends the job: the survivors cannot form the same world again.
+  if (failed && shutdown_signal_ == 0 && internal_error_ == 0 && lost_message_.empty() &&
       attempt_ < setup_.config.max_restarts) {
-    const auto& w = workers_[*root_cause_];
-    say(fmt::format("rank {} failed with {}; restarting the workers (restart {} of {})",
-                    w.outcome.rank, describe(*w.outcome.status), attempt_ + 1,
-                    setup_.config.max_restarts));
-    events_.emit("restart", {{"attempt", attempt_ + 1}, {"failed_rank", w.outcome.rank}});
+    say(fmt::format("{}; restarting the workers{} (restart {} of {})", root_cause_text(),
+                    session_ ? " on every node" : "", attempt_ + 1, setup_.config.max_restarts));
+    nlohmann::json fields{{"attempt", attempt_ + 1}};
+    if (root_cause_) fields["failed_rank"] = workers_[*root_cause_].outcome.rank;
+    if (job_stop_) fields["job_root_cause"] = job_stop_->text;
+    events_.emit("restart", fields);
     phase_ = Phase::Starting;
     boost::asio::post(io_, [this, next = attempt_ + 1] { start_attempt(next); });
     return;
@@ -468,9 +577,57 @@ void Agent::finish_attempt() {
   finish_run();
 }
 
+std::string Agent::root_cause_text() const {
+  if (job_stop_) return job_stop_->text;
+  if (root_cause_) {
+    const auto& w = workers_[*root_cause_];
+    return fmt::format("rank {} failed with {}", w.outcome.rank,
+                       w.outcome.status ? describe(*w.outcome.status) : std::string("no status"));
+  }
+  return lost_message_.empty() ? std::string("the job was stopped") : lost_message_;
+}
+
+void Agent::announce_failure(const Worker& w) {
+  if (!session_ || !layout_ || job_stop_) return;
+  const ExitStatus status = w.outcome.status.value_or(ExitStatus::exited(1));
+  StopReason reason{shell_exit_code(status),
+                    fmt::format("node {} ({}): rank {} (pid {}) failed with {}", layout_->node_rank,
+                                setup_.host, w.outcome.rank, w.outcome.pid, describe(status))};
+  own_stop_text_ = reason.text;
+  job_stop_ = reason;
+  session_->broadcast_stop(reason);
+}
+
+void Agent::on_job_stop(const StopReason& reason) {
+  if (phase_ == Phase::Done || phase_ == Phase::Starting) return;  // Starting: a past round's news
+  if (reason.text == own_stop_text_) return;
+  // First reason wins in the store: adopt it even if this node failed at the same moment, so
+  // every node names the same root cause and exits with the same code.
+  job_stop_ = reason;
+  events_.emit("job_stop", {{"reason", reason.text}, {"exit_code", reason.exit_code}});
+  if (phase_ == Phase::Running) {
+    say(fmt::format("stopping the workers: the job failed on another node: {}", reason.text));
+    stop_workers(SIGTERM);
+  }
+}
+
+void Agent::on_node_lost(const std::string& message) {
+  if (phase_ == Phase::Done || phase_ == Phase::Starting || !lost_message_.empty()) return;
+  // Once the job has a root cause, the store host going away is the expected end, not news.
+  if (job_stop_) return;
+  lost_message_ = message;
+  events_.emit("node_lost", {{"message", message}});
+  session_->cancel_waits();
+  say(fmt::format("{}; stopping the job", message));
+  if (phase_ == Phase::Running) stop_workers(SIGTERM);
+}
+
 int Agent::exit_code() const {
   if (internal_error_ != 0) return internal_error_;
+  if (rendezvous_error_ != 0) return rendezvous_error_;
   if (shutdown_signal_ != 0) return exit_codes::kSignalBase + shutdown_signal_;
+  if (job_stop_ && job_stop_->text != own_stop_text_) return job_stop_->exit_code;
+  if (!lost_message_.empty()) return multinode_exit_codes::kNodeLost;
   if (!history_.empty() && history_.back().root_cause) {
     const auto& w = history_.back().workers[*history_.back().root_cause];
     if (w.status) return shell_exit_code(*w.status);
@@ -484,7 +641,8 @@ void Agent::finish_run() {
   cleanup_timer_.cancel();
   const int code = exit_code();
   RunSummaryInput summary{setup_.config.program, setup_.host, setup_.config.max_restarts,
-                          start_time_, history_, shutdown_signal_, code};
+                          start_time_, history_, shutdown_signal_, code, {}};
+  if (session_) summary.job_root_cause = job_stop_ ? job_stop_->text : lost_message_;
   if (code != 0) stderr_sink_.write_all(format_failure_summary(summary));
   nlohmann::json attempts = nlohmann::json::array();
   for (const auto& a : history_) {
@@ -502,7 +660,13 @@ void Agent::finish_run() {
   }
   nlohmann::json fields{{"exit_code", code}, {"attempts", attempts}};
   if (shutdown_signal_) fields["signal"] = signal_name(shutdown_signal_);
+  if (!summary.job_root_cause.empty()) fields["job_root_cause"] = summary.job_root_cause;
   events_.emit("summary", fields);
+  if (session_ && !session_->busy()) {
+    // The store's host stays up until the others have read the outcome (bounded).
+    session_->leave(store_ != nullptr, [this] { io_.stop(); });
+    return;
+  }
   io_.stop();
 }
 

@@ -29,12 +29,18 @@
 
 #include "launcher/config/launch_config.hpp"
 #include "launcher/env/worker_env.hpp"
+#include "launcher/multinode/multinode_settings.hpp"
+#include "launcher/multinode/node_session.hpp"
 #include "launcher/output/console_sink.hpp"
 #include "launcher/output/stream_pump.hpp"
 #include "launcher/process/process_control.hpp"
 #include "launcher/run/event_log.hpp"
 #include "launcher/run/failure_report.hpp"
 #include "launcher/run/run_directory.hpp"
+
+namespace ddp::rdzv {
+class StoreServer;
+}
 
 namespace ddp::launcher {
 
@@ -45,7 +51,9 @@ struct AgentSetup {
   std::vector<std::string> argv;
   EnvMap parent_env;
   std::string host;
-  int master_port = 0;     // resolved (never 0)
+  int master_port = 0;     // as configured; 0: the store's kernel-chosen port (set in prepare)
+  StorePlan store;         // where the job's store lives (this agent may host it)
+  std::optional<MultiNodeSettings> multinode;  // set: meet the other nodes before each attempt
 };
 
 class Agent {
@@ -63,7 +71,8 @@ class Agent {
   int run();
 
  private:
-  enum class Phase { Starting, Running, Stopping, Cleaning, Done };
+  // Finishing (multi-node): this node's workers succeeded; waiting for the other nodes.
+  enum class Phase { Starting, Running, Stopping, Cleaning, Finishing, Done };
 
   struct Worker {
     WorkerOutcome outcome;
@@ -79,7 +88,17 @@ class Agent {
   void say(const std::string& line);
   /// Opens a log file for a worker stream; -1 (and a message) when it cannot.
   int open_log(const std::string& path);
+  /// Hosts the store when this agent is the one to (port in use: one line and exit 69).
+  Result<Ok> open_store();
   void start_attempt(int attempt);
+  void on_joined(int attempt, const NodeSession::JoinResult& result);
+  void launch_workers(int attempt);
+  /// Multi-node: the first local failure becomes the job-wide stop reason.
+  void announce_failure(const Worker& worker);
+  void on_job_stop(const StopReason& reason);
+  void on_node_lost(const std::string& message);
+  void after_attempt(bool failed);
+  std::string root_cause_text() const;
   void start_worker(Worker& worker, int attempt);
   void confirm_exec(Worker& worker);
   void record_start_failure(Worker& worker, const Error& error);
@@ -125,6 +144,15 @@ class Agent {
   long oom_kills_at_start_ = 0;
   int internal_error_ = 0;
   std::chrono::system_clock::time_point start_time_;
+
+  // The store and the other nodes.
+  std::unique_ptr<rdzv::StoreServer> store_;
+  std::unique_ptr<NodeSession> session_;
+  std::optional<GroupLayout> layout_;       // this attempt's place in the job (multi-node)
+  std::optional<StopReason> job_stop_;      // the job-wide root cause in force this attempt
+  std::string own_stop_text_;               // what this node broadcast, if anything
+  std::string lost_message_;                // a node or the store vanished
+  int rendezvous_error_ = 0;
 };
 
 }  // namespace ddp::launcher

@@ -80,6 +80,10 @@ std::string format_failure_summary(const RunSummaryInput& in) {
     out += fmt::format("ddprun received {} and stopped the workers\n",
                        signal_name(in.interrupted_by_signal));
   }
+  if (!in.job_root_cause.empty()) {
+    out += kThin;
+    out += fmt::format("Root cause (whole job): {}\n", in.job_root_cause);
+  }
   const AttemptOutcome* last = in.attempts.empty() ? nullptr : &in.attempts.back();
   if (last && last->root_cause) {
     const WorkerOutcome& w = last->workers[*last->root_cause];

@@ -51,6 +51,9 @@ struct RunSummaryInput {
   std::vector<AttemptOutcome> attempts;
   int interrupted_by_signal = 0;  // ddprun itself got this signal
   int exit_code = 0;
+  /// Multi-node: the job-wide root cause every node agreed on ("node 1 (host-b): rank 3 ...") or
+  /// why the job ended (a lost node); empty on one node.
+  std::string job_root_cause;
 };
 
 /// The boxed summary printed on stderr when the run failed or was interrupted.

@@ -35,9 +35,10 @@ def test_usage_errors(tmp):
     expect(["--shutdown-timeout", "-4", true], 2, "--shutdown-timeout")
 
 
-def test_multi_node_modes_not_implemented_yet(tmp):
-    expect(["--nnodes", "2", "--rdzv_backend", "c10d", "/bin/true"], 2, "not implemented yet")
-    expect(["--nnodes", "1:2", "/bin/true"], 2, "not implemented yet")
+def test_multi_node_option_errors(tmp):
+    expect(["--nnodes", "2", "--rdzv_backend", "c10d", "/bin/true"], 2, "needs --rdzv_endpoint")
+    expect(["--nnodes", "1:2", "/bin/true"], 2, "needs --rdzv_backend=c10d")
+    expect(["--nnodes", "2", "--rdzv_conf", "colour=blue", "/bin/true"], 2, "unknown key 'colour'")
     expect(["--standalone", "--nnodes", "2", "/bin/true"], 2, "--standalone runs one node")
 
 

@@ -14,6 +14,11 @@ using ddp::launcher::testing::FakeBehaviour;
 using ddp::launcher::testing::FakeProcessControl;
 
 namespace {
+// These tests script the processes; the job's store is someone else's (no socket here).
+const StorePlan kStoreElsewhere{StoreRole::Client, "", "127.0.0.1", 0};
+}  // namespace
+
+namespace {
 
 int rank_of(const EnvMap& env) { return std::stoi(env.at("RANK")); }
 int attempt_of(const EnvMap& env) { return std::stoi(env.at("TORCHELASTIC_RESTART_COUNT")); }
@@ -26,7 +31,7 @@ TEST_CASE("all workers succeed: exit 0, nobody is signalled") {
   auto fake_owner = std::make_unique<FakeProcessControl>(
       [](const EnvMap&) { return FakeBehaviour{ExitStatus::exited(0)}; });
   FakeProcessControl& fake = *fake_owner;
-  Agent agent(AgentSetup{config, "/x", {"x"}, {}, "h", 1}, std::move(fake_owner));
+  Agent agent(AgentSetup{config, "/x", {"x"}, {}, "h", 1, kStoreElsewhere, std::nullopt}, std::move(fake_owner));
   CHECK(agent.run() == 0);
   CHECK(fake.starts.size() == 3);
   CHECK(fake.signals.empty());
@@ -43,7 +48,7 @@ TEST_CASE("first failure is the root cause; every other worker gets SIGTERM") {
     return b;
   });
   FakeProcessControl& fake = *fake_owner;
-  Agent agent(AgentSetup{config, "/x", {"x"}, {}, "h", 29512}, std::move(fake_owner));
+  Agent agent(AgentSetup{config, "/x", {"x"}, {}, "h", 29512, kStoreElsewhere, std::nullopt}, std::move(fake_owner));
   CHECK(agent.run() == 3);
   REQUIRE(fake.starts.size() == 4);
   for (const auto& s : fake.starts) {
@@ -71,7 +76,7 @@ TEST_CASE("a worker that ignores SIGTERM gets SIGKILL when the grace expires") {
     return b;
   });
   FakeProcessControl& fake = *fake_owner;
-  Agent agent(AgentSetup{config, "/x", {"x"}, {}, "h", 1}, std::move(fake_owner));
+  Agent agent(AgentSetup{config, "/x", {"x"}, {}, "h", 1, kStoreElsewhere, std::nullopt}, std::move(fake_owner));
   CHECK(agent.run() == 128 + SIGSEGV);
   CHECK(fake.signals_to(fake.starts[1].pid) == std::vector<int>{SIGTERM, SIGKILL});
 }
@@ -88,7 +93,7 @@ TEST_CASE("restarts: a new attempt with the next TORCHELASTIC_RESTART_COUNT unti
     return b;
   });
   FakeProcessControl& fake = *fake_owner;
-  Agent agent(AgentSetup{config, "/x", {"x"}, {}, "h", 1}, std::move(fake_owner));
+  Agent agent(AgentSetup{config, "/x", {"x"}, {}, "h", 1, kStoreElsewhere, std::nullopt}, std::move(fake_owner));
   CHECK(agent.run() == 0);
   REQUIRE(fake.starts.size() == 6);  // 3 attempts × 2, despite the doubled SIGCHLDs
   for (size_t i = 0; i < fake.starts.size(); ++i) {
@@ -109,7 +114,7 @@ TEST_CASE("restarts run out: the last attempt's root cause decides the exit code
     return b;
   });
   FakeProcessControl& fake = *fake_owner;
-  Agent agent(AgentSetup{config, "/x", {"x"}, {}, "h", 1}, std::move(fake_owner));
+  Agent agent(AgentSetup{config, "/x", {"x"}, {}, "h", 1, kStoreElsewhere, std::nullopt}, std::move(fake_owner));
   CHECK(agent.run() == 12);
   CHECK(fake.starts.size() == 6);
 }
@@ -124,7 +129,7 @@ TEST_CASE("a worker that cannot be executed stops the others with exit code 127"
     return b;
   });
   FakeProcessControl& fake = *fake_owner;
-  Agent agent(AgentSetup{config, "/x", {"x"}, {}, "h", 1}, std::move(fake_owner));
+  Agent agent(AgentSetup{config, "/x", {"x"}, {}, "h", 1, kStoreElsewhere, std::nullopt}, std::move(fake_owner));
   CHECK(agent.run() == 127);
   CHECK(fake.signals_to(fake.starts[0].pid).front() == SIGTERM);
 }
@@ -139,7 +144,7 @@ TEST_CASE("orphans left behind are SIGKILLed before the run ends") {
     return b;
   });
   FakeProcessControl& fake = *fake_owner;
-  Agent agent(AgentSetup{config, "/x", {"x"}, {}, "h", 1}, std::move(fake_owner));
+  Agent agent(AgentSetup{config, "/x", {"x"}, {}, "h", 1, kStoreElsewhere, std::nullopt}, std::move(fake_owner));
   CHECK(agent.run() == 0);
   int killed = 0;
   for (auto [pid, sig] : fake.process_signals) killed += sig == SIGKILL && pid >= 50'000 + 40'000;

@@ -1,0 +1,75 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+/// Where the job's store lives and how this agent meets the others: resolved from the launch
+/// configuration and --rdzv_conf. Pure (no sockets), so every rule is unit-tested.
+
+#include <chrono>
+#include <optional>
+#include <string>
+
+#include "launcher/common/result.hpp"
+#include "launcher/config/launch_config.hpp"
+
+namespace ddp::launcher {
+
+/// ddprun's exit codes for the store and the rendezvous (documented in docs/launcher.md).
+namespace multinode_exit_codes {
+/// The store could not be opened (port in use) or the nodes never met (join timeout, refused
+/// join, unreachable store): sysexits' EX_UNAVAILABLE.
+inline constexpr int kRendezvous = 69;
+/// A node (or the store's host) vanished while the job ran: sysexits' EX_IOERR.
+inline constexpr int kNodeLost = 74;
+}  // namespace multinode_exit_codes
+
+/// How this agent relates to the store.
+enum class StoreRole {
+  Host,     // bind bind_address:port and serve (single node, static node rank 0)
+  TryHost,  // c10d: serve if the endpoint is ours and free, else connect as a client
+  Client,   // another node's agent serves it
+};
+
+struct StorePlan {
+  StoreRole role = StoreRole::Host;
+  std::string bind_address = "127.0.0.1";  // for Host / TryHost
+  std::string connect_host = "127.0.0.1";  // what agents and workers connect to
+  int port = 0;                            // 0: the kernel picks (single node only)
+};
+
+/// The rendezvous settings of a multi-node job (--nnodes > 1 or c10d).
+struct MultiNodeSettings {
+  bool dynamic = false;  // c10d: node ranks on arrival
+  std::string run_id;
+  std::string token;
+  int min_nodes = 1;
+  int max_nodes = 1;
+  int node_rank = -1;  // static: --node_rank; dynamic: -1
+  int local_world_size = 1;
+  std::string node_name;
+  std::chrono::milliseconds join_timeout{std::chrono::seconds(600)};
+  std::chrono::milliseconds last_call_timeout{std::chrono::seconds(30)};
+  std::chrono::milliseconds read_timeout{std::chrono::seconds(60)};
+  std::chrono::milliseconds heartbeat_interval{std::chrono::seconds(1)};
+  std::chrono::milliseconds heartbeat_timeout{std::chrono::seconds(5)};
+};
+
+/// True when the job needs the multi-node rendezvous (several nodes, or c10d even for 1:1).
+bool needs_rendezvous(const LaunchConfig& config);
+
+/// The address a store host must listen on so that the given master address reaches it:
+/// loopback stays loopback, a literal IP is bound as is, a host name binds every interface.
+std::string listen_address_for(const std::string& master_addr);
+
+/// c10d: the store is at --rdzv_endpoint (port 29400 when it has none, like torchrun); the
+/// workers' MASTER_ADDR/MASTER_PORT point there too.
+Result<Ok> apply_rdzv_endpoint(LaunchConfig& config);
+
+/// Where the store lives for this configuration (master_port 0 keeps 0: the kernel picks).
+StorePlan plan_store(const LaunchConfig& config);
+
+/// Rendezvous settings from the configuration, --rdzv_conf and $DDPRUN_RDZV_TOKEN (the
+/// --rdzv_conf token wins). Unknown --rdzv_conf keys are an error (exit 2).
+Result<MultiNodeSettings> multinode_settings(const LaunchConfig& config,
+                                             const std::optional<std::string>& env_token,
+                                             const std::string& node_name);
+
+}  // namespace ddp::launcher

@@ -1,0 +1,187 @@
+// SPDX-License-Identifier: MIT
+#include "launcher/multinode/node_session.hpp"
+
+#include <boost/asio/post.hpp>
+#include <fmt/format.h>
+
+#include <charconv>
+
+namespace ddp::launcher {
+namespace {
+
+constexpr auto kPollInterval = std::chrono::milliseconds(20);
+
+}  // namespace
+
+std::string encode_stop_reason(const StopReason& r) { return fmt::format("{}|{}", r.exit_code, r.text); }
+
+StopReason decode_stop_reason(const std::string& encoded) {
+  StopReason r;
+  auto bar = encoded.find('|');
+  int code = 0;
+  if (bar != std::string::npos &&
+      std::from_chars(encoded.data(), encoded.data() + bar, code).ec == std::errc{}) {
+    r.exit_code = code;
+    r.text = encoded.substr(bar + 1);
+  } else {
+    r.text = encoded;  // another agent version: keep the words, exit 1
+  }
+  return r;
+}
+
+NodeSession::NodeSession(boost::asio::io_context& agent_io, MultiNodeSettings settings,
+                         rdzv::StoreClientOptions store, Events events)
+    : agent_io_(agent_io),
+      settings_(std::move(settings)),
+      store_(std::move(store)),
+      events_(std::move(events)),
+      work_(io_.get_executor()),
+      thread_([this] { io_.run(); }) {}
+
+NodeSession::~NodeSession() {
+  cancel_ = true;
+  work_.reset();
+  io_.stop();
+  if (thread_.joinable()) thread_.join();
+}
+
+void NodeSession::dispose(std::unique_ptr<NodeSession> session) {
+  if (!session) return;
+  if (session->busy_) {
+    // Only a join can still be blocked here (ddprun was interrupted while waiting for the other
+    // nodes): it ends by itself at join_timeout. ddprun is about to exit, so the session is left
+    // to the process's end instead of holding the exit for minutes.
+    session->cancel_ = true;
+    session->io_.stop();
+    session->thread_.detach();
+    (void)session.release();
+    return;
+  }
+  session.reset();
+}
+
+void NodeSession::on_loop(std::function<void()> f) { boost::asio::post(agent_io_, std::move(f)); }
+
+std::string NodeSession::round_key(const std::string& name) const {
+  return fmt::format("ddprun/{}/{}/{}", round_.run_id, round_.round, name);
+}
+
+void NodeSession::join(int round, std::function<void(JoinResult)> done) {
+  boost::asio::post(io_, [this, round, done = std::move(done)] {
+    busy_ = true;
+    monitor_.reset();
+    round_ = rdzv::NodeRendezvousOptions{};
+    round_.run_id = settings_.run_id;
+    round_.round = round;
+    round_.token = settings_.token;
+    round_.min_nodes = settings_.min_nodes;
+    round_.max_nodes = settings_.max_nodes;
+    round_.node_rank = settings_.node_rank;
+    round_.local_world_size = settings_.local_world_size;
+    round_.node_name = settings_.node_name;
+    round_.join_timeout = settings_.join_timeout;
+    round_.last_call_timeout = settings_.last_call_timeout;
+    JoinResult result;
+    try {
+      rdzv::StoreClientOptions joining = store_;
+      joining.connect_timeout = settings_.join_timeout;
+      joining.timeout = settings_.join_timeout + settings_.read_timeout;
+      joined_ = rdzv::join_rendezvous(joining, round_);
+      if (!client_) client_ = std::make_unique<rdzv::StoreClient>(store_);
+      rdzv::NodeMonitor::Callbacks callbacks;
+      callbacks.on_node_lost = [this](const rdzv::NodeAssignment& lost) {
+        std::string message = fmt::format(
+            "lost node {} ({}): no heartbeat for {:.3g} s", lost.node_rank, lost.name,
+            settings_.heartbeat_timeout.count() / 1000.0);
+        on_loop([this, message] { events_.on_lost(message); });
+      };
+      callbacks.on_stop = [this](const std::string& encoded) {
+        StopReason reason = decode_stop_reason(encoded);
+        on_loop([this, reason] { events_.on_stop(reason); });
+      };
+      callbacks.on_store_lost = [this](const std::string& error) {
+        std::string message = fmt::format("lost the store at {}:{} (node 0 gone?): {}", store_.host,
+                                          store_.port, error);
+        on_loop([this, message] { events_.on_lost(message); });
+      };
+      monitor_ = std::make_unique<rdzv::NodeMonitor>(
+          store_, round_, *joined_,
+          rdzv::NodeMonitor::Options{settings_.heartbeat_interval, settings_.heartbeat_timeout},
+          std::move(callbacks));
+      result = *joined_;
+    } catch (const std::exception& e) {
+      joined_.reset();
+      result = std::string(e.what());
+    }
+    busy_ = false;
+    on_loop([done, result] { done(result); });
+  });
+}
+
+void NodeSession::broadcast_stop(const StopReason& reason) {
+  boost::asio::post(io_, [this, reason] {
+    if (!monitor_) return;
+    try {
+      monitor_->broadcast_stop(encode_stop_reason(reason));
+    } catch (const std::exception&) {
+      // The store is gone: the other nodes learn it from their own monitors.
+    }
+  });
+}
+
+void NodeSession::exit_barrier(std::function<void(BarrierResult)> done) {
+  cancel_ = false;
+  boost::asio::post(io_, [this, done = std::move(done)] {
+    BarrierResult result;
+    try {
+      if (!client_ || !joined_) throw rdzv::StoreError("not joined");
+      const std::string done_key = round_key("done");
+      const std::string stop_key = fmt::format("ddprun/{}/{}/stop", round_.run_id, round_.round);
+      client_->add(done_key, 1);
+      // Bounded: a lost node is reported by the monitor, and the loop then cancels this wait.
+      while (!cancel_) {
+        if (client_->add(done_key, 0) >= joined_->num_nodes) break;
+        if (client_->check({stop_key})) {
+          result = decode_stop_reason(client_->get(stop_key));
+          break;
+        }
+        std::this_thread::sleep_for(kPollInterval);
+      }
+    } catch (const std::exception& e) {
+      result = StopReason{multinode_exit_codes::kNodeLost, fmt::format("lost the store: {}", e.what())};
+    }
+    on_loop([done, result] { done(result); });
+  });
+}
+
+void NodeSession::end_round(std::function<void()> then) {
+  boost::asio::post(io_, [this, then = std::move(then)] {
+    monitor_.reset();
+    on_loop(then);
+  });
+}
+
+void NodeSession::leave(bool wait_for_others, std::function<void()> then) {
+  cancel_ = false;
+  boost::asio::post(io_, [this, wait_for_others, then = std::move(then)] {
+    monitor_.reset();
+    try {
+      if (client_ && joined_) {
+        const std::string left_key = round_key("left");
+        client_->add(left_key, 1);
+        // The host keeps the store up until everyone has read the outcome; a node that is gone
+        // never counts, hence the bound.
+        auto deadline = std::chrono::steady_clock::now() + settings_.heartbeat_timeout;
+        while (wait_for_others && !cancel_ && std::chrono::steady_clock::now() < deadline &&
+               client_->add(left_key, 0) < joined_->num_nodes) {
+          std::this_thread::sleep_for(kPollInterval);
+        }
+      }
+    } catch (const std::exception&) {
+      // Leaving is best effort: the store may already be gone.
+    }
+    on_loop(then);
+  });
+}
+
+}  // namespace ddp::launcher

@@ -1,0 +1,219 @@
+# SPDX-License-Identifier: MIT
+"""Multi-node ddprun: several ddprun processes on 127.0.0.1 form one job through the agent store
+(static and c10d), stop together, restart together, notice a killed node, time out a node that
+never comes, and refuse a stranger with the wrong token. Real processes, real sockets."""
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+
+from harness import clean_env, main, read_events, start, stop, wait_until
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORKER = os.path.join(HERE, "..", "mn_worker.py")
+FAST = "heartbeat_interval=0.3,heartbeat_timeout=2,join_timeout=30"
+
+
+def free_port():
+    # Only to choose a port for the static nodes; node 0's store binds it and holds it.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Node:
+    def __init__(self, tmp, name, args, env=None):
+        self.out_path = os.path.join(tmp, f"{name}.out")
+        self.err_path = os.path.join(tmp, f"{name}.err")
+        self.events = os.path.join(tmp, f"{name}.events")
+        self.out = open(self.out_path, "w")
+        self.err = open(self.err_path, "w")
+        self.proc = start(["--events", self.events] + args, env=env, stdout=self.out, stderr=self.err)
+
+    def wait(self, timeout=60):
+        try:
+            self.proc.wait(timeout=timeout)
+        finally:
+            stop(self.proc)
+            self.out.close()
+            self.err.close()
+        return self.proc.returncode
+
+    def text(self):
+        with open(self.out_path) as o, open(self.err_path) as e:
+            return o.read(), e.read()
+
+    def started_workers(self):
+        try:
+            return sum(1 for e in read_events(self.events) if e.get("event") == "worker_start")
+        except (OSError, ValueError):
+            return 0
+
+    def __repr__(self):
+        out, err = self.text()
+        return f"rc={self.proc.returncode}\n--- stdout ---\n{out[-2000:]}\n--- stderr ---\n{err[-3000:]}"
+
+
+def static_nodes(tmp, nprocs, mode, extra=(), conf=FAST, env=None):
+    port = free_port()
+    nodes = []
+    for k, n in enumerate(nprocs):
+        args = ["--nnodes", len(nprocs), "--node_rank", k, "--nproc_per_node", n, "--master_addr",
+                "127.0.0.1", "--master_port", port, "--rdzv_conf", conf, *extra, WORKER, mode]
+        nodes.append(Node(tmp, f"node{k}", args, env))
+    return nodes, port
+
+
+def finish(nodes, timeout=60):
+    try:
+        return [n.wait(timeout) for n in nodes]
+    finally:
+        for n in nodes:
+            stop(n.proc)
+
+
+def worker_lines(node):
+    return [l for l in node.text()[0].splitlines() if " MN " in l or l.split(":", 1)[-1].startswith("MN ")]
+
+
+def fields(line):
+    return dict(kv.split("=", 1) for kv in line.split("MN ", 1)[1].split())
+
+
+def test_static_heterogeneous_ranks(tmp):
+    nodes, port = static_nodes(tmp, [2, 1, 3], "ok")
+    assert finish(nodes) == [0, 0, 0], nodes
+    seen = {}
+    for k, node in enumerate(nodes):
+        for line in worker_lines(node):
+            f = fields(line)
+            seen[int(f["rank"])] = (k, f)
+    assert sorted(seen) == list(range(6)), seen
+    # Contiguous per node, in node-rank order: node 0 -> 0,1; node 1 -> 2; node 2 -> 3,4,5.
+    assert [seen[r][0] for r in range(6)] == [0, 0, 1, 2, 2, 2], seen
+    for r, (k, f) in seen.items():
+        assert f["world"] == "6" and f["group"] == f"{k}/3" and f["agent_store"] == "True", f
+        assert f["master"] == f"127.0.0.1:{port}", f
+
+
+def test_failure_on_node1_stops_node0(tmp):
+    nodes, _ = static_nodes(tmp, [2, 1], "fail:2:7")  # rank 2 lives on node 1
+    codes = finish(nodes)
+    assert codes == [7, 7], nodes
+    for node in nodes:
+        err = node.text()[1]
+        assert "Root cause (whole job): node 1" in err and "rank 2" in err, node
+    assert "the job failed on another node" in nodes[0].text()[1], nodes[0]
+
+
+def test_restart_on_every_node(tmp):
+    nodes, _ = static_nodes(tmp, [1, 2], "fail_once", extra=["--max_restarts", "1"])
+    assert finish(nodes) == [0, 0], nodes
+    for node in nodes:
+        restarts = sorted({fields(l)["restart"] for l in worker_lines(node)})
+        assert restarts == ["0", "1"], node
+        assert "restarting the workers on every node" in node.text()[1], node
+    # Attempt 1 ran with TORCHELASTIC_RESTART_COUNT=1 on both nodes, all three ranks.
+    again = sorted(int(fields(l)["rank"]) for n in nodes for l in worker_lines(n) if fields(l)["restart"] == "1")
+    assert again == [0, 1, 2], nodes
+
+
+def test_killed_node_is_named(tmp):
+    nodes, _ = static_nodes(tmp, [1, 1], "sleep")
+    try:
+        wait_until(lambda: all(n.started_workers() == 1 for n in nodes), 30, "workers on both nodes")
+        os.kill(nodes[1].proc.pid, signal.SIGKILL)  # the agent only: as if its machine vanished
+        t0 = time.monotonic()
+        code = nodes[0].wait(30)
+        noticed = time.monotonic() - t0
+    finally:
+        finish(nodes)
+    assert code == 74, nodes[0]
+    assert "lost node 1" in nodes[0].text()[1], nodes[0]
+    print(f"  node 0 ended {noticed:.2f} s after node 1's agent was SIGKILLed (heartbeat_timeout=2)")
+
+
+def test_killed_store_host_is_named(tmp):
+    nodes, _ = static_nodes(tmp, [1, 1], "sleep")
+    try:
+        wait_until(lambda: all(n.started_workers() == 1 for n in nodes), 30, "workers on both nodes")
+        os.kill(nodes[0].proc.pid, signal.SIGKILL)
+        code = nodes[1].wait(30)
+    finally:
+        finish(nodes)
+    assert code == 74, nodes[1]
+    assert "lost the store" in nodes[1].text()[1], nodes[1]
+
+
+def test_node_that_never_arrives(tmp):
+    port = free_port()
+    node = Node(tmp, "node0", ["--nnodes", 3, "--node_rank", 0, "--master_port", port,
+                               "--rdzv_conf", "join_timeout=2", WORKER, "ok"])
+    code = node.wait(30)
+    err = node.text()[1]
+    assert code == 69, node
+    assert "1 of 3 node(s) arrived" in err and "missing node rank(s): 1, 2" in err, node
+
+
+def test_wrong_token_is_refused(tmp):
+    env_good = clean_env(DDPRUN_RDZV_TOKEN="s3cret")
+    port = free_port()
+    common = ["--nnodes", 2, "--master_port", port, "--rdzv_conf", FAST]
+    node0 = Node(tmp, "node0", common + ["--node_rank", 0, WORKER, "ok"], env_good)
+    stranger = Node(tmp, "stranger", common + ["--node_rank", 1, "--rdzv_conf",
+                                               FAST + ",token=wrong", WORKER, "ok"], env_good)
+    try:
+        assert stranger.wait(30) == 69, stranger
+        assert "wrong or missing rendezvous token" in stranger.text()[1], stranger
+        node1 = Node(tmp, "node1", common + ["--node_rank", 1, WORKER, "ok"], env_good)
+        assert finish([node0, node1]) == [0, 0], (node0, node1)
+    finally:
+        finish([node0])
+    assert "refused join" in node0.text()[1], node0
+
+
+def test_c10d_ranks_on_arrival_and_run_ids(tmp):
+    port = free_port()
+    nodes = []
+    for job in ("jobA", "jobB"):  # two jobs on one store stay apart
+        for k, n in enumerate([1, 2]):
+            args = ["--rdzv_backend", "c10d", "--rdzv_endpoint", f"127.0.0.1:{port}", "--rdzv_id", job,
+                    "--nnodes", "1:2", "--nproc_per_node", n, "--rdzv_conf", FAST, WORKER, "ok"]
+            nodes.append(Node(tmp, f"{job}{k}", args))
+    assert finish(nodes) == [0, 0, 0, 0], nodes
+    for pair in (nodes[:2], nodes[2:]):
+        ranks = sorted(int(fields(l)["rank"]) for n in pair for l in worker_lines(n))
+        assert ranks == [0, 1, 2], pair
+        assert all(fields(l)["world"] == "3" for n in pair for l in worker_lines(n)), pair
+
+
+def test_port_in_use(tmp):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        node = Node(tmp, "single", ["--master_port", port, WORKER, "ok"])
+        code = node.wait(30)
+    assert code == 69, node
+    err = node.text()[1]
+    assert str(port) in err and "--standalone" in err and len(err.strip().splitlines()) == 1, node
+
+
+def test_store_only(tmp):
+    proc = subprocess.Popen([os.environ["DDPRUN"], "--store-only", "--master_port", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        port = int(proc.stdout.readline())
+        with socket.create_connection(("127.0.0.1", port), timeout=5):
+            pass
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
+    finally:
+        stop(proc)
+
+
+if __name__ == "__main__":
+    main(globals())

@@ -1,0 +1,28 @@
+# SPDX-License-Identifier: MIT
+"""Worker for the multi-node launcher tests: prints what ddprun gave it, then behaves as told.
+  ok          exit 0
+  sleep       sleep 60 s (until stopped)
+  fail:R:C    rank R exits with code C after 0.5 s; the others sleep 60 s
+  fail_once   rank 1 exits 3 on attempt 0 only; everyone else (and attempt 1) exits 0"""
+import os
+import sys
+import time
+
+mode = sys.argv[1]
+env = os.environ
+rank, restart = int(env["RANK"]), int(env["TORCHELASTIC_RESTART_COUNT"])
+print(f"MN rank={rank} world={env['WORLD_SIZE']} group={env['GROUP_RANK']}/{env['GROUP_WORLD_SIZE']} "
+      f"local={env['LOCAL_RANK']}/{env['LOCAL_WORLD_SIZE']} restart={restart} "
+      f"master={env['MASTER_ADDR']}:{env['MASTER_PORT']} agent_store={env['TORCHELASTIC_USE_AGENT_STORE']}",
+      flush=True)
+if mode == "sleep":
+    time.sleep(60)
+elif mode.startswith("fail:"):
+    _, target, code = mode.split(":")
+    if rank == int(target):
+        time.sleep(0.5)
+        sys.exit(int(code))
+    time.sleep(60)
+elif mode == "fail_once":
+    if rank == 1 and restart == 0:
+        sys.exit(3)

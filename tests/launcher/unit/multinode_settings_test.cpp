@@ -1,0 +1,88 @@
+// SPDX-License-Identifier: MIT
+// Where the store lives, how agents meet, and the rendezvous' layout in the worker environment.
+#include <doctest/doctest.h>
+
+#include "launcher/env/worker_env.hpp"
+#include "launcher/multinode/multinode_settings.hpp"
+#include "launcher/multinode/node_session.hpp"
+
+using namespace ddp::launcher;
+
+namespace {
+LaunchConfig nodes(int n, int rank, std::string addr = "127.0.0.1") {
+  LaunchConfig c;
+  c.nnodes = {n, n};
+  c.node_rank = rank;
+  c.nproc_per_node = 2;
+  c.master_addr = std::move(addr);
+  c.master_port = 29500;
+  c.run_id = "job";
+  return c;
+}
+}  // namespace
+
+TEST_CASE("store plan: who hosts, and on which address") {
+  CHECK(plan_store(nodes(1, 0)).role == StoreRole::Host);
+  CHECK(plan_store(nodes(1, 0)).bind_address == "127.0.0.1");  // loopback for one node
+  CHECK(plan_store(nodes(2, 0)).role == StoreRole::Host);
+  CHECK(plan_store(nodes(2, 1)).role == StoreRole::Client);
+  CHECK(plan_store(nodes(2, 0, "10.1.2.3")).bind_address == "10.1.2.3");
+  CHECK(plan_store(nodes(2, 0, "head-node")).bind_address == "0.0.0.0");  // never only loopback
+  CHECK(plan_store(nodes(2, 0, "localhost")).bind_address == "127.0.0.1");
+  LaunchConfig c = nodes(2, 0);
+  c.rdzv_backend = "c10d";
+  c.rdzv_endpoint = "127.0.0.5:1234";
+  REQUIRE(apply_rdzv_endpoint(c));
+  CHECK(c.master_addr == "127.0.0.5");
+  CHECK(c.master_port == 1234);
+  CHECK(plan_store(c).role == StoreRole::TryHost);
+  c.rdzv_endpoint = "127.0.0.5";
+  REQUIRE(apply_rdzv_endpoint(c));
+  CHECK(c.master_port == 29400);  // torchrun's c10d default
+}
+
+TEST_CASE("rendezvous settings from --rdzv_conf and the token variable") {
+  LaunchConfig c = nodes(3, 2);
+  c.rdzv_conf = {{"join_timeout", "7"}, {"heartbeat_timeout", "2.5"}, {"heartbeat_interval", "0.5"}};
+  auto s = multinode_settings(c, std::string("envtoken"), "host-a");
+  REQUIRE(s);
+  CHECK(s->join_timeout == std::chrono::milliseconds(7000));
+  CHECK(s->heartbeat_timeout == std::chrono::milliseconds(2500));
+  CHECK(s->token == "envtoken");
+  CHECK(s->node_rank == 2);
+  CHECK(!s->dynamic);
+  c.rdzv_conf["token"] = "conf";
+  CHECK(multinode_settings(c, std::string("envtoken"), "h")->token == "conf");  // --rdzv_conf wins
+  c.rdzv_conf = {{"colour", "blue"}};
+  CHECK(multinode_settings(c, std::nullopt, "h").error().message.find("unknown key 'colour'") != std::string::npos);
+  c.rdzv_conf = {{"heartbeat_interval", "5"}, {"heartbeat_timeout", "2"}};
+  CHECK(!multinode_settings(c, std::nullopt, "h"));
+  c.rdzv_conf = {};
+  c.nnodes = {1, 3};
+  CHECK(!multinode_settings(c, std::nullopt, "h"));  // MIN:MAX needs c10d
+  c.rdzv_backend = "c10d";
+  auto dynamic = multinode_settings(c, std::nullopt, "h");
+  REQUIRE(dynamic);
+  CHECK(dynamic->dynamic);
+  CHECK(dynamic->node_rank == -1);
+  CHECK(needs_rendezvous(c));
+  CHECK(!needs_rendezvous(nodes(1, 0)));
+}
+
+TEST_CASE("the rendezvous' layout drives RANK, WORLD_SIZE and GROUP_*") {
+  LaunchConfig c = nodes(2, 0);
+  GroupLayout layout{1, 3, 5, 9};  // node 1 of 3, ranks 5.. of 9 (local sizes differ)
+  auto env = worker_environment(c, {1, 0, 29500, "e"}, {}, layout);
+  CHECK(env.at("RANK") == "6");
+  CHECK(env.at("WORLD_SIZE") == "9");
+  CHECK(env.at("GROUP_RANK") == "1");
+  CHECK(env.at("GROUP_WORLD_SIZE") == "3");
+  CHECK(env.at("LOCAL_WORLD_SIZE") == "2");
+}
+
+TEST_CASE("stop reasons carry the root cause's exit code") {
+  auto r = decode_stop_reason(encode_stop_reason({7, "node 1 (b): rank 2 | odd"}));
+  CHECK(r.exit_code == 7);
+  CHECK(r.text == "node 1 (b): rank 2 | odd");
+  CHECK(decode_stop_reason("plain words").exit_code == 1);
+}
