@@ -174,19 +174,36 @@ def test_wrong_token_is_refused(tmp):
     assert "refused join" in node0.text()[1], node0
 
 
-def test_c10d_ranks_on_arrival_and_run_ids(tmp):
-    port = free_port()
+def c10d_jobs(tmp, port, jobs):
     nodes = []
-    for job in ("jobA", "jobB"):  # two jobs on one store stay apart
+    for job in jobs:
         for k, n in enumerate([1, 2]):
             args = ["--rdzv_backend", "c10d", "--rdzv_endpoint", f"127.0.0.1:{port}", "--rdzv_id", job,
                     "--nnodes", "1:2", "--nproc_per_node", n, "--rdzv_conf", FAST, WORKER, "ok"]
             nodes.append(Node(tmp, f"{job}{k}", args))
-    assert finish(nodes) == [0, 0, 0, 0], nodes
-    for pair in (nodes[:2], nodes[2:]):
+    assert finish(nodes) == [0] * len(nodes), nodes
+    for j in range(len(jobs)):
+        pair = nodes[2 * j:2 * j + 2]
         ranks = sorted(int(fields(l)["rank"]) for n in pair for l in worker_lines(n))
         assert ranks == [0, 1, 2], pair
         assert all(fields(l)["world"] == "3" for n in pair for l in worker_lines(n)), pair
+
+
+def test_c10d_ranks_on_arrival(tmp):
+    # The first agent to bind the endpoint hosts the store; node ranks follow arrival.
+    c10d_jobs(tmp, free_port(), ["solo"])
+
+
+def test_c10d_two_jobs_on_one_store(tmp):
+    # --rdzv_id keeps two jobs apart on one store (here a separate `ddprun --store-only`, since
+    # an agent's store lives only as long as its own job).
+    store = subprocess.Popen([os.environ["DDPRUN"], "--store-only", "--master_port", "0"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True)
+    try:
+        c10d_jobs(tmp, int(store.stdout.readline()), ["jobA", "jobB"])
+    finally:
+        stop(store)
 
 
 def test_port_in_use(tmp):
