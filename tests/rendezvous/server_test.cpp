@@ -262,3 +262,44 @@ TEST_CASE("server: many half-sent large values hit the server-wide input budget,
   auto stats = server.stats_when([](const StoreServerStats& s) { return s.buffered_input_bytes == 0; });
   CHECK(stats.buffered_input_bytes == 0);
 }
+
+namespace {
+std::string recv_bytes(BlockingSocket& s) {
+  const auto n = s.recv_i64(soon());
+  std::string value(static_cast<std::size_t>(n), '\0');
+  if (n > 0) s.recv_exact(value.data(), value.size(), soon());
+  return value;
+}
+}  // namespace
+
+TEST_CASE("server: pipelined requests in one write get every reply, in order") {
+  TestServer server;
+  BlockingSocket s = server.raw();
+  g2_handshake(s);
+  std::string batch;
+  for (const Command& c : {make(Op::Set, {"/p"}, {"v1"}), make(Op::Get, {"/p"}), make(Op::Add, {"/c"}, {}, 2),
+                           make(Op::Add, {"/c"}, {}, 3), make(Op::Check, {"/p"}), make(Op::Get, {"/p"})}) {
+    batch += encode_request(Generation::G2, c);
+  }
+  s.send_all(batch, soon());
+  CHECK(recv_bytes(s) == "v1");
+  CHECK(s.recv_i64(soon()) == 2);
+  CHECK(s.recv_i64(soon()) == 5);
+  char ready = 1;
+  s.recv_exact(&ready, 1, soon());
+  CHECK(ready == 0);  // CheckResponse READY
+  CHECK(recv_bytes(s) == "v1");
+}
+
+TEST_CASE("server: good replies before a bad frame in the same read still arrive, then the connection closes") {
+  TestServer server;
+  BlockingSocket s = server.raw();
+  g2_handshake(s);
+  s.send_all(encode_request(Generation::G2, make(Op::Set, {"/p"}, {"v1"})) +
+                 encode_request(Generation::G2, make(Op::Get, {"/p"})) + std::string("\xff", 1),
+             soon());
+  CHECK(recv_bytes(s) == "v1");
+  char byte;
+  CHECK_THROWS_AS(s.recv_exact(&byte, 1, soon()), StoreError);
+  CHECK(server.stats_when([](const StoreServerStats& st) { return st.closed_for_errors == 1; }).closed_for_errors == 1);
+}
