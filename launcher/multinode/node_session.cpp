@@ -4,6 +4,7 @@
 #include <boost/asio/post.hpp>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <charconv>
 
 namespace ddp::launcher {
@@ -87,7 +88,13 @@ void NodeSession::join(int round, std::function<void(JoinResult)> done) {
       joining.connect_timeout = settings_.join_timeout;
       joining.timeout = settings_.join_timeout + settings_.read_timeout;
       joined_ = rdzv::join_rendezvous(joining, round_);
-      if (!client_) client_ = std::make_unique<rdzv::StoreClient>(store_);
+      if (!client_) {
+        // Barrier and leave poll with short calls; a dead link must not hold them for read_timeout.
+        rdzv::StoreClientOptions polling = store_;
+        polling.timeout = std::min(settings_.read_timeout, settings_.heartbeat_timeout);
+        polling.connect_timeout = settings_.heartbeat_timeout;
+        client_ = std::make_unique<rdzv::StoreClient>(polling);
+      }
       rdzv::NodeMonitor::Callbacks callbacks;
       callbacks.on_node_lost = [this](const rdzv::NodeAssignment& lost) {
         std::string message = fmt::format(
@@ -104,8 +111,13 @@ void NodeSession::join(int round, std::function<void(JoinResult)> done) {
                                           store_.port, error);
         on_loop([this, message] { events_.on_lost(message); });
       };
+      // The monitor's calls must fail well within the heartbeat timeout: over a cut link a call
+      // would otherwise wait read_timeout (60 s) before the store counts as lost.
+      rdzv::StoreClientOptions watching = store_;
+      watching.timeout = settings_.heartbeat_timeout / 2;
+      watching.connect_timeout = settings_.heartbeat_timeout / 2;
       monitor_ = std::make_unique<rdzv::NodeMonitor>(
-          store_, round_, *joined_,
+          watching, round_, *joined_,
           rdzv::NodeMonitor::Options{settings_.heartbeat_interval, settings_.heartbeat_timeout},
           std::move(callbacks));
       result = *joined_;

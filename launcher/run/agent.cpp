@@ -138,9 +138,6 @@ Result<Ok> Agent::open_store() {
       // TryHost: the endpoint belongs to another node, or its agent already serves it.
     }
   }
-  events_.emit("store", {{"role", store_ ? "host" : "client"},
-                         {"address", store_ ? plan.bind_address : plan.connect_host},
-                         {"port", setup_.master_port}});
   if (!setup_.multinode) return Ok{};
   if (setup_.master_port == 0) {
     return Error{exit_codes::kUsage, "--master_port 0 only works on the node that hosts the store; "
@@ -179,6 +176,10 @@ int Agent::run() {
                           {"max_restarts", c.max_restarts},
                           {"log_dir", run_dir_->path()},
                           {"pid", ::getpid()}});
+  const StorePlan& plan = setup_.store;
+  events_.emit("store", {{"role", store_ ? "host" : "client"},
+                         {"address", store_ ? plan.bind_address : plan.connect_host},
+                         {"port", setup_.master_port}});
   wait_for_children();
   wait_for_shutdown_signals();
   wait_for_forwarded_signals();
@@ -662,7 +663,8 @@ void Agent::finish_run() {
   if (shutdown_signal_) fields["signal"] = signal_name(shutdown_signal_);
   if (!summary.job_root_cause.empty()) fields["job_root_cause"] = summary.job_root_cause;
   events_.emit("summary", fields);
-  if (session_ && !session_->busy()) {
+  // After a lost node or store there is nobody to tell and perhaps no store to tell it through.
+  if (session_ && !session_->busy() && lost_message_.empty()) {
     // The store's host stays up until the others have read the outcome (bounded).
     session_->leave(store_ != nullptr, [this] { io_.stop(); });
     return;

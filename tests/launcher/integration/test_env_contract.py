@@ -3,7 +3,7 @@
 import os
 import socket
 
-from harness import clean_env, helper, main, run, read_events
+from harness import clean_env, helper, main, read_events, run, start, stop
 
 
 def dumps(outdir, attempt=0):
@@ -50,7 +50,7 @@ def check_shape(tmp, nnodes, node_rank, nproc, extra=(), env=None):
         assert e["TORCHELASTIC_RESTART_COUNT"] == "0"
         assert e["TORCHELASTIC_MAX_RESTARTS"] == "0"
         assert e["TORCHELASTIC_RUN_ID"] == "none"
-        assert e["TORCHELASTIC_USE_AGENT_STORE"] == "False"
+        assert e["TORCHELASTIC_USE_AGENT_STORE"] == "True"  # ddprun's agent hosts the store
         assert e["TORCHELASTIC_ERROR_FILE"].startswith(os.path.join(tmp, "logs", "none_"))
         assert e["TORCHELASTIC_ERROR_FILE"].endswith(f"/attempt_0/{lr}/error.json")
         assert os.path.isdir(os.path.dirname(e["TORCHELASTIC_ERROR_FILE"]))
@@ -70,10 +70,24 @@ def test_single_node_shapes(tmp):
 
 
 def test_multi_node_static_shape(tmp):
-    with socket.socket() as s:  # a port for the static store that nothing listens on
+    with socket.socket() as s:  # a port for node 0's store (node 0 binds and holds it)
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    envs = check_shape(tmp, 3, 2, 2, extra=["--master_port", port])
+    # The three nodes of one static job meet through node 0's store; node 2's workers are checked.
+    others = []
+    for k in (0, 1):
+        out = os.path.join(tmp, f"node{k}")
+        os.mkdir(out)
+        others.append(start(["--nnodes", 3, "--node_rank", k, "--nproc_per_node", 2, "--master_addr",
+                             "127.0.0.1", "--master_port", port, helper("env_dumper"), out]))
+    try:
+        envs = check_shape(tmp, 3, 2, 2, extra=["--master_port", port])
+        for p in others:
+            p.communicate(timeout=60)
+            assert p.returncode == 0
+    finally:
+        for p in others:
+            stop(p)
     assert all(e["MASTER_PORT"] == str(port) for e, _ in envs.values())
 
 

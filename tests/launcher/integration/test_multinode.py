@@ -24,13 +24,15 @@ def free_port():
 
 
 class Node:
-    def __init__(self, tmp, name, args, env=None):
+    def __init__(self, tmp, name, args, env=None, prefix=()):
         self.out_path = os.path.join(tmp, f"{name}.out")
         self.err_path = os.path.join(tmp, f"{name}.err")
         self.events = os.path.join(tmp, f"{name}.events")
         self.out = open(self.out_path, "w")
         self.err = open(self.err_path, "w")
-        self.proc = start(["--events", self.events] + args, env=env, stdout=self.out, stderr=self.err)
+        # prefix: words before ddprun's own options (the netns test runs `ip netns exec NS ddprun`).
+        self.proc = start([*prefix, "--events", self.events] + args, env=env, stdout=self.out,
+                          stderr=self.err)
 
     def wait(self, timeout=60):
         try:

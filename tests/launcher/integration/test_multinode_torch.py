@@ -43,8 +43,9 @@ def check(results, world):
     for r, obj in results.items():
         assert obj["world"] == world and obj["allreduce"] == expected, obj
     assert all(obj["weights"] == results[0]["weights"] for obj in results.values())
-    indices = sorted(i for obj in results.values() for i in obj["indices"])
-    assert indices == sorted(set(indices)) and set(indices) == set(range(20)), indices
+    # DistributedSampler pads to a multiple of the world size, so only coverage is exact.
+    indices = [i for obj in results.values() for i in obj["indices"]]
+    assert set(indices) == set(range(20)) and len(indices) == -(-20 // world) * world, indices
     print(f"torch {results[0]['torch']}: {world} ranks agree on {expected}")
 
 
