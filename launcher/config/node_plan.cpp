@@ -38,7 +38,8 @@ Result<scheduler::SchedulerPlan> plan_launch_nodes(const RawOptions& raw,
   }
   if (!raw.master_addr.empty()) typed.master_addr = raw.master_addr;
   if (!raw.master_port.empty()) {
-    auto port = parse_integer("--master_port", raw.master_port, 1, 65535);
+    // 0: the store host binds a port the kernel picks and holds it (ddprun hosts the store).
+    auto port = parse_integer("--master_port", raw.master_port, 0, 65535);
     if (!port) return port.error();
     typed.master_port = static_cast<int>(*port);
   }

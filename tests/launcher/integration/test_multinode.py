@@ -100,6 +100,28 @@ def test_static_heterogeneous_ranks(tmp):
         assert f["master"] == f"127.0.0.1:{port}", f
 
 
+def test_master_port_0_on_node_0(tmp):
+    # Node 0's store binds a port the kernel picks; the other node learns it from node 0's events.
+    node0 = Node(tmp, "node0", ["--nnodes", 2, "--node_rank", 0, "--master_port", 0, "--rdzv_conf",
+                                FAST, WORKER, "ok"])
+    try:
+        def store_port():
+            try:
+                return [e["port"] for e in read_events(node0.events) if e.get("event") == "store"]
+            except (OSError, ValueError):
+                return []
+        wait_until(lambda: store_port(), 30, "node 0's store event")
+        port = store_port()[0]
+        node1 = Node(tmp, "node1", ["--nnodes", 2, "--node_rank", 1, "--master_port", port,
+                                    "--rdzv_conf", FAST, WORKER, "ok"])
+        assert finish([node0, node1]) == [0, 0], (node0, node1)
+    finally:
+        finish([node0])
+    assert all(fields(l)["master"] == f"127.0.0.1:{port}" for n in (node0, node1) for l in worker_lines(n))
+    bad = Node(tmp, "bad", ["--nnodes", 2, "--node_rank", 1, "--master_port", 0, WORKER, "ok"])
+    assert bad.wait(30) == 2 and "--master_port 0 only works" in bad.text()[1], bad
+
+
 def test_failure_on_node1_stops_node0(tmp):
     nodes, _ = static_nodes(tmp, [2, 1], "fail:2:7")  # rank 2 lives on node 1
     codes = finish(nodes)

@@ -174,7 +174,7 @@ TEST_CASE("every bad input gives one line and its exit code") {
   check_error({"--nnodes", "0", "prog"}, 2, "must be at least 1");
   check_error({"--nnodes", "a:b", "prog"}, 2, "not a number or range");
   check_error({"--master_port", "70000", "prog"}, 2, "out of range");
-  check_error({"--master_port", "0", "prog"}, 2, "out of range");
+  check_error({"--master_port", "-1", "prog"}, 2, "out of range");  // 0 is valid: a free port
   check_error({"--master_port", "x", "prog"}, 2, "not a whole number");
   check_error({"--rdzv_endpoint", "h:99999", "prog"}, 2, "out of range");
   check_error({"--redirects", "4", "prog"}, 2, "--redirects: '4' is malformed");
