@@ -46,6 +46,26 @@ print(*(s.getsockname()[1] for s in socks))
 PY
 )
 
+# The first job id: ddprun derives its default port from the job id (15000 + last 4 digits), so
+# clusters brought up side by side (ctest -j) must not all start at job 1, or their jobs would
+# meet on one port. Pick an id whose next 10 derived ports are free now.
+FIRST_JOB_ID="$(/usr/bin/python3 - <<'PY'
+import random, socket
+def free(port):
+    with socket.socket() as s:
+        try:
+            s.bind(("0.0.0.0", port))
+            return True
+        except OSError:
+            return False
+for _ in range(50):
+    k = random.randint(1, 9990)
+    if all(free(15000 + k + i) for i in range(10)):
+        break
+print(k)
+PY
+)"
+
 # On any failure below, stop what was started.
 trap 'rc=$?; if [[ $rc -ne 0 ]]; then echo "slurm-up: failed (rc=$rc), logs in $DIR/log" >&2; "$HERE/slurm-down.sh" "$DIR" >/dev/null 2>&1 || true; fi' EXIT
 
@@ -94,6 +114,7 @@ SchedulerParameters=batch_sched_delay=0,sched_min_interval=0
 SlurmdParameters=config_overrides
 MailProg=/bin/true
 KillWait=5
+FirstJobId=$FIRST_JOB_ID
 CONF
 if [[ "$MODE" == multi ]]; then
   cat >>"$DIR/etc/slurm.conf" <<CONF
