@@ -15,6 +15,12 @@
 ///    Cleaning: SIGKILL inherited orphans until none is left --> attempt ends --> Starting (a
 ///    failure with restarts left; the next attempt is posted) or Done (io_context stops).
 ///    Starting --posted start_attempt--> Running (or Done if a shutdown signal came meanwhile).
+///
+/// Multi-node (agent_nodes.cpp): Starting also covers the join of the attempt's rendezvous round
+/// (on NodeSession's thread; the result is posted back). A worker that succeeded everywhere on
+/// this node leads to Finishing (the exit barrier: every node done, or a stop from elsewhere turns
+/// it into a failure). A stop broadcast by another node or a lost node ends Running like a local
+/// failure. The agent may host the job's store (rendezvous::StoreServer) on this same loop.
 
 #include <sys/types.h>
 

@@ -132,6 +132,21 @@ def test_failure_on_node1_stops_node0(tmp):
     assert "the job failed on another node" in nodes[0].text()[1], nodes[0]
 
 
+def test_failure_on_store_host_reaches_node1(tmp):
+    # Node 0 hosts the store and fails: it keeps the store up until node 1 has read the cause.
+    nodes, _ = static_nodes(tmp, [1, 1], "fail:0:5")
+    assert finish(nodes) == [5, 5], nodes
+    assert "Root cause (whole job): node 0" in nodes[1].text()[1], nodes[1]
+
+
+def test_single_node_store_is_loopback_only(tmp):
+    node = Node(tmp, "single", [WORKER, "ok"])
+    assert node.wait(30) == 0, node
+    store = [e for e in read_events(node.events) if e.get("event") == "store"]
+    assert store and store[0]["role"] == "host" and store[0]["address"] == "127.0.0.1", store
+    assert fields(worker_lines(node)[0])["master"] == f"127.0.0.1:{store[0]['port']}", node
+
+
 def test_restart_on_every_node(tmp):
     nodes, _ = static_nodes(tmp, [1, 2], "fail_once", extra=["--max_restarts", "1"])
     assert finish(nodes) == [0, 0], nodes
