@@ -2,6 +2,7 @@
 // The only file that talks to c10d: the store (TCPStore, optionally the launcher's agent store
 // behind PyTorch's PrefixStore) and the process group (Gloo, or NCCL when built with CUDA).
 #include "worker/communicator.hpp"
+#include "worker/shm_communicator.hpp"
 
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -196,7 +197,19 @@ std::shared_ptr<Communicator> connect_communicator(const WorkerEnv& env,
 #ifdef DDPRUN_WORKER_NCCL
   if (backend == Backend::Nccl) return make_nccl(env, std::move(store), options.timeout);
 #endif
-  return make_gloo(env, std::move(store), options.timeout);
+  auto gloo = make_gloo(env, store, options.timeout);
+  if (!shm_all_reduce_wanted(env, options.shared_memory, true)) return gloo;
+  SharedMemoryAllReduce::Rendezvous rendezvous{
+      [&](const std::string& key, const std::string& value) {
+        store->set(key, std::vector<uint8_t>(value.begin(), value.end()));
+      },
+      [&](const std::string& key) {
+        const auto value = store->get(key);
+        return std::string(value.begin(), value.end());
+      }};
+  return with_shm_all_reduce(std::move(gloo), std::make_unique<SharedMemoryAllReduce>(
+                                                  env.rank, env.world_size, kShmSlotBytes,
+                                                  shm_segment_tag(env), options.timeout, rendezvous));
 }
 
 }  // namespace ddp::worker

@@ -40,6 +40,9 @@ struct CommunicatorOptions {
   Backend backend = Backend::Auto;
   /// Bound on every store and collective operation: a dead or stuck peer becomes an exception.
   std::chrono::milliseconds timeout = std::chrono::seconds(120);
+  /// Small CPU all-reduces through POSIX shared memory when all ranks are on this host
+  /// (shm_communicator.hpp); also off when DDPRUN_NO_SHM is set.
+  bool shared_memory = true;
 };
 
 /// A group of `size()` processes; every method is collective and must be called in the same

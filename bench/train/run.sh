@@ -5,7 +5,9 @@
 # process with one thread; the C++ worker with SyncBatchNorm (the main job) and without (the
 # like-for-like comparison, since PyTorch's SyncBatchNorm cannot run on CPU). Also the share of
 # all-reduce time hidden behind backward, measured by the worker (default 25 MB buckets: one
-# bucket for this 83 KB model; and 16 KiB buckets, so that overlap is possible).
+# bucket for this 83 KB model; and 16 KiB buckets, so that overlap is possible). All ranks are
+# local, so the worker's small all-reduces go through shared memory unless --no-shm (a row of
+# its own: the SyncBatchNorm job over Gloo only).
 # Runs are interleaved and repeated; the table shows medians. Usage:
 #   bench/train/run.sh [BUILD_DIR] [REPEATS] [STEPS]      (defaults: build, 3, 300)
 set -euo pipefail
@@ -38,6 +40,7 @@ py=("$python" bench/train/ddp_baseline.py "${common[@]}")
 for ((i = 0; i < repeats; i++)); do
   run py_ddp 2 "${py[@]}"
   run cpp_ddp_syncbn 2 "${cpp[@]}"
+  run cpp_ddp_syncbn_gloo 2 "${cpp[@]}" --no-shm
   run cpp_ddp 2 "${cpp[@]}" --no-sync-bn
   run cpp_ddp_16k 2 "${cpp[@]}" --no-sync-bn --bucket-kb 16
   run py_single 1 "${py[@]}"
@@ -64,7 +67,8 @@ def line(label, name, single):
     ovs = f"{100 * ov:.0f}%" if ov is not None and name.startswith("cpp") else "n/a"
     print(f"| {label} | {v:,.0f} | {v / py2:.2f}x | {eff} | {ovs} | {med(name, 2):.0f} |")
 line("Python DDP (ddp_baseline.py, BatchNorm)", "py_ddp", py1)
-line("C++ worker, SyncBatchNorm (main job)", "cpp_ddp_syncbn", cpp1)
+line("C++ worker, SyncBatchNorm (main job; small all-reduces via shared memory)", "cpp_ddp_syncbn", cpp1)
+line("C++ worker, SyncBatchNorm, all-reduces over Gloo only (--no-shm)", "cpp_ddp_syncbn_gloo", cpp1)
 line("C++ worker, BatchNorm (like for like)", "cpp_ddp", cpp1)
 line("C++ worker, BatchNorm, 16 KiB buckets", "cpp_ddp_16k", cpp1)
 print(f"| Python, 1 process, 1 thread | {py1:,.0f} | | | | {med('py_single', 2):.0f} |")

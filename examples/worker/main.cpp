@@ -34,6 +34,7 @@ int main(int argc, char** argv) {
   app.add_flag("!--no-eval", options.evaluate, "Skip the test-set evaluation");
   app.add_flag("--channels-last", options.channels_last, "NHWC weights and activations");
   app.add_flag("!--no-sync-bn", options.sync_batch_norm, "Keep per-rank BatchNorm statistics (for comparison with PyTorch's CPU DDP)");
+  app.add_flag("!--no-shm", options.shared_memory, "Small all-reduces over Gloo even when all ranks are on this host (also DDPRUN_NO_SHM=1)");
   CLI11_PARSE(app, argc, argv);
 
   ddp::worker::WorkerEnv env;

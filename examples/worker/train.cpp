@@ -96,6 +96,7 @@ int train(const TrainOptions& options, const worker::WorkerEnv& env) {
   worker::CommunicatorOptions comm_options;
   comm_options.backend = worker::parse_backend(options.backend);
   comm_options.timeout = std::chrono::milliseconds(static_cast<int64_t>(options.timeout_s * 1000));
+  comm_options.shared_memory = options.shared_memory;
   auto comm = worker::connect_communicator(env, comm_options);
   const bool chief = comm->rank() == 0;
   const torch::Device device = comm->device();

@@ -31,6 +31,7 @@ struct TrainOptions {
   int64_t fail_after_epoch = -1;  ///< Tests: the last rank SIGKILLs itself after this epoch's checkpoint (first attempt only).
   bool evaluate = true;
   bool sync_batch_norm = true;  ///< Convert BatchNorm to SyncBatchNorm (the seed's setup).
+  bool shared_memory = true;    ///< Small CPU all-reduces through shared memory when all ranks are local.
   bool channels_last = false;   ///< NHWC weights and activations (measured: no gain here).
 };
 

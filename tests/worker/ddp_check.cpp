@@ -220,6 +220,11 @@ int main(int argc, char** argv) {
     options.backend = ddp::worker::Backend::Gloo;
     options.timeout = std::chrono::seconds(60);
     auto comm = ddp::worker::connect_communicator(env, options);
+    // Tests pin the path they mean to exercise (gloo, or gloo+shm for the shared-memory one).
+    if (const char* want = std::getenv("DDP_CHECK_BACKEND"); want && comm->backend_name() != want) {
+      std::fprintf(stderr, "ddp_check: error: backend %s, expected %s\n", comm->backend_name().c_str(), want);
+      return 1;
+    }
     if (mode == "equivalence") return check_equivalence(comm, argc > 2 ? std::atoi(argv[2]) : 1);
     if (mode == "syncbn") return check_sync_batch_norm(comm);
     if (mode == "checkpoint" && argc > 2) return check_checkpoint(comm, argv[2]);

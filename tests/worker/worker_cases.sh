@@ -84,6 +84,13 @@ assert set(m["extraInfo"]) == {"py_callstack", "timestamp"}, m
 assert int(m["extraInfo"]["timestamp"]) > 0
 print("peer_death: rank 0 failed with:", m["message"][:160])
 PY
+  # EXPECT_ERROR (environment): the path under test names itself in rank 0's error.
+  if [ -n "${EXPECT_ERROR:-}" ]; then
+    grep -qF "$EXPECT_ERROR" "$tmp/error0.json" || { cat "$tmp/error0.json"; fail "rank 0's error does not mention '$EXPECT_ERROR'"; }
+  fi
+  # The shared-memory segment is unlinked once mapped: nothing of this job stays in /dev/shm.
+  leftover=$(ls /dev/shm 2>/dev/null | grep -e "-p$port-" || true)
+  [ -z "$leftover" ] || fail "left in /dev/shm: $leftover"
   ;;
 agent_store)
   # TORCHELASTIC_USE_AGENT_STORE=True: the launcher hosts the store and every rank, 0 included,

@@ -1,0 +1,142 @@
+// SPDX-License-Identifier: MIT
+// SharedMemoryAllReduce between real forked processes: sums bit-identical on every rank over
+// many ops and sizes, nothing left in /dev/shm, a dead peer fails the survivor at once.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "worker/shm_all_reduce.hpp"
+
+namespace fs = std::filesystem;
+using ddp::worker::PeerDiedError;
+using ddp::worker::SharedMemoryAllReduce;
+using ddp::worker::ShmElement;
+
+namespace {
+
+/// Rendezvous through files in a directory (the worker uses the c10d store).
+SharedMemoryAllReduce::Rendezvous file_rendezvous(const fs::path& dir) {
+  return {[dir](const std::string& key, const std::string& value) {
+            const auto name = dir / std::to_string(std::hash<std::string>{}(key));
+            std::ofstream(name.string() + ".tmp") << value;
+            fs::rename(name.string() + ".tmp", name);
+          },
+          [dir](const std::string& key) {
+            const auto name = dir / std::to_string(std::hash<std::string>{}(key));
+            for (int i = 0; i < 2000 && !fs::exists(name); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+            std::ifstream in(name);
+            return std::string(std::istreambuf_iterator<char>(in), {});
+          }};
+}
+
+fs::path temp_dir() {
+  char pattern[] = "/tmp/shm-test.XXXXXX";
+  return fs::path(::mkdtemp(pattern));
+}
+
+std::vector<std::string> shm_entries(const std::string& tag) {
+  std::vector<std::string> found;
+  for (const auto& e : fs::directory_iterator("/dev/shm")) {
+    if (e.path().filename().string().find(tag) != std::string::npos) found.push_back(e.path().string());
+  }
+  return found;
+}
+
+/// Runs body(rank, shm) in `world` forked processes; returns their exit codes.
+template <typename Body>
+std::vector<int> run_ranks(int world, const std::string& tag, Body body) {
+  const auto dir = temp_dir();
+  std::vector<pid_t> pids;
+  for (int r = 0; r < world; ++r) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      int code = 0;
+      try {
+        SharedMemoryAllReduce shm(r, world, 4096, tag, std::chrono::seconds(20), file_rendezvous(dir));
+        code = body(r, shm);
+      } catch (const PeerDiedError& e) {
+        std::fprintf(stderr, "rank %d: %s\n", r, e.what());
+        code = 3;
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "rank %d: %s\n", r, e.what());
+        code = 4;
+      }
+      ::_exit(code);
+    }
+    pids.push_back(pid);
+  }
+  std::vector<int> codes;
+  for (const pid_t pid : pids) {
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    codes.push_back(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+  }
+  fs::remove_all(dir);
+  return codes;
+}
+
+}  // namespace
+
+TEST_CASE("sums in rank order, bit-identical on every rank, segment unlinked") {
+  for (const int world : {2, 3}) {
+    const std::string tag = "unittest-sum-" + std::to_string(::getpid()) + "-" + std::to_string(world);
+    const auto codes = run_ranks(world, tag, [world](int rank, SharedMemoryAllReduce& shm) {
+      for (int op = 0; op < 200; ++op) {
+        const std::size_t n = 1 + static_cast<std::size_t>(op * 7) % 500;
+        std::vector<double> x(n);
+        for (std::size_t i = 0; i < n; ++i) x[i] = 0.1 * (rank + 1) + 1e-17 * static_cast<double>(i + op);
+        shm.all_reduce_sum(x.data(), n, ShmElement::Float64);
+        for (std::size_t i = 0; i < n; ++i) {
+          double want = 0;
+          for (int r = 0; r < world; ++r) want += 0.1 * (r + 1) + 1e-17 * static_cast<double>(i + op);
+          if (x[i] != want) return 1;  // exactly the fixed-order sum
+        }
+        std::vector<float> f(n, static_cast<float>(rank));
+        shm.all_reduce_sum(f.data(), n, ShmElement::Float32);
+        if (f[n - 1] != static_cast<float>(world * (world - 1) / 2)) return 2;
+      }
+      return 0;
+    });
+    CHECK(codes == std::vector<int>(world, 0));
+    CHECK(shm_entries(tag).empty());
+  }
+}
+
+TEST_CASE("a buffer larger than the slot is refused") {
+  const std::string tag = "unittest-big-" + std::to_string(::getpid());
+  const auto codes = run_ranks(2, tag, [](int, SharedMemoryAllReduce& shm) {
+    std::vector<double> x(shm.capacity() / 8 + 1);
+    try {
+      shm.all_reduce_sum(x.data(), x.size(), ShmElement::Float64);
+    } catch (const std::invalid_argument&) {
+      return 0;
+    }
+    return 1;
+  });
+  CHECK(codes == std::vector<int>{0, 0});
+}
+
+TEST_CASE("a peer that dies fails the survivor's wait with PeerDiedError") {
+  const std::string tag = "unittest-death-" + std::to_string(::getpid());
+  const auto start = std::chrono::steady_clock::now();
+  const auto codes = run_ranks(2, tag, [](int rank, SharedMemoryAllReduce& shm) {
+    double x = 1;
+    shm.all_reduce_sum(&x, 1, ShmElement::Float64);
+    if (rank == 1) ::_exit(9);  // dies without joining the second op
+    shm.all_reduce_sum(&x, 1, ShmElement::Float64);
+    return 0;
+  });
+  CHECK(codes == std::vector<int>{3, 9});
+  // Well within the 20 s timeout: liveness, not the timeout, ended the wait.
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(15));
+  CHECK(shm_entries(tag).empty());
+}
