@@ -40,7 +40,7 @@ def check(python):
 
 
 def check_two_static_nodes(python):
-    """Two ddprun 'nodes' on this host (--nnodes 2, static): rank 0's PyTorch hosts the store."""
+    """Two ddprun 'nodes' on this host (--nnodes 2, static): node 0's ddprun hosts the store."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
