@@ -7,11 +7,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <fstream>
 
 #include "launcher/config/cli.hpp"
 #include "launcher/config/launch_config.hpp"
 #include "launcher/config/node_plan.hpp"
+#include "tests/cluster/unit/env_fixture.hpp"
 
 using namespace ddp::launcher;
 
@@ -19,17 +19,7 @@ namespace {
 
 using Env = std::map<std::string, std::string>;
 
-Env fixture(const std::string& name) {
-  std::ifstream in(std::string(DDP_CLUSTER_FIXTURES) + "/" + name);
-  REQUIRE_MESSAGE(in.good(), name);
-  Env env;
-  for (std::string line; std::getline(in, line);) {
-    if (line.empty() || line[0] == '#') continue;
-    auto eq = line.find('=');
-    env[line.substr(0, eq)] = line.substr(eq + 1);
-  }
-  return env;
-}
+Env fixture(const std::string& name) { return scheduler::testing::load_env_fixture(name); }
 
 Result<ConfiguredLaunch> configure(std::vector<std::string> args, Env env = {}) {
   auto parsed = parse_command_line(args);
