@@ -51,10 +51,15 @@ int run_main(int argc, char** argv) {
   // A closed stdout (ddprun ... | head) must not kill the supervisor; writes report EPIPE instead.
   ::signal(SIGPIPE, SIG_IGN);
 
-  if (wants_store_only(argc, argv)) return run_store_only(argc, argv);
   auto parsed = parse_command_line(std::vector<std::string>(argv + 1, argv + argc));
   if (!parsed) return fail(parsed.error());
   if (parsed->exit_now) return parsed->exit_code;
+  if (parsed->raw.store_only) {
+    if (!parsed->raw.program_and_args.empty()) {
+      return fail(Error{exit_codes::kUsage, "--store-only takes no program"});
+    }
+    return run_store_only(parsed->raw);
+  }
   if (parsed->raw.print_env_detect) {  // the report only: no program needed, nothing started
     auto plan = plan_launch_nodes(parsed->raw, current_environment());
     if (!plan) return fail(plan.error());

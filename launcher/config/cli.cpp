@@ -92,6 +92,9 @@ constexpr FlagSpec kFlags[] = {
     // No PET_ variable: an exported setting would silently stop every launch.
     {"--print-env-detect,--print_env_detect", nullptr, &RawOptions::print_env_detect,
      "Print which scheduler was detected and where every node value comes from; start nothing"},
+    {"--store-only,--store_only", nullptr, &RawOptions::store_only,
+     "Serve only the job's TCP store at --master_addr (default 127.0.0.1):--master_port (default "
+     "29500; 0 = a free port, printed first) until SIGINT/SIGTERM; no program"},
 };
 
 }  // namespace

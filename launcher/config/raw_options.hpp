@@ -44,6 +44,7 @@ struct RawOptions {
   std::string python;  // empty: $PYTHON_EXEC, else python3 on PATH
   std::string scheduler = "auto";  // auto, none or one detector (slurm, openmpi, ...)
   bool print_env_detect = false;   // print the scheduler detection report and exit
+  bool store_only = false;         // serve only the store at master_addr:master_port
 
   /// The program and everything after it, untouched.
   std::vector<std::string> program_and_args;

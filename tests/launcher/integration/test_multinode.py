@@ -271,5 +271,23 @@ def test_store_only(tmp):
         stop(proc)
 
 
+def test_store_only_bad_input_and_program_arguments(tmp):
+    ddprun = os.environ["DDPRUN"]
+    bad_port = subprocess.run([ddprun, "--store-only", "--master_port", "99999"],
+                              capture_output=True, text=True, timeout=10)
+    assert bad_port.returncode == 2, bad_port
+    assert bad_port.stderr.strip().splitlines() == [
+        "ddprun: --store-only: --master_port must be 0..65535, got '99999'"]
+    with_program = subprocess.run([ddprun, "--store-only", "/bin/true"],
+                                  capture_output=True, text=True, timeout=10)
+    assert with_program.returncode == 2, with_program
+    assert with_program.stderr.strip() == "ddprun: --store-only takes no program"
+    # After the program, --store-only is the program's own argument, not ddprun's.
+    passed = subprocess.run([ddprun, "--nproc_per_node=1", "/bin/echo", "--store-only"],
+                            capture_output=True, text=True, timeout=30)
+    assert passed.returncode == 0, passed
+    assert passed.stdout.strip().endswith("--store-only"), passed.stdout
+
+
 if __name__ == "__main__":
     main(globals())
