@@ -125,6 +125,8 @@ int Agent::run() {
     say(ready.error().message);
     stderr_sink_.flush_blocking();
     control_->end_supervision();
+    // The run directory may already exist (e.g. the store's port was taken after it was made).
+    if (run_dir_ && !keep_run_dir_) run_dir_->remove_if_temporary();
     return ready.error().exit_code;
   }
   const auto& c = setup_.config;

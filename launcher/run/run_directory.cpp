@@ -36,9 +36,11 @@ Result<RunDirectory> RunDirectory::create(const std::string& log_dir, const std:
   RunDirectory dir;
   std::string parent = log_dir;
   if (parent.empty()) {
+    // An explicit TMPDIR wins; otherwise scratch (error files only) goes to tmpfs when there is one.
     const char* tmp = std::getenv("TMPDIR");
-    std::string where = tmp && *tmp ? tmp : "/tmp";
-    if (!will_hold_logs && ::access("/dev/shm", W_OK | X_OK) == 0) where = "/dev/shm";
+    const bool tmpdir_set = tmp != nullptr && *tmp != '\0';
+    std::string where = tmpdir_set ? tmp : "/tmp";
+    if (!tmpdir_set && !will_hold_logs && ::access("/dev/shm", W_OK | X_OK) == 0) where = "/dev/shm";
     auto base = make_temp_dir(where, "ddprun_");
     if (!base) return base.error();
     dir.base_ = *base;

@@ -250,9 +250,13 @@ def test_port_in_use(tmp):
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = s.getsockname()[1]
-        node = Node(tmp, "single", ["--master_port", port, WORKER, "ok"])
+        scratch = os.path.join(tmp, "scratch")
+        os.mkdir(scratch)
+        node = Node(tmp, "single", ["--master_port", port, WORKER, "ok"],
+                    env=dict(os.environ, TMPDIR=scratch))
         code = node.wait(30)
     assert code == 69, node
+    assert os.listdir(scratch) == [], "the failed start left its temporary run directory behind"
     err = node.text()[1]
     assert str(port) in err and "--standalone" in err and len(err.strip().splitlines()) == 1, node
 
