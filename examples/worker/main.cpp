@@ -14,6 +14,8 @@
 int main(int argc, char** argv) {
   ddp::examples::TrainOptions options;
   CLI::App app{"Train a Fashion-MNIST CNN with DDP + SyncBatchNorm (run it under ddprun)", "worker"};
+  // As with ddprun (and argparse), a repeated option takes its last value: `demo.sh --epochs 1`.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.add_option("--epochs", options.epochs, "Epochs to train")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--batch-size", options.batch_size, "Batch size per rank")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--lr", options.lr, "SGD learning rate")->check(CLI::PositiveNumber)->capture_default_str();
@@ -35,7 +37,14 @@ int main(int argc, char** argv) {
   app.add_flag("--channels-last", options.channels_last, "NHWC weights and activations");
   app.add_flag("!--no-sync-bn", options.sync_batch_norm, "Keep per-rank BatchNorm statistics (for comparison with PyTorch's CPU DDP)");
   app.add_flag("!--no-shm", options.shared_memory, "Small all-reduces over Gloo even when all ranks are on this host (also DDPRUN_NO_SHM=1)");
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success& e) {  // --help
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "worker: error: %s (see --help)\n", e.what());
+    return 2;
+  }
 
   ddp::worker::WorkerEnv env;
   try {

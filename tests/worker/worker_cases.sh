@@ -135,6 +135,12 @@ env_errors)
   out=$("$worker" --epochs 1 --data "$tmp/nowhere" 2>&1); rc=$?
   [ $rc -eq 1 ] && [[ $out == *"Fashion-MNIST file not found: $tmp/nowhere/train-images-idx3-ubyte.gz"* ]] ||
     fail "missing data: rc $rc: $out"
+  # A bad flag is one line and exit code 2; a repeated flag takes its last value (as in ddprun).
+  out=$("$worker" --bogus 2>&1); rc=$?
+  [ $rc -eq 2 ] && [[ $out == "worker: error: The following argument was not expected: --bogus (see --help)" ]] ||
+    fail "bad flag: rc $rc: $out"
+  out=$("$worker" --epochs 3 --epochs 1 --data "$tmp/nowhere" 2>&1); rc=$?
+  [ $rc -eq 1 ] && [[ $out == *"Fashion-MNIST file not found"* ]] || fail "repeated --epochs: rc $rc: $out"
   echo "env_errors: clear one-line errors"
   ;;
 accuracy)
