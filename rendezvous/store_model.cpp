@@ -54,20 +54,22 @@ void StoreModel::notify(const std::string& key, WatchEventType type, std::string
   }
 }
 
+bool StoreModel::release(ClientId client, std::size_t count, Effects& fx) {
+  auto p = pending_.find(client);
+  if (p == pending_.end()) return false;
+  p->second.remaining -= std::min(count, p->second.remaining);
+  if (p->second.remaining != 0) return false;
+  pending_.erase(p);
+  fx.woken.push_back(client);
+  return true;
+}
+
 void StoreModel::wake_all(const std::string& key, Effects& fx) {
   auto it = waiters_.find(key);
   if (it == waiters_.end()) return;
   auto registrations = std::move(it->second);
   waiters_.erase(it);
-  for (const auto& [client, count] : registrations) {
-    auto p = pending_.find(client);
-    if (p == pending_.end()) continue;
-    p->second.remaining -= std::min(count, p->second.remaining);
-    if (p->second.remaining == 0) {
-      pending_.erase(p);
-      fx.woken.push_back(client);
-    }
-  }
+  for (const auto& [client, count] : registrations) release(client, count, fx);
 }
 
 void StoreModel::wake_one(const std::string& key, Effects& fx) {
@@ -80,14 +82,7 @@ void StoreModel::wake_one(const std::string& key, Effects& fx) {
     const ClientId client = reg->first;
     const std::size_t count = reg->second;
     registrations.erase(reg);
-    auto p = pending_.find(client);
-    if (p == pending_.end()) continue;
-    p->second.remaining -= std::min(count, p->second.remaining);
-    if (p->second.remaining == 0) {
-      pending_.erase(p);
-      fx.woken.push_back(client);
-      break;
-    }
+    if (release(client, count, fx)) break;
   }
   if (registrations.empty()) waiters_.erase(it);
 }

@@ -97,6 +97,8 @@ class StoreModel {
   bool present(const std::string& key) const;
   void wake_all(const std::string& key, Effects& fx);
   void wake_one(const std::string& key, Effects& fx);
+  /// Counts `count` of `client`'s pending wait as satisfied; true when that completes the wait.
+  bool release(ClientId client, std::size_t count, Effects& fx);
   void notify(const std::string& key, WatchEventType type, std::string_view old_value,
               std::string_view new_value, Effects& fx) const;
   void store_counter(const std::string& key, std::int64_t value, bool existed, Effects& fx);
