@@ -20,6 +20,11 @@ using namespace std::chrono_literals;
 //   .../status                               leader's one-line progress (for timeout messages)
 //   .../hb/<node_rank>                       heartbeat counters
 //   .../stop                                 first stop reason (COMPARE_SET from "")
+//   .../done                                 ADD counter: nodes whose workers finished
+//   .../end                                  "done" (all finished) or "stop", first writer wins;
+//                                            the one key the exit barrier WAITs on
+//   .../left                                 ADD counter: nodes that left the round
+//   .../all_left                             "1", set by the last node to leave
 std::string key_prefix(const NodeRendezvousOptions& o) { return fmt::format("ddprun/{}/{}/", o.run_id, o.round); }
 
 std::string host_name() {
@@ -162,7 +167,8 @@ StoreClientOptions monitor_client_options(StoreClientOptions store, const NodeMo
 
 NodeMonitor::NodeMonitor(const StoreClientOptions& store, const NodeRendezvousOptions& rendezvous,
                          const RendezvousResult& joined, Options options, Callbacks callbacks)
-    : client_(monitor_client_options(store, options)),
+    : round_(rendezvous),
+      client_(monitor_client_options(store, options)),
       control_(store),
       prefix_(key_prefix(rendezvous)),
       joined_(joined),
@@ -171,13 +177,16 @@ NodeMonitor::NodeMonitor(const StoreClientOptions& store, const NodeRendezvousOp
       thread_([this] { run(); }) {}
 
 NodeMonitor::~NodeMonitor() {
-  stopping_ = true;
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
   thread_.join();
 }
 
 std::string NodeMonitor::broadcast_stop(const std::string& reason) {
-  const std::string now = control_.compare_set(prefix_ + "stop", "", reason);
-  return now;
+  return rdzv::broadcast_stop(control_, round_, reason);
 }
 
 void NodeMonitor::run() {
@@ -193,7 +202,11 @@ void NodeMonitor::run() {
   bool stop_reported = false;
   bool store_lost_reported = false;
   auto store_answered = RdzvClock::now();
-  while (!stopping_) {
+  for (;;) {
+    {
+      std::lock_guard lock(mutex_);
+      if (stopping_) return;
+    }
     const auto now = RdzvClock::now();
     try {
       client_.add(my_key, 1);
@@ -221,8 +234,44 @@ void NodeMonitor::run() {
         if (callbacks_.on_store_lost) callbacks_.on_store_lost(e.what());
       }
     }
-    const auto next = now + options_.heartbeat_interval;
-    while (!stopping_ && RdzvClock::now() < next) std::this_thread::sleep_for(std::min<std::chrono::milliseconds>(options_.heartbeat_interval, 20ms));
+    std::unique_lock lock(mutex_);
+    wake_.wait_until(lock, now + options_.heartbeat_interval, [this] { return stopping_; });
+  }
+}
+
+std::string broadcast_stop(StoreClient& client, const NodeRendezvousOptions& round, const std::string& reason) {
+  const std::string prefix = key_prefix(round);
+  const std::string in_force = client.compare_set(prefix + "stop", "", reason);
+  client.compare_set(prefix + "end", "", "stop");  // wakes every node waiting in the exit barrier
+  return in_force;
+}
+
+ExitBarrierResult exit_barrier(StoreClient& client, const NodeRendezvousOptions& round,
+                               const RendezvousResult& joined, std::chrono::milliseconds slice,
+                               const std::function<bool()>& keep_waiting) {
+  const std::string prefix = key_prefix(round);
+  const std::string end_key = prefix + "end";
+  // The last node to arrive ends the barrier for everyone; a stop broadcast may have ended it first.
+  if (client.add(prefix + "done", 1) >= joined.num_nodes) client.compare_set(end_key, "", "done");
+  while (!wait_for(client, end_key, slice)) {
+    if (!keep_waiting()) return {ExitBarrierResult::End::Cancelled, {}};
+  }
+  if (client.get(end_key) == "stop") return {ExitBarrierResult::End::Stopped, client.get(prefix + "stop")};
+  return {ExitBarrierResult::End::AllDone, {}};
+}
+
+void leave_round(StoreClient& client, const NodeRendezvousOptions& round, const RendezvousResult& joined,
+                 bool wait_for_others, std::chrono::milliseconds budget, std::chrono::milliseconds slice,
+                 const std::function<bool()>& keep_waiting) {
+  const std::string prefix = key_prefix(round);
+  const auto deadline = RdzvClock::now() + budget;
+  if (client.add(prefix + "left", 1) >= joined.num_nodes) client.set(prefix + "all_left", "1");
+  if (!wait_for_others) return;
+  // A node that is gone never leaves, hence the budget.
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - RdzvClock::now());
+    if (left <= std::chrono::milliseconds::zero() || !keep_waiting()) return;
+    if (wait_for(client, prefix + "all_left", std::min(left, slice))) return;
   }
 }
 

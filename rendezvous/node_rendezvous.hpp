@@ -6,8 +6,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -78,6 +80,7 @@ class NodeMonitor {
 
  private:
   void run();
+  NodeRendezvousOptions round_;
 
   StoreClient client_;
   StoreClient control_;  // broadcast_stop from the caller's thread
@@ -85,8 +88,38 @@ class NodeMonitor {
   RendezvousResult joined_;
   Options options_;
   Callbacks callbacks_;
-  std::atomic<bool> stopping_{false};
+  std::mutex mutex_;
+  std::condition_variable wake_;  // ends the pause between heartbeats when stopping
+  bool stopping_ = false;
   std::thread thread_;
 };
+
+// The end of a round, after a successful join. Every call blocks on store WAITs of at most
+// `slice` and asks `keep_waiting()` between them (the caller's cancel flag); a store that stops
+// answering surfaces as StoreError from the client's own timeouts.
+
+// Tells every node of the round to stop; the first reason wins and is returned. Also ends every
+// node's exit barrier.
+std::string broadcast_stop(StoreClient& client, const NodeRendezvousOptions& round, const std::string& reason);
+
+struct ExitBarrierResult {
+  enum class End {
+    AllDone,    // every node of the round reached the barrier
+    Stopped,    // a stop was broadcast first; `stop` holds its record
+    Cancelled,  // keep_waiting() said no
+  };
+  End end = End::AllDone;
+  std::string stop;
+};
+// This node's workers finished: wait until every node's did, or a stop arrives.
+ExitBarrierResult exit_barrier(StoreClient& client, const NodeRendezvousOptions& round,
+                               const RendezvousResult& joined, std::chrono::milliseconds slice,
+                               const std::function<bool()>& keep_waiting);
+
+// This node is leaving the round. With wait_for_others (the store's host) it then waits, at most
+// `budget`, until every node has left, so nobody loses the store before reading the outcome.
+void leave_round(StoreClient& client, const NodeRendezvousOptions& round, const RendezvousResult& joined,
+                 bool wait_for_others, std::chrono::milliseconds budget, std::chrono::milliseconds slice,
+                 const std::function<bool()>& keep_waiting);
 
 }  // namespace ddp::rdzv

@@ -8,11 +8,6 @@
 #include <charconv>
 
 namespace ddp::launcher {
-namespace {
-
-constexpr auto kPollInterval = std::chrono::milliseconds(20);
-
-}  // namespace
 
 std::string encode_stop_reason(const StopReason& r) { return fmt::format("{}|{}", r.exit_code, r.text); }
 
@@ -63,10 +58,6 @@ void NodeSession::dispose(std::unique_ptr<NodeSession> session) {
 
 void NodeSession::on_loop(std::function<void()> f) { boost::asio::post(agent_io_, std::move(f)); }
 
-std::string NodeSession::round_key(const std::string& name) const {
-  return fmt::format("ddprun/{}/{}/{}", round_.run_id, round_.round, name);
-}
-
 void NodeSession::join(int round, std::function<void(JoinResult)> done) {
   boost::asio::post(io_, [this, round, done = std::move(done)] {
     busy_ = true;
@@ -89,11 +80,14 @@ void NodeSession::join(int round, std::function<void(JoinResult)> done) {
       joining.timeout = settings_.join_timeout + settings_.read_timeout;
       joined_ = rdzv::join_rendezvous(joining, round_);
       if (!client_) {
-        // Barrier and leave poll with short calls; a dead link must not hold them for read_timeout.
-        rdzv::StoreClientOptions polling = store_;
-        polling.timeout = std::min(settings_.read_timeout, settings_.heartbeat_timeout);
-        polling.connect_timeout = settings_.heartbeat_timeout;
-        client_ = std::make_unique<rdzv::StoreClient>(polling);
+        // Barrier and leave wait in slices of one heartbeat interval; every call (and a
+        // reconnect) fails within half the heartbeat timeout, so a store lost during the
+        // barrier is reported within heartbeat_timeout, not after read_timeout.
+        rdzv::StoreClientOptions ending = store_;
+        ending.timeout = std::min(settings_.read_timeout, settings_.heartbeat_timeout / 2);
+        ending.connect_timeout = settings_.heartbeat_timeout / 2;
+        ending.max_backoff = std::min(ending.max_backoff, settings_.heartbeat_interval);
+        client_ = std::make_unique<rdzv::StoreClient>(ending);
       }
       rdzv::NodeMonitor::Callbacks callbacks;
       callbacks.on_node_lost = [this](const rdzv::NodeAssignment& lost) {
@@ -147,29 +141,15 @@ void NodeSession::exit_barrier(std::function<void(BarrierResult)> done) {
     BarrierResult result;
     try {
       if (!client_ || !joined_) throw rdzv::StoreError("not joined");
-      const std::string done_key = round_key("done");
-      const std::string stop_key = fmt::format("ddprun/{}/{}/stop", round_.run_id, round_.round);
-      client_->add(done_key, 1);
       // Bounded: a lost node is reported by the monitor, and the loop then cancels this wait.
-      while (!cancel_) {
-        if (client_->add(done_key, 0) >= joined_->num_nodes) break;
-        if (client_->check({stop_key})) {
-          result = decode_stop_reason(client_->get(stop_key));
-          break;
-        }
-        std::this_thread::sleep_for(kPollInterval);
-      }
+      auto end = rdzv::exit_barrier(*client_, round_, *joined_, settings_.heartbeat_interval,
+                                    [this] { return keep_waiting(); });
+      if (end.end == rdzv::ExitBarrierResult::End::Stopped) result.stop = decode_stop_reason(end.stop);
     } catch (const std::exception& e) {
-      result = StopReason{multinode_exit_codes::kNodeLost, fmt::format("lost the store: {}", e.what())};
+      result.lost = fmt::format("lost the store at {}:{} during the exit barrier (node 0 gone?): {}",
+                                store_.host, store_.port, e.what());
     }
     on_loop([done, result] { done(result); });
-  });
-}
-
-void NodeSession::end_round(std::function<void()> then) {
-  boost::asio::post(io_, [this, then = std::move(then)] {
-    monitor_.reset();
-    on_loop(then);
   });
 }
 
@@ -179,15 +159,8 @@ void NodeSession::leave(bool wait_for_others, std::function<void()> then) {
     monitor_.reset();
     try {
       if (client_ && joined_) {
-        const std::string left_key = round_key("left");
-        client_->add(left_key, 1);
-        // The host keeps the store up until everyone has read the outcome; a node that is gone
-        // never counts, hence the bound.
-        auto deadline = std::chrono::steady_clock::now() + settings_.heartbeat_timeout;
-        while (wait_for_others && !cancel_ && std::chrono::steady_clock::now() < deadline &&
-               client_->add(left_key, 0) < joined_->num_nodes) {
-          std::this_thread::sleep_for(kPollInterval);
-        }
+        rdzv::leave_round(*client_, round_, *joined_, wait_for_others, settings_.heartbeat_timeout,
+                          settings_.heartbeat_interval, [this] { return keep_waiting(); });
       }
     } catch (const std::exception&) {
       // Leaving is best effort: the store may already be gone.

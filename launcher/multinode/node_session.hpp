@@ -35,8 +35,11 @@ class NodeSession {
     std::function<void(const std::string& message)> on_lost;  // a node or the store is gone
   };
   using JoinResult = std::variant<rdzv::RendezvousResult, std::string /* error */>;
-  /// Exit barrier: nullopt = every node finished; else the stop that arrived meanwhile.
-  using BarrierResult = std::optional<StopReason>;
+  /// How the exit barrier ended: both empty = every node finished (or the wait was cancelled).
+  struct BarrierResult {
+    std::optional<StopReason> stop;   // a stop arrived meanwhile: the job failed elsewhere
+    std::optional<std::string> lost;  // the store stopped answering: exit 74, no restart
+  };
 
   NodeSession(boost::asio::io_context& agent_io, MultiNodeSettings settings,
               rdzv::StoreClientOptions store, Events events);
@@ -58,15 +61,13 @@ class NodeSession {
   void broadcast_stop(const StopReason& reason);
   /// Waits until every node of the round finished its workers, or a stop arrived.
   void exit_barrier(std::function<void(BarrierResult)> done);
-  /// Ends heartbeats (before a new round, or at the end). `then` runs on the loop afterwards.
-  void end_round(std::function<void()> then);
   /// The store host waits (bounded by the heartbeat timeout) until every other node has left,
   /// so that nobody loses the store before reading the final stop reason.
   void leave(bool wait_for_others, std::function<void()> then);
 
  private:
   void on_loop(std::function<void()> f);
-  std::string round_key(const std::string& name) const;
+  bool keep_waiting() const { return !cancel_; }
 
   boost::asio::io_context& agent_io_;
   MultiNodeSettings settings_;

@@ -490,8 +490,14 @@ void Agent::finish_attempt() {
   if (session_ && !failed && shutdown_signal_ == 0 && internal_error_ == 0) {
     // This node is done; the job is done when every node is (another may still fail).
     phase_ = Phase::Finishing;
-    session_->exit_barrier([this](const NodeSession::BarrierResult& stop) {
+    session_->exit_barrier([this](const NodeSession::BarrierResult& end) {
       if (phase_ != Phase::Finishing) return;
+      if (end.lost && lost_message_.empty() && !job_stop_) {
+        lost_message_ = *end.lost;  // the store is gone: exit 74, no restart
+        events_.emit("node_lost", {{"message", lost_message_}});
+        say(lost_message_);
+      }
+      const auto& stop = end.stop;
       if (stop && !job_stop_) job_stop_ = stop;
       if (stop && !history_.empty()) say(fmt::format("the job failed on another node: {}", stop->text));
       after_attempt(stop.has_value() || !lost_message_.empty());

@@ -3,7 +3,8 @@
   ok          exit 0
   sleep       sleep 60 s (until stopped)
   fail:R:C    rank R exits with code C after 0.5 s; the others sleep 60 s
-  fail_once   rank 1 exits 3 on attempt 0 only; everyone else (and attempt 1) exits 0"""
+  fail_once   rank 1 exits 3 on attempt 0 only; everyone else (and attempt 1) exits 0
+  done:R      rank R exits 0 at once; the others sleep 60 s"""
 import os
 import sys
 import time
@@ -23,6 +24,9 @@ elif mode.startswith("fail:"):
         time.sleep(0.5)
         sys.exit(int(code))
     time.sleep(60)
+elif mode.startswith("done:"):
+    if rank != int(mode.split(":")[1]):
+        time.sleep(60)
 elif mode == "fail_once":
     if rank == 1 and restart == 0:
         sys.exit(3)

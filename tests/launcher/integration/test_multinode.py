@@ -186,6 +186,30 @@ def test_killed_store_host_is_named(tmp):
     assert "lost the store" in nodes[1].text()[1], nodes[1]
 
 
+def test_store_lost_during_exit_barrier(tmp):
+    # Issue 8 item 13: node 1's workers are done and it waits in the exit barrier when the store's
+    # host vanishes. That is a lost store (exit 74, no restart), not "failed on another node"
+    # followed by a join retry until join_timeout (600 s here, far beyond the wait below).
+    nodes, _ = static_nodes(tmp, [1, 1], "done:1", extra=["--max_restarts", "1"],
+                            conf="heartbeat_interval=0.3,heartbeat_timeout=2")
+
+    def node1_done():
+        try:
+            return any(e.get("event") == "worker_exit" for e in read_events(nodes[1].events))
+        except (OSError, ValueError):
+            return False
+    try:
+        wait_until(node1_done, 30, "node 1's worker to finish")
+        os.kill(nodes[0].proc.pid, signal.SIGKILL)
+        code = nodes[1].wait(30)
+    finally:
+        finish(nodes)
+    err = nodes[1].text()[1]
+    assert code == 74, nodes[1]
+    assert "lost the store" in err and "failed on another node" not in err, nodes[1]
+    assert "restarting" not in err, nodes[1]
+
+
 def test_node_that_never_arrives(tmp):
     port = free_port()
     node = Node(tmp, "node0", ["--nnodes", 3, "--node_rank", 0, "--master_port", port,
