@@ -1,5 +1,6 @@
 #include "rendezvous/codec.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 
@@ -8,183 +9,281 @@
 namespace ddp::rdzv {
 namespace {
 
-// Cursor over the buffer that records why it stopped. Every read either succeeds or leaves the
-// cursor in NeedMore/Bad; callers stop at the first failure.
-class Reader {
- public:
-  Reader(std::string_view buf, const StoreLimits& limits) : buf_(buf), limits_(limits) {}
+using Token = RequestDecoder::Token;
 
-  bool u32(std::uint32_t& v) {
-    if (!need(4)) return false;
-    v = get_u32(buf_.data() + pos_);
-    pos_ += 4;
-    return true;
-  }
+// Each op's fields in wire order.
+constexpr Token kWordPlan[] = {Token::Word};
+constexpr Token kKeyPlan[] = {Token::Key};
+constexpr Token kKeyValuePlan[] = {Token::Key, Token::Value};
+constexpr Token kCompareSetPlan[] = {Token::Key, Token::Value, Token::Value};
+constexpr Token kKeyNumberPlan[] = {Token::Key, Token::Number};
+constexpr Token kKeyListPlan[] = {Token::KeyList};
+constexpr Token kPairListPlan[] = {Token::PairList};
 
-  bool u64(std::uint64_t& v) {
-    if (!need(8)) return false;
-    v = get_u64(buf_.data() + pos_);
-    pos_ += 8;
-    return true;
-  }
-
-  bool i64(std::int64_t& v) {
-    if (!need(8)) return false;
-    v = get_i64(buf_.data() + pos_);
-    pos_ += 8;
-    return true;
-  }
-
-  // Length-prefixed field, checked against `cap` (and the per-request budget) before it is
-  // waited for or copied.
-  bool field(std::string& out, std::size_t cap, std::string_view what) {
-    std::uint64_t len = 0;
-    if (!u64(len)) return false;
-    if (len > cap) return bad(fmt::format("{} length {} exceeds limit {}", what, len, cap));
-    request_bytes_ += len;
-    if (request_bytes_ > limits_.max_request_bytes) {
-      return bad(fmt::format("request size exceeds limit {}", limits_.max_request_bytes));
-    }
-    if (!need(static_cast<std::size_t>(len))) return false;
-    out.assign(buf_.data() + pos_, static_cast<std::size_t>(len));
-    pos_ += static_cast<std::size_t>(len);
-    return true;
-  }
-
-  bool key(std::string& out) { return field(out, limits_.max_key_bytes, "key"); }
-  bool value(std::string& out) { return field(out, limits_.max_value_bytes, "value"); }
-
-  bool count(std::uint64_t& n) {
-    if (!u64(n)) return false;
-    if (n > limits_.max_keys_per_request) {
-      return bad(fmt::format("key count {} exceeds limit {}", n, limits_.max_keys_per_request));
-    }
-    return true;
-  }
-
-  bool bad(std::string message) {
-    status_ = DecodeStatus::Bad;
-    error_ = std::move(message);
-    return false;
-  }
-
-  // How many of `n` announced items the bytes at hand could hold (each needs at least
-  // `min_item_bytes`), so a reservation never exceeds what the peer has actually sent.
-  std::size_t plausible_items(std::uint64_t n, std::size_t min_item_bytes) const {
-    const std::size_t fit = (buf_.size() - pos_) / min_item_bytes;
-    return n < fit ? static_cast<std::size_t>(n) : fit;
-  }
-
-  void skip(std::size_t n) { pos_ += n; }
-  std::size_t pos() const { return pos_; }
-  DecodeStatus status() const { return status_; }
-  std::size_t need_total() const { return need_total_; }
-  std::string& error() { return error_; }
-
- private:
-  bool need(std::size_t n) {
-    if (buf_.size() - pos_ >= n) return true;
-    status_ = DecodeStatus::NeedMore;
-    need_total_ = pos_ + n;
-    return false;
-  }
-
-  std::string_view buf_;
-  const StoreLimits& limits_;
-  std::size_t pos_ = 0;
-  std::size_t request_bytes_ = 0;
-  std::size_t need_total_ = 0;
-  DecodeStatus status_ = DecodeStatus::Ok;
-  std::string error_;
+struct Plan {
+  const Token* tokens;
+  std::size_t size;
 };
 
-bool read_keys(Reader& r, Command& cmd) {
-  std::uint64_t n = 0;
-  if (!r.count(n)) return false;
-  cmd.keys.reserve(r.plausible_items(n, 8));
-  for (std::uint64_t i = 0; i < n; ++i) {
-    if (!r.key(cmd.keys.emplace_back())) return false;
-  }
-  return true;
+template <std::size_t N>
+constexpr Plan plan_of(const Token (&tokens)[N]) {
+  return Plan{tokens, N};
 }
 
-bool read_pairs(Reader& r, Command& cmd) {
-  std::uint64_t n = 0;
-  if (!r.count(n)) return false;
-  cmd.keys.reserve(r.plausible_items(n, 16));
-  cmd.values.reserve(r.plausible_items(n, 16));
-  for (std::uint64_t i = 0; i < n; ++i) {
-    if (!r.key(cmd.keys.emplace_back())) return false;
-    if (!r.value(cmd.values.emplace_back())) return false;
-  }
-  return true;
-}
-
-bool read_body(Reader& r, Command& cmd) {
-  switch (cmd.op) {
+Plan plan_for(Op op) {
+  switch (op) {
     case Op::Validate:
     case Op::Ping:
-      return r.u32(cmd.word);
+      return plan_of(kWordPlan);
     case Op::GetNumKeys:
     case Op::CancelWait:
     case Op::ListKeys:
-      return true;
+      return Plan{nullptr, 0};
     case Op::Get:
     case Op::WatchKey:
     case Op::DeleteKey:
     case Op::QueuePop:
     case Op::QueueLen:
-      return r.key(cmd.keys.emplace_back());
+      return plan_of(kKeyPlan);
     case Op::Set:
     case Op::Append:
     case Op::QueuePush:
-      return r.key(cmd.keys.emplace_back()) && r.value(cmd.values.emplace_back());
+      return plan_of(kKeyValuePlan);
     case Op::CompareSet:
-      return r.key(cmd.keys.emplace_back()) && r.value(cmd.values.emplace_back()) &&
-             r.value(cmd.values.emplace_back());
+      return plan_of(kCompareSetPlan);
     case Op::Add:
     case Op::Barrier:
-      return r.key(cmd.keys.emplace_back()) && r.i64(cmd.number);
+      return plan_of(kKeyNumberPlan);
     case Op::Check:
     case Op::Wait:
     case Op::MultiGet:
-      return read_keys(r, cmd);
+      return plan_of(kKeyListPlan);
     case Op::MultiSet:
-      return read_pairs(r, cmd);
+      return plan_of(kPairListPlan);
   }
-  return r.bad("unhandled opcode");
+  return Plan{nullptr, 0};
 }
+
+// Fields up to this size get their whole length reserved on arrival; larger ones grow with the
+// bytes actually received, so an announced-but-unsent value costs nothing.
+constexpr std::size_t kReserveWholeFieldBytes = 4096;
+// List vectors are reserved up to this many items; a longer list grows as its items arrive.
+constexpr std::size_t kReserveListItems = 256;
 
 }  // namespace
 
+RequestDecoder::Step RequestDecoder::feed(std::string_view in) {
+  std::size_t pos = 0;
+  for (;;) {
+    if (phase_ == Phase::Done) return {DecodeStatus::Ok, pos};
+    if (phase_ == Phase::Bad) return {DecodeStatus::Bad, pos};
+    if (pos == in.size()) return {DecodeStatus::NeedMore, pos};
+    switch (phase_) {
+      case Phase::Opcode: {
+        const auto opcode = static_cast<std::uint8_t>(in[pos++]);
+        const auto op = op_from_wire(gen_, opcode);
+        if (!op) {
+          phase_ = Phase::Bad;
+          error_ = fmt::format("unknown {} opcode 0x{:02x}", generation_name(gen_), opcode);
+          break;
+        }
+        cmd_.op = *op;
+        const Plan plan = plan_for(*op);
+        plan_ = plan.tokens;
+        plan_size_ = plan.size;
+        held_ = 1;
+        token_ = static_cast<std::size_t>(-1);  // next_token() starts the plan's first field
+        next_token();
+        break;
+      }
+      case Phase::Scalar: {
+        const std::size_t n = std::min(scalar_size_ - scalar_have_, in.size() - pos);
+        std::memcpy(scalar_ + scalar_have_, in.data() + pos, n);
+        scalar_have_ += n;
+        pos += n;
+        held_ += n;
+        if (scalar_have_ == scalar_size_) scalar_done();
+        break;
+      }
+      case Phase::Field: {
+        const std::size_t n = std::min(field_left_, in.size() - pos);
+        field_->append(in.data() + pos, n);
+        field_left_ -= n;
+        pos += n;
+        held_ += n;
+        if (field_left_ == 0) field_done();
+        break;
+      }
+      case Phase::Done:
+      case Phase::Bad:
+        break;
+    }
+  }
+}
+
+Command RequestDecoder::take() {
+  Command done = std::move(cmd_);
+  cmd_ = Command{};
+  phase_ = Phase::Opcode;
+  request_bytes_ = 0;
+  held_ = 0;
+  return done;
+}
+
+std::size_t RequestDecoder::still_needed() const {
+  switch (phase_) {
+    case Phase::Opcode:
+      return 1;
+    case Phase::Scalar:
+      return scalar_size_ - scalar_have_;
+    case Phase::Field:
+      return field_left_;
+    case Phase::Done:
+    case Phase::Bad:
+      return 0;
+  }
+  return 0;
+}
+
+void RequestDecoder::next_token() {
+  ++token_;
+  if (token_ >= plan_size_) {
+    phase_ = Phase::Done;
+    return;
+  }
+  switch (plan_[token_]) {
+    case Token::Word:
+      begin_scalar(4, ScalarFor::Word);
+      break;
+    case Token::Number:
+      begin_scalar(8, ScalarFor::Number);
+      break;
+    case Token::Key:
+      begin_field(true);
+      break;
+    case Token::Value:
+      begin_field(false);
+      break;
+    case Token::KeyList:
+    case Token::PairList:
+      begin_scalar(8, ScalarFor::Count);
+      break;
+  }
+}
+
+void RequestDecoder::begin_scalar(std::size_t size, ScalarFor purpose) {
+  phase_ = Phase::Scalar;
+  scalar_size_ = size;
+  scalar_have_ = 0;
+  scalar_for_ = purpose;
+}
+
+void RequestDecoder::begin_field(bool is_key) {
+  field_is_key_ = is_key;
+  begin_scalar(8, ScalarFor::FieldLength);
+}
+
+void RequestDecoder::scalar_done() {
+  switch (scalar_for_) {
+    case ScalarFor::Word:
+      cmd_.word = get_u32(scalar_);
+      next_token();
+      return;
+    case ScalarFor::Number:
+      cmd_.number = get_i64(scalar_);
+      next_token();
+      return;
+    case ScalarFor::Count: {
+      const std::uint64_t n = get_u64(scalar_);
+      if (n > limits_->max_keys_per_request) {
+        fail(fmt::format("key count {} exceeds limit {}", n, limits_->max_keys_per_request));
+        return;
+      }
+      list_left_ = n;
+      pair_value_next_ = false;
+      const auto reserve = static_cast<std::size_t>(std::min<std::uint64_t>(n, kReserveListItems));
+      cmd_.keys.reserve(reserve);
+      if (plan_[token_] == Token::PairList) cmd_.values.reserve(reserve);
+      if (n == 0) {
+        next_token();
+      } else {
+        begin_field(true);
+      }
+      return;
+    }
+    case ScalarFor::FieldLength: {
+      const std::uint64_t len = get_u64(scalar_);
+      const std::size_t cap = field_is_key_ ? limits_->max_key_bytes : limits_->max_value_bytes;
+      if (len > cap) {
+        fail(fmt::format("{} length {} exceeds limit {}", field_is_key_ ? "key" : "value", len, cap));
+        return;
+      }
+      request_bytes_ += static_cast<std::size_t>(len);
+      if (request_bytes_ > limits_->max_request_bytes) {
+        fail(fmt::format("request size exceeds limit {}", limits_->max_request_bytes));
+        return;
+      }
+      field_ = field_is_key_ ? &cmd_.keys.emplace_back() : &cmd_.values.emplace_back();
+      field_left_ = static_cast<std::size_t>(len);
+      if (field_left_ == 0) {
+        field_done();
+        return;
+      }
+      if (field_left_ <= kReserveWholeFieldBytes) field_->reserve(field_left_);
+      phase_ = Phase::Field;
+      return;
+    }
+  }
+}
+
+void RequestDecoder::field_done() {
+  field_ = nullptr;
+  const Token token = plan_[token_];
+  if (token == Token::KeyList) {
+    list_item_done();
+  } else if (token == Token::PairList) {
+    if (!pair_value_next_) {
+      pair_value_next_ = true;
+      begin_field(false);
+    } else {
+      pair_value_next_ = false;
+      list_item_done();
+    }
+  } else {
+    next_token();
+  }
+}
+
+void RequestDecoder::list_item_done() {
+  if (--list_left_ == 0) {
+    next_token();
+  } else {
+    begin_field(true);
+  }
+}
+
+void RequestDecoder::fail(std::string reason) {
+  phase_ = Phase::Bad;
+  error_ = fmt::format("{} {}: {}", generation_name(gen_), op_name(cmd_.op), reason);
+}
+
 DecodeResult decode_request(std::string_view buf, Generation gen, const StoreLimits& limits) {
   DecodeResult result;
-  if (buf.empty()) {
-    result.need_total = 1;
-    return result;
+  RequestDecoder decoder(gen, limits);
+  const RequestDecoder::Step step = decoder.feed(buf);
+  result.status = step.status;
+  switch (step.status) {
+    case DecodeStatus::Ok:
+      result.consumed = step.consumed;
+      result.command = decoder.take();
+      break;
+    case DecodeStatus::NeedMore:
+      result.need_total = buf.size() + decoder.still_needed();
+      break;
+    case DecodeStatus::Bad:
+      result.error = decoder.error();
+      break;
   }
-  const auto opcode = static_cast<std::uint8_t>(buf[0]);
-  const auto op = op_from_wire(gen, opcode);
-  if (!op) {
-    result.status = DecodeStatus::Bad;
-    result.error = fmt::format("unknown {} opcode 0x{:02x}", generation_name(gen), opcode);
-    return result;
-  }
-  Reader reader(buf, limits);
-  reader.skip(1);
-  result.command.op = *op;
-  if (read_body(reader, result.command)) {
-    result.status = DecodeStatus::Ok;
-    result.consumed = reader.pos();
-    return result;
-  }
-  result.status = reader.status();
-  if (result.status == DecodeStatus::Bad) {
-    result.error = fmt::format("{} {}: {}", generation_name(gen), op_name(*op), reader.error());
-  } else {
-    result.need_total = reader.need_total();
-  }
-  result.command = Command{};
   return result;
 }
 

@@ -42,6 +42,69 @@ struct DecodeResult {
   std::string error;  // Bad: one line naming what was wrong
 };
 
+// Incremental decoder for one connection's request stream. Bytes are fed as they arrive and
+// copied once, straight into the request being built, so a frame costs time linear in its size
+// however it is segmented (nothing is re-parsed from the frame's start). Every length is
+// checked against `limits` before anything is reserved for it, and memory grows only with the
+// bytes actually received.
+class RequestDecoder {
+ public:
+  // The fields an op's request is made of, in wire order.
+  enum class Token : std::uint8_t { Word, Number, Key, Value, KeyList, PairList };
+
+  RequestDecoder(Generation gen, const StoreLimits& limits) : gen_(gen), limits_(&limits) {}
+
+  struct Step {
+    DecodeStatus status = DecodeStatus::NeedMore;
+    std::size_t consumed = 0;  // bytes of the input used by this call
+  };
+  // Consume `in` until a request is complete (Ok: collect it with take(); the rest of `in` is
+  // unread), `in` is used up (NeedMore) or the request is malformed (Bad: see error(); the
+  // decoder must not be fed again).
+  Step feed(std::string_view in);
+  // The request completed by the last Ok; the decoder is ready for the next one.
+  Command take();
+
+  const std::string& error() const { return error_; }
+  // Bytes of an unfinished request held so far (0 between requests).
+  std::size_t held_bytes() const { return held_; }
+  bool mid_request() const { return phase_ != Phase::Opcode; }
+  // The fewest further bytes that can let the current step finish (1 between requests).
+  std::size_t still_needed() const;
+
+ private:
+  enum class Phase : std::uint8_t { Opcode, Scalar, Field, Done, Bad };
+  enum class ScalarFor : std::uint8_t { Word, Number, FieldLength, Count };
+
+  void next_token();
+  void begin_scalar(std::size_t size, ScalarFor purpose);
+  void begin_field(bool is_key);
+  void scalar_done();
+  void field_done();
+  void list_item_done();
+  void fail(std::string reason);
+
+  Generation gen_;
+  const StoreLimits* limits_;
+  Phase phase_ = Phase::Opcode;
+  Command cmd_;
+  const Token* plan_ = nullptr;  // the op's fields in wire order
+  std::size_t plan_size_ = 0;
+  std::size_t token_ = 0;  // index into plan_ of the field being read
+  char scalar_[8] = {};
+  std::size_t scalar_have_ = 0;
+  std::size_t scalar_size_ = 0;
+  ScalarFor scalar_for_ = ScalarFor::Word;
+  bool field_is_key_ = false;
+  std::string* field_ = nullptr;  // destination of the field being read
+  std::size_t field_left_ = 0;
+  std::uint64_t list_left_ = 0;     // list items (keys or pairs) still to come
+  bool pair_value_next_ = false;    // PairList: the key of the current pair has been read
+  std::size_t request_bytes_ = 0;   // announced field bytes of this request
+  std::size_t held_ = 0;
+  std::string error_;
+};
+
 // Decode the request at the start of `buf`. Never reads past `buf`, never trusts a length beyond
 // `limits`, and reports Bad for unknown opcodes and oversize fields as soon as the header shows it.
 DecodeResult decode_request(std::string_view buf, Generation gen, const StoreLimits& limits);

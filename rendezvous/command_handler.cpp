@@ -11,9 +11,159 @@ Outcome close_with(std::string reason) {
   return out;
 }
 
+// What a request would add to the store if executed: new keys and bytes (StoreModel's
+// accounting). An upper bound where duplicates within one request make the exact figure costly.
+struct Growth {
+  std::size_t keys = 0;
+  std::size_t bytes = 0;
+};
+
+void grow_by_write(const StoreModel& model, const std::string& key, std::size_t new_size, Growth& g) {
+  if (const std::string* old = model.get(key)) {
+    if (new_size > old->size()) g.bytes += new_size - old->size();
+  } else {
+    ++g.keys;
+    g.bytes += StoreModel::entry_bytes(key.size(), new_size);
+  }
+}
+
+constexpr std::size_t kCounterTextBytes = 20;  // the longest int64 in decimal
+
+Growth growth_of(const StoreModel& model, const Command& cmd) {
+  Growth g;
+  switch (cmd.op) {
+    case Op::Set:
+      grow_by_write(model, cmd.keys[0], cmd.values[0].size(), g);
+      break;
+    case Op::MultiSet:
+      for (std::size_t i = 0; i < cmd.keys.size(); ++i) grow_by_write(model, cmd.keys[i], cmd.values[i].size(), g);
+      break;
+    case Op::Append: {
+      const std::string* old = model.get(cmd.keys[0]);
+      grow_by_write(model, cmd.keys[0], (old ? old->size() : 0) + cmd.values[0].size(), g);
+      break;
+    }
+    case Op::CompareSet: {
+      const std::string* old = model.get(cmd.keys[0]);
+      const bool writes = old ? *old == cmd.values[0] : cmd.values[0].empty();
+      if (writes) grow_by_write(model, cmd.keys[0], cmd.values[1].size(), g);
+      break;
+    }
+    case Op::Add:
+    case Op::Barrier:
+      grow_by_write(model, cmd.keys[0], kCounterTextBytes, g);
+      if (cmd.op == Op::Barrier) g.bytes += StoreModel::entry_bytes(cmd.keys[0].size(), 0);
+      break;
+    case Op::QueuePush:
+      if (model.queue_len(cmd.keys[0]) == 0) {
+        ++g.keys;
+        g.bytes += StoreModel::entry_bytes(cmd.keys[0].size(), 0);
+      }
+      g.bytes += StoreModel::entry_bytes(0, cmd.values[0].size());
+      break;
+    case Op::Wait:
+      for (const auto& key : cmd.keys) g.bytes += StoreModel::entry_bytes(key.size(), 0);
+      break;
+    case Op::WatchKey:
+      g.bytes += StoreModel::entry_bytes(cmd.keys[0].size(), 0);
+      break;
+    default:
+      break;
+  }
+  return g;
+}
+
+// growth_of without looking anything up: what the request adds if every key it writes is new.
+// Almost every request fits under this bound, so the exact figure is rarely needed.
+Growth upper_growth_of(const Command& cmd) {
+  Growth g;
+  auto entry = [&](std::size_t key_bytes, std::size_t value_bytes) {
+    g.bytes += StoreModel::entry_bytes(key_bytes, value_bytes);
+  };
+  switch (cmd.op) {
+    case Op::Set:
+    case Op::Append:  // ignores the old value: APPEND always takes the exact path
+      g.keys = 1;
+      entry(cmd.keys[0].size(), cmd.values[0].size());
+      break;
+    case Op::MultiSet:
+      g.keys = cmd.keys.size();
+      for (std::size_t i = 0; i < cmd.keys.size(); ++i) entry(cmd.keys[i].size(), cmd.values[i].size());
+      break;
+    case Op::CompareSet:
+      g.keys = 1;
+      entry(cmd.keys[0].size(), cmd.values[1].size());
+      break;
+    case Op::Add:
+    case Op::Barrier:
+    case Op::QueuePush:
+      g.keys = 1;
+      entry(cmd.keys[0].size(), kCounterTextBytes);
+      entry(0, cmd.values.empty() ? 0 : cmd.values[0].size());
+      break;
+    case Op::Wait:
+    case Op::WatchKey:
+      for (const auto& key : cmd.keys) entry(key.size(), 0);
+      break;
+    default:
+      break;
+  }
+  return g;
+}
+
+bool fits(const StoreModel& model, const Growth& g, const StoreLimits& limits) {
+  return model.key_count() + g.keys <= limits.max_keys && model.held_bytes() + g.bytes <= limits.max_store_bytes;
+}
+
+// Bytes of the reply a request would get, for the requests whose reply is not bounded by one
+// value (every other reply is at most one value, bounded by --max-value-bytes).
+std::size_t multi_reply_bytes(const StoreModel& model, const Command& cmd) {
+  std::size_t bytes = 8;
+  if (cmd.op == Op::MultiGet) {
+    for (const auto& key : cmd.keys) {
+      const std::string* value = model.get(key);
+      bytes += 8 + (value ? value->size() : 0);
+    }
+  } else if (cmd.op == Op::ListKeys) {
+    bytes += model.list_keys_bytes();
+  }
+  return bytes;
+}
+
+// Why the request must be refused under `limits`, or nullopt when it fits.
+std::optional<std::string> refusal(const StoreModel& model, const Command& cmd, const StoreLimits& limits) {
+  if (cmd.op == Op::MultiGet || cmd.op == Op::ListKeys) {
+    const std::size_t reply = multi_reply_bytes(model, cmd);
+    if (reply > limits.max_reply_bytes) {
+      return fmt::format("{} reply of {} bytes exceeds the reply limit of {} bytes", op_name(cmd.op), reply,
+                         limits.max_reply_bytes);
+    }
+    return std::nullopt;
+  }
+  if (cmd.op == Op::Append) {
+    const std::string* old = model.get(cmd.keys[0]);
+    const std::size_t size = (old ? old->size() : 0) + cmd.values[0].size();
+    if (size > limits.max_value_bytes) {
+      return fmt::format("APPEND would make a value of {} bytes, over the value limit of {} bytes", size,
+                         limits.max_value_bytes);
+    }
+  }
+  if (cmd.op != Op::Append && fits(model, upper_growth_of(cmd), limits)) return std::nullopt;
+  const Growth g = growth_of(model, cmd);
+  if (g.keys > 0 && model.key_count() + g.keys > limits.max_keys) {
+    return fmt::format("{} would exceed the store's key limit of {}", op_name(cmd.op), limits.max_keys);
+  }
+  if (g.bytes > 0 && model.held_bytes() + g.bytes > limits.max_store_bytes) {
+    return fmt::format("{} would take the store past its limit of {} bytes ({} held)", op_name(cmd.op),
+                       limits.max_store_bytes, model.held_bytes());
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
-Outcome handle_command(StoreModel& model, ClientId client, Generation gen, Command&& cmd, bool first_request) {
+Outcome handle_command(StoreModel& model, ClientId client, Generation gen, Command&& cmd, bool first_request,
+                       const StoreLimits& limits) {
   Outcome out;
   // A 1.13 client sends no CANCEL: a new request while its WAIT is still registered means that
   // wait timed out on the client side. Drop it so no stray STOP_WAITING desynchronises the
@@ -23,6 +173,7 @@ Outcome handle_command(StoreModel& model, ClientId client, Generation gen, Comma
   if (gen == Generation::G2 && first_request != (cmd.op == Op::Validate)) {
     return close_with(first_request ? "first request is not VALIDATE" : "VALIDATE after the first request");
   }
+  if (auto reason = refusal(model, cmd, limits)) return close_with(std::move(*reason));
 
   switch (cmd.op) {
     case Op::Validate:

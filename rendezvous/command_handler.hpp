@@ -8,6 +8,7 @@
 #include <string>
 
 #include "rendezvous/codec.hpp"
+#include "rendezvous/store_limits.hpp"
 #include "rendezvous/store_model.hpp"
 
 namespace ddp::rdzv {
@@ -20,6 +21,10 @@ struct Outcome {
 
 // `first_request` is true for the first request of the connection (G2: must be VALIDATE).
 // Values are moved out of `cmd` into the store (a 100 MiB SET is not copied twice).
-Outcome handle_command(StoreModel& model, ClientId client, Generation gen, Command&& cmd, bool first_request);
+// Order of decisions: protocol state (VALIDATE first), then admission (the request fits the
+// store's bounds in `limits`: reply size, value size after APPEND, key count, held bytes),
+// then execution. A refused request closes its connection and changes nothing.
+Outcome handle_command(StoreModel& model, ClientId client, Generation gen, Command&& cmd, bool first_request,
+                       const StoreLimits& limits = StoreLimits{});
 
 }  // namespace ddp::rdzv

@@ -1,6 +1,8 @@
 // ddprun-store: the ddprun TCP store on its own (also reachable as `ddprun --store-only`).
 // Prints the port it listens on as the first line of stdout, serves until SIGINT/SIGTERM.
 
+#include <chrono>
+#include <csignal>
 #include <iostream>
 
 #include <CLI/CLI.hpp>
@@ -8,6 +10,9 @@
 #include "rendezvous/store_runner.hpp"
 
 int main(int argc, char** argv) {
+  // A reader of stdout/stderr that went away (`ddprun-store ... | head -1`) must not kill the
+  // store: writes then fail with EPIPE, which the logger handles.
+  ::signal(SIGPIPE, SIG_IGN);
   ddp::rdzv::StoreServerOptions opts;
   opts.port = 29500;
   CLI::App app{"ddprun-store: a c10d-compatible TCP store (torch 1.13 and 2.x clients)", "ddprun-store"};
@@ -26,8 +31,26 @@ int main(int argc, char** argv) {
   app.add_option("--max-total-input-bytes", opts.limits.max_total_input_bytes,
                  "partly received requests of all connections together")
       ->capture_default_str();
+  app.add_option("--max-pending-output-bytes", opts.limits.max_pending_output_bytes,
+                 "output owed to one connection that does not read it")
+      ->capture_default_str();
+  app.add_option("--max-total-output-bytes", opts.limits.max_total_output_bytes,
+                 "output owed to all connections together")
+      ->capture_default_str();
+  app.add_option("--max-reply-bytes", opts.limits.max_reply_bytes, "largest single reply (MULTI_GET, LIST_KEYS)")
+      ->capture_default_str();
+  app.add_option("--max-keys", opts.limits.max_keys, "most keys (and queues) in the store")->capture_default_str();
+  app.add_option("--max-store-bytes", opts.limits.max_store_bytes,
+                 "most bytes the store holds: keys, values, queue items, WAIT and watch registrations")
+      ->capture_default_str();
+  double idle_timeout_s = std::chrono::duration<double>(opts.limits.idle_timeout).count();
+  app.add_option("--idle-timeout", idle_timeout_s,
+                 "seconds a connection in the middle of a request or owed output may make no progress; 0: never")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   app.add_flag("--trace", opts.trace, "log every request on stderr (protocol debugging)");
   CLI11_PARSE(app, argc, argv);
+  opts.limits.idle_timeout = std::chrono::milliseconds(static_cast<long long>(idle_timeout_s * 1000));
 
   return ddp::rdzv::run_store_until_signal(opts, std::cout);
 }

@@ -49,9 +49,31 @@ void StoreModel::notify(const std::string& key, WatchEventType type, std::string
                         std::string_view new_value, Effects& fx) const {
   auto it = watchers_.find(key);
   if (it == watchers_.end()) return;
-  for (ClientId watcher : it->second) {
-    fx.events.push_back(WatchEvent{watcher, type, key, std::string(old_value), std::string(new_value)});
-  }
+  fx.events.push_back(WatchEvent{it->second, type, key, std::string(old_value), std::string(new_value)});
+}
+
+std::string StoreModel::replace_value(std::string& slot, std::string value) {
+  held_bytes_ = held_bytes_ - slot.size() + value.size();
+  std::string old = std::move(slot);
+  slot = std::move(value);
+  return old;
+}
+
+std::pair<std::unordered_map<std::string, std::string>::iterator, bool> StoreModel::find_or_create(
+    const std::string& key) {
+  auto result = kv_.try_emplace(key);
+  if (result.second) held_bytes_ += entry_bytes(key.size(), 0);
+  return result;
+}
+
+void StoreModel::register_pending(ClientId client, PendingWait pending) {
+  for (const auto& key : pending.keys) held_bytes_ += entry_bytes(key.size(), 0);
+  pending_.insert_or_assign(client, std::move(pending));
+}
+
+void StoreModel::drop_pending(std::unordered_map<ClientId, PendingWait>::iterator p) {
+  for (const auto& key : p->second.keys) held_bytes_ -= entry_bytes(key.size(), 0);
+  pending_.erase(p);
 }
 
 bool StoreModel::release(ClientId client, std::size_t count, Effects& fx) {
@@ -59,7 +81,7 @@ bool StoreModel::release(ClientId client, std::size_t count, Effects& fx) {
   if (p == pending_.end()) return false;
   p->second.remaining -= std::min(count, p->second.remaining);
   if (p->second.remaining != 0) return false;
-  pending_.erase(p);
+  drop_pending(p);
   fx.woken.push_back(client);
   return true;
 }
@@ -88,9 +110,8 @@ void StoreModel::wake_one(const std::string& key, Effects& fx) {
 }
 
 void StoreModel::set(const std::string& key, std::string value, Effects& fx) {
-  auto [it, created] = kv_.try_emplace(key);
-  std::string old = created ? std::string() : std::move(it->second);
-  it->second = std::move(value);
+  auto [it, created] = find_or_create(key);
+  std::string old = replace_value(it->second, std::move(value));
   wake_all(key, fx);
   notify(key, created ? WatchEventType::KeyCreated : WatchEventType::KeyUpdated, old, it->second, fx);
 }
@@ -102,9 +123,8 @@ const std::string* StoreModel::get(const std::string& key) const {
 
 void StoreModel::store_counter(const std::string& key, std::int64_t value, bool existed,
                                Effects& fx) {
-  std::string& slot = kv_[key];
-  std::string old = std::move(slot);
-  slot = std::to_string(value);
+  std::string& slot = find_or_create(key).first->second;
+  std::string old = replace_value(slot, std::to_string(value));
   wake_all(key, fx);
   notify(key, existed ? WatchEventType::KeyUpdated : WatchEventType::KeyCreated, old, slot, fx);
 }
@@ -128,11 +148,12 @@ std::string StoreModel::compare_set(const std::string& key, const std::string& e
   std::string reply;
   if (it == kv_.end()) {
     if (!expected.empty()) return expected;  // the reference replies `expected` and changes nothing
-    it = kv_.emplace(key, std::move(desired)).first;
+    it = find_or_create(key).first;
+    replace_value(it->second, std::move(desired));
     reply = it->second;
     notify(key, WatchEventType::KeyCreated, "", it->second, fx);
   } else if (it->second == expected) {
-    it->second = std::move(desired);
+    replace_value(it->second, std::move(desired));
     reply = it->second;
     notify(key, WatchEventType::KeyUpdated, expected, it->second, fx);
   } else {
@@ -143,9 +164,10 @@ std::string StoreModel::compare_set(const std::string& key, const std::string& e
 }
 
 void StoreModel::append(const std::string& key, std::string_view data, Effects& fx) {
-  auto [it, created] = kv_.try_emplace(key);
+  auto [it, created] = find_or_create(key);
   std::string old = created ? std::string() : it->second;
   it->second.append(data);
+  held_bytes_ += data.size();
   wake_all(key, fx);
   notify(key, created ? WatchEventType::KeyCreated : WatchEventType::KeyUpdated, old, it->second, fx);
 }
@@ -154,6 +176,7 @@ bool StoreModel::delete_key(const std::string& key, Effects& fx) {
   auto it = kv_.find(key);
   if (it == kv_.end()) return false;
   notify(key, WatchEventType::KeyDeleted, it->second, "", fx);
+  held_bytes_ -= entry_bytes(key.size(), it->second.size());
   kv_.erase(it);
   return true;
 }
@@ -163,6 +186,12 @@ std::vector<std::string> StoreModel::list_keys() const {
   keys.reserve(kv_.size());
   for (const auto& [key, value] : kv_) keys.push_back(key);
   return keys;
+}
+
+std::size_t StoreModel::list_keys_bytes() const {
+  std::size_t bytes = 0;
+  for (const auto& [key, value] : kv_) bytes += 8 + key.size();
+  return bytes;
 }
 
 bool StoreModel::check(const std::vector<std::string>& keys) const {
@@ -180,7 +209,7 @@ bool StoreModel::wait(ClientId client, const std::vector<std::string>& keys) {
     ++pending.remaining;
   }
   if (pending.remaining == 0) return true;
-  pending_.emplace(client, std::move(pending));
+  register_pending(client, std::move(pending));
   return false;
 }
 
@@ -193,7 +222,7 @@ bool StoreModel::cancel_wait(ClientId client) {
     w->second.erase(client);
     if (w->second.empty()) waiters_.erase(w);
   }
-  pending_.erase(p);
+  drop_pending(p);
   return true;
 }
 
@@ -213,23 +242,26 @@ std::optional<bool> StoreModel::barrier(ClientId client, const std::string& key,
     return true;
   }
   // Not complete: update the counter without waking earlier arrivals, then wait on the key.
-  std::string& slot = kv_[key];
-  std::string old = std::move(slot);
-  slot = std::to_string(arrived);
+  std::string& slot = find_or_create(key).first->second;
+  std::string old = replace_value(slot, std::to_string(arrived));
   notify(key, existed ? WatchEventType::KeyUpdated : WatchEventType::KeyCreated, old, slot, fx);
   cancel_wait(client);
   waiters_[key][client] += 1;
-  pending_.emplace(client, PendingWait{1, {key}});
+  register_pending(client, PendingWait{1, {key}});
   return false;
 }
 
 void StoreModel::watch(ClientId client, const std::string& key) {
   watchers_[key].push_back(client);
   watched_keys_[client].push_back(key);
+  held_bytes_ += entry_bytes(key.size(), 0);
 }
 
 void StoreModel::queue_push(const std::string& queue, std::string item, Effects& fx) {
-  queues_[queue].push_back(std::move(item));
+  auto [q, created] = queues_.try_emplace(queue);
+  if (created) held_bytes_ += entry_bytes(queue.size(), 0);
+  held_bytes_ += entry_bytes(0, item.size());
+  q->second.push_back(std::move(item));
   wake_one(queue, fx);
 }
 
@@ -243,7 +275,11 @@ std::optional<std::string> StoreModel::queue_pop(const std::string& queue,
   length_before = static_cast<std::int64_t>(it->second.size());
   std::string item = std::move(it->second.front());
   it->second.pop_front();
-  if (it->second.empty()) queues_.erase(it);
+  held_bytes_ -= entry_bytes(0, item.size());
+  if (it->second.empty()) {
+    held_bytes_ -= entry_bytes(queue.size(), 0);
+    queues_.erase(it);
+  }
   return item;
 }
 
@@ -257,6 +293,7 @@ void StoreModel::remove_client(ClientId client) {
   auto w = watched_keys_.find(client);
   if (w == watched_keys_.end()) return;
   for (const auto& key : w->second) {
+    held_bytes_ -= entry_bytes(key.size(), 0);
     auto it = watchers_.find(key);
     if (it == watchers_.end()) continue;
     std::erase(it->second, client);

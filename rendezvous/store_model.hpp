@@ -19,8 +19,10 @@ namespace ddp::rdzv {
 
 using ClientId = std::uint64_t;
 
+// One change of a watched key, for every client watching it (a client registered twice appears
+// twice, like 1.13). The values are held once however many watchers there are.
 struct WatchEvent {
-  ClientId watcher = 0;
+  std::vector<ClientId> watchers;
   WatchEventType type = WatchEventType::KeyUpdated;
   std::string key;
   std::string old_value;
@@ -45,6 +47,10 @@ std::optional<std::int64_t> parse_counter(std::string_view text);
 
 class StoreModel {
  public:
+  // Bookkeeping cost charged per entry (key, queue item, WAIT or watch registration) on top of
+  // its bytes, so that many tiny entries are bounded too.
+  static constexpr std::size_t kEntryOverheadBytes = 64;
+
   void set(const std::string& key, std::string value, Effects& fx);
   const std::string* get(const std::string& key) const;  // nullptr when absent
   // nullopt: the existing value is not a number (the reference closes that connection).
@@ -56,6 +62,8 @@ class StoreModel {
   bool delete_key(const std::string& key, Effects& fx);
   std::int64_t num_keys() const { return static_cast<std::int64_t>(kv_.size()); }
   std::vector<std::string> list_keys() const;
+  // Bytes of LIST_KEYS' reply after its count: 8 + size per key.
+  std::size_t list_keys_bytes() const;
 
   // A key counts as present if it is in the map or names a non-empty queue (libuv rule).
   bool check(const std::vector<std::string>& keys) const;
@@ -83,6 +91,14 @@ class StoreModel {
   // Forget every registration of a client that went away.
   void remove_client(ClientId client);
 
+  // Bytes held (see kEntryOverheadBytes) and keys (map keys and queues), the two figures the
+  // server's --max-store-bytes and --max-keys bound.
+  std::size_t held_bytes() const { return held_bytes_; }
+  std::size_t key_count() const { return kv_.size() + queues_.size(); }
+  static std::size_t entry_bytes(std::size_t key_bytes, std::size_t value_bytes) {
+    return key_bytes + value_bytes + kEntryOverheadBytes;
+  }
+
   // Introspection for tests and metrics.
   std::size_t pending_wait_count() const { return pending_.size(); }
   std::size_t waiter_registration_count() const;
@@ -95,6 +111,12 @@ class StoreModel {
   };
 
   bool present(const std::string& key) const;
+  // Replace a map value, keeping held_bytes_ true; returns the old value.
+  std::string replace_value(std::string& slot, std::string value);
+  // Insert or find `key` in the map; a new key is charged its entry bytes.
+  std::pair<std::unordered_map<std::string, std::string>::iterator, bool> find_or_create(const std::string& key);
+  void register_pending(ClientId client, PendingWait pending);
+  void drop_pending(std::unordered_map<ClientId, PendingWait>::iterator p);
   void wake_all(const std::string& key, Effects& fx);
   void wake_one(const std::string& key, Effects& fx);
   /// Counts `count` of `client`'s pending wait as satisfied; true when that completes the wait.
@@ -111,6 +133,7 @@ class StoreModel {
   // key -> watching clients (a client registered twice is notified twice, like 1.13)
   std::unordered_map<std::string, std::vector<ClientId>> watchers_;
   std::unordered_map<ClientId, std::vector<std::string>> watched_keys_;  // reverse index for cleanup
+  std::size_t held_bytes_ = 0;
 };
 
 }  // namespace ddp::rdzv

@@ -4,7 +4,10 @@
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cctype>
+#include <new>
+#include <vector>
 #include <unordered_map>
 
 #include <boost/asio/ip/tcp.hpp>
@@ -24,7 +27,11 @@ namespace {
 
 constexpr std::size_t kScratchBytes = 64 * 1024;
 constexpr int kListenBacklog = 65535;  // the kernel caps it at net.core.somaxconn
-constexpr auto kAcceptRetryDelay = std::chrono::milliseconds(100);
+// Accept failures (out of descriptors or memory) back off exponentially between these bounds
+// instead of spinning, and are logged at most once per kAcceptLogInterval with a count.
+constexpr auto kAcceptRetryFirst = std::chrono::milliseconds(50);
+constexpr auto kAcceptRetryMax = std::chrono::milliseconds(1000);
+constexpr auto kAcceptLogInterval = std::chrono::seconds(10);
 // A scanner or a broken client fleet must not flood the log: at most this many "closing
 // connection" lines per second, then one line counting the ones left out.
 constexpr int kErrorLinesPerSecond = 50;
@@ -86,7 +93,12 @@ std::string describe_request(ClientId id, Generation gen, const Command& cmd) {
 
 struct StoreServer::Core : SessionHost, std::enable_shared_from_this<StoreServer::Core> {
   Core(asio::io_context& io_context, const StoreServerOptions& opts)
-      : io(io_context), acceptor(io_context), retry_timer(io_context), options(opts), scratch(kScratchBytes, '\0') {}
+      : io(io_context),
+        acceptor(io_context),
+        retry_timer(io_context),
+        sweep_timer(io_context),
+        options(opts),
+        scratch(kScratchBytes, '\0') {}
 
   const StoreLimits& limits() const override { return options.limits; }
   std::string& scratch_buffer() override { return scratch; }
@@ -120,32 +132,52 @@ struct StoreServer::Core : SessionHost, std::enable_shared_from_this<StoreServer
   void on_accept(const boost::system::error_code& ec, tcp::socket socket) {
     if (stopped || ec == asio::error::operation_aborted) return;
     if (ec) {
-      // Out of descriptors or memory: back off instead of spinning; existing clients keep going.
-      log_line(fmt::format("accept failed: {}; retrying in {} ms", os_reason(ec), kAcceptRetryDelay.count()));
-      retry_timer.expires_after(kAcceptRetryDelay);
-      retry_timer.async_wait([self = shared_from_this()](const boost::system::error_code& timer_ec) {
-        if (!timer_ec) self->accept_next();
-      });
+      retry_accept_later(ec);
       return;
     }
+    accept_delay = std::chrono::milliseconds(0);
     if (sessions.size() >= options.limits.max_connections) {
       boost::system::error_code peer_ec;
       auto peer = socket.remote_endpoint(peer_ec);
-      log_line(fmt::format("refusing connection from {}:{}: connection limit {} reached",
-                           peer.address().to_string(), peer.port(), options.limits.max_connections));
+      log_closed_for_error(fmt::format("refusing connection from {}:{}: connection limit {} reached",
+                                       peer.address().to_string(), peer.port(), options.limits.max_connections));
       socket.close(peer_ec);
     } else {
-      const ClientId id = next_id++;
-      auto session = std::make_shared<StoreSession>(std::move(socket), id, shared_from_this());
-      sessions.emplace(id, session);
-      session->start();
+      try {
+        const ClientId id = next_id++;
+        auto session = std::make_shared<StoreSession>(std::move(socket), id, shared_from_this());
+        sessions.emplace(id, session);
+        session->start();
+      } catch (const std::bad_alloc&) {
+        // The new connection's socket is closed by unwinding; the others keep being served.
+        log_closed_for_error("refusing a connection: out of memory");
+      }
     }
     accept_next();
   }
 
+  // Out of descriptors or memory: existing clients keep going, accepting waits (50 ms doubling
+  // up to 1 s) and the log gets one line per kAcceptLogInterval with the count.
+  void retry_accept_later(const boost::system::error_code& ec) {
+    const auto now = std::chrono::steady_clock::now();
+    ++accept_failures_unlogged;
+    if (accept_log_time == std::chrono::steady_clock::time_point{} || now - accept_log_time >= kAcceptLogInterval) {
+      log_line(fmt::format("accept failed: {} ({} time{} since the last report); backing off up to {} ms", os_reason(ec),
+                           accept_failures_unlogged, accept_failures_unlogged == 1 ? "" : "s",
+                           kAcceptRetryMax.count()));
+      accept_log_time = now;
+      accept_failures_unlogged = 0;
+    }
+    accept_delay = accept_delay.count() == 0 ? kAcceptRetryFirst : std::min(accept_delay * 2, kAcceptRetryMax);
+    retry_timer.expires_after(accept_delay);
+    retry_timer.async_wait([self = shared_from_this()](const boost::system::error_code& timer_ec) {
+      if (!timer_ec) self->accept_next();
+    });
+  }
+
   void handle(StoreSession& session, Generation gen, Command&& cmd, bool first_request) override {
     if (options.trace) log_line(describe_request(session.id(), gen, cmd));
-    Outcome outcome = handle_command(model, session.id(), gen, std::move(cmd), first_request);
+    Outcome outcome = handle_command(model, session.id(), gen, std::move(cmd), first_request, options.limits);
     if (outcome.close_reason) {
       session.close_for_error(*outcome.close_reason);
     } else {
@@ -157,12 +189,107 @@ struct StoreServer::Core : SessionHost, std::enable_shared_from_this<StoreServer
   void deliver(const Effects& effects) {
     static constexpr char kStop = static_cast<char>(kStopWaiting);
     for (ClientId id : effects.woken) {
-      if (auto it = sessions.find(id); it != sessions.end()) it->second->send(std::string_view(&kStop, 1));
+      if (auto it = sessions.find(id); it != sessions.end()) {
+        auto session = it->second;  // alive even if send() closes it
+        session->send(std::string_view(&kStop, 1));
+      }
     }
     for (const auto& event : effects.events) {
-      if (auto it = sessions.find(event.watcher); it != sessions.end()) {
-        it->second->send(encode_watch_event(event.type, event.key, event.old_value, event.new_value));
+      std::string frame;
+      try {
+        frame = encode_watch_event(event.type, event.key, event.old_value, event.new_value);
+      } catch (const std::bad_alloc&) {
+        // The change is made; watchers that cannot be told are closed rather than left stale.
+        for (ClientId id : event.watchers) close_session(id, "out of memory for a watch notification");
+        continue;
       }
+      for (ClientId id : event.watchers) {
+        if (auto it = sessions.find(id); it != sessions.end()) {
+          auto session = it->second;
+          session->send(frame);
+        }
+      }
+    }
+  }
+
+  void close_session(ClientId id, std::string_view reason) {
+    if (auto it = sessions.find(id); it != sessions.end()) {
+      auto session = it->second;
+      session->close_for_error(reason);
+    }
+  }
+
+  // Server-wide totals: while one is past its limit, close the connection holding the most.
+  // Only growth can take a total past its limit, so only growth looks for a victim.
+  void input_bytes_changed(StoreSession&, std::ptrdiff_t delta) override {
+    buffered_input_bytes = static_cast<std::size_t>(static_cast<std::ptrdiff_t>(buffered_input_bytes) + delta);
+    if (delta <= 0) return;
+    while (buffered_input_bytes > options.limits.max_total_input_bytes) {
+      auto victim = largest(&StoreSession::held_input_bytes);
+      if (!victim) break;
+      victim->close_for_error(fmt::format("holds {} bytes of unfinished requests while all connections together "
+                                          "hold more than the limit of {} bytes",
+                                          victim->held_input_bytes(), options.limits.max_total_input_bytes));
+    }
+  }
+
+  void output_bytes_changed(StoreSession&, std::ptrdiff_t delta) override {
+    buffered_output_bytes = static_cast<std::size_t>(static_cast<std::ptrdiff_t>(buffered_output_bytes) + delta);
+    if (delta <= 0) return;
+    while (buffered_output_bytes > options.limits.max_total_output_bytes) {
+      auto victim = largest(&StoreSession::pending_output_bytes);
+      if (!victim) break;
+      victim->close_for_error(fmt::format("is owed {} bytes it does not read while all connections together "
+                                          "are owed more than the limit of {} bytes",
+                                          victim->pending_output_bytes(), options.limits.max_total_output_bytes));
+    }
+  }
+
+  std::shared_ptr<StoreSession> largest(std::size_t (StoreSession::*measure)() const) const {
+    std::shared_ptr<StoreSession> best;
+    std::size_t best_bytes = 0;
+    for (const auto& [id, session] : sessions) {
+      const std::size_t bytes = ((*session).*measure)();
+      if (bytes > best_bytes) {
+        best_bytes = bytes;
+        best = session;
+      }
+    }
+    return best;
+  }
+
+  std::uint64_t progress_tick() const override { return tick; }
+
+  // --idle-timeout: every sweep_period the tick advances and connections that have been in the
+  // middle of a request, or owed output, with no byte moved for the timeout are closed.
+  void start_sweeps() {
+    const auto idle = options.limits.idle_timeout;
+    if (idle.count() <= 0) return;
+    sweep_period = std::clamp(idle / 4, std::chrono::milliseconds(25), std::chrono::milliseconds(1000));
+    idle_ticks = static_cast<std::uint64_t>((idle + sweep_period - std::chrono::milliseconds(1)) / sweep_period);
+    arm_sweep();
+  }
+
+  void arm_sweep() {
+    if (stopped) return;
+    sweep_timer.expires_after(sweep_period);
+    sweep_timer.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+      if (ec) return;
+      self->sweep();
+      self->arm_sweep();
+    });
+  }
+
+  void sweep() {
+    ++tick;
+    std::vector<std::shared_ptr<StoreSession>> stalled;
+    for (const auto& [id, session] : sessions) {
+      if (session->awaiting_progress() && tick - session->last_progress_tick() > idle_ticks) stalled.push_back(session);
+    }
+    const double seconds = std::chrono::duration<double>(options.limits.idle_timeout).count();
+    for (auto& session : stalled) {
+      session->close_for_error(
+          fmt::format("no progress on a request or reply for {:g} s (--idle-timeout)", seconds));
     }
   }
 
@@ -185,11 +312,6 @@ struct StoreServer::Core : SessionHost, std::enable_shared_from_this<StoreServer
     }
   }
 
-  std::size_t note_input_bytes(std::ptrdiff_t delta) override {
-    buffered_input_bytes = static_cast<std::size_t>(static_cast<std::ptrdiff_t>(buffered_input_bytes) + delta);
-    return buffered_input_bytes;
-  }
-
   void session_closed(ClientId id, bool for_error) override {
     model.remove_client(id);
     sessions.erase(id);
@@ -202,6 +324,7 @@ struct StoreServer::Core : SessionHost, std::enable_shared_from_this<StoreServer
     boost::system::error_code ignored;
     acceptor.close(ignored);
     retry_timer.cancel();
+    sweep_timer.cancel();
     auto open = sessions;  // closing erases from `sessions`
     for (auto& [id, session] : open) session->close();
   }
@@ -209,6 +332,7 @@ struct StoreServer::Core : SessionHost, std::enable_shared_from_this<StoreServer
   asio::io_context& io;
   tcp::acceptor acceptor;
   asio::steady_timer retry_timer;
+  asio::steady_timer sweep_timer;
   StoreServerOptions options;
   std::string scratch;
   StoreModel model;
@@ -217,7 +341,14 @@ struct StoreServer::Core : SessionHost, std::enable_shared_from_this<StoreServer
   std::uint16_t port = 0;
   bool stopped = false;
   std::size_t closed_for_errors = 0;
-  std::size_t buffered_input_bytes = 0;  // all sessions' unparsed input
+  std::size_t buffered_input_bytes = 0;   // all sessions' unfinished requests
+  std::size_t buffered_output_bytes = 0;  // all sessions' owed output
+  std::uint64_t tick = 0;
+  std::chrono::milliseconds sweep_period{1000};
+  std::uint64_t idle_ticks = 0;
+  std::chrono::milliseconds accept_delay{0};
+  std::chrono::steady_clock::time_point accept_log_time{};
+  std::size_t accept_failures_unlogged = 0;
   std::chrono::steady_clock::time_point error_window_start{};
   int error_lines_in_window = 0;
   std::size_t error_lines_suppressed = 0;
@@ -232,7 +363,10 @@ StoreServer::~StoreServer() { core_->stop(); }
 
 std::uint16_t StoreServer::port() const { return core_->port; }
 
-void StoreServer::start() { core_->accept_next(); }
+void StoreServer::start() {
+  core_->accept_next();
+  core_->start_sweeps();
+}
 
 void StoreServer::stop() { core_->stop(); }
 
@@ -244,6 +378,8 @@ StoreServerStats StoreServer::stats() const {
   s.watch_registrations = core_->model.watch_registration_count();
   s.closed_for_errors = core_->closed_for_errors;
   s.buffered_input_bytes = core_->buffered_input_bytes;
+  s.buffered_output_bytes = core_->buffered_output_bytes;
+  s.store_bytes = core_->model.held_bytes();
   return s;
 }
 

@@ -1,15 +1,14 @@
 #include "rendezvous/store_session.hpp"
 
-#include <fmt/format.h>
+#include <new>
 
-#include "rendezvous/log.hpp"
+#include <fmt/format.h>
 
 namespace ddp::rdzv {
 
 namespace {
-constexpr std::size_t kMaxReadsPerWakeup = 8;      // fairness between busy connections
+constexpr std::size_t kMaxReadsPerWakeup = 8;          // fairness between busy connections
 constexpr std::size_t kKeepCapacityBytes = 64 * 1024;  // idle connections give back larger buffers
-constexpr std::size_t kSmallInputBytes = 64 * 1024;    // never closed for the global budget below this
 constexpr std::size_t kLargeReadBytes = 4096;          // read buffer of connections with large requests
 
 void release_if_large(std::string& buffer) {
@@ -35,11 +34,16 @@ void StoreSession::start() {
     finish(false);
     return;
   }
+  last_progress_tick_ = host_->progress_tick();
   arm_read();
 }
 
+bool StoreSession::awaiting_progress() const {
+  return !closed_ && ((decoder_ && decoder_->mid_request()) || !in_.empty() || pending_output_bytes() > 0);
+}
+
 bool StoreSession::output_backlogged() const {
-  return out_.size() - out_off_ > host_->limits().max_pending_output_bytes;
+  return pending_output_bytes() > host_->limits().max_pending_output_bytes;
 }
 
 void StoreSession::arm_read() {
@@ -56,18 +60,45 @@ void StoreSession::arm_read() {
                           });
 }
 
+// The session boundary: nothing thrown while serving this connection reaches the event loop.
+// Only allocation failures are expected here (every size is bounded, but the machine may still
+// run out); they end this connection, the server keeps serving the others.
 void StoreSession::on_read(const boost::system::error_code& ec, std::size_t n) {
   read_armed_ = false;
   if (closed_) return;
+  try {
+    read_and_process(ec, n);
+  } catch (const std::bad_alloc&) {
+    fail_out_of_memory();
+  } catch (const std::length_error&) {
+    fail_out_of_memory();
+  }
+}
+
+void StoreSession::fail_out_of_memory() {
+  batching_replies_ = false;
+  try {
+    close_for_error("out of memory while serving this connection");
+  } catch (const std::bad_alloc&) {
+    finish(true);  // not even the log line fits: close quietly
+  }
+}
+
+void StoreSession::read_and_process(const boost::system::error_code& ec, std::size_t n) {
   const char* landing = read_into_large_ ? large_read_.get() : first_bytes_.data();
   const std::size_t landing_size = read_into_large_ ? kLargeReadBytes : first_bytes_.size();
-  in_.append(landing, n);
+  if (n > 0) last_progress_tick_ = host_->progress_tick();
   bool peer_done = static_cast<bool>(ec);  // EOF or reset: still apply what arrived before it
-  if (!peer_done && n == landing_size) {
+  // Replies to every complete request in this read are collected in out_ and written with one
+  // send at the end: a client that pipelines requests costs one system call (and one TCP
+  // segment) per read, not one per reply.
+  batching_replies_ = true;
+  on_bytes(std::string_view(landing, n));
+  if (!peer_done && n == landing_size && !closed_) {
     if (!large_read_) large_read_ = std::make_unique<char[]>(kLargeReadBytes);
     // More may be waiting: drain it through the shared scratch buffer.
     std::string& scratch = host_->scratch_buffer();
-    for (std::size_t i = 0; i < kMaxReadsPerWakeup; ++i) {
+    for (std::size_t i = 0; i < kMaxReadsPerWakeup && !closed_ && !output_backlogged(); ++i) {
       boost::system::error_code read_ec;
       const std::size_t got = socket_.read_some(boost::asio::buffer(scratch), read_ec);
       if (read_ec == boost::asio::error::would_block || read_ec == boost::asio::error::try_again) break;
@@ -75,15 +106,15 @@ void StoreSession::on_read(const boost::system::error_code& ec, std::size_t n) {
         peer_done = true;
         break;
       }
-      in_.append(scratch.data(), got);
+      on_bytes(std::string_view(scratch.data(), got));
       if (got < scratch.size()) break;
     }
   }
-  if (!account_input()) {
-    close_for_error(fmt::format("server-wide input buffer limit of {} bytes reached", host_->limits().max_total_input_bytes));
-    return;
-  }
-  process_input();
+  batching_replies_ = false;
+  flush();
+  if (closed_) return;
+  account_input();
+  if (closed_) return;
   if (peer_done) {
     finish(false);
     return;
@@ -91,60 +122,65 @@ void StoreSession::on_read(const boost::system::error_code& ec, std::size_t n) {
   arm_read();
 }
 
-bool StoreSession::account_input() {
-  const auto delta = static_cast<std::ptrdiff_t>(in_.size()) - static_cast<std::ptrdiff_t>(accounted_input_);
-  accounted_input_ = in_.size();
-  const std::size_t total = host_->note_input_bytes(delta);
-  return total <= host_->limits().max_total_input_bytes || in_.size() - in_pos_ <= kSmallInputBytes;
+void StoreSession::on_bytes(std::string_view data) {
+  if (closed_) return;
+  if (kind_ == ConnectionKind::Undetermined || !in_.empty()) {
+    in_.append(data);
+    process_held_input();
+    return;
+  }
+  const std::size_t used = decode(data);
+  if (!closed_ && used < data.size()) in_.append(data.substr(used));
 }
 
-void StoreSession::process_input() {
-  // Replies to every complete request in this read are collected in out_ and written with one
-  // send at the end: a client that pipelines requests costs one system call (and one TCP
-  // segment) per read, not one per reply.
-  batching_replies_ = true;
-  while (!closed_ && !output_backlogged()) {
-    const std::string_view avail(in_.data() + in_pos_, in_.size() - in_pos_);
-    if (avail.empty() || avail.size() < need_total_) break;
-    if (kind_ == ConnectionKind::Undetermined) {
-      kind_ = classify_connection(avail);
-      if (kind_ == ConnectionKind::Undetermined) {
-        need_total_ = 5;  // 00 seen: VALIDATE (G2) or a G1 SET, decided by the next four bytes
-        break;
-      }
-    }
-    const Generation gen = kind_ == ConnectionKind::G1 ? Generation::G1 : Generation::G2;
-    DecodeResult result = decode_request(avail, gen, host_->limits());
-    if (result.status == DecodeStatus::NeedMore) {
-      need_total_ = result.need_total;
+void StoreSession::process_held_input() {
+  if (closed_ || in_.empty()) return;
+  if (kind_ == ConnectionKind::Undetermined) {
+    kind_ = classify_connection(in_);
+    if (kind_ == ConnectionKind::Undetermined) return;  // 00 seen: VALIDATE (G2) or a G1 SET, decided by 4 more bytes
+    decoder_.emplace(kind_ == ConnectionKind::G1 ? Generation::G1 : Generation::G2, host_->limits());
+  }
+  const std::size_t used = decode(in_);
+  if (closed_) return;
+  if (used == in_.size()) {
+    in_.clear();
+    release_if_large(in_);
+  } else {
+    in_.erase(0, used);
+  }
+}
+
+std::size_t StoreSession::decode(std::string_view data) {
+  const Generation gen = kind_ == ConnectionKind::G1 ? Generation::G1 : Generation::G2;
+  std::size_t pos = 0;
+  while (pos < data.size() && !closed_ && !output_backlogged()) {
+    const RequestDecoder::Step step = decoder_->feed(data.substr(pos));
+    pos += step.consumed;
+    if (step.status == DecodeStatus::NeedMore) break;
+    if (step.status == DecodeStatus::Bad) {
+      close_for_error(decoder_->error());
       break;
     }
-    if (result.status == DecodeStatus::Bad) {
-      close_for_error(result.error);
-      return;
-    }
-    in_pos_ += result.consumed;
-    need_total_ = 0;
     const bool first = first_request_;
     first_request_ = false;
-    host_->handle(*this, gen, std::move(result.command), first);
+    host_->handle(*this, gen, decoder_->take(), first);
   }
-  batching_replies_ = false;
-  flush();
-  if (in_pos_ == in_.size()) {
-    in_.clear();
-    in_pos_ = 0;
-    release_if_large(in_);
-  } else if (in_pos_ > in_.size() / 2) {
-    in_.erase(0, in_pos_);
-    in_pos_ = 0;
-  }
-  account_input();  // only shrinks here
+  return pos;
 }
 
 void StoreSession::send(std::string_view bytes) {
   if (closed_ || bytes.empty()) return;
-  out_.append(bytes);
+  const std::size_t cap = host_->limits().max_pending_output_bytes;
+  if (pending_output_bytes() > cap) {
+    close_for_error(fmt::format("owed more than {} bytes of replies and notifications it does not read", cap));
+    return;
+  }
+  try {
+    out_.append(bytes);
+  } catch (const std::bad_alloc&) {
+    fail_out_of_memory();
+    return;
+  }
   if (!batching_replies_) flush();
 }
 
@@ -163,16 +199,20 @@ void StoreSession::flush() {
     out_.clear();
     out_off_ = 0;
     release_if_large(out_);
+    account_output();
     return;
   }
   if (out_off_ > out_.size() / 2) {  // keep the unsent tail at the front without quadratic copying
     out_.erase(0, out_off_);
     out_off_ = 0;
   }
-  // The peer is slow to read: wait until the socket is writable again.
+  // The peer is slow to read: wait until the socket is writable again. Owing output starts the
+  // --idle-timeout clock even if the connection had been quiet for long.
+  if (n > 0 || accounted_output_ == 0) last_progress_tick_ = host_->progress_tick();
   write_in_flight_ = true;
   socket_.async_wait(boost::asio::ip::tcp::socket::wait_write,
                      [self = shared_from_this()](const boost::system::error_code& wait_ec) { self->on_writable(wait_ec); });
+  account_output();  // last: the host may close this connection for the server-wide total
 }
 
 void StoreSession::on_writable(const boost::system::error_code& ec) {
@@ -182,11 +222,37 @@ void StoreSession::on_writable(const boost::system::error_code& ec) {
     finish(false);
     return;
   }
-  flush();
-  if (!output_backlogged()) {
-    process_input();  // requests held back while the peer was not reading
-    arm_read();
+  try {
+    flush();
+    if (!closed_ && !output_backlogged()) {
+      batching_replies_ = true;
+      process_held_input();  // requests held back while the peer was not reading
+      batching_replies_ = false;
+      flush();
+      if (!closed_) account_input();
+      arm_read();
+    }
+  } catch (const std::bad_alloc&) {
+    fail_out_of_memory();
+  } catch (const std::length_error&) {
+    fail_out_of_memory();
   }
+}
+
+void StoreSession::account_input() {
+  const std::size_t now = closed_ ? 0 : in_.size() + (decoder_ ? decoder_->held_bytes() : 0);
+  if (now == accounted_input_) return;
+  const auto delta = static_cast<std::ptrdiff_t>(now) - static_cast<std::ptrdiff_t>(accounted_input_);
+  accounted_input_ = now;
+  host_->input_bytes_changed(*this, delta);
+}
+
+void StoreSession::account_output() {
+  const std::size_t now = closed_ ? 0 : pending_output_bytes();
+  if (now == accounted_output_) return;
+  const auto delta = static_cast<std::ptrdiff_t>(now) - static_cast<std::ptrdiff_t>(accounted_output_);
+  accounted_output_ = now;
+  host_->output_bytes_changed(*this, delta);
 }
 
 void StoreSession::close() { finish(false); }
@@ -207,9 +273,12 @@ void StoreSession::finish(bool for_error) {
   closed_ = true;
   boost::system::error_code ignored;
   socket_.close(ignored);
-  in_.clear();
+  std::string().swap(in_);
+  decoder_.reset();
+  std::string().swap(out_);
+  out_off_ = 0;
   account_input();
-  out_.clear();
+  account_output();
   host_->session_closed(id_, for_error);
 }
 

@@ -181,3 +181,58 @@ TEST_CASE("codec: watch notification layout") {
   CHECK(ev == hex_bytes({0x01, 3, 0, 0, 0, 0, 0, 0, 0, '/', 'w', 'k', 0, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0,
                          0, 'a', 'b', 'c'}));
 }
+
+// The session's decoder keeps its own state: every byte it is given is consumed exactly once
+// (NeedMore always uses the whole input), so a frame costs time linear in its size however it is
+// segmented, and it holds exactly the bytes of the unfinished request.
+TEST_CASE("codec: RequestDecoder consumes each byte once, in any segmentation") {
+  const StoreLimits limits;
+  std::mt19937 rng(7);
+  for (Generation gen : {Generation::G1, Generation::G2}) {
+    CAPTURE(generation_name(gen));
+    const auto commands = sample_commands(gen);
+    std::string stream;
+    for (const auto& cmd : commands) stream += encode_request(gen, cmd);
+    for (int round = 0; round < 20; ++round) {
+      RequestDecoder decoder(gen, limits);
+      std::vector<Command> out;
+      std::size_t fed = 0;
+      std::size_t since_request = 0;  // bytes of the current request consumed so far
+      while (fed < stream.size()) {
+        const std::size_t n = std::min<std::size_t>(stream.size() - fed, round == 0 ? 1 : 1 + rng() % 700);
+        std::string_view chunk(stream.data() + fed, n);
+        while (!chunk.empty()) {
+          const auto step = decoder.feed(chunk);
+          REQUIRE(step.status != DecodeStatus::Bad);
+          since_request += step.consumed;
+          chunk.remove_prefix(step.consumed);
+          if (step.status == DecodeStatus::NeedMore) {
+            CHECK(chunk.empty());
+            CHECK(decoder.held_bytes() == since_request);
+            CHECK(decoder.mid_request() == (since_request > 0));
+            break;
+          }
+          out.push_back(decoder.take());
+          since_request = 0;
+          CHECK(decoder.held_bytes() == 0);
+        }
+        fed += n;
+      }
+      CHECK(out == commands);
+      CHECK_FALSE(decoder.mid_request());
+    }
+  }
+}
+
+TEST_CASE("codec: RequestDecoder refuses an oversize field before holding its bytes") {
+  StoreLimits limits;
+  limits.max_value_bytes = 32;
+  RequestDecoder decoder(Generation::G2, limits);
+  std::string frame(1, '\x01');  // G2 SET
+  put_bytes(frame, "k");
+  put_u64(frame, 1u << 30);
+  const auto step = decoder.feed(frame);
+  CHECK(step.status == DecodeStatus::Bad);
+  CHECK(decoder.error() == "G2 SET: value length 1073741824 exceeds limit 32");
+  CHECK(decoder.held_bytes() <= frame.size());
+}

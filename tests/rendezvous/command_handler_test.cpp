@@ -89,3 +89,54 @@ TEST_CASE("handler: WATCH_KEY answers KEY_CALLBACK_REGISTERED, QUEUE_POP layouts
   put_bytes(listed, "/only");
   CHECK(handle_command(m, 2, Generation::G2, make(Op::ListKeys), false).reply == listed);
 }
+
+TEST_CASE("handler: requests past the store's bounds close their connection and change nothing") {
+  StoreModel m;
+  StoreLimits limits;
+  limits.max_value_bytes = 100;
+  limits.max_reply_bytes = 1000;
+  limits.max_keys = 3;
+  limits.max_store_bytes = 1000;
+  auto run = [&](Command cmd) { return handle_command(m, 1, Generation::G2, std::move(cmd), false, limits); };
+  REQUIRE_FALSE(run(make(Op::Set, {"/v"}, {std::string(90, 'x')})).close_reason);
+
+  SUBCASE("reply size") {
+    auto out = run(make(Op::MultiGet, std::vector<std::string>(11, "/v")));  // 8 + 11 * 98 bytes
+    REQUIRE(out.close_reason);
+    CHECK(*out.close_reason == "MULTI_GET reply of 1086 bytes exceeds the reply limit of 1000 bytes");
+    CHECK(out.reply.empty());
+    CHECK_FALSE(run(make(Op::MultiGet, std::vector<std::string>(10, "/v"))).close_reason);
+  }
+  SUBCASE("APPEND past the value limit") {
+    auto out = run(make(Op::Append, {"/v"}, {std::string(11, 'y')}));
+    REQUIRE(out.close_reason);
+    CHECK(out.close_reason->find("APPEND would make a value of 101 bytes") != std::string::npos);
+    CHECK(m.get("/v")->size() == 90);
+    CHECK_FALSE(run(make(Op::Append, {"/v"}, {std::string(10, 'y')})).close_reason);
+  }
+  SUBCASE("key count") {
+    CHECK_FALSE(run(make(Op::Add, {"/a"}, {}, 1)).close_reason);
+    CHECK_FALSE(run(make(Op::QueuePush, {"/q"}, {"item"})).close_reason);
+    auto out = run(make(Op::Set, {"/b"}, {"v"}));
+    REQUIRE(out.close_reason);
+    CHECK(out.close_reason->find("key limit of 3") != std::string::npos);
+    CHECK(m.get("/b") == nullptr);
+    CHECK_FALSE(run(make(Op::Set, {"/a"}, {"2"})).close_reason);  // an existing key may be rewritten
+  }
+  SUBCASE("store bytes, for every writer") {
+    limits.max_keys = 100;
+    limits.max_store_bytes = 500;  // /v, /pad and /pad2 hold 473 of it
+    for (Command cmd : {make(Op::MultiSet, {"/m1", "/m2"}, {std::string(100, 'm'), std::string(100, 'm')}),
+                        make(Op::CompareSet, {"/c"}, {"", std::string(100, 'c')}),
+                        make(Op::Wait, std::vector<std::string>(3, std::string(100, 'w')))}) {
+      CHECK_FALSE(run(make(Op::Set, {"/pad"}, {std::string(90, 'p')})).close_reason);
+      CHECK_FALSE(run(make(Op::Set, {"/pad2"}, {std::string(90, 'p')})).close_reason);
+      const std::size_t held = m.held_bytes();
+      auto out = run(std::move(cmd));
+      REQUIRE(out.close_reason);
+      CHECK(out.close_reason->find("past its limit of 500 bytes") != std::string::npos);
+      CHECK(m.held_bytes() == held);
+      CHECK(m.held_bytes() <= limits.max_store_bytes);
+    }
+  }
+}

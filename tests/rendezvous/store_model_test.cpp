@@ -134,18 +134,18 @@ TEST_CASE("G1 watches: created, updated, deleted with old and new values") {
   m.compare_set("/wk", "def", "ghi", CompareSetWake::IfPresent, fx);
   m.append("/wk", "!", fx);
   m.delete_key("/wk", fx);
-  REQUIRE(fx.events.size() == 10);
-  CHECK(fx.events[0].watcher == 5);
+  REQUIRE(fx.events.size() == 5);  // one per change, naming both watchers
+  CHECK(fx.events[0].watchers == std::vector<ClientId>{5, 6});
   CHECK(fx.events[0].type == WatchEventType::KeyCreated);
   CHECK(fx.events[0].old_value == "");
   CHECK(fx.events[0].new_value == "abc");
-  CHECK(fx.events[2].type == WatchEventType::KeyUpdated);
-  CHECK(fx.events[2].old_value == "abc");
-  CHECK(fx.events[4].new_value == "ghi");
-  CHECK(fx.events[6].new_value == "ghi!");
-  CHECK(fx.events[8].type == WatchEventType::KeyDeleted);
-  CHECK(fx.events[8].old_value == "ghi!");
-  CHECK(fx.events[8].new_value == "");
+  CHECK(fx.events[1].type == WatchEventType::KeyUpdated);
+  CHECK(fx.events[1].old_value == "abc");
+  CHECK(fx.events[2].new_value == "ghi");
+  CHECK(fx.events[3].new_value == "ghi!");
+  CHECK(fx.events[4].type == WatchEventType::KeyDeleted);
+  CHECK(fx.events[4].old_value == "ghi!");
+  CHECK(fx.events[4].new_value == "");
 }
 
 TEST_CASE("counters notify watchers with ASCII values") {
@@ -202,4 +202,38 @@ TEST_CASE("BARRIER releases everyone when the count is reached") {
   CHECK(m.pending_wait_count() == 0);
   m.set("/nb", "zz", fx);
   CHECK_FALSE(m.barrier(4, "/nb", 2, fx).has_value());
+}
+
+TEST_CASE("held bytes and key count follow every writer and return to zero") {
+  StoreModel m;
+  Effects fx;
+  const std::size_t o = StoreModel::kEntryOverheadBytes;
+  m.set("/a", "xyz", fx);
+  CHECK(m.held_bytes() == 2 + 3 + o);
+  m.set("/a", "x", fx);
+  CHECK(m.held_bytes() == 2 + 1 + o);
+  m.append("/a", "1234", fx);
+  CHECK(m.held_bytes() == 2 + 5 + o);
+  m.add("/n", 10, fx);
+  CHECK(m.held_bytes() == (2 + 5 + o) + (2 + 2 + o));
+  CHECK(m.key_count() == 2);
+  m.compare_set("/c", "", "new", CompareSetWake::IfPresent, fx);
+  m.compare_set("/c", "new", "newer", CompareSetWake::IfPresent, fx);
+  m.queue_push("/q", "item", fx);
+  m.queue_push("/q", "item2", fx);
+  CHECK(m.key_count() == 4);
+  CHECK(m.wait(7, {"/missing", "/missing2"}) == false);
+  m.watch(8, "/w");
+  m.watch(8, "/w");
+  CHECK(m.barrier(9, "/b", 2, fx).value_or(true) == false);
+  CHECK(m.held_bytes() > 0);
+  std::int64_t before = 0;
+  m.queue_pop("/q", before);
+  m.queue_pop("/q", before);
+  for (const char* k : {"/a", "/n", "/c", "/b"}) m.delete_key(k, fx);
+  m.remove_client(7);
+  m.remove_client(8);
+  m.remove_client(9);
+  CHECK(m.key_count() == 0);
+  CHECK(m.held_bytes() == 0);
 }
