@@ -310,12 +310,17 @@ void Agent::confirm_exec(Worker& w) {
   }
   events_.emit("worker_start", {{"rank", w.outcome.rank}, {"local_rank", w.outcome.local_rank},
                                 {"attempt", attempt_}, {"pid", w.outcome.pid}});
+  if (phase_ == Phase::Stopping) {  // another rank failed to start meanwhile
+    w.outcome.terminated_by_ddprun = true;
+    control_->signal_worker(w.pgid, SIGTERM);
+  }
 }
 
 void Agent::record_start_failure(Worker& w, const Error& error) {
   say(error.message);
   w.outcome.status = ExitStatus::exited(error.exit_code);
   w.outcome.start_error = error.message;
+  w.outcome.terminated_by_ddprun = false;  // a stop sent before its exec failed changed nothing
   w.outcome.exit_time = std::chrono::system_clock::now();
   if (error.exit_code == exit_codes::kInternal) internal_error_ = exit_codes::kInternal;
   events_.emit("worker_exit", {{"rank", w.outcome.rank}, {"local_rank", w.outcome.local_rank},
@@ -402,11 +407,17 @@ void Agent::stop_workers(int sig) {
   const bool first = phase_ == Phase::Running;
   phase_ = Phase::Stopping;
   for (auto& w : workers_) {
-    if (w.alive) {
+    if (w.alive && w.exec_report_fd >= 0) {
+      continue;  // not started yet: confirm_exec() stops it once its exec is confirmed
+    } else if (w.alive) {
       w.outcome.terminated_by_ddprun = true;
       control_->signal_worker(w.pgid, sig);
+      // A stopped (SIGSTOP, Ctrl-Z) worker would hold the signal until the grace runs out:
+      // continue it so that it handles the signal now, as Slurm does.
+      control_->signal_worker(w.pgid, SIGCONT);
     } else if (w.pgid > 0) {
       control_->signal_group(w.pgid, sig);  // what the dead worker left in its group
+      control_->signal_group(w.pgid, SIGCONT);
     }
   }
   if (!first) return;  // the deadline set by the first stop stands

@@ -122,7 +122,8 @@ std::string format_failure_summary(const RunSummaryInput& in) {
       if (last->root_cause && i == *last->root_cause) continue;
       if (!w.status || w.status->success()) continue;
       others += fmt::format("  rank {} (local_rank {}, pid {}): {}{}\n", w.rank, w.local_rank, w.pid,
-                            outcome_text(w), w.terminated_by_ddprun ? "  [terminated by ddprun]" : "");
+                            outcome_text(w),
+                            w.terminated_by_ddprun && w.start_error.empty() ? "  [terminated by ddprun]" : "");
     }
     if (!others.empty()) {
       out += kThin;
