@@ -24,6 +24,9 @@ namespace {
 constexpr size_t kStderrTailLines = 10;
 constexpr auto kLeftoverDeadline = std::chrono::seconds(5);
 constexpr int kPipeBytes = 1 << 20;
+// The last output at exit: given up on after this long without progress, or this long in all.
+constexpr auto kOutputStall = std::chrono::seconds(5);
+constexpr auto kOutputLimit = std::chrono::seconds(30);
 
 long read_oom_kill_count() {
   std::ifstream vmstat("/proc/vmstat");
@@ -91,15 +94,30 @@ Agent::~Agent() {
 
 void Agent::say(const std::string& line) { stderr_sink_.write_all(fmt::format("ddprun: {}\n", line)); }
 
-int Agent::open_log(const std::string& path) {
+std::shared_ptr<OutputSink> Agent::open_log(const std::string& path) {
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
-  if (fd < 0) say(fmt::format("cannot write '{}': {}", path, std::strerror(errno)));
-  return fd;
+  if (fd < 0) {
+    on_log_error(path, errno);
+    return nullptr;
+  }
+  return std::make_shared<OutputSink>(io_, fd, /*owns_fd=*/true);
+}
+
+void Agent::on_log_error(const std::string& path, int error) {
+  const std::string reason = std::strerror(error);
+  say(fmt::format("cannot write '{}': {}; its output goes to the console from now on", path, reason));
+  events_.emit("log_error", {{"path", path}, {"error", reason}, {"errno", error}});
+  log_errors_.push_back(fmt::format("{}: {}", path, reason));
 }
 
 Result<Ok> Agent::prepare() {
-  auto events = events_.open(setup_.config.events, &stdout_sink_);
+  auto events = events_.open(setup_.config.events, io_, &stdout_sink_);
   if (!events) return events.error();
+  events_.on_error([this](const std::string& path, int error) {
+    const std::string reason = std::strerror(error);
+    say(fmt::format("cannot write '{}': {}; no more events are written", path, reason));
+    log_errors_.push_back(fmt::format("{}: {}", path, reason));
+  });
   const auto& c = setup_.config;
   for (int r = 0; r < c.nproc_per_node; ++r) {
     bool filtered = c.console_ranks && !c.console_ranks->count(r);
@@ -123,7 +141,7 @@ int Agent::run() {
   auto ready = prepare();
   if (!ready) {
     say(ready.error().message);
-    stderr_sink_.flush_blocking();
+    OutputSink::drain_all(io_, kOutputStall, kOutputLimit);
     control_->end_supervision();
     // The run directory may already exist (e.g. the store's port was taken after it was made).
     if (run_dir_ && !keep_run_dir_) run_dir_->remove_if_temporary();
@@ -151,10 +169,14 @@ int Agent::run() {
   wait_for_forwarded_signals();
   boost::asio::post(io_, [this] { start_attempt(0); });
   io_.run();
-  // Whatever the console could not take yet (the summary included) goes out now; every worker
-  // is gone, so waiting on a slow reader delays nothing but ddprun's own exit.
-  stdout_sink_.flush_blocking();
-  stderr_sink_.flush_blocking();
+  // Whatever the sinks could not take yet (the summary included) goes out now, on the same loop
+  // (the hosted store has its own); bounded, so that a console nobody reads cannot keep ddprun.
+  if (size_t lost = OutputSink::drain_all(io_, kOutputStall, kOutputLimit); lost > 0 &&
+      !stderr_sink_.failed() && stderr_sink_.idle()) {
+    say(fmt::format("gave up on {} byte(s) of output that could not be written within {} s", lost,
+                    kOutputLimit.count()));
+    OutputSink::drain_all(io_, std::chrono::seconds(1), std::chrono::seconds(1));
+  }
   control_->end_supervision();
   if (!keep_run_dir_) run_dir_->remove_if_temporary();
   return exit_code();
@@ -261,14 +283,22 @@ void Agent::start_worker(Worker& w, int attempt) {
       for (int t = 0; t < s; ++t) {
         ::close(plans[t].pipe[0]);
         ::close(plans[t].pipe[1]);
-        if (plans[t].route.file_fd >= 0) ::close(plans[t].route.file_fd);
       }
       record_start_failure(w, error);
       return;
     }
     ::fcntl(plans[s].pipe[1], F_SETPIPE_SZ, kPipeBytes);  // fewer wake-ups; best effort
-    plans[s].route.console = to_console ? (s == 0 ? &stdout_sink_ : &stderr_sink_) : nullptr;
-    plans[s].route.file_fd = to_file ? open_log(dir + (s == 0 ? "/stdout.log" : "/stderr.log")) : -1;
+    OutputSink* console = s == 0 ? &stdout_sink_ : &stderr_sink_;
+    plans[s].route.console = to_console ? console : nullptr;
+    plans[s].route.fallback_console = console;
+    if (to_file) {
+      plans[s].route.file_path = dir + (s == 0 ? "/stdout.log" : "/stderr.log");
+      plans[s].route.file = open_log(plans[s].route.file_path);
+      if (!plans[s].route.file) plans[s].route.console = console;  // nothing lost
+      plans[s].route.on_file_error = [this](const std::string& path, int error) {
+        on_log_error(path, error);
+      };
+    }
     plans[s].route.keep_tail = s == 1;
   }
 
@@ -281,7 +311,7 @@ void Agent::start_worker(Worker& w, int attempt) {
   ::close(plans[0].pipe[1]);
   ::close(plans[1].pipe[1]);
   for (int s = 0; s < 2; ++s) {
-    const ConsoleSink* sink = plans[s].route.console;
+    const OutputSink* sink = plans[s].route.console;
     auto pump = std::make_shared<StreamPump>(io_, plans[s].pipe[0], plans[s].route,
                                              rank_prefix(w.outcome.rank, sink && sink->is_tty()));
     pump->start();
@@ -539,6 +569,8 @@ int Agent::exit_code() const {
     const auto& w = history_.back().workers[*history_.back().root_cause];
     if (w.status) return shell_exit_code(*w.status);
   }
+  // The job succeeded, but output the user asked to keep in a file is not all there.
+  if (!log_errors_.empty()) return exit_codes::kLogWriteFailed;
   return exit_codes::kSuccess;
 }
 
@@ -548,7 +580,7 @@ void Agent::finish_run() {
   cleanup_timer_.cancel();
   const int code = exit_code();
   RunSummaryInput summary{setup_.config.program, setup_.host, setup_.config.max_restarts,
-                          start_time_, history_, shutdown_signal_, code, {}};
+                          start_time_, history_, shutdown_signal_, code, {}, log_errors_};
   if (session_) summary.job_root_cause = job_stop_ ? job_stop_->text : lost_message_;
   if (code != 0) stderr_sink_.write_all(format_failure_summary(summary));
   nlohmann::json attempts = nlohmann::json::array();
@@ -568,6 +600,7 @@ void Agent::finish_run() {
   nlohmann::json fields{{"exit_code", code}, {"attempts", attempts}};
   if (shutdown_signal_) fields["signal"] = signal_name(shutdown_signal_);
   if (!summary.job_root_cause.empty()) fields["job_root_cause"] = summary.job_root_cause;
+  if (!log_errors_.empty()) fields["log_errors"] = log_errors_;
   events_.emit("summary", fields);
   // After a lost node or store there is nobody to tell and perhaps no store to tell it through.
   if (session_ && !session_->busy() && lost_message_.empty()) {

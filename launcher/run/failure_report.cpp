@@ -130,6 +130,11 @@ std::string format_failure_summary(const RunSummaryInput& in) {
       out += "Other workers:\n" + others;
     }
   }
+  if (!in.log_errors.empty()) {
+    out += kThin;
+    out += "Output files that could not be written (their output went to the console):\n";
+    for (const auto& e : in.log_errors) out += "  " + e + "\n";
+  }
   if (in.attempts.size() > 1) {
     out += kThin;
     out += "Attempts:\n";
