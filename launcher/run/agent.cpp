@@ -77,6 +77,7 @@ Agent::Agent(AgentSetup setup, std::unique_ptr<ProcessControl> control)
       forwarded_signals_(io_, SIGUSR1, SIGUSR2),
       grace_timer_(io_),
       cleanup_timer_(io_),
+      recheck_timer_(io_),
       stdout_sink_(io_, STDOUT_FILENO),
       stderr_sink_(io_, STDERR_FILENO),
       control_(control ? std::move(control) : std::make_unique<PosixProcessControl>()),
@@ -470,6 +471,7 @@ void Agent::kill_everything_now() {
     }
   }
   for (pid_t child : control_->live_children()) control_->signal_process(child, SIGKILL);
+  control_->kill_job();
 }
 
 void Agent::after_worker_exit() {
@@ -503,6 +505,13 @@ void Agent::clean_up_leftovers() {
     if (w.pgid > 0) control_->signal_group(w.pgid, SIGKILL);
   }
   for (pid_t pid : leftovers) control_->signal_process(pid, SIGKILL);
+  control_->kill_job();
+  // A leftover that is not ddprun's child (it lives under a subreaper of its own, found through
+  // the job cgroup) sends no SIGCHLD here: look again shortly.
+  recheck_timer_.expires_after(std::chrono::milliseconds(20));
+  recheck_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (!ec && phase_ == Phase::Cleaning) clean_up_leftovers();
+  });
   if (leftover_rounds_++ == 0) {
     say(fmt::format("killing {} process(es) the workers left running (pid {}{})", leftovers.size(),
                     leftovers.front(), leftovers.size() > 1 ? ", ..." : ""));
@@ -513,6 +522,7 @@ void Agent::clean_up_leftovers() {
 
 void Agent::finish_attempt() {
   cleanup_timer_.cancel();
+  recheck_timer_.cancel();
   AttemptOutcome outcome;
   outcome.attempt = attempt_;
   outcome.root_cause = root_cause_;

@@ -131,6 +131,7 @@ class Agent {
   boost::asio::signal_set forwarded_signals_;
   boost::asio::steady_timer grace_timer_;
   boost::asio::steady_timer cleanup_timer_;
+  boost::asio::steady_timer recheck_timer_;  // Cleaning: leftovers that send no SIGCHLD
   OutputSink stdout_sink_;
   OutputSink stderr_sink_;
   std::unique_ptr<ProcessControl> control_;

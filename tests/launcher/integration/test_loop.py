@@ -8,11 +8,10 @@ import re
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 
-from harness import DDPRUN, clean_env, helper, main, read_events, wait_until
+from harness import DDPRUN, Skip, clean_env, helper, main, read_events, wait_until
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FAST = "heartbeat_interval=0.3,heartbeat_timeout=2,join_timeout=30"
@@ -125,8 +124,7 @@ def test_item10_a_full_log_file_system_is_reported_and_nothing_is_lost(tmp):
     mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", logs],
                              capture_output=True, text=True)
     if mounted.returncode != 0:
-        print(f"SKIP: cannot mount a tmpfs: {mounted.stderr.strip()}")
-        sys.exit(77)
+        raise Skip(f"cannot mount a tmpfs: {mounted.stderr.strip()}")
     events = os.path.join(tmp, "ev.jsonl")
     try:
         # 20,000 lines of ~110 bytes (2.2 MB) per stream: far more than 256 KiB.
