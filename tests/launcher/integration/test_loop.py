@@ -75,6 +75,23 @@ def test_item8_a_socket_console_that_stops_reading_stalls_nothing(tmp):
         ours.close()
 
 
+def test_item8_the_last_flush_is_bounded_when_nobody_ever_reads(tmp):
+    # ddprun's stdout is a pipe nobody will ever read; the worker writes ~2.4 MB (what the pipes and the queue hold) and exits 0. ddprun
+    # must not wait forever for the reader: it gives up (one line on stderr) and exits 0.
+    read_end, write_end = os.pipe()
+    proc = subprocess.Popen([DDPRUN, "--nproc_per_node", "1", helper("output_flooder"), "22000", "100"],
+                            stdout=write_end, stderr=subprocess.PIPE, env=clean_env(),
+                            start_new_session=True, text=True)
+    os.close(write_end)
+    try:
+        _, err = proc.communicate(timeout=90)
+        assert proc.returncode == 0, err
+        assert re.search(r"^ddprun: gave up on \d+ byte\(s\) of output", err, re.M), err
+    finally:
+        kill_group(proc)
+        os.close(read_end)
+
+
 NODE_WORKER = """#!/bin/sh
 if [ "$GROUP_RANK" = 0 ]; then exec {flooder} 26000 100; fi
 sleep 3
