@@ -15,7 +15,7 @@
 #include "launcher/config/cuda_devices.hpp"
 #include "launcher/config/node_plan.hpp"
 #include "launcher/config/program.hpp"
-#include "launcher/output/console_sink.hpp"
+#include "launcher/output/output_sink.hpp"
 #include "launcher/multinode/multinode_settings.hpp"
 #include "launcher/multinode/store_only.hpp"
 #include "launcher/run/agent.hpp"

@@ -10,6 +10,9 @@ inline constexpr int kSuccess = 0;
 inline constexpr int kUsage = 2;
 /// ddprun failed internally (fork, pipe, epoll...): sysexits' EX_SOFTWARE.
 inline constexpr int kInternal = 70;
+/// Every worker succeeded, but a log or events file could not be written (ENOSPC, EIO...):
+/// sysexits' EX_CANTCREAT. Any worker failure or signal keeps its own code.
+inline constexpr int kLogWriteFailed = 73;
 /// The program (or the Python interpreter) cannot be found or executed, as in the shell.
 inline constexpr int kNotExecutable = 127;
 /// ddprun itself was stopped by signal N: 128 + N (130 SIGINT, 143 SIGTERM, 129 SIGHUP, 131 SIGQUIT).

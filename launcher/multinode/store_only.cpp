@@ -9,7 +9,7 @@
 
 #include "launcher/common/exit_codes.hpp"
 #include "launcher/multinode/multinode_settings.hpp"
-#include "launcher/output/console_sink.hpp"
+#include "launcher/output/output_sink.hpp"
 #include "rendezvous/store_runner.hpp"
 
 namespace ddp::launcher {

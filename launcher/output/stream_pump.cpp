@@ -27,26 +27,35 @@ std::string& framed() {
 
 StreamPump::StreamPump(boost::asio::io_context& io, int read_fd, StreamRoute route,
                        std::string prefix)
-    : pipe_(io, read_fd), route_(route), framer_(std::move(prefix)) {
+    : pipe_(io, read_fd), route_(std::move(route)), framer_(std::move(prefix)) {
   pipe_.non_blocking(true);
 }
 
-StreamPump::~StreamPump() {
-  if (route_.file_fd >= 0) ::close(route_.file_fd);
+StreamPump::~StreamPump() { OutputSink::retire(std::move(route_.file)); }
+
+void StreamPump::start() {
+  if (route_.file) {
+    route_.file->on_error([weak = weak_from_this(), path = route_.file_path,
+                           report = route_.on_file_error](int error, std::string unwritten) {
+      if (report) report(path, error);
+      if (auto self = weak.lock()) self->on_file_error(error, std::move(unwritten));
+    });
+  }
+  arm();
 }
 
-void StreamPump::start() { arm(); }
-
-bool StreamPump::console_congested() const {
-  return route_.console != nullptr && route_.console->congested();
+OutputSink* StreamPump::congested_sink() const {
+  if (route_.console && route_.console->congested()) return route_.console;
+  if (route_.file && !route_.file->failed() && route_.file->congested()) return route_.file.get();
+  return nullptr;
 }
 
 void StreamPump::arm() {
   if (closed_) return;
-  if (console_congested()) {
-    // The console is behind: leave the data in the pipe (the worker blocks when it is full)
-    // until the sink has drained.
-    route_.console->when_drained([weak = weak_from_this()] {
+  if (OutputSink* sink = congested_sink()) {
+    // A sink is behind: leave the data in the pipe (the worker blocks when it is full) until
+    // the sink has drained.
+    sink->when_drained([weak = weak_from_this()] {
       if (auto self = weak.lock()) self->arm();
     });
     return;
@@ -65,7 +74,7 @@ void StreamPump::arm() {
 
 bool StreamPump::read_some(int max_reads) {
   for (int i = 0; i < max_reads; ++i) {
-    if (console_congested()) return true;  // arm() pauses until the console catches up
+    if (congested_sink()) return true;  // arm() pauses until the sink catches up
     ssize_t n = ::read(pipe_.native_handle(), scratch(), kReadBytes);
     if (n > 0) {
       deliver(std::string_view(scratch(), static_cast<size_t>(n)));
@@ -79,29 +88,37 @@ bool StreamPump::read_some(int max_reads) {
   return true;
 }
 
+void StreamPump::to_console(std::string_view chunk) {
+  std::string& out = framed();
+  out.clear();
+  framer_.frame(chunk, out);
+  route_.console->write_all(out);
+}
+
 void StreamPump::deliver(std::string_view chunk) {
-  if (route_.file_fd >= 0 && !write_fully(route_.file_fd, chunk)) {
-    ::close(route_.file_fd);  // disk full or similar: stop logging, keep the console going
-    route_.file_fd = -1;
-  }
-  if (route_.console) {
-    std::string& out = framed();
-    out.clear();
-    framer_.frame(chunk, out);
-    route_.console->write_all(out);
-  }
+  if (route_.file && !route_.file->failed()) route_.file->write_all(chunk);
+  if (route_.console) to_console(chunk);
   if (route_.keep_tail) {
     tail_.append(chunk);
     if (tail_.size() > 2 * kTailKeep) tail_.erase(0, tail_.size() - kTailKeep);
   }
 }
 
-void StreamPump::read_all(bool wait_for_console) {
-  while (true) {
-    if (console_congested()) {
-      if (!wait_for_console) return;
-      route_.console->flush_blocking();
-    }
+void StreamPump::on_file_error(int, std::string unwritten) {
+  if (route_.console || !route_.fallback_console) return;  // the console has it all already
+  // Nothing is lost: what the file did not take, and everything after it, goes to the console.
+  route_.console = route_.fallback_console;
+  if (!unwritten.empty()) to_console(unwritten);
+  if (closed_) {
+    std::string& out = framed();
+    out.clear();
+    if (framer_.finish(out)) route_.console->write_all(out);
+  }
+}
+
+void StreamPump::drain() {
+  if (closed_) return;
+  while (!congested_sink()) {
     ssize_t n = ::read(pipe_.native_handle(), scratch(), kReadBytes);
     if (n > 0) {
       deliver(std::string_view(scratch(), static_cast<size_t>(n)));
@@ -112,15 +129,20 @@ void StreamPump::read_all(bool wait_for_console) {
   }
 }
 
-void StreamPump::drain() {
-  if (!closed_) read_all(/*wait_for_console=*/false);
-}
-
 void StreamPump::finish() {
   if (closed_) return;
-  // The end of the stream: everything left in the pipe goes out now, waiting for a slow console
-  // if need be (every writer is gone, so this holds up nothing but ddprun's own next step).
-  read_all(/*wait_for_console=*/true);
+  // The end of the stream: every writer is gone, so what is left is at most one pipe's worth
+  // (F_SETPIPE_SZ). It goes into the sinks' queues even past their high-water mark, so that the
+  // loop never waits here for a slow console (the hosted store and heartbeats run on it).
+  while (true) {
+    ssize_t n = ::read(pipe_.native_handle(), scratch(), kReadBytes);
+    if (n > 0) {
+      deliver(std::string_view(scratch(), static_cast<size_t>(n)));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    break;  // empty (EAGAIN), EOF or error
+  }
   closed_ = true;
   std::string& out = framed();
   out.clear();
@@ -128,10 +150,8 @@ void StreamPump::finish() {
   boost::system::error_code ignored;
   pipe_.cancel(ignored);
   pipe_.close(ignored);
-  if (route_.file_fd >= 0) {
-    ::close(route_.file_fd);
-    route_.file_fd = -1;
-  }
+  OutputSink::retire(std::move(route_.file));
+  route_.file.reset();
 }
 
 std::vector<std::string> StreamPump::tail_lines(size_t max_lines) const {

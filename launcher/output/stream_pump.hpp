@@ -3,23 +3,32 @@
 /// StreamPump: carries one worker stream (stdout or stderr) from its pipe to the console (with
 /// the rank prefix, whole lines only) and/or a log file (raw bytes), and keeps the last bytes of
 /// stderr for the failure summary. Readiness comes from the Asio loop; reads are large (256 KiB)
-/// and each read produces at most one console write.
+/// and each read produces at most one write per sink. While any of its sinks is congested the
+/// pump leaves the data in the pipe (the worker then blocks on its full pipe): back-pressure, no
+/// loss. When the log file fails (disk full...), the pump reports it once and sends that stream
+/// to the console from then on, the bytes the file did not take included.
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "launcher/output/console_sink.hpp"
 #include "launcher/output/line_framer.hpp"
+#include "launcher/output/output_sink.hpp"
 
 namespace ddp::launcher {
 
 struct StreamRoute {
-  ConsoleSink* console = nullptr;  // nullptr: not shown on the console
-  int file_fd = -1;                // -1: no log file (the pump owns and closes it)
-  bool keep_tail = false;          // remember the last lines (stderr)
+  OutputSink* console = nullptr;      // nullptr: not shown on the console
+  std::shared_ptr<OutputSink> file;   // nullptr: no log file
+  std::string file_path;              // for the error report
+  bool keep_tail = false;             // remember the last lines (stderr)
+  /// Where the stream goes once its log file has failed (if it was not on the console already).
+  OutputSink* fallback_console = nullptr;
+  /// Told once about a failed log file: its path and errno (on the loop).
+  std::function<void(const std::string& path, int error)> on_file_error;
 };
 
 class StreamPump : public std::enable_shared_from_this<StreamPump> {
@@ -29,11 +38,12 @@ class StreamPump : public std::enable_shared_from_this<StreamPump> {
 
   /// Starts waiting for data on the loop.
   void start();
-  /// Reads what is in the pipe right now, as far as the console keeps up (never blocks; used
+  /// Reads what is in the pipe right now, as far as the sinks keep up (never blocks; used
   /// when the worker has exited).
   void drain();
-  /// Reads everything left (waiting for a slow console if it must), flushes a partial last line,
-  /// closes the pipe and the file. Idempotent.
+  /// Reads what is left in the pipe (every writer is gone, so at most a pipe's worth) into the
+  /// sinks without waiting for them, flushes a partial last line, closes the pipe and hands the
+  /// log file over to be finished in the background. Never blocks. Idempotent.
   void finish();
   /// Up to `max_lines` last lines of what went through this stream (keep_tail only).
   std::vector<std::string> tail_lines(size_t max_lines) const;
@@ -42,11 +52,11 @@ class StreamPump : public std::enable_shared_from_this<StreamPump> {
   void arm();
   /// Reads until the pipe is empty or `max_reads` reads; returns false at EOF/error.
   bool read_some(int max_reads);
-  /// Reads until the pipe is empty; with a congested console either stops (false) or waits for
-  /// it (true).
-  void read_all(bool wait_for_console);
   void deliver(std::string_view chunk);
-  bool console_congested() const;
+  void to_console(std::string_view chunk);
+  void on_file_error(int error, std::string unwritten);
+  /// The first congested sink, or nullptr.
+  OutputSink* congested_sink() const;
 
   boost::asio::posix::stream_descriptor pipe_;
   StreamRoute route_;

@@ -7,7 +7,9 @@
 /// process group blocked on a pipe, and learns every worker process group through it. If the
 /// pipe reaches EOF without ddprun's "done" record (ddprun was killed), the guard SIGKILLs those
 /// groups and every process whose environment carries this run's DDPRUN_JOB_TOKEN (which catches
-/// daemons that left the group with setsid), then exits. On a normal exit ddprun sends "done".
+/// daemons that left the group with setsid), and, where the run has a job cgroup, everything in it
+/// (cgroup.kill: nothing escapes that, not even `setsid env -i`), then exits. On a normal exit
+/// ddprun sends "done".
 
 #include <sys/types.h>
 
@@ -28,7 +30,9 @@ class OrphanGuard {
   /// Forks the guard. `token` must be unique to this run. `scratch_dir`, if not empty, is a
   /// temporary directory of ddprun's that the guard removes when ddprun dies without cleaning up.
   /// Returns false if it could not start (ddprun then runs without it, and says so).
-  bool start(const std::string& token, const std::string& scratch_dir = {});
+  /// `cgroup_dir`, if not empty, is the run's job cgroup, killed and removed in that case too.
+  bool start(const std::string& token, const std::string& scratch_dir = {},
+             const std::string& cgroup_dir = {});
 
   /// Tells the guard about a worker's process group.
   void watch_group(pid_t pgid);

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "launcher/process/job_cgroup.hpp"
 #include "launcher/process/orphan_guard.hpp"
 
 namespace ddp::launcher {
@@ -56,7 +57,8 @@ int kill_marked_processes(const std::string& needle) {
   return killed;
 }
 
-[[noreturn]] void guard_main(int read_fd, const std::string& token, const std::string& scratch_dir) {
+[[noreturn]] void guard_main(int read_fd, const std::string& token, const std::string& scratch_dir,
+                             const std::string& cgroup_dir) {
   ::setpgid(0, 0);  // a Ctrl-C or a kill of ddprun's group must not take the guard down
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGCHLD}) ::signal(sig, SIG_IGN);
   sigset_t none;
@@ -84,6 +86,8 @@ int kill_marked_processes(const std::string& needle) {
     }
     break;  // EOF (or a torn record): ddprun is gone without saying "done"
   }
+  // The job cgroup, where there is one, holds every process of the run whatever it did.
+  if (!cgroup_dir.empty()) kill_and_remove_cgroup(cgroup_dir, 5000);
   const std::string needle = std::string(OrphanGuard::kTokenVariable) + "=" + token;
   // A few rounds: a process may fork while we kill its relatives.
   for (int round = 0; round < 3; ++round) {
@@ -102,7 +106,8 @@ int kill_marked_processes(const std::string& needle) {
 
 }  // namespace
 
-bool OrphanGuard::start(const std::string& token, const std::string& scratch_dir) {
+bool OrphanGuard::start(const std::string& token, const std::string& scratch_dir,
+                        const std::string& cgroup_dir) {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) return false;
   pid_t pid = ::fork();
@@ -113,7 +118,7 @@ bool OrphanGuard::start(const std::string& token, const std::string& scratch_dir
   }
   if (pid == 0) {
     ::close(fds[1]);
-    guard_main(fds[0], token, scratch_dir);
+    guard_main(fds[0], token, scratch_dir, cgroup_dir);
   }
   ::close(fds[0]);
   pid_ = pid;

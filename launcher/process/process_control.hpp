@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "launcher/common/result.hpp"
+#include "launcher/process/job_cgroup.hpp"
 #include "launcher/process/orphan_guard.hpp"
 #include "launcher/process/process_table.hpp"
 #include "launcher/process/spawn.hpp"
@@ -40,7 +41,8 @@ class ProcessControl {
 
   /// Every child that has exited since the last call (workers, orphans, the guard).
   virtual std::vector<ReapedChild> reap_exited() = 0;
-  /// Live children other than the guard: after all workers are reaped, the leftovers.
+  /// Live children other than the guard, and anything else still in the job's cgroup: after all
+  /// workers are reaped, the leftovers.
   virtual std::vector<pid_t> live_children() = 0;
 
   /// Signals a live worker's group (falls back to the pid while the group does not exist yet).
@@ -49,9 +51,13 @@ class ProcessControl {
   virtual void signal_group(pid_t pgid, int sig) = 0;
   /// Signals one process.
   virtual void signal_process(pid_t pid, int sig) = 0;
+  /// SIGKILLs every process of the run that is left, in one step where the platform allows it
+  /// (the job cgroup's cgroup.kill); nothing more to do elsewhere.
+  virtual void kill_job() {}
 };
 
-/// The real thing: fork/exec, waitpid(-1), /proc, kill(2), PR_SET_CHILD_SUBREAPER, OrphanGuard.
+/// The real thing: fork/exec, waitpid(-1), /proc, kill(2), PR_SET_CHILD_SUBREAPER, OrphanGuard,
+/// and a JobCgroup where cgroup v2 is writable.
 class PosixProcessControl final : public ProcessControl {
  public:
   std::vector<std::string> begin_supervision(const std::string& token,
@@ -65,9 +71,11 @@ class PosixProcessControl final : public ProcessControl {
   void signal_worker(pid_t pgid, int sig) override;
   void signal_group(pid_t pgid, int sig) override;
   void signal_process(pid_t pid, int sig) override;
+  void kill_job() override;
 
  private:
   OrphanGuard guard_;
+  std::unique_ptr<JobCgroup> cgroup_;  // nullptr where cgroup v2 is not writable
 };
 
 }  // namespace ddp::launcher

@@ -24,6 +24,7 @@ struct SpawnRequest {
   std::vector<std::string> envp;       // "NAME=value"
   int stdout_fd = -1;                  // child's stdout (-1: inherit)
   int stderr_fd = -1;                  // child's stderr (-1: inherit)
+  int cgroup_procs_fd = -1;            // a job cgroup's cgroup.procs: the child moves itself in
 };
 
 /// A forked child that may still be on its way to exec.
@@ -37,7 +38,8 @@ struct StartedProcess {
 Result<StartedProcess> start_process(const SpawnRequest& request);
 
 /// Waits until the child has exec'd (or failed to) and closes the report fd. Returns the pid;
-/// an exec failure (ENOENT, EACCES...) is an Error with exit code 127 and the child is reaped.
+/// an exec failure (ENOENT, EACCES...) is an Error with exit code 127 and the child is reaped;
+/// a child that could not enter its job cgroup is an Error with exit code 70.
 Result<pid_t> await_exec(const StartedProcess& started, const std::string& executable);
 
 

@@ -40,6 +40,13 @@ std::vector<char*> as_c_array(const std::vector<std::string>& strings) {
   // stop the worker (a background group reading the terminal would get SIGTTIN and hang
   // forever). torch 2.x does the same (start_new_session=True).
   ::setsid();
+  // Into the job cgroup first, before this process can start anything that might escape.
+  if (request.cgroup_procs_fd >= 0 && ::write(request.cgroup_procs_fd, "0", 1) != 1) {
+    int err = -errno;  // negative: not an exec failure
+    ssize_t ignored = ::write(error_pipe, &err, sizeof err);
+    (void)ignored;
+    ::_exit(exit_codes::kInternal);
+  }
   if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) fail(errno);
   if (::getppid() != parent) ::_exit(exit_codes::kInternal);  // ddprun died before prctl
   // ddprun handles and ignores signals; the worker starts with the defaults (SIGPIPE included).
@@ -103,6 +110,10 @@ Result<pid_t> await_exec(const StartedProcess& started, const std::string& execu
   if (n == static_cast<ssize_t>(sizeof child_errno)) {
     int status = 0;
     while (::waitpid(started.pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (child_errno < 0) {
+      return Error{exit_codes::kInternal, fmt::format("cannot move a worker into its job cgroup: {}",
+                                                      std::strerror(-child_errno))};
     }
     return Error{exit_codes::kNotExecutable,
                  fmt::format("cannot execute '{}': {}", executable, std::strerror(child_errno))};

@@ -24,6 +24,9 @@ namespace {
 constexpr size_t kStderrTailLines = 10;
 constexpr auto kLeftoverDeadline = std::chrono::seconds(5);
 constexpr int kPipeBytes = 1 << 20;
+// The last output at exit: given up on after this long without progress, or this long in all.
+constexpr auto kOutputStall = std::chrono::seconds(5);
+constexpr auto kOutputLimit = std::chrono::seconds(30);
 
 long read_oom_kill_count() {
   std::ifstream vmstat("/proc/vmstat");
@@ -74,6 +77,7 @@ Agent::Agent(AgentSetup setup, std::unique_ptr<ProcessControl> control)
       forwarded_signals_(io_, SIGUSR1, SIGUSR2),
       grace_timer_(io_),
       cleanup_timer_(io_),
+      recheck_timer_(io_),
       stdout_sink_(io_, STDOUT_FILENO),
       stderr_sink_(io_, STDERR_FILENO),
       control_(control ? std::move(control) : std::make_unique<PosixProcessControl>()),
@@ -91,15 +95,30 @@ Agent::~Agent() {
 
 void Agent::say(const std::string& line) { stderr_sink_.write_all(fmt::format("ddprun: {}\n", line)); }
 
-int Agent::open_log(const std::string& path) {
+std::shared_ptr<OutputSink> Agent::open_log(const std::string& path) {
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
-  if (fd < 0) say(fmt::format("cannot write '{}': {}", path, std::strerror(errno)));
-  return fd;
+  if (fd < 0) {
+    on_log_error(path, errno);
+    return nullptr;
+  }
+  return std::make_shared<OutputSink>(io_, fd, /*owns_fd=*/true);
+}
+
+void Agent::on_log_error(const std::string& path, int error) {
+  const std::string reason = std::strerror(error);
+  say(fmt::format("cannot write '{}': {}; its output goes to the console from now on", path, reason));
+  events_.emit("log_error", {{"path", path}, {"error", reason}, {"errno", error}});
+  log_errors_.push_back(fmt::format("{}: {}", path, reason));
 }
 
 Result<Ok> Agent::prepare() {
-  auto events = events_.open(setup_.config.events, &stdout_sink_);
+  auto events = events_.open(setup_.config.events, io_, &stdout_sink_);
   if (!events) return events.error();
+  events_.on_error([this](const std::string& path, int error) {
+    const std::string reason = std::strerror(error);
+    say(fmt::format("cannot write '{}': {}; no more events are written", path, reason));
+    log_errors_.push_back(fmt::format("{}: {}", path, reason));
+  });
   const auto& c = setup_.config;
   for (int r = 0; r < c.nproc_per_node; ++r) {
     bool filtered = c.console_ranks && !c.console_ranks->count(r);
@@ -123,7 +142,7 @@ int Agent::run() {
   auto ready = prepare();
   if (!ready) {
     say(ready.error().message);
-    stderr_sink_.flush_blocking();
+    OutputSink::drain_all(io_, kOutputStall, kOutputLimit);
     control_->end_supervision();
     // The run directory may already exist (e.g. the store's port was taken after it was made).
     if (run_dir_ && !keep_run_dir_) run_dir_->remove_if_temporary();
@@ -151,10 +170,14 @@ int Agent::run() {
   wait_for_forwarded_signals();
   boost::asio::post(io_, [this] { start_attempt(0); });
   io_.run();
-  // Whatever the console could not take yet (the summary included) goes out now; every worker
-  // is gone, so waiting on a slow reader delays nothing but ddprun's own exit.
-  stdout_sink_.flush_blocking();
-  stderr_sink_.flush_blocking();
+  // Whatever the sinks could not take yet (the summary included) goes out now, on the same loop
+  // (the hosted store has its own); bounded, so that a console nobody reads cannot keep ddprun.
+  if (size_t lost = OutputSink::drain_all(io_, kOutputStall, kOutputLimit); lost > 0 &&
+      !stderr_sink_.failed() && stderr_sink_.idle()) {
+    say(fmt::format("gave up on {} byte(s) of output that could not be written within {} s", lost,
+                    kOutputLimit.count()));
+    OutputSink::drain_all(io_, std::chrono::seconds(1), std::chrono::seconds(1));
+  }
   control_->end_supervision();
   if (!keep_run_dir_) run_dir_->remove_if_temporary();
   return exit_code();
@@ -261,14 +284,22 @@ void Agent::start_worker(Worker& w, int attempt) {
       for (int t = 0; t < s; ++t) {
         ::close(plans[t].pipe[0]);
         ::close(plans[t].pipe[1]);
-        if (plans[t].route.file_fd >= 0) ::close(plans[t].route.file_fd);
       }
       record_start_failure(w, error);
       return;
     }
     ::fcntl(plans[s].pipe[1], F_SETPIPE_SZ, kPipeBytes);  // fewer wake-ups; best effort
-    plans[s].route.console = to_console ? (s == 0 ? &stdout_sink_ : &stderr_sink_) : nullptr;
-    plans[s].route.file_fd = to_file ? open_log(dir + (s == 0 ? "/stdout.log" : "/stderr.log")) : -1;
+    OutputSink* console = s == 0 ? &stdout_sink_ : &stderr_sink_;
+    plans[s].route.console = to_console ? console : nullptr;
+    plans[s].route.fallback_console = console;
+    if (to_file) {
+      plans[s].route.file_path = dir + (s == 0 ? "/stdout.log" : "/stderr.log");
+      plans[s].route.file = open_log(plans[s].route.file_path);
+      if (!plans[s].route.file) plans[s].route.console = console;  // nothing lost
+      plans[s].route.on_file_error = [this](const std::string& path, int error) {
+        on_log_error(path, error);
+      };
+    }
     plans[s].route.keep_tail = s == 1;
   }
 
@@ -281,7 +312,7 @@ void Agent::start_worker(Worker& w, int attempt) {
   ::close(plans[0].pipe[1]);
   ::close(plans[1].pipe[1]);
   for (int s = 0; s < 2; ++s) {
-    const ConsoleSink* sink = plans[s].route.console;
+    const OutputSink* sink = plans[s].route.console;
     auto pump = std::make_shared<StreamPump>(io_, plans[s].pipe[0], plans[s].route,
                                              rank_prefix(w.outcome.rank, sink && sink->is_tty()));
     pump->start();
@@ -310,12 +341,17 @@ void Agent::confirm_exec(Worker& w) {
   }
   events_.emit("worker_start", {{"rank", w.outcome.rank}, {"local_rank", w.outcome.local_rank},
                                 {"attempt", attempt_}, {"pid", w.outcome.pid}});
+  if (phase_ == Phase::Stopping) {  // another rank failed to start meanwhile
+    w.outcome.terminated_by_ddprun = true;
+    control_->signal_worker(w.pgid, SIGTERM);
+  }
 }
 
 void Agent::record_start_failure(Worker& w, const Error& error) {
   say(error.message);
   w.outcome.status = ExitStatus::exited(error.exit_code);
   w.outcome.start_error = error.message;
+  w.outcome.terminated_by_ddprun = false;  // a stop sent before its exec failed changed nothing
   w.outcome.exit_time = std::chrono::system_clock::now();
   if (error.exit_code == exit_codes::kInternal) internal_error_ = exit_codes::kInternal;
   events_.emit("worker_exit", {{"rank", w.outcome.rank}, {"local_rank", w.outcome.local_rank},
@@ -402,11 +438,17 @@ void Agent::stop_workers(int sig) {
   const bool first = phase_ == Phase::Running;
   phase_ = Phase::Stopping;
   for (auto& w : workers_) {
-    if (w.alive) {
+    if (w.alive && w.exec_report_fd >= 0) {
+      continue;  // not started yet: confirm_exec() stops it once its exec is confirmed
+    } else if (w.alive) {
       w.outcome.terminated_by_ddprun = true;
       control_->signal_worker(w.pgid, sig);
+      // A stopped (SIGSTOP, Ctrl-Z) worker would hold the signal until the grace runs out:
+      // continue it so that it handles the signal now, as Slurm does.
+      control_->signal_worker(w.pgid, SIGCONT);
     } else if (w.pgid > 0) {
       control_->signal_group(w.pgid, sig);  // what the dead worker left in its group
+      control_->signal_group(w.pgid, SIGCONT);
     }
   }
   if (!first) return;  // the deadline set by the first stop stands
@@ -429,6 +471,7 @@ void Agent::kill_everything_now() {
     }
   }
   for (pid_t child : control_->live_children()) control_->signal_process(child, SIGKILL);
+  control_->kill_job();
 }
 
 void Agent::after_worker_exit() {
@@ -462,6 +505,13 @@ void Agent::clean_up_leftovers() {
     if (w.pgid > 0) control_->signal_group(w.pgid, SIGKILL);
   }
   for (pid_t pid : leftovers) control_->signal_process(pid, SIGKILL);
+  control_->kill_job();
+  // A leftover that is not ddprun's child (it lives under a subreaper of its own, found through
+  // the job cgroup) sends no SIGCHLD here: look again shortly.
+  recheck_timer_.expires_after(std::chrono::milliseconds(20));
+  recheck_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (!ec && phase_ == Phase::Cleaning) clean_up_leftovers();
+  });
   if (leftover_rounds_++ == 0) {
     say(fmt::format("killing {} process(es) the workers left running (pid {}{})", leftovers.size(),
                     leftovers.front(), leftovers.size() > 1 ? ", ..." : ""));
@@ -472,6 +522,7 @@ void Agent::clean_up_leftovers() {
 
 void Agent::finish_attempt() {
   cleanup_timer_.cancel();
+  recheck_timer_.cancel();
   AttemptOutcome outcome;
   outcome.attempt = attempt_;
   outcome.root_cause = root_cause_;
@@ -534,6 +585,8 @@ int Agent::exit_code() const {
     const auto& w = history_.back().workers[*history_.back().root_cause];
     if (w.status) return shell_exit_code(*w.status);
   }
+  // The job succeeded, but output the user asked to keep in a file is not all there.
+  if (!log_errors_.empty()) return exit_codes::kLogWriteFailed;
   return exit_codes::kSuccess;
 }
 
@@ -543,7 +596,7 @@ void Agent::finish_run() {
   cleanup_timer_.cancel();
   const int code = exit_code();
   RunSummaryInput summary{setup_.config.program, setup_.host, setup_.config.max_restarts,
-                          start_time_, history_, shutdown_signal_, code, {}};
+                          start_time_, history_, shutdown_signal_, code, {}, log_errors_};
   if (session_) summary.job_root_cause = job_stop_ ? job_stop_->text : lost_message_;
   if (code != 0) stderr_sink_.write_all(format_failure_summary(summary));
   nlohmann::json attempts = nlohmann::json::array();
@@ -563,6 +616,7 @@ void Agent::finish_run() {
   nlohmann::json fields{{"exit_code", code}, {"attempts", attempts}};
   if (shutdown_signal_) fields["signal"] = signal_name(shutdown_signal_);
   if (!summary.job_root_cause.empty()) fields["job_root_cause"] = summary.job_root_cause;
+  if (!log_errors_.empty()) fields["log_errors"] = log_errors_;
   events_.emit("summary", fields);
   // After a lost node or store there is nobody to tell and perhaps no store to tell it through.
   if (session_ && !session_->busy() && lost_message_.empty()) {

@@ -20,7 +20,7 @@
 /// (on NodeSession's thread; the result is posted back). A worker that succeeded everywhere on
 /// this node leads to Finishing (the exit barrier: every node done, or a stop from elsewhere turns
 /// it into a failure). A stop broadcast by another node or a lost node ends Running like a local
-/// failure. The agent may host the job's store (rendezvous::StoreServer) on this same loop.
+/// failure. The agent may host the job's store (HostedStore: its own thread and loop).
 
 #include <sys/types.h>
 
@@ -37,16 +37,13 @@
 #include "launcher/env/worker_env.hpp"
 #include "launcher/multinode/multinode_settings.hpp"
 #include "launcher/multinode/node_session.hpp"
-#include "launcher/output/console_sink.hpp"
+#include "launcher/output/output_sink.hpp"
 #include "launcher/output/stream_pump.hpp"
 #include "launcher/process/process_control.hpp"
 #include "launcher/run/event_log.hpp"
 #include "launcher/run/failure_report.hpp"
+#include "launcher/run/hosted_store.hpp"
 #include "launcher/run/run_directory.hpp"
-
-namespace ddp::rdzv {
-class StoreServer;
-}
 
 namespace ddp::launcher {
 
@@ -92,8 +89,10 @@ class Agent {
   Result<Ok> prepare();
   /// One "ddprun: ..." line on stderr, in order with the workers' stderr lines.
   void say(const std::string& line);
-  /// Opens a log file for a worker stream; -1 (and a message) when it cannot.
-  int open_log(const std::string& path);
+  /// Opens a log file for a worker stream; nullptr (and a message) when it cannot.
+  std::shared_ptr<OutputSink> open_log(const std::string& path);
+  /// A log or events file could not be written (disk full...): one line, an event, the summary.
+  void on_log_error(const std::string& path, int error);
   /// Hosts the store when this agent is the one to (port in use: one line and exit 69).
   Result<Ok> open_store();
   void start_attempt(int attempt);
@@ -132,8 +131,9 @@ class Agent {
   boost::asio::signal_set forwarded_signals_;
   boost::asio::steady_timer grace_timer_;
   boost::asio::steady_timer cleanup_timer_;
-  ConsoleSink stdout_sink_;
-  ConsoleSink stderr_sink_;
+  boost::asio::steady_timer recheck_timer_;  // Cleaning: leftovers that send no SIGCHLD
+  OutputSink stdout_sink_;
+  OutputSink stderr_sink_;
   std::unique_ptr<ProcessControl> control_;
   std::string token_;
   EventLog events_;
@@ -149,10 +149,11 @@ class Agent {
   int leftover_rounds_ = 0;  // clean_up_leftovers() calls in this attempt's Cleaning phase
   long oom_kills_at_start_ = 0;
   int internal_error_ = 0;
+  std::vector<std::string> log_errors_;  // "<path>: <error>", for the summary
   std::chrono::system_clock::time_point start_time_;
 
   // The store and the other nodes.
-  std::unique_ptr<rdzv::StoreServer> store_;
+  std::unique_ptr<HostedStore> store_;
   std::unique_ptr<NodeSession> session_;
   std::optional<GroupLayout> layout_;       // this attempt's place in the job (multi-node)
   std::optional<StopReason> job_stop_;      // the job-wide root cause in force this attempt

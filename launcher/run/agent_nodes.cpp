@@ -18,8 +18,7 @@ Result<Ok> Agent::open_store() {
     options.bind_address = plan.bind_address;
     options.port = static_cast<std::uint16_t>(plan.port);
     try {
-      store_ = std::make_unique<rdzv::StoreServer>(io_, options);
-      store_->start();
+      store_ = std::make_unique<HostedStore>(options);
       setup_.master_port = store_->port();
     } catch (const rdzv::StoreBindError& e) {
       if (plan.role == StoreRole::Host) {

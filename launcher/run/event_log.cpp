@@ -10,31 +10,37 @@
 #include <cstring>
 
 #include "launcher/common/exit_codes.hpp"
-#include "launcher/output/console_sink.hpp"
+#include "launcher/output/output_sink.hpp"
 
 namespace ddp::launcher {
 
-EventLog::~EventLog() {
-  if (owns_fd_ && fd_ >= 0) ::close(fd_);
-}
-
-Result<Ok> EventLog::open(const std::string& target, ConsoleSink* stdout_sink) {
+Result<Ok> EventLog::open(const std::string& target, boost::asio::io_context& io,
+                          OutputSink* stdout_sink) {
   if (target.empty()) return Ok{};
   if (target == "-") {
-    if (stdout_sink) {
-      sink_ = stdout_sink;
-    } else {
-      fd_ = STDOUT_FILENO;
+    sink_ = stdout_sink;
+    if (!sink_) {
+      file_ = std::make_unique<OutputSink>(io, STDOUT_FILENO);
+      sink_ = file_.get();
     }
     return Ok{};
   }
-  fd_ = ::open(target.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd_ < 0) {
+  int fd = ::open(target.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
     return Error{exit_codes::kUsage,
                  fmt::format("--events: cannot write '{}': {}", target, std::strerror(errno))};
   }
-  owns_fd_ = true;
+  path_ = target;
+  file_ = std::make_unique<OutputSink>(io, fd, /*owns_fd=*/true);
+  sink_ = file_.get();
   return Ok{};
+}
+
+void EventLog::on_error(std::function<void(const std::string& path, int error)> handler) {
+  if (!file_ || path_.empty()) return;
+  file_->on_error([path = path_, handler = std::move(handler)](int error, std::string) {
+    handler(path, error);
+  });
 }
 
 void EventLog::emit(const char* event, nlohmann::json fields) {
@@ -44,11 +50,7 @@ void EventLog::emit(const char* event, nlohmann::json fields) {
   fields["time"] = std::chrono::duration_cast<std::chrono::microseconds>(now).count() / 1e6;
   std::string line = fields.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   line += '\n';
-  if (sink_) {
-    sink_->write_all(line);
-  } else {
-    write_fully(fd_, line);
-  }
+  sink_->write_all(line);
 }
 
 }  // namespace ddp::launcher

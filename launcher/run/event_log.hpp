@@ -3,11 +3,14 @@
 /// EventLog: --events FILE|-. One JSON object per line, each written with a single write(), for
 /// launch, worker_start, worker_exit, restart and summary. Disabled when no target is given.
 
+#include <boost/asio/io_context.hpp>
+#include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "launcher/common/result.hpp"
-#include "launcher/output/console_sink.hpp"
+#include "launcher/output/output_sink.hpp"
 
 namespace ddp::launcher {
 
@@ -16,19 +19,22 @@ class EventLog {
   EventLog() = default;
   EventLog(const EventLog&) = delete;
   EventLog& operator=(const EventLog&) = delete;
-  ~EventLog();
 
   /// "" disables, "-" is stdout (through `stdout_sink`, so events and worker lines never tear
-  /// each other), anything else a file (created or truncated). Error: exit 2.
-  Result<Ok> open(const std::string& target, ConsoleSink* stdout_sink = nullptr);
-  bool enabled() const { return fd_ >= 0 || sink_ != nullptr; }
+  /// each other), anything else a file (created or truncated), written through an OutputSink on
+  /// `io` so that a slow disk never blocks the loop. Error: exit 2.
+  Result<Ok> open(const std::string& target, boost::asio::io_context& io,
+                  OutputSink* stdout_sink = nullptr);
+  /// Called once (on the loop) when writing the events file fails: its path and errno.
+  void on_error(std::function<void(const std::string& path, int error)> handler);
+  bool enabled() const { return sink_ != nullptr; }
   /// Adds "event" and "time" (seconds since the epoch, µs resolution) and writes one line.
   void emit(const char* event, nlohmann::json fields = nlohmann::json::object());
 
  private:
-  int fd_ = -1;
-  bool owns_fd_ = false;
-  ConsoleSink* sink_ = nullptr;
+  std::string path_;
+  std::unique_ptr<OutputSink> file_;
+  OutputSink* sink_ = nullptr;  // file_ or the stdout sink
 };
 
 }  // namespace ddp::launcher

@@ -122,12 +122,18 @@ std::string format_failure_summary(const RunSummaryInput& in) {
       if (last->root_cause && i == *last->root_cause) continue;
       if (!w.status || w.status->success()) continue;
       others += fmt::format("  rank {} (local_rank {}, pid {}): {}{}\n", w.rank, w.local_rank, w.pid,
-                            outcome_text(w), w.terminated_by_ddprun ? "  [terminated by ddprun]" : "");
+                            outcome_text(w),
+                            w.terminated_by_ddprun && w.start_error.empty() ? "  [terminated by ddprun]" : "");
     }
     if (!others.empty()) {
       out += kThin;
       out += "Other workers:\n" + others;
     }
+  }
+  if (!in.log_errors.empty()) {
+    out += kThin;
+    out += "Output files that could not be written (their output went to the console):\n";
+    for (const auto& e : in.log_errors) out += "  " + e + "\n";
   }
   if (in.attempts.size() > 1) {
     out += kThin;

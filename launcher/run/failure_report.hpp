@@ -54,6 +54,8 @@ struct RunSummaryInput {
   /// Multi-node: the job-wide root cause every node agreed on ("node 1 (host-b): rank 3 ...") or
   /// why the job ended (a lost node); empty on one node.
   std::string job_root_cause;
+  /// Log and events files that could not be written ("<path>: <error>").
+  std::vector<std::string> log_errors;
 };
 
 /// The boxed summary printed on stderr when the run failed or was interrupted.

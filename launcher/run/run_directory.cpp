@@ -41,8 +41,10 @@ Result<RunDirectory> RunDirectory::create(const std::string& log_dir, const std:
     const bool tmpdir_set = tmp != nullptr && *tmp != '\0';
     std::string where = tmpdir_set ? tmp : "/tmp";
     if (!tmpdir_set && !will_hold_logs && ::access("/dev/shm", W_OK | X_OK) == 0) where = "/dev/shm";
-    auto base = make_temp_dir(where, "ddprun_");
+    reclaim_dead_scratch(where);
+    auto base = make_temp_dir(where, will_hold_logs ? std::string("ddprun_") : owned_name_prefix());
     if (!base) return base.error();
+    if (!will_hold_logs) dir.lock_ = DirectoryLock::acquire(*base);
     dir.base_ = *base;
     dir.temporary_ = true;
     parent = *base;
@@ -84,6 +86,16 @@ void RunDirectory::remove_if_temporary() const {
   if (!temporary_ || base_.empty()) return;
   std::error_code ec;
   fs::remove_all(base_, ec);
+}
+
+std::vector<std::string> reclaim_dead_scratch(const std::string& parent) {
+  std::vector<std::string> removed;
+  for (const auto& path : abandoned_entries(parent)) {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+    if (!ec) removed.push_back(path);
+  }
+  return removed;
 }
 
 Result<int> pick_free_port() {

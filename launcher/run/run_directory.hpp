@@ -3,11 +3,17 @@
 /// The on-disk layout of a run, as torchrun lays it out:
 ///   <log_dir>/<run_id>_<random>/attempt_<k>/<local_rank>/{stdout.log,stderr.log,error.json}
 /// Without --log_dir the root is a fresh temporary directory that ddprun removes at the end
-/// unless it holds log files the user asked for.
+/// unless it holds log files the user asked for. A scratch root (no log files) is named
+/// `ddprun-<pid>-XXXXXX` and locked for the life of the run (run_ownership.hpp), so that the next
+/// ddprun removes it should this run and its orphan guard both be killed; a root that holds the
+/// user's logs keeps the `ddprun_XXXXXX` name, which is never reclaimed.
 
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "launcher/common/result.hpp"
+#include "launcher/process/run_ownership.hpp"
 
 namespace ddp::launcher {
 
@@ -16,7 +22,8 @@ class RunDirectory {
   /// Creates `log_dir` (if needed) and a unique run directory inside it. An empty `log_dir`
   /// means a temporary directory: under $TMPDIR (or /tmp) when it will hold log files, else on
   /// /dev/shm when that is writable (it then only holds error files, and creating and removing
-  /// a tree there costs microseconds instead of milliseconds). Errors have exit code 2.
+  /// a tree there costs microseconds instead of milliseconds). Errors have exit code 2. Scratch
+  /// roots of dead runs found in the same place are removed first.
   static Result<RunDirectory> create(const std::string& log_dir, const std::string& run_id,
                                      bool will_hold_logs);
 
@@ -35,7 +42,11 @@ class RunDirectory {
   std::string path_;
   std::string base_;  // the directory that was created for a temporary run
   bool temporary_ = false;
+  std::shared_ptr<DirectoryLock> lock_;  // scratch roots: held while the run lives
 };
+
+/// Removes the scratch roots of dead runs in `parent` (see run_ownership.hpp); returns them.
+std::vector<std::string> reclaim_dead_scratch(const std::string& parent);
 
 /// A TCP port that was free on 127.0.0.1 a moment ago (bind to port 0, read it, close).
 /// Racy by nature; it goes away once ddprun hosts the store on a port it keeps.

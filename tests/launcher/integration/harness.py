@@ -145,19 +145,30 @@ def read_events(path):
         return [json.loads(line) for line in f if line.strip()]
 
 
+class Skip(Exception):
+    """Raised by a test that cannot run on this machine (a missing permission)."""
+
+
 def main(namespace):
-    """Runs every test_* function of the calling module (or those named on the command line)."""
+    """Runs every test_* function of the calling module (or those named on the command line).
+    Exits 77 (skipped) only when every test raised Skip."""
     names = sys.argv[1:] or sorted(n for n in namespace if n.startswith("test_"))
     failed = []
+    skipped = []
     for name in names:
         t0 = time.monotonic()
         try:
             with tempfile.TemporaryDirectory(prefix="ddprun_it_") as tmp:
                 namespace[name](tmp)
             print(f"PASS {name} ({time.monotonic() - t0:.2f}s)", flush=True)
+        except Skip as why:
+            skipped.append(name)
+            print(f"SKIP {name}: {why}", flush=True)
         except Exception:
             failed.append(name)
             print(f"FAIL {name}\n{traceback.format_exc()}", flush=True)
     if failed:
         print("failed:", " ".join(failed))
         sys.exit(1)
+    if skipped and len(skipped) == len(names):
+        sys.exit(77)

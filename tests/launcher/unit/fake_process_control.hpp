@@ -87,7 +87,7 @@ class FakeProcessControl final : public ProcessControl {
 
   void signal_worker(pid_t pgid, int sig) override {
     signals.emplace_back(pgid, sig);
-    if (!live_.count(pgid)) return;
+    if (!live_.count(pgid) || sig == SIGCONT) return;
     if (sig == SIGKILL || !(sig == SIGTERM && behaviour_[pgid].ignores_sigterm)) {
       die(pgid, ExitStatus::signaled(sig));
     }
