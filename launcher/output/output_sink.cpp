@@ -319,7 +319,7 @@ void OutputSink::fail(int error, std::string unwritten) {
     boost::system::error_code ignored;
     watch_->cancel(ignored);
   }
-  if (error != EPIPE && on_error_) {
+  if (on_error_) {
     // Posted: the handler may write to other sinks, and we may be inside one of their writes.
     boost::asio::post(io_, [handler = std::move(on_error_), error, alive = alive_,
                             rest = std::move(unwritten)]() mutable {

@@ -13,9 +13,9 @@
 /// What the destination cannot take yet is queued. Past kHighWater queued bytes the sink is
 /// congested(): producers (StreamPumps) stop reading the workers' pipes until when_drained() calls
 /// them back, so a sink that cannot keep up slows the workers down instead of dropping output or
-/// growing without bound. A write error other than EPIPE (ENOSPC, EIO...) ends the sink: the error
-/// handler gets errno and every byte that was not written; later writes are dropped. EPIPE (the
-/// reader went away, `ddprun ... | head`) ends it silently.
+/// growing without bound. A write error (ENOSPC, EIO...) ends the sink: the error
+/// handler gets errno and every byte that was not written; later writes are dropped. A console
+/// has no handler: EPIPE there (the reader went away, `ddprun ... | head`) ends it silently.
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
@@ -50,7 +50,7 @@ class OutputSink {
   /// Calls `resume` once (on the loop) when the queue has drained below half of kHighWater, or
   /// when the sink fails (so that nobody waits for a dead sink).
   void when_drained(std::function<void()> resume);
-  /// Called once, on the loop, when a write fails with anything but EPIPE.
+  /// Called once, on the loop, when a write fails (consoles set none: EPIPE there is expected).
   void on_error(ErrorHandler handler) { on_error_ = std::move(handler); }
 
   /// Nothing queued and nothing being written.

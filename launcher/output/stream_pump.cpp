@@ -31,7 +31,9 @@ StreamPump::StreamPump(boost::asio::io_context& io, int read_fd, StreamRoute rou
   pipe_.non_blocking(true);
 }
 
-StreamPump::~StreamPump() { OutputSink::retire(std::move(route_.file)); }
+// A pump destroyed before finish() (an aborted run) drops its log file's queue: retiring it
+// would outlive the loop it reports to.
+StreamPump::~StreamPump() = default;
 
 void StreamPump::start() {
   if (route_.file) {
@@ -96,7 +98,11 @@ void StreamPump::to_console(std::string_view chunk) {
 }
 
 void StreamPump::deliver(std::string_view chunk) {
-  if (route_.file && !route_.file->failed()) route_.file->write_all(chunk);
+  if (route_.file && !route_.file->failed()) {
+    route_.file->write_all(chunk);
+  } else if (route_.file && !route_.console && route_.fallback_console) {
+    held_.append(chunk);  // the file just failed; its error handler sends this to the console
+  }
   if (route_.console) to_console(chunk);
   if (route_.keep_tail) {
     tail_.append(chunk);
@@ -108,6 +114,8 @@ void StreamPump::on_file_error(int, std::string unwritten) {
   if (route_.console || !route_.fallback_console) return;  // the console has it all already
   // Nothing is lost: what the file did not take, and everything after it, goes to the console.
   route_.console = route_.fallback_console;
+  unwritten += held_;
+  std::string().swap(held_);
   if (!unwritten.empty()) to_console(unwritten);
   if (closed_) {
     std::string& out = framed();

@@ -62,6 +62,7 @@ class StreamPump : public std::enable_shared_from_this<StreamPump> {
   StreamRoute route_;
   LineFramer framer_;
   std::string tail_;
+  std::string held_;  // read after the log file failed, before its error handler ran
   bool closed_ = false;
 };
 

@@ -114,6 +114,13 @@ void Agent::on_log_error(const std::string& path, int error) {
 Result<Ok> Agent::prepare() {
   auto events = events_.open(setup_.config.events, io_, &stdout_sink_);
   if (!events) return events.error();
+  // A closed pipe (`ddprun ... | head`) is the reader's choice; anything else (stdout on a full
+  // disk) is reported like a log file.
+  stdout_sink_.on_error([this](int error, std::string) {
+    if (error == EPIPE) return;
+    say(fmt::format("cannot write to stdout: {}; no more output goes there", std::strerror(error)));
+    log_errors_.push_back(fmt::format("stdout: {}", std::strerror(error)));
+  });
   events_.on_error([this](const std::string& path, int error) {
     const std::string reason = std::strerror(error);
     say(fmt::format("cannot write '{}': {}; no more events are written", path, reason));
