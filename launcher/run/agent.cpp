@@ -181,8 +181,8 @@ int Agent::run() {
   // (the hosted store has its own); bounded, so that a console nobody reads cannot keep ddprun.
   if (size_t lost = OutputSink::drain_all(io_, kOutputStall, kOutputLimit); lost > 0 &&
       !stderr_sink_.failed() && stderr_sink_.idle()) {
-    say(fmt::format("gave up on {} byte(s) of output that could not be written within {} s", lost,
-                    kOutputLimit.count()));
+    say(fmt::format("gave up on {} byte(s) of output that nobody took (no progress for {} s, or {} s "
+                    "in all)", lost, kOutputStall.count(), kOutputLimit.count()));
     OutputSink::drain_all(io_, std::chrono::seconds(1), std::chrono::seconds(1));
   }
   control_->end_supervision();
