@@ -102,11 +102,13 @@ std::variant<std::unique_ptr<JobCgroup>, std::string> JobCgroup::create() {
     ::rmdir(path.c_str());
     return why;
   }
-  return std::unique_ptr<JobCgroup>(new JobCgroup(path, procs, std::move(lock)));
+  const int dir = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  return std::unique_ptr<JobCgroup>(new JobCgroup(path, dir, procs, std::move(lock)));
 }
 
 JobCgroup::~JobCgroup() {
   ::close(procs_fd_);
+  if (dir_fd_ >= 0) ::close(dir_fd_);
   kill_and_remove_cgroup(path_, 1000);
 }
 

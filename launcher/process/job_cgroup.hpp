@@ -32,6 +32,8 @@ class JobCgroup {
   JobCgroup& operator=(const JobCgroup&) = delete;
 
   const std::string& path() const { return path_; }
+  /// The directory, for clone3(CLONE_INTO_CGROUP) (close-on-exec).
+  int dir_fd() const { return dir_fd_; }
   /// Open for writing: a child writes "0" here to move itself in (close-on-exec).
   int procs_fd() const { return procs_fd_; }
   /// SIGKILLs every process in the cgroup (cgroup.kill). False if the write failed.
@@ -40,9 +42,10 @@ class JobCgroup {
   std::vector<pid_t> members() const;
 
  private:
-  JobCgroup(std::string path, int procs_fd, std::unique_ptr<DirectoryLock> lock)
-      : path_(std::move(path)), procs_fd_(procs_fd), lock_(std::move(lock)) {}
+  JobCgroup(std::string path, int dir_fd, int procs_fd, std::unique_ptr<DirectoryLock> lock)
+      : path_(std::move(path)), dir_fd_(dir_fd), procs_fd_(procs_fd), lock_(std::move(lock)) {}
   std::string path_;
+  int dir_fd_;
   int procs_fd_;
   std::unique_ptr<DirectoryLock> lock_;
 };

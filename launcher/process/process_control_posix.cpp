@@ -34,6 +34,7 @@ void PosixProcessControl::end_supervision() {
 Result<StartedProcess> PosixProcessControl::start(const SpawnRequest& request) {
   if (!cgroup_) return start_process(request);
   SpawnRequest in_cgroup = request;
+  in_cgroup.cgroup_dir_fd = cgroup_->dir_fd();
   in_cgroup.cgroup_procs_fd = cgroup_->procs_fd();
   return start_process(in_cgroup);
 }

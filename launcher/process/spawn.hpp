@@ -24,7 +24,11 @@ struct SpawnRequest {
   std::vector<std::string> envp;       // "NAME=value"
   int stdout_fd = -1;                  // child's stdout (-1: inherit)
   int stderr_fd = -1;                  // child's stderr (-1: inherit)
-  int cgroup_procs_fd = -1;            // a job cgroup's cgroup.procs: the child moves itself in
+  /// A job cgroup to start the child in: its directory (clone3 with CLONE_INTO_CGROUP, which
+  /// costs nothing) and its cgroup.procs (where clone3 is refused, e.g. by a seccomp filter, the
+  /// forked child moves itself in before anything else, which costs a cgroup migration).
+  int cgroup_dir_fd = -1;
+  int cgroup_procs_fd = -1;
 };
 
 /// A forked child that may still be on its way to exec.

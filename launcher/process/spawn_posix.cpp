@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
 #include <fcntl.h>
+#include <linux/sched.h>
 #include <fmt/format.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -8,6 +9,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 
 #include "launcher/common/exit_codes.hpp"
@@ -30,7 +32,7 @@ std::vector<char*> as_c_array(const std::vector<std::string>& strings) {
 
 /// Runs in the child between fork and exec: only async-signal-safe calls, no allocation.
 [[noreturn]] void exec_child(const SpawnRequest& request, char* const* argv, char* const* envp,
-                             pid_t parent, int error_pipe) {
+                             pid_t parent, int error_pipe, bool move_into_cgroup) {
   auto fail = [&](int err) {
     ssize_t ignored = ::write(error_pipe, &err, sizeof err);
     (void)ignored;
@@ -41,7 +43,7 @@ std::vector<char*> as_c_array(const std::vector<std::string>& strings) {
   // forever). torch 2.x does the same (start_new_session=True).
   ::setsid();
   // Into the job cgroup first, before this process can start anything that might escape.
-  if (request.cgroup_procs_fd >= 0 && ::write(request.cgroup_procs_fd, "0", 1) != 1) {
+  if (move_into_cgroup && ::write(request.cgroup_procs_fd, "0", 1) != 1) {
     int err = -errno;  // negative: not an exec failure
     ssize_t ignored = ::write(error_pipe, &err, sizeof err);
     (void)ignored;
@@ -86,8 +88,23 @@ Result<StartedProcess> start_process(const SpawnRequest& request) {
   sigfillset(&all);
   ::pthread_sigmask(SIG_SETMASK, &all, &old);
   const pid_t parent = ::getpid();
-  const pid_t pid = ::fork();
-  if (pid == 0) exec_child(request, argv.data(), envp.data(), parent, error_pipe[1]);
+  pid_t pid = -1;
+  bool born_in_cgroup = false;
+  if (request.cgroup_dir_fd >= 0) {
+    // Like fork(), but the child starts in the job cgroup. The child only makes raw system calls
+    // before exec, so skipping glibc's fork bookkeeping is safe.
+    clone_args args{};
+    args.flags = CLONE_INTO_CGROUP;
+    args.exit_signal = SIGCHLD;
+    args.cgroup = static_cast<std::uint64_t>(request.cgroup_dir_fd);
+    pid = static_cast<pid_t>(::syscall(SYS_clone3, &args, sizeof args));
+    born_in_cgroup = pid >= 0;
+  }
+  if (!born_in_cgroup) pid = ::fork();
+  if (pid == 0) {
+    exec_child(request, argv.data(), envp.data(), parent, error_pipe[1],
+               !born_in_cgroup && request.cgroup_procs_fd >= 0);
+  }
   const int fork_errno = errno;
   ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
   ::close(error_pipe[1]);
