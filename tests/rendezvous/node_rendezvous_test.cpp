@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "rendezvous/node_rendezvous.hpp"
+#include "rendezvous/token_auth.hpp"
 #include "tests/rendezvous/test_server.hpp"
 
 using namespace ddp::rdzv;
@@ -97,7 +98,7 @@ TEST_CASE("dynamic rendezvous closes at once when MAX nodes arrive") {
 }
 
 TEST_CASE("a stranger without the token is refused and logged; the job still forms") {
-  TestServer server;
+  TestServer server({}, std::make_shared<TokenAccessPolicy>("s3cret"));
   auto a = node("a", 1, 0, 2, 2);
   auto b = node("b", 1, 1, 2, 2);
   a.token = b.token = "s3cret";
@@ -111,13 +112,41 @@ TEST_CASE("a stranger without the token is refused and logged; the job still for
   } catch (const RendezvousError& e) {
     CHECK(std::string(e.what()).find("wrong or missing rendezvous token") != std::string::npos);
   }
+  auto without = node("anonymous", 1, 1, 2, 2);  // no token at all: the keys are out of reach
+  CHECK_THROWS_AS(join_rendezvous(server.client_options(), without), StoreError);
   auto rb = join_rendezvous(server.client_options(), b);
   CHECK(fa.get().world_size == 2);
   CHECK(rb.node_rank == 1);
   const auto log = server.log();
-  CHECK(std::any_of(log.begin(), log.end(), [](const std::string& l) {
-    return l.find("refused join #2 from stranger: wrong or missing rendezvous token") != std::string::npos;
-  }));
+  CHECK(std::any_of(log.begin(), log.end(),
+                    [](const std::string& l) { return l.find("wrong rendezvous token") != std::string::npos; }));
+}
+
+TEST_CASE("a node started with other settings ends every node's join at once, naming both") {
+  TestServer server;
+  auto a = node("alpha", 1, 0, 3, 3);
+  auto b = node("beta", 1, 1, 3, 3);
+  auto c = node("gamma", 1, 2, 3, 3);
+  a.must_agree = c.must_agree = {{"--max_restarts", "1"}};
+  b.must_agree = {{"--max_restarts", "0"}};
+  a.join_timeout = b.join_timeout = c.join_timeout = 600s;  // the mismatch, not a timeout, ends it
+  auto fc = std::async(std::launch::async, [&] { return join_rendezvous(server.client_options(), c); });
+  auto fa = std::async(std::launch::async, [&] { return join_rendezvous(server.client_options(), a); });
+  server.stats_when([](const StoreServerStats& s) { return s.pending_waits >= 2; });
+  const std::string line = "--max_restarts differs between nodes: 1 on node 0 (alpha) but 0 on node 1 (beta)";
+  auto message = [](auto&& f) {
+    try {
+      f();
+    } catch (const RendezvousError& e) {
+      return std::string(e.what());
+    }
+    return std::string("joined");
+  };
+  const std::string from_b = message([&] { join_rendezvous(server.client_options(), b); });
+  INFO(from_b);
+  CHECK(from_b.find(line) != std::string::npos);
+  CHECK(message([&] { fa.get(); }).find(line) != std::string::npos);
+  CHECK(message([&] { fc.get(); }).find(line) != std::string::npos);
 }
 
 TEST_CASE("a node that never arrives: join_timeout names who came and who did not") {
