@@ -19,6 +19,8 @@ using namespace std::chrono_literals;
 //   .../assignment                           JSON Assignment, written before any "ok"
 //   .../closed                               "1" once the leader stopped admitting
 //   .../status                               leader's one-line progress (for timeout messages)
+//   ddprun/<run_id>/leader                   static node 0's name, set when it first joins
+//   .../ack/<seq>                            "1": this arrival read why the leader failed the round
 //   .../hb/<node_rank>                       heartbeat counters
 //   .../stop                                 first stop reason (COMPARE_SET from "")
 //   .../done                                 ADD counter: nodes whose workers finished
@@ -153,6 +155,14 @@ RendezvousResult join_once(const StoreClientOptions& store, const NodeRendezvous
   const auto deadline = RdzvClock::now() + o.join_timeout;
   const std::string prefix = key_prefix(o);
   StoreClient client(with_token(store, o.token));
+  const std::string leader_key = fmt::format("ddprun/{}/leader", o.run_id);
+  if (o.node_rank > 0 && o.round == 0 && o.leader_timeout > 0ms && !wait_for(client, leader_key, o.leader_timeout)) {
+    throw RendezvousError(fmt::format(
+        "rendezvous '{}': node 0 has not joined on the store at {}:{} within {} s: that store belongs to another "
+        "job (two jobs on one port?) or node 0 failed to start; check node 0's output or pass a free --master_port",
+        o.run_id, store.host, store.port, std::chrono::duration_cast<std::chrono::seconds>(o.leader_timeout).count()));
+  }
+  if (o.node_rank == 0) client.set(leader_key, o.node_name);
 
   JoinRequest join;
   join.seq = client.add(prefix + "arrivals", 1);

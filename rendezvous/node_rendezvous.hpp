@@ -34,6 +34,10 @@ struct NodeRendezvousOptions {
   std::string node_name;        // shown in messages; defaults to the host name
   std::chrono::milliseconds join_timeout{std::chrono::seconds(600)};
   std::chrono::milliseconds last_call_timeout{std::chrono::seconds(30)};
+  // Static rendezvous, first round: a node other than node 0 gives up when node 0 (which hosts
+  // the store) has not announced itself there within this long: the store it reached belongs
+  // to another job (two jobs derived one port). Zero: no such check.
+  std::chrono::milliseconds leader_timeout{0};
 };
 
 struct RendezvousResult {

@@ -75,6 +75,7 @@ void NodeSession::join(int round, std::function<void(JoinResult)> done) {
     round_.node_name = settings_.node_name;
     round_.join_timeout = settings_.join_timeout;
     round_.must_agree = settings_.must_agree;
+    round_.leader_timeout = settings_.refused_timeout;
     round_.last_call_timeout = settings_.last_call_timeout;
     JoinResult result;
     try {

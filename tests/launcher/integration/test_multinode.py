@@ -394,6 +394,35 @@ def test_settings_that_differ_end_every_node(tmp):
         assert node.started_workers() == 0, node
 
 
+def test_peer_gives_up_when_the_store_port_refuses(tmp):
+    # Issue 8 item 21: nothing listens where node 0's store should be (node 0 failed to open its
+    # port, or is gone): node 1 gives up after refused_timeout naming the cause, not at the
+    # 600 s join_timeout.
+    node1 = Node(tmp, "node1", ["--nnodes", 2, "--node_rank", 1, "--master_port", free_port(),
+                                "--rdzv_conf", "refused_timeout=2", WORKER, "ok"])
+    assert node1.wait(60) == 69, node1
+    assert "refused every connection" in node1.text()[1], node1
+
+
+def test_two_jobs_on_one_derived_port_end_promptly(tmp):
+    # Issue 8 item 21: another job's store holds the port job B derived. B's node 0 cannot open
+    # it (exit 69); B's node 1 reaches the other job's store, where node 0 never shows up, and
+    # ends too, saying so, instead of waiting out join_timeout.
+    other = subprocess.Popen([os.environ["DDPRUN"], "--store-only", "--master_port", "0"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True)
+    try:
+        port = int(other.stdout.readline())
+        common = ["--nnodes", 2, "--master_port", port, "--rdzv_id", "jobB", "--rdzv_conf", "refused_timeout=2"]
+        nodes = [Node(tmp, f"jobB{k}", common + ["--node_rank", k, WORKER, "ok"]) for k in (0, 1)]
+        codes = finish(nodes)
+    finally:
+        stop(other)
+    assert codes == [69, 69], nodes
+    assert "address already in use" in nodes[0].text()[1], nodes[0]
+    assert "node 0 has not joined on the store" in nodes[1].text()[1], nodes[1]
+
+
 def c10d_jobs(tmp, port, jobs):
     nodes = []
     for job in jobs:
