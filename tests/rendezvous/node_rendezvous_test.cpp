@@ -219,3 +219,44 @@ TEST_CASE("heartbeats: losing the store itself is reported") {
   REQUIRE(f.wait_for(10s) == std::future_status::ready);
   CHECK_FALSE(f.get().empty());
 }
+
+TEST_CASE("end of a round: the exit barrier waits for every node, a stop ends it, leave waits for all") {
+  TestServer server;
+  auto futures = join_all(server, {node("a", 1, 0, 2, 2), node("b", 1, 1, 2, 2)});
+  const RendezvousResult ra = futures[0].get();
+  const RendezvousResult rb = futures[1].get();
+  auto round = node("a", 1, 0, 2, 2);
+  StoreClient a(server.client_options());
+  StoreClient b(server.client_options());
+  auto always = [] { return true; };
+
+  // Node a arrives first and is still waiting when b arrives: both see AllDone.
+  auto fa = std::async(std::launch::async, [&] { return exit_barrier(a, round, ra, 50ms, always); });
+  server.stats_when([](const StoreServerStats& s) { return s.pending_waits >= 1; });
+  CHECK(exit_barrier(b, round, rb, 50ms, always).end == ExitBarrierResult::End::AllDone);
+  CHECK(fa.get().end == ExitBarrierResult::End::AllDone);
+
+  // Next round: a stop broadcast ends a waiting barrier with the first reason.
+  round.round = 1;
+  auto fa1 = std::async(std::launch::async, [&] { return exit_barrier(a, round, ra, 50ms, always); });
+  server.stats_when([](const StoreServerStats& s) { return s.pending_waits >= 1; });
+  CHECK(broadcast_stop(b, round, "7|node 1 (b): rank 1 failed") == "7|node 1 (b): rank 1 failed");
+  CHECK(broadcast_stop(b, round, "9|later") == "7|node 1 (b): rank 1 failed");  // first reason wins
+  const auto stopped = fa1.get();
+  CHECK(stopped.end == ExitBarrierResult::End::Stopped);
+  CHECK(stopped.stop == "7|node 1 (b): rank 1 failed");
+
+  // A barrier nobody else reaches ends when the caller stops wanting to wait.
+  round.round = 2;
+  std::atomic<int> asked{0};
+  CHECK(exit_barrier(a, round, ra, 20ms, [&] { return ++asked < 3; }).end == ExitBarrierResult::End::Cancelled);
+
+  // Leave: the store's host waits until the other node left, bounded by the budget otherwise.
+  auto host = std::async(std::launch::async, [&] { leave_round(a, round, ra, true, 20s, 50ms, always); });
+  server.stats_when([](const StoreServerStats& s) { return s.pending_waits >= 1; });
+  CHECK(host.wait_for(0ms) == std::future_status::timeout);
+  leave_round(b, round, rb, false, 20s, 50ms, always);
+  CHECK(host.wait_for(10s) == std::future_status::ready);
+  round.round = 3;
+  leave_round(a, round, ra, true, 100ms, 50ms, always);  // b never leaves round 3: returns after 100 ms
+}
