@@ -212,9 +212,12 @@ def test_store_lost_during_exit_barrier(tmp):
     try:
         wait_until(node1_done, 30, "node 1's worker to finish")
         os.kill(nodes[0].proc.pid, signal.SIGKILL)
+        t0 = time.monotonic()
         code = nodes[1].wait(30)
+        noticed = time.monotonic() - t0
     finally:
         finish(nodes)
+    print(f"  node 1 ended {noticed:.2f} s after the store's host was SIGKILLed (heartbeat_timeout=2)")
     err = nodes[1].text()[1]
     assert code == 74, nodes[1]
     assert "lost the store" in err and "failed on another node" not in err, nodes[1]
