@@ -87,7 +87,11 @@ BlockingSocket BlockingSocket::connect(const std::string& host, std::uint16_t po
   int fd = -1;
   for (const addrinfo* ai = list; ai != nullptr && fd < 0; ai = ai->ai_next) fd = connect_one(*ai, deadline, err);
   ::freeaddrinfo(list);
-  if (fd < 0) throw StoreError(fmt::format("cannot connect to {}:{}: {}", host, port, errno_text(err)));
+  if (fd < 0) {
+    const std::string what = fmt::format("cannot connect to {}:{}: {}", host, port, errno_text(err));
+    if (err == ECONNREFUSED) throw StoreRefusedError(what);
+    throw StoreError(what);
+  }
   return BlockingSocket(fd);
 }
 

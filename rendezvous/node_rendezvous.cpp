@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "rendezvous/log.hpp"
+#include "rendezvous/token_auth.hpp"
 
 namespace ddp::rdzv {
 namespace {
@@ -18,6 +19,8 @@ using namespace std::chrono_literals;
 //   .../assignment                           JSON Assignment, written before any "ok"
 //   .../closed                               "1" once the leader stopped admitting
 //   .../status                               leader's one-line progress (for timeout messages)
+//   ddprun/<run_id>/leader                   static node 0's name, set when it first joins
+//   .../ack/<seq>                            "1": this arrival read why the leader failed the round
 //   .../hb/<node_rank>                       heartbeat counters
 //   .../stop                                 first stop reason (COMPARE_SET from "")
 //   .../done                                 ADD counter: nodes whose workers finished
@@ -44,10 +47,26 @@ bool wait_for(StoreClient& client, const std::string& key, std::chrono::millisec
   }
 }
 
+// How long a leader that failed the round keeps waiting for the others to read why (its agent
+// exits afterwards, and the store with it when it hosts it).
+constexpr auto kFailureReadBudget = 5s;
+
+// The leader failed the round: "closed" and "status" are set. Every node that arrived so far
+// acknowledges once it has read them (ack/<arrival>); wait for that, bounded.
+void await_failure_read(StoreClient& client, const std::string& prefix, std::int64_t own_seq) {
+  const auto until = RdzvClock::now() + kFailureReadBudget;
+  const std::int64_t arrived = client.add(prefix + "arrivals", 0);
+  for (std::int64_t seq = 1; seq <= arrived; ++seq) {
+    if (seq == own_seq) continue;
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - RdzvClock::now());
+    if (left <= 0ms || !wait_for(client, prefix + "ack/" + std::to_string(seq), left)) return;
+  }
+}
+
 Assignment lead(StoreClient& client, const std::string& prefix, const NodeRendezvousOptions& o,
-                RdzvClock::time_point deadline) {
-  Admission admission(AdmissionPolicy{o.min_nodes, o.max_nodes, o.node_rank >= 0, o.token, o.run_id,
-                                      o.last_call_timeout});
+                const std::string& leader_name, std::int64_t own_seq, RdzvClock::time_point deadline) {
+  Admission admission(AdmissionPolicy{o.min_nodes, o.max_nodes, o.node_rank >= 0, o.must_agree, leader_name,
+                                      o.run_id, o.last_call_timeout});
   std::int64_t next = 1;
   while (!admission.complete(RdzvClock::now())) {
     const auto now = RdzvClock::now();
@@ -55,6 +74,7 @@ Assignment lead(StoreClient& client, const std::string& prefix, const NodeRendez
       const std::string status = admission.describe();
       client.set(prefix + "status", status);
       client.set(prefix + "closed", "1");
+      await_failure_read(client, prefix, own_seq);
       throw RendezvousError(fmt::format("rendezvous '{}' timed out after {} s: {}", o.run_id,
                                         std::chrono::duration_cast<std::chrono::seconds>(o.join_timeout).count(), status));
     }
@@ -71,6 +91,15 @@ Assignment lead(StoreClient& client, const std::string& prefix, const NodeRendez
       continue;
     }
     const auto decision = admission.offer(*join, RdzvClock::now());
+    if (decision.fatal) {
+      // The job cannot form: end this round for every node now, not at join_timeout.
+      log_line(fmt::format("rendezvous '{}': {}", o.run_id, decision.reason));
+      client.set(verdict_key, "refused: " + decision.reason);
+      client.set(prefix + "status", decision.reason);
+      client.set(prefix + "closed", "1");
+      await_failure_read(client, prefix, own_seq);
+      throw RendezvousError(fmt::format("rendezvous '{}': {}", o.run_id, decision.reason));
+    }
     if (!decision.admitted) {
       log_line(fmt::format("rendezvous '{}': refused join #{} from {}: {}", o.run_id, join->seq, join->name,
                            decision.reason));
@@ -99,7 +128,25 @@ Assignment lead(StoreClient& client, const std::string& prefix, const NodeRendez
 
 }  // namespace
 
+StoreClientOptions with_token(StoreClientOptions store, const std::string& token) {
+  if (!token.empty()) store.after_connect = token_prover(token);
+  return store;
+}
+
+namespace {
+RendezvousResult join_once(const StoreClientOptions& store, const NodeRendezvousOptions& options);
+}  // namespace
+
 RendezvousResult join_rendezvous(const StoreClientOptions& store, const NodeRendezvousOptions& options) {
+  try {
+    return join_once(store, options);
+  } catch (const StoreAuthError& e) {
+    throw RendezvousError(fmt::format("rendezvous '{}': {}", options.run_id, e.what()));
+  }
+}
+
+namespace {
+RendezvousResult join_once(const StoreClientOptions& store, const NodeRendezvousOptions& options) {
   NodeRendezvousOptions o = options;
   if (o.node_name.empty()) o.node_name = host_name();
   if (o.min_nodes < 1 || o.max_nodes < o.min_nodes) {
@@ -107,27 +154,45 @@ RendezvousResult join_rendezvous(const StoreClientOptions& store, const NodeRend
   }
   const auto deadline = RdzvClock::now() + o.join_timeout;
   const std::string prefix = key_prefix(o);
-  StoreClient client(store);
+  StoreClient client(with_token(store, o.token));
+  const std::string leader_key = fmt::format("ddprun/{}/leader", o.run_id);
+  if (o.node_rank > 0 && o.round == 0 && o.leader_timeout > 0ms && !wait_for(client, leader_key, o.leader_timeout)) {
+    throw RendezvousError(fmt::format(
+        "rendezvous '{}': node 0 has not joined on the store at {}:{} within {} s: that store belongs to another "
+        "job (two jobs on one port?) or node 0 failed to start; check node 0's output or pass a free --master_port",
+        o.run_id, store.host, store.port, std::chrono::duration_cast<std::chrono::seconds>(o.leader_timeout).count()));
+  }
+  if (o.node_rank == 0) client.set(leader_key, o.node_name);
 
   JoinRequest join;
   join.seq = client.add(prefix + "arrivals", 1);
   join.name = o.node_name;
   join.local_world_size = o.local_world_size;
   join.requested_node_rank = o.node_rank;
-  join.proof = join_proof(o.token, o.run_id, join);
+  join.settings = o.must_agree;
   client.set(prefix + "join/" + std::to_string(join.seq), encode_join(join));
 
   const bool leader = o.node_rank >= 0 ? o.node_rank == 0 : join.seq == 1;
   std::optional<Assignment> assignment;
-  if (leader) assignment = lead(client, prefix, o, deadline);
+  if (leader) assignment = lead(client, prefix, o, describe_node(join), join.seq, deadline);
+
+  // Tells a leader that failed the round that this node has read why (await_failure_read).
+  auto acknowledge = [&] {
+    try {
+      client.set(prefix + "ack/" + std::to_string(join.seq), "1");
+    } catch (const StoreError&) {
+      // The leader's store is already gone; this node has its answer anyway.
+    }
+  };
 
   const std::string verdict_key = prefix + "verdict/" + std::to_string(join.seq);
   for (;;) {
     if (wait_for(client, verdict_key, kPollSlice)) break;
     if (client.check({prefix + "closed"}) && !client.check({verdict_key})) {
       std::string why = client.check({prefix + "status"}) ? client.get(prefix + "status") : "";
-      throw RendezvousError(fmt::format("rendezvous '{}' closed without admitting {} (arrival #{}){}{}", o.run_id,
-                                        o.node_name, join.seq, why.empty() ? "" : ": ", why));
+      acknowledge();
+      throw RendezvousError(fmt::format("rendezvous '{}' closed without admitting {}{}{}", o.run_id,
+                                        describe_node(join), why.empty() ? "" : ": ", why));
     }
     if (RdzvClock::now() >= deadline) {
       std::string why = client.check({prefix + "status"}) ? client.get(prefix + "status") : "the leader never answered";
@@ -136,7 +201,10 @@ RendezvousResult join_rendezvous(const StoreClientOptions& store, const NodeRend
     }
   }
   const std::string verdict = client.get(verdict_key);
-  if (verdict != "ok") throw RendezvousError(fmt::format("rendezvous '{}' {}", o.run_id, verdict));
+  if (verdict != "ok") {
+    acknowledge();
+    throw RendezvousError(fmt::format("rendezvous '{}' {}", o.run_id, verdict));
+  }
   if (!assignment) assignment = decode_assignment(client.get(prefix + "assignment"));
   if (!assignment) throw RendezvousError("rendezvous assignment record is malformed");
 
@@ -153,6 +221,7 @@ RendezvousResult join_rendezvous(const StoreClientOptions& store, const NodeRend
   }
   return result;
 }
+}  // namespace
 
 namespace {
 // The monitor must notice a dead store within the heartbeat timeout, not after the default
@@ -168,8 +237,8 @@ StoreClientOptions monitor_client_options(StoreClientOptions store, const NodeMo
 NodeMonitor::NodeMonitor(const StoreClientOptions& store, const NodeRendezvousOptions& rendezvous,
                          const RendezvousResult& joined, Options options, Callbacks callbacks)
     : round_(rendezvous),
-      client_(monitor_client_options(store, options)),
-      control_(store),
+      client_(with_token(monitor_client_options(store, options), rendezvous.token)),
+      control_(with_token(store, rendezvous.token)),
       prefix_(key_prefix(rendezvous)),
       joined_(joined),
       options_(options),

@@ -23,7 +23,10 @@ namespace ddp::rdzv {
 struct NodeRendezvousOptions {
   std::string run_id = "none";  // keeps jobs sharing one store apart (--rdzv_id)
   int round = 0;                // restart count: each restart meets under fresh keys
-  std::string token;            // shared secret (DDPRUN_RDZV_TOKEN / --rdzv_conf token=); empty = none
+  // Shared secret (DDPRUN_RDZV_TOKEN / --rdzv_conf token=); empty = none. Every connection
+  // proves it to the store (token_auth.hpp), whose policy keeps strangers off the rendezvous keys.
+  std::string token;
+  AgreedSettings must_agree;    // checked by the leader against every join (mismatch: all nodes end)
   int min_nodes = 1;
   int max_nodes = 1;
   int node_rank = -1;           // static rendezvous: this node's rank; -1: assigned on arrival (c10d)
@@ -31,6 +34,10 @@ struct NodeRendezvousOptions {
   std::string node_name;        // shown in messages; defaults to the host name
   std::chrono::milliseconds join_timeout{std::chrono::seconds(600)};
   std::chrono::milliseconds last_call_timeout{std::chrono::seconds(30)};
+  // Static rendezvous, first round: a node other than node 0 gives up when node 0 (which hosts
+  // the store) has not announced itself there within this long: the store it reached belongs
+  // to another job (two jobs derived one port). Zero: no such check.
+  std::chrono::milliseconds leader_timeout{0};
 };
 
 struct RendezvousResult {
@@ -47,6 +54,9 @@ class RendezvousError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
+
+// `store` with the token handshake on every connection (unchanged when the token is empty).
+StoreClientOptions with_token(StoreClientOptions store, const std::string& token);
 
 // Blocks until the job's nodes have met or join_timeout passes. The leader (node rank 0 when
 // static, the first arrival otherwise) admits joins and publishes the assignment; refused

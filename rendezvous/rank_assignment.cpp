@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-#include <boost/uuid/detail/sha1.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -11,32 +10,11 @@ namespace {
 
 using Json = nlohmann::json;
 
-std::string sha1_raw(std::string_view data) {
-  boost::uuids::detail::sha1 h;
-  h.process_bytes(data.data(), data.size());
-  boost::uuids::detail::sha1::digest_type digest;
-  h.get_digest(digest);
-  std::string out;
-  for (unsigned word : digest) {
-    for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<char>((word >> shift) & 0xFF));
+std::string setting_value(const AgreedSettings& settings, const std::string& name) {
+  for (const auto& [key, value] : settings) {
+    if (key == name) return value;
   }
-  return out;
-}
-
-// RFC 2104 HMAC over SHA-1 (64-byte blocks).
-std::string hmac_sha1_hex(std::string_view key, std::string_view message) {
-  std::string k(key);
-  if (k.size() > 64) k = sha1_raw(k);
-  k.resize(64, '\0');
-  std::string inner(64, '\0'), outer(64, '\0');
-  for (int i = 0; i < 64; ++i) {
-    inner[i] = static_cast<char>(k[i] ^ 0x36);
-    outer[i] = static_cast<char>(k[i] ^ 0x5c);
-  }
-  const std::string mac = sha1_raw(outer + sha1_raw(inner + std::string(message)));
-  std::string hex;
-  for (unsigned char c : mac) hex += fmt::format("{:02x}", c);
-  return hex;
+  return "(not set)";
 }
 
 }  // namespace
@@ -60,7 +38,7 @@ std::string encode_join(const JoinRequest& join) {
               {"name", join.name},
               {"local_world_size", join.local_world_size},
               {"node_rank", join.requested_node_rank},
-              {"proof", join.proof}}
+              {"settings", join.settings}}
       .dump();
 }
 
@@ -72,7 +50,7 @@ std::optional<JoinRequest> decode_join(std::string_view text) {
     out.name = j.at("name").get<std::string>();
     out.local_world_size = j.at("local_world_size").get<int>();
     out.requested_node_rank = j.at("node_rank").get<int>();
-    out.proof = j.at("proof").get<std::string>();
+    out.settings = j.at("settings").get<AgreedSettings>();
     return out;
   } catch (const Json::exception&) {
     return std::nullopt;
@@ -104,15 +82,30 @@ std::optional<Assignment> decode_assignment(std::string_view text) {
   }
 }
 
-std::string join_proof(std::string_view token, std::string_view run_id, const JoinRequest& join) {
-  if (token.empty()) return {};
-  return hmac_sha1_hex(token, fmt::format("{}\n{}\n{}\n{}\n{}", run_id, join.seq, join.name, join.local_world_size,
-                                          join.requested_node_rank));
+std::string describe_node(const JoinRequest& join) {
+  if (join.requested_node_rank >= 0) return fmt::format("node {} ({})", join.requested_node_rank, join.name);
+  return fmt::format("{} (arrival #{})", join.name, join.seq);
+}
+
+std::optional<std::string> settings_mismatch(const AgreedSettings& leader, std::string_view leader_name,
+                                             const AgreedSettings& joiner, std::string_view joiner_name) {
+  auto differ = [&](const std::string& name, const std::string& ours, const std::string& theirs) {
+    return fmt::format("{} differs between nodes: {} on {} but {} on {}", name, ours, leader_name, theirs,
+                       joiner_name);
+  };
+  for (const auto& [name, value] : leader) {
+    const std::string theirs = setting_value(joiner, name);
+    if (theirs != value) return differ(name, value, theirs);
+  }
+  for (const auto& [name, value] : joiner) {
+    if (setting_value(leader, name) == "(not set)") return differ(name, "(not set)", value);
+  }
+  return std::nullopt;
 }
 
 Admission::Decision Admission::offer(const JoinRequest& join, RdzvClock::time_point now) {
-  if (!policy_.token.empty() && join.proof != join_proof(policy_.token, policy_.run_id, join)) {
-    return {false, "wrong or missing rendezvous token"};
+  if (auto mismatch = settings_mismatch(policy_.settings, policy_.leader_name, join.settings, describe_node(join))) {
+    return {false, *mismatch, true};
   }
   if (static_cast<int>(admitted_.size()) >= policy_.max_nodes) {
     return {false, fmt::format("the job already has its {} nodes", policy_.max_nodes)};

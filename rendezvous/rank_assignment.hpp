@@ -1,19 +1,23 @@
 #pragma once
 
 // The pure half of multi-node rendezvous: join records, the leader's admission state machine,
-// rank assignment, and the shared-secret proof. No I/O; node_rendezvous.cpp drives it over the
-// store.
+// the check that settings agree across nodes, and rank assignment. No I/O; node_rendezvous.cpp
+// drives it over the store. (The token is proved per connection: token_auth.hpp.)
 
 #include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace ddp::rdzv {
 
 using RdzvClock = std::chrono::steady_clock;
+
+// Settings every node of a job must share ("--max_restarts" -> "1"), in a fixed order.
+using AgreedSettings = std::vector<std::pair<std::string, std::string>>;
 
 // What an agent announces when it joins.
 struct JoinRequest {
@@ -21,7 +25,7 @@ struct JoinRequest {
   std::string name;             // host name (or any label) used in messages
   int local_world_size = 1;     // workers this node will run
   int requested_node_rank = -1; // static rendezvous: the node's --node_rank; -1: assign on arrival
-  std::string proof;            // join_proof(token, ...) or empty when no token is configured
+  AgreedSettings settings;      // what this node was started with, compared with the leader's
 };
 
 struct NodeAssignment {
@@ -46,16 +50,21 @@ std::optional<JoinRequest> decode_join(std::string_view text);
 std::string encode_assignment(const Assignment& assignment);
 std::optional<Assignment> decode_assignment(std::string_view text);
 
-// HMAC-SHA1 (hex) of the join's identity under the shared token. Not a secure channel (the store
-// protocol is plaintext), but a stranger without the token cannot produce an admissible join,
-// and a proof is bound to its arrival number so it cannot be replayed.
-std::string join_proof(std::string_view token, std::string_view run_id, const JoinRequest& join);
+// How messages name a node: "node 1 (host-b)" (static) or "host-b (arrival #2)"; host names
+// alone may all be the same.
+std::string describe_node(const JoinRequest& join);
+
+// nullopt when `joiner` has the leader's settings; else one line naming the first setting that
+// differs, both values and both nodes. A setting one side lacks counts as "(not set)".
+std::optional<std::string> settings_mismatch(const AgreedSettings& leader, std::string_view leader_name,
+                                             const AgreedSettings& joiner, std::string_view joiner_name);
 
 struct AdmissionPolicy {
   int min_nodes = 1;
   int max_nodes = 1;
   bool static_ranks = true;  // node ranks come from the joins (0..max_nodes-1, each once)
-  std::string token;         // empty: no proof required
+  AgreedSettings settings;   // the leader's own
+  std::string leader_name;
   std::string run_id;
   std::chrono::milliseconds last_call_timeout{std::chrono::seconds(30)};
 };
@@ -68,6 +77,7 @@ class Admission {
   struct Decision {
     bool admitted = false;
     std::string reason;  // why a join was refused
+    bool fatal = false;  // the job cannot form at all (settings differ): every node must end
   };
   Decision offer(const JoinRequest& join, RdzvClock::time_point now);
 

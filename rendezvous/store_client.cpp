@@ -68,6 +68,7 @@ BlockingSocket& StoreClient::connected_socket() {
   auto backoff = options_.initial_backoff;
   std::minstd_rand jitter(static_cast<unsigned>(::getpid()));
   std::string last_error = "no attempt made";
+  std::optional<BlockingSocket::Clock::time_point> refused_since;  // start of a run of refusals
   for (;;) {
     try {
       BlockingSocket sock = BlockingSocket::connect(options_.host, options_.port, deadline);
@@ -77,10 +78,24 @@ BlockingSocket& StoreClient::connected_socket() {
       sock.send_all(encode_request(kGen, validate) + encode_request(kGen, ping), deadline);
       const std::uint32_t echo = sock.recv_u32(deadline);
       if (echo != nonce) throw StoreError(fmt::format("store answered PING with {:#x} instead of {:#x}", echo, nonce));
+      if (options_.after_connect) options_.after_connect(sock, deadline);
       socket_ = std::move(sock);
       return socket_;
+    } catch (const StoreAuthError& e) {
+      throw StoreAuthError(fmt::format("store at {}:{}: {}", options_.host, options_.port, e.what()));
+    } catch (const StoreRefusedError& e) {
+      last_error = e.what();
+      const auto now = BlockingSocket::Clock::now();
+      if (!refused_since) refused_since = now;
+      if (options_.refused_timeout > Duration::zero() && now - *refused_since >= options_.refused_timeout) {
+        throw StoreConnectError(fmt::format(
+            "the store at {}:{} refused every connection for {} ms: nothing listens there (the store's node "
+            "failed to open the port, e.g. another job holds it, or has exited)",
+            options_.host, options_.port, options_.refused_timeout.count()));
+      }
     } catch (const StoreError& e) {
       last_error = e.what();
+      refused_since.reset();
     }
     // Exponential backoff with jitter so many agents restarting together do not reconnect in
     // step. No attempt starts at the deadline itself: it could only time out and hide the

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
@@ -27,7 +28,15 @@ struct StoreClientOptions {
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};  // default per-call timeout
   std::chrono::milliseconds initial_backoff{10};
   std::chrono::milliseconds max_backoff{1000};
+  // Give up early when every attempt for this long was refused (nothing listens on the port: the
+  // store's host failed to start it or has exited), instead of retrying until connect_timeout.
+  // Zero: retry refusals like any other failure.
+  std::chrono::milliseconds refused_timeout{0};
   std::size_t max_value_bytes = std::size_t{1} << 30;  // refuse replies larger than this
+  // Runs on every fresh connection after VALIDATE + PING, before any request (ddprun's agents
+  // prove the job's token here: rendezvous/token_auth.hpp). A StoreAuthError it throws ends the
+  // connect at once; any other StoreError is retried like a failed connect.
+  std::function<void(BlockingSocket&, BlockingSocket::Clock::time_point)> after_connect;
 };
 
 class StoreClient {

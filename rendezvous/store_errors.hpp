@@ -14,6 +14,16 @@ class StoreConnectError : public StoreError {
  public:
   using StoreError::StoreError;
 };
+// Nothing listens on the store's address (ECONNREFUSED on every address it resolves to).
+class StoreRefusedError : public StoreError {
+ public:
+  using StoreError::StoreError;
+};
+// The store refused this client's token, or does not speak the token handshake. Never retried.
+class StoreAuthError : public StoreError {
+ public:
+  using StoreError::StoreError;
+};
 // A WAIT/get/blocking pop did not complete within its timeout (the server state is intact).
 class StoreTimeoutError : public StoreError {
  public:

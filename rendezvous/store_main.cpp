@@ -3,11 +3,14 @@
 
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <iostream>
+#include <memory>
 
 #include <CLI/CLI.hpp>
 
 #include "rendezvous/store_runner.hpp"
+#include "rendezvous/token_auth.hpp"
 
 int main(int argc, char** argv) {
   // A reader of stdout/stderr that went away (`ddprun-store ... | head -1`) must not kill the
@@ -51,6 +54,10 @@ int main(int argc, char** argv) {
   app.add_flag("--trace", opts.trace, "log every request on stderr (protocol debugging)");
   CLI11_PARSE(app, argc, argv);
   opts.limits.idle_timeout = std::chrono::milliseconds(static_cast<long long>(idle_timeout_s * 1000));
+  // The job's token (never a flag: the command line is visible to every user of the machine).
+  if (const char* token = std::getenv("DDPRUN_RDZV_TOKEN"); token != nullptr && *token != '\0') {
+    opts.access_policy = std::make_shared<ddp::rdzv::TokenAccessPolicy>(token);
+  }
 
   return ddp::rdzv::run_store_until_signal(opts, std::cout);
 }

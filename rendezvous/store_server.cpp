@@ -14,6 +14,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <fmt/format.h>
 
+#include "rendezvous/access_policy.hpp"
 #include "rendezvous/command_handler.hpp"
 #include "rendezvous/log.hpp"
 #include "rendezvous/store_session.hpp"
@@ -177,7 +178,12 @@ struct StoreServer::Core : SessionHost, std::enable_shared_from_this<StoreServer
 
   void handle(StoreSession& session, Generation gen, Command&& cmd, bool first_request) override {
     if (options.trace) log_line(describe_request(session.id(), gen, cmd));
-    Outcome outcome = handle_command(model, session.id(), gen, std::move(cmd), first_request, options.limits);
+    std::optional<Outcome> screened;
+    if (options.access_policy && !(gen == Generation::G2 && first_request)) {
+      screened = options.access_policy->screen(model, session.id(), cmd, options.limits);
+    }
+    Outcome outcome = screened ? std::move(*screened)
+                               : handle_command(model, session.id(), gen, std::move(cmd), first_request, options.limits);
     if (outcome.close_reason) {
       session.close_for_error(*outcome.close_reason);
     } else {
@@ -313,6 +319,7 @@ struct StoreServer::Core : SessionHost, std::enable_shared_from_this<StoreServer
   }
 
   void session_closed(ClientId id, bool for_error) override {
+    if (options.access_policy) options.access_policy->forget(id);
     model.remove_client(id);
     sessions.erase(id);
     if (for_error) ++closed_for_errors;

@@ -14,11 +14,14 @@
 
 namespace ddp::rdzv {
 
+class AccessPolicy;  // rendezvous/access_policy.hpp
+
 struct StoreServerOptions {
   std::string bind_address = "127.0.0.1";
   std::uint16_t port = 0;  // 0: the kernel picks a free port, held from bind on
   StoreLimits limits;
   bool trace = false;  // log every request (opcode, keys, sizes): for protocol debugging only
+  std::shared_ptr<AccessPolicy> access_policy;  // none: every client may touch every key
 };
 
 // Listening failed; what() names address:port and the OS reason.

@@ -7,7 +7,7 @@ set -euo pipefail
 # the Fashion-MNIST data, a real Slurm + Open MPI for the cluster tests, and the benchmark tools.
 DEB_PACKAGES=(
   build-essential cmake pkg-config zlib1g-dev
-  libboost1.81-all-dev libcli11-dev libfmt-dev nlohmann-json3-dev doctest-dev
+  libboost1.81-all-dev libcli11-dev libfmt-dev nlohmann-json3-dev doctest-dev libssl-dev
   python3-torch libtorch-dev libgloo-dev
   dataset-fashion-mnist
   slurmctld slurmd slurm-client munge openmpi-bin libopenmpi-dev

@@ -4,6 +4,34 @@
 extern char** environ;  // POSIX
 
 namespace ddp::launcher {
+namespace {
+
+// The rendezvous token is the agents' secret: a worker (or anything it starts) must not be able
+// to join, stop or read the rendezvous keys. PET_RDZV_CONF keeps its other entries.
+void drop_rendezvous_token(EnvMap& env) {
+  env.erase("DDPRUN_RDZV_TOKEN");
+  auto conf = env.find("PET_RDZV_CONF");
+  if (conf == env.end()) return;
+  std::string kept;
+  std::size_t start = 0;
+  while (start <= conf->second.size()) {
+    std::size_t end = conf->second.find(',', start);
+    if (end == std::string::npos) end = conf->second.size();
+    const std::string entry = conf->second.substr(start, end - start);
+    std::string key = entry.substr(0, entry.find('='));
+    key.erase(0, key.find_first_not_of(' '));
+    key.erase(key.find_last_not_of(' ') + 1);
+    if (!entry.empty() && key != "token") kept += (kept.empty() ? "" : ",") + entry;
+    start = end + 1;
+  }
+  if (kept.empty()) {
+    env.erase(conf);
+  } else {
+    conf->second = kept;
+  }
+}
+
+}  // namespace
 
 int global_rank(const LaunchConfig& config, int local_rank) {
   return config.node_rank * config.nproc_per_node + local_rank;
@@ -48,6 +76,7 @@ EnvMap worker_env_additions(const LaunchConfig& config, const WorkerSlot& slot,
 EnvMap worker_environment(const LaunchConfig& config, const WorkerSlot& slot, const EnvMap& parent,
                           const std::optional<GroupLayout>& group) {
   EnvMap env = parent;
+  drop_rendezvous_token(env);
   for (auto& [name, value] : worker_env_additions(config, slot, parent, group)) env[name] = value;
   return env;
 }

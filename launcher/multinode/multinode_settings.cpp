@@ -3,35 +3,34 @@
 
 #include <fmt/format.h>
 
-#include <arpa/inet.h>
-
 #include <set>
 
 #include "launcher/common/exit_codes.hpp"
 #include "launcher/config/value_parsers.hpp"
 
 namespace ddp::launcher {
-namespace {
-
-bool is_loopback(const std::string& host) {
-  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
-}
-
-bool is_literal_ip(const std::string& host) {
-  unsigned char buf[16];
-  return ::inet_pton(AF_INET, host.c_str(), buf) == 1 || ::inet_pton(AF_INET6, host.c_str(), buf) == 1;
-}
-
-}  // namespace
 
 bool needs_rendezvous(const LaunchConfig& c) { return c.multi_node() || c.rdzv_backend == "c10d"; }
 
 std::string listen_address_for(const std::string& master_addr) {
   if (master_addr == "localhost") return "127.0.0.1";
-  if (is_loopback(master_addr) || is_literal_ip(master_addr)) return master_addr;
-  // A name: it may resolve to another address here than on the other nodes (Debian maps the
-  // host name to 127.0.1.1), so listen on every interface rather than guess.
-  return "0.0.0.0";
+  // A name is bound as the store resolves it here, never widened to every interface: with
+  // Debian's 127.0.1.1 host-name line that is loopback only, so the other nodes are refused
+  // at once and --rdzv_conf store_bind=0.0.0.0 (or the IP as --master_addr) is the fix.
+  return master_addr;
+}
+
+rdzv::AgreedSettings settings_that_must_agree(const LaunchConfig& c, const MultiNodeSettings& s) {
+  auto seconds = [](std::chrono::milliseconds ms) { return fmt::format("{:g}s", ms.count() / 1000.0); };
+  return {{"--max_restarts", std::to_string(c.max_restarts)},
+          {"--role", c.role},
+          {"--nnodes", fmt::format("{}:{}", s.min_nodes, s.max_nodes)},
+          {"--rdzv_backend", c.rdzv_backend},
+          {"--rdzv_conf join_timeout", seconds(s.join_timeout)},
+          {"--rdzv_conf last_call_timeout", seconds(s.last_call_timeout)},
+          {"--rdzv_conf read_timeout", seconds(s.read_timeout)},
+          {"--rdzv_conf heartbeat_interval", seconds(s.heartbeat_interval)},
+          {"--rdzv_conf heartbeat_timeout", seconds(s.heartbeat_timeout)}};
 }
 
 Result<Ok> apply_rdzv_endpoint(LaunchConfig& c) {
@@ -54,10 +53,10 @@ StorePlan plan_store(const LaunchConfig& c) {
   if (c.rdzv_backend == "c10d") {
     // The agent on the endpoint's host serves; binding the exact address decides who that is.
     plan.role = StoreRole::TryHost;
-    plan.bind_address = c.master_addr == "localhost" ? "127.0.0.1" : c.master_addr;
   } else if (c.multi_node() && c.node_rank != 0) {
     plan.role = StoreRole::Client;
   }
+  if (auto asked = c.rdzv_conf.find("store_bind"); asked != c.rdzv_conf.end()) plan.bind_address = asked->second;
   return plan;
 }
 
@@ -80,18 +79,20 @@ Result<MultiNodeSettings> multinode_settings(const LaunchConfig& c,
   }
   static const std::set<std::string> kKnown{"join_timeout", "last_call_timeout", "close_timeout",
                                             "read_timeout", "token", "heartbeat_interval",
-                                            "heartbeat_timeout", "timeout", "is_host"};
+                                            "heartbeat_timeout", "timeout", "is_host", "store_bind",
+                                            "refused_timeout"};
   for (const auto& [key, value] : c.rdzv_conf) {
     if (!kKnown.count(key)) {
       return usage(fmt::format("--rdzv_conf: unknown key '{}' (known: join_timeout, "
                                "last_call_timeout, close_timeout, read_timeout, token, "
-                               "heartbeat_interval, heartbeat_timeout)", key));
+                               "heartbeat_interval, heartbeat_timeout, store_bind, refused_timeout)", key));
     }
     if (key == "token") {
       s.token = value;
       continue;
     }
     if (key == "is_host") continue;  // torchrun's hint; ddprun decides by binding the endpoint
+    if (key == "store_bind") continue;  // read by plan_store
     auto seconds = parse_seconds("--rdzv_conf " + key, value);
     if (!seconds) return seconds.error();
     if (*seconds <= 0) return usage(fmt::format("--rdzv_conf {}: must be positive", key));
@@ -101,6 +102,7 @@ Result<MultiNodeSettings> multinode_settings(const LaunchConfig& c,
     if (key == "read_timeout") s.read_timeout = ms;
     if (key == "heartbeat_interval") s.heartbeat_interval = ms;
     if (key == "heartbeat_timeout") s.heartbeat_timeout = ms;
+    if (key == "refused_timeout") s.refused_timeout = ms;
     // close_timeout: accepted; the round closes when the leader publishes the assignment.
   }
   if (s.heartbeat_interval >= s.heartbeat_timeout) {
@@ -111,6 +113,7 @@ Result<MultiNodeSettings> multinode_settings(const LaunchConfig& c,
   if (!s.dynamic && (c.node_rank < 0 || c.node_rank >= s.max_nodes)) {
     return usage(fmt::format("--node_rank {} is not in 0..{}", c.node_rank, s.max_nodes - 1));
   }
+  s.must_agree = settings_that_must_agree(c, s);
   return s;
 }
 

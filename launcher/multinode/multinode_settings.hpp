@@ -9,6 +9,7 @@
 
 #include "launcher/common/result.hpp"
 #include "launcher/config/launch_config.hpp"
+#include "rendezvous/rank_assignment.hpp"
 
 namespace ddp::launcher {
 
@@ -50,13 +51,21 @@ struct MultiNodeSettings {
   std::chrono::milliseconds read_timeout{std::chrono::seconds(60)};
   std::chrono::milliseconds heartbeat_interval{std::chrono::seconds(1)};
   std::chrono::milliseconds heartbeat_timeout{std::chrono::seconds(5)};
+  /// A joining node gives up when the store's address refused every connection this long
+  /// (nothing listens: node 0 failed to open the port, or exited). --rdzv_conf refused_timeout.
+  std::chrono::milliseconds refused_timeout{std::chrono::seconds(15)};
+  /// Settings that must be the same on every node, checked at join (a mismatch ends the job).
+  rdzv::AgreedSettings must_agree;
 };
+
+/// The settings of `config` and `settings` that every node must share, by their flag names.
+rdzv::AgreedSettings settings_that_must_agree(const LaunchConfig& config, const MultiNodeSettings& settings);
 
 /// True when the job needs the multi-node rendezvous (several nodes, or c10d even for 1:1).
 bool needs_rendezvous(const LaunchConfig& config);
 
-/// The address a store host must listen on so that the given master address reaches it:
-/// loopback stays loopback, a literal IP is bound as is, a host name binds every interface.
+/// The address a store host listens on: the one it was given (a host name is resolved by the
+/// store; "localhost" is 127.0.0.1). Every interface only when asked (--rdzv_conf store_bind=).
 std::string listen_address_for(const std::string& master_addr);
 
 /// c10d: the store is at --rdzv_endpoint (port 29400 when it has none, like torchrun); the

@@ -17,7 +17,9 @@ StopReason decode_stop_reason(const std::string& encoded) {
   int code = 0;
   if (bar != std::string::npos &&
       std::from_chars(encoded.data(), encoded.data() + bar, code).ec == std::errc{}) {
-    r.exit_code = code;
+    // A stop is a failure: whoever wrote the record (without a token, anyone who reaches the
+    // store) cannot make the job end in success or with a code outside 1..255.
+    r.exit_code = code >= 1 && code <= 255 ? code : 1;
     r.text = encoded.substr(bar + 1);
   } else {
     r.text = encoded;  // another agent version: keep the words, exit 1
@@ -72,12 +74,15 @@ void NodeSession::join(int round, std::function<void(JoinResult)> done) {
     round_.local_world_size = settings_.local_world_size;
     round_.node_name = settings_.node_name;
     round_.join_timeout = settings_.join_timeout;
+    round_.must_agree = settings_.must_agree;
+    round_.leader_timeout = settings_.refused_timeout;
     round_.last_call_timeout = settings_.last_call_timeout;
     JoinResult result;
     try {
       rdzv::StoreClientOptions joining = store_;
       joining.connect_timeout = settings_.join_timeout;
       joining.timeout = settings_.join_timeout + settings_.read_timeout;
+      joining.refused_timeout = settings_.refused_timeout;
       joined_ = rdzv::join_rendezvous(joining, round_);
       if (!client_) {
         // Barrier and leave wait in slices of one heartbeat interval; every call (and a
@@ -87,7 +92,7 @@ void NodeSession::join(int round, std::function<void(JoinResult)> done) {
         ending.timeout = std::min(settings_.read_timeout, settings_.heartbeat_timeout / 2);
         ending.connect_timeout = settings_.heartbeat_timeout / 2;
         ending.max_backoff = std::min(ending.max_backoff, settings_.heartbeat_interval);
-        client_ = std::make_unique<rdzv::StoreClient>(ending);
+        client_ = std::make_unique<rdzv::StoreClient>(rdzv::with_token(ending, settings_.token));
       }
       rdzv::NodeMonitor::Callbacks callbacks;
       callbacks.on_node_lost = [this](const rdzv::NodeAssignment& lost) {

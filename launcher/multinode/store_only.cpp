@@ -5,12 +5,15 @@
 #include <unistd.h>
 
 #include <charconv>
+#include <cstdlib>
 #include <iostream>
 
 #include "launcher/common/exit_codes.hpp"
 #include "launcher/multinode/multinode_settings.hpp"
 #include "launcher/output/output_sink.hpp"
 #include "rendezvous/store_runner.hpp"
+#include "rendezvous/store_server.hpp"
+#include "rendezvous/token_auth.hpp"
 
 namespace ddp::launcher {
 namespace {
@@ -38,6 +41,10 @@ int run_store_only(const RawOptions& raw) {
   rdzv::StoreServerOptions options;
   options.bind_address = listen_address_for(addr);
   options.port = static_cast<std::uint16_t>(port);
+  // With the job's token, only agents that prove it may touch the rendezvous keys.
+  if (const char* token = std::getenv("DDPRUN_RDZV_TOKEN"); token != nullptr && *token != '\0') {
+    options.access_policy = std::make_shared<rdzv::TokenAccessPolicy>(token);
+  }
   const int code = rdzv::run_store_until_signal(options, std::cout);
   return code == 1 ? multinode_exit_codes::kRendezvous : code;
 }

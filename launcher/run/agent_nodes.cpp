@@ -8,6 +8,7 @@
 #include "launcher/common/exit_codes.hpp"
 #include "launcher/run/agent.hpp"
 #include "rendezvous/store_server.hpp"
+#include "rendezvous/token_auth.hpp"
 
 namespace ddp::launcher {
 
@@ -17,6 +18,9 @@ Result<Ok> Agent::open_store() {
     rdzv::StoreServerOptions options;
     options.bind_address = plan.bind_address;
     options.port = static_cast<std::uint16_t>(plan.port);
+    if (setup_.multinode && !setup_.multinode->token.empty()) {
+      options.access_policy = std::make_shared<rdzv::TokenAccessPolicy>(setup_.multinode->token);
+    }
     try {
       store_ = std::make_unique<HostedStore>(options);
       setup_.master_port = store_->port();

@@ -54,16 +54,22 @@ bool is_numeric(std::string_view text) {
 }
 }  // namespace
 
+// 15000..32767: below Linux's ephemeral range (32768 and up), so no outgoing connection holds it.
+constexpr int kBase = 15000;
+constexpr std::uint64_t kPorts = 32768 - kBase;
+
 std::string port_derivation(std::string_view job_id) {
-  return is_numeric(job_id) ? "15000 + last 4 digits of the job id"
-                            : "15000 + hash of the job id modulo 10000";
+  return is_numeric(job_id) ? "15000 + job id modulo 17768"
+                            : "15000 + hash of the job id modulo 17768";
 }
 
 int port_from_job_id(std::string_view job_id) {
-  constexpr int kBase = 15000;
   if (is_numeric(job_id)) {
-    std::string_view tail = job_id.size() > 4 ? job_id.substr(job_id.size() - 4) : job_id;
-    return kBase + parse_count(tail, "job id");
+    // The whole id counts (not its last digits): jobs 1234 and 11234 get different ports, and
+    // only ids 17768 apart share one.
+    std::uint64_t id = 0;
+    for (char c : job_id) id = (id * 10 + static_cast<std::uint64_t>(c - '0')) % kPorts;
+    return kBase + static_cast<int>(id);
   }
   // FNV-1a: stable across processes and machines, unlike std::hash.
   std::uint64_t hash = 1469598103934665603ULL;
@@ -71,7 +77,7 @@ int port_from_job_id(std::string_view job_id) {
     hash ^= c;
     hash *= 1099511628211ULL;
   }
-  return kBase + static_cast<int>(hash % 10000);
+  return kBase + static_cast<int>(hash % kPorts);
 }
 
 }  // namespace ddp::launcher::scheduler

@@ -26,12 +26,12 @@ std::optional<Sourced<int>> env_int(const Env& env, std::initializer_list<const 
 void require_rank_below(const Sourced<int>& rank, const Sourced<int>& size, std::string_view what);
 
 /// A port that is stable for one job id and unlikely to collide between jobs on one node:
-/// 15000 + the last four digits of a numeric id (the convention PyTorch Lightning uses under
-/// Slurm), or 15000 + a hash modulo 10000 for other ids. Stays below Linux's ephemeral range.
+/// 15000 + a numeric id modulo 17768 (the whole id, so ids ending in the same digits differ),
+/// or 15000 + a hash modulo 17768 for other ids: 15000..32767, below Linux's ephemeral range.
 int port_from_job_id(std::string_view job_id);
 
-/// How port_from_job_id derived the port, for reports: "15000 + last 4 digits of the job id" or
-/// "15000 + hash of the job id modulo 10000".
+/// How port_from_job_id derived the port, for reports: "15000 + job id modulo 17768" or
+/// "15000 + hash of the job id modulo 17768".
 std::string port_derivation(std::string_view job_id);
 
 }  // namespace ddp::launcher::scheduler

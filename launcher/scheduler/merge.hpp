@@ -57,7 +57,7 @@ struct NodeSettings {
 NodeSettings merge_node_settings(const NodeOptions& flags, const NodeOptions& pet,
                                  const Detection& detection);
 
-/// "SLURM_NODEID=1", "--node_rank=3", "SLURM_JOB_ID=1234 (15000 + last 4 digits of the job id)".
+/// "SLURM_NODEID=1", "--node_rank=3", "SLURM_JOB_ID=1234 (15000 + job id modulo 17768)".
 std::string describe_origin(std::string_view origin, std::string_view raw, std::string_view how);
 
 template <typename T>

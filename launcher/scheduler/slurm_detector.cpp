@@ -36,6 +36,18 @@ std::optional<std::string> refusal_for(const Env& env, const Sourced<int>& nnode
   return std::nullopt;
 }
 
+// SLURM_STEP_RESV_PORTS ("12000-12015", or a list such as "12000,12004-12005"; srun
+// --resv-ports): the ports Slurm reserved for this step, the same on every node of the step and
+// never handed to another running step. The first one is the store's.
+Sourced<int> reserved_port(const std::string& raw) {
+  const std::string first = raw.substr(0, raw.find_first_of(",-"));
+  const int port = parse_count(first, "SLURM_STEP_RESV_PORTS");
+  if (port < 1 || port > 65535) {
+    throw SchedulerError(fmt::format("SLURM_STEP_RESV_PORTS={}: {} is not a port", raw, port));
+  }
+  return Sourced<int>{port, "SLURM_STEP_RESV_PORTS", raw, "first port Slurm reserved for the step"};
+}
+
 }  // namespace
 
 std::optional<SchedulerDefaults> detect_slurm(const Env& env) {
@@ -50,6 +62,9 @@ std::optional<SchedulerDefaults> detect_slurm(const Env& env) {
                                  port_derivation(job_id->value)};
 
   const bool in_step = env.contains("SLURM_STEP_ID") || env.contains("SLURM_STEPID");
+  if (auto reserved = env_first(env, {"SLURM_STEP_RESV_PORTS"}); reserved && in_step) {
+    out.master_port = reserved_port(reserved->value);
+  }
   auto nnodes = in_step ? env_int(env, {"SLURM_STEP_NUM_NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES"})
                         : env_int(env, {"SLURM_NNODES", "SLURM_JOB_NUM_NODES"});
   auto node_id = env_int(env, {"SLURM_NODEID"});

@@ -22,7 +22,7 @@ SLURM_TWO_NODES=(
   'all(d["effective"]["node_rank"]["origin"] == "SLURM_NODEID" for d in docs)'
   'all(d["effective"]["nnodes"]["value"] == 2 for d in docs)'
   'all(d["effective"]["rdzv_id"]["value"] == d["detected"]["job_id"]["value"] for d in docs)'
-  'all(d["effective"]["master_port"]["value"] == 15000 + int(d["detected"]["job_id"]["value"]) % 10000 for d in docs)'
+  'all(d["effective"]["master_port"]["value"] == 15000 + int(d["detected"]["job_id"]["value"]) % 17768 for d in docs)'
 )
 # n1/n2 are Slurm names only (no DNS): the address must come from Slurm's NodeAddr.
 N1_BY_NODEADDR=(

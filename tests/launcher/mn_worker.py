@@ -4,7 +4,9 @@
   sleep       sleep 60 s (until stopped)
   fail:R:C    rank R exits with code C after 0.5 s; the others sleep 60 s
   fail_once   rank 1 exits 3 on attempt 0 only; everyone else (and attempt 1) exits 0
-  done:R      rank R exits 0 at once; the others sleep 60 s"""
+  done:R      rank R exits 0 at once; the others sleep 60 s
+  until:PATH  exit 0 once PATH exists (at most 60 s)
+Every rank also prints whether the rendezvous token reached it (it must not)."""
 import os
 import sys
 import time
@@ -14,7 +16,8 @@ env = os.environ
 rank, restart = int(env["RANK"]), int(env["TORCHELASTIC_RESTART_COUNT"])
 print(f"MN rank={rank} world={env['WORLD_SIZE']} group={env['GROUP_RANK']}/{env['GROUP_WORLD_SIZE']} "
       f"local={env['LOCAL_RANK']}/{env['LOCAL_WORLD_SIZE']} restart={restart} "
-      f"master={env['MASTER_ADDR']}:{env['MASTER_PORT']} agent_store={env['TORCHELASTIC_USE_AGENT_STORE']}",
+      f"master={env['MASTER_ADDR']}:{env['MASTER_PORT']} agent_store={env['TORCHELASTIC_USE_AGENT_STORE']} "
+      f"token_seen={'DDPRUN_RDZV_TOKEN' in env or 'token' in env.get('PET_RDZV_CONF', '')}",
       flush=True)
 if mode == "sleep":
     time.sleep(60)
@@ -24,6 +27,10 @@ elif mode.startswith("fail:"):
         time.sleep(0.5)
         sys.exit(int(code))
     time.sleep(60)
+elif mode.startswith("until:"):
+    deadline = time.monotonic() + 60
+    while not os.path.exists(mode[len("until:"):]) and time.monotonic() < deadline:
+        time.sleep(0.05)
 elif mode.startswith("done:"):
     if rank != int(mode.split(":")[1]):
         time.sleep(60)

@@ -64,7 +64,9 @@ def main():
                 assert line == "STOP node 1 (b): rank 1 exited with code 3", line
             print("stop broadcast reached both agents")
 
-            # A stranger with the wrong token is refused (exit 2) and the job still forms.
+        # A stranger with the wrong token is refused (exit 2) and the job still forms, on a store
+        # started with the token.
+        with running_store(store_bin, env=dict(os.environ, DDPRUN_RDZV_TOKEN="s3cret")) as (port, _):
             common = dict(run_id="jobtok", min=2, max=2, hold_ms=500)
             good0 = start(probe, port, node_rank=0, name="good0", token="s3cret", **common)
             time.sleep(0.3)

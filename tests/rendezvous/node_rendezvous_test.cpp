@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "rendezvous/node_rendezvous.hpp"
+#include "rendezvous/token_auth.hpp"
 #include "tests/rendezvous/test_server.hpp"
 
 using namespace ddp::rdzv;
@@ -97,7 +98,7 @@ TEST_CASE("dynamic rendezvous closes at once when MAX nodes arrive") {
 }
 
 TEST_CASE("a stranger without the token is refused and logged; the job still forms") {
-  TestServer server;
+  TestServer server({}, std::make_shared<TokenAccessPolicy>("s3cret"));
   auto a = node("a", 1, 0, 2, 2);
   auto b = node("b", 1, 1, 2, 2);
   a.token = b.token = "s3cret";
@@ -111,13 +112,41 @@ TEST_CASE("a stranger without the token is refused and logged; the job still for
   } catch (const RendezvousError& e) {
     CHECK(std::string(e.what()).find("wrong or missing rendezvous token") != std::string::npos);
   }
+  auto without = node("anonymous", 1, 1, 2, 2);  // no token at all: the keys are out of reach
+  CHECK_THROWS_AS(join_rendezvous(server.client_options(), without), StoreError);
   auto rb = join_rendezvous(server.client_options(), b);
   CHECK(fa.get().world_size == 2);
   CHECK(rb.node_rank == 1);
   const auto log = server.log();
-  CHECK(std::any_of(log.begin(), log.end(), [](const std::string& l) {
-    return l.find("refused join #2 from stranger: wrong or missing rendezvous token") != std::string::npos;
-  }));
+  CHECK(std::any_of(log.begin(), log.end(),
+                    [](const std::string& l) { return l.find("wrong rendezvous token") != std::string::npos; }));
+}
+
+TEST_CASE("a node started with other settings ends every node's join at once, naming both") {
+  TestServer server;
+  auto a = node("alpha", 1, 0, 3, 3);
+  auto b = node("beta", 1, 1, 3, 3);
+  auto c = node("gamma", 1, 2, 3, 3);
+  a.must_agree = c.must_agree = {{"--max_restarts", "1"}};
+  b.must_agree = {{"--max_restarts", "0"}};
+  a.join_timeout = b.join_timeout = c.join_timeout = 600s;  // the mismatch, not a timeout, ends it
+  auto fc = std::async(std::launch::async, [&] { return join_rendezvous(server.client_options(), c); });
+  auto fa = std::async(std::launch::async, [&] { return join_rendezvous(server.client_options(), a); });
+  server.stats_when([](const StoreServerStats& s) { return s.pending_waits >= 2; });
+  const std::string line = "--max_restarts differs between nodes: 1 on node 0 (alpha) but 0 on node 1 (beta)";
+  auto message = [](auto&& f) {
+    try {
+      f();
+    } catch (const RendezvousError& e) {
+      return std::string(e.what());
+    }
+    return std::string("joined");
+  };
+  const std::string from_b = message([&] { join_rendezvous(server.client_options(), b); });
+  INFO(from_b);
+  CHECK(from_b.find(line) != std::string::npos);
+  CHECK(message([&] { fa.get(); }).find(line) != std::string::npos);
+  CHECK(message([&] { fc.get(); }).find(line) != std::string::npos);
 }
 
 TEST_CASE("a node that never arrives: join_timeout names who came and who did not") {
@@ -189,4 +218,45 @@ TEST_CASE("heartbeats: losing the store itself is reported") {
   auto f = gone.get_future();
   REQUIRE(f.wait_for(10s) == std::future_status::ready);
   CHECK_FALSE(f.get().empty());
+}
+
+TEST_CASE("end of a round: the exit barrier waits for every node, a stop ends it, leave waits for all") {
+  TestServer server;
+  auto futures = join_all(server, {node("a", 1, 0, 2, 2), node("b", 1, 1, 2, 2)});
+  const RendezvousResult ra = futures[0].get();
+  const RendezvousResult rb = futures[1].get();
+  auto round = node("a", 1, 0, 2, 2);
+  StoreClient a(server.client_options());
+  StoreClient b(server.client_options());
+  auto always = [] { return true; };
+
+  // Node a arrives first and is still waiting when b arrives: both see AllDone.
+  auto fa = std::async(std::launch::async, [&] { return exit_barrier(a, round, ra, 50ms, always); });
+  server.stats_when([](const StoreServerStats& s) { return s.pending_waits >= 1; });
+  CHECK(exit_barrier(b, round, rb, 50ms, always).end == ExitBarrierResult::End::AllDone);
+  CHECK(fa.get().end == ExitBarrierResult::End::AllDone);
+
+  // Next round: a stop broadcast ends a waiting barrier with the first reason.
+  round.round = 1;
+  auto fa1 = std::async(std::launch::async, [&] { return exit_barrier(a, round, ra, 50ms, always); });
+  server.stats_when([](const StoreServerStats& s) { return s.pending_waits >= 1; });
+  CHECK(broadcast_stop(b, round, "7|node 1 (b): rank 1 failed") == "7|node 1 (b): rank 1 failed");
+  CHECK(broadcast_stop(b, round, "9|later") == "7|node 1 (b): rank 1 failed");  // first reason wins
+  const auto stopped = fa1.get();
+  CHECK(stopped.end == ExitBarrierResult::End::Stopped);
+  CHECK(stopped.stop == "7|node 1 (b): rank 1 failed");
+
+  // A barrier nobody else reaches ends when the caller stops wanting to wait.
+  round.round = 2;
+  std::atomic<int> asked{0};
+  CHECK(exit_barrier(a, round, ra, 20ms, [&] { return ++asked < 3; }).end == ExitBarrierResult::End::Cancelled);
+
+  // Leave: the store's host waits until the other node left, bounded by the budget otherwise.
+  auto host = std::async(std::launch::async, [&] { leave_round(a, round, ra, true, 20s, 50ms, always); });
+  server.stats_when([](const StoreServerStats& s) { return s.pending_waits >= 1; });
+  CHECK(host.wait_for(0ms) == std::future_status::timeout);
+  leave_round(b, round, rb, false, 20s, 50ms, always);
+  CHECK(host.wait_for(10s) == std::future_status::ready);
+  round.round = 3;
+  leave_round(a, round, ra, true, 100ms, 50ms, always);  // b never leaves round 3: returns after 100 ms
 }

@@ -7,7 +7,7 @@ using namespace std::chrono_literals;
 
 namespace {
 JoinRequest join(std::int64_t seq, std::string name, int lws, int rank = -1) {
-  return JoinRequest{seq, std::move(name), lws, rank, ""};
+  return JoinRequest{seq, std::move(name), lws, rank, {}};
 }
 }  // namespace
 
@@ -30,12 +30,13 @@ TEST_CASE("ranks are contiguous per node in node-rank order, local sizes may dif
 }
 
 TEST_CASE("join and assignment records round-trip; garbage is rejected") {
-  JoinRequest j{7, "host-a", 8, 1, "abc"};
+  JoinRequest j{7, "host-a", 8, 1, {{"--max_restarts", "1"}, {"--role", "trainer"}}};
   auto back = decode_join(encode_join(j));
   REQUIRE(back);
   CHECK(back->seq == 7);
   CHECK(back->name == "host-a");
   CHECK(back->requested_node_rank == 1);
+  CHECK(back->settings == j.settings);  // in order
   CHECK_FALSE(decode_join("{not json"));
   CHECK_FALSE(decode_join("{\"seq\": 1}"));
   auto a = assign_ranks({join(1, "a", 2, 0), join(2, "b", 3, 1)});
@@ -46,22 +47,22 @@ TEST_CASE("join and assignment records round-trip; garbage is rejected") {
   CHECK_FALSE(decode_assignment("[]"));
 }
 
-TEST_CASE("join proof: HMAC-SHA1 bound to token and identity") {
-  JoinRequest j{3, "n", 2, 0, ""};
-  CHECK(join_proof("", "job", j).empty());
-  const std::string p = join_proof("secret", "job", j);
-  // Reference values from Python's hmac.new(key, b"job\n3\nn\n2\n0", hashlib.sha1).hexdigest().
-  CHECK(p == "074c50d700cd36d11f390cbb17c447b0f1abe450");
-  CHECK(join_proof(std::string(100, 'k'), "job", j) == "68f5dc5c3b04e93af90516ce8023cf35172ba6ba");  // long key
-  CHECK(p == join_proof("secret", "job", j));
-  CHECK(p != join_proof("other", "job", j));
-  CHECK(p != join_proof("secret", "job2", j));
-  j.seq = 4;
-  CHECK(p != join_proof("secret", "job", j));  // no replay under another arrival number
+TEST_CASE("settings comparison names the setting, both values and both nodes") {
+  const AgreedSettings leader{{"--max_restarts", "1"}, {"--role", "default"}};
+  CHECK_FALSE(settings_mismatch(leader, "node 0 (a)", leader, "node 1 (b)"));
+  auto differ = settings_mismatch(leader, "node 0 (a)", {{"--max_restarts", "0"}, {"--role", "default"}}, "node 1 (b)");
+  REQUIRE(differ);
+  CHECK(*differ == "--max_restarts differs between nodes: 1 on node 0 (a) but 0 on node 1 (b)");
+  auto missing = settings_mismatch(leader, "L", {{"--max_restarts", "1"}}, "J");
+  REQUIRE(missing);
+  CHECK(*missing == "--role differs between nodes: default on L but (not set) on J");
+  auto extra = settings_mismatch({{"--max_restarts", "1"}}, "L", leader, "J");
+  REQUIRE(extra);
+  CHECK(*extra == "--role differs between nodes: (not set) on L but default on J");
 }
 
 TEST_CASE("admission: static ranks, duplicates and out-of-range refused") {
-  Admission adm({2, 2, true, "", "job", 0ms});
+  Admission adm({2, 2, true, {}, "a", "job", 0ms});
   const auto now = RdzvClock::now();
   CHECK(adm.offer(join(1, "a", 1, 0), now).admitted);
   CHECK_FALSE(adm.complete(now));
@@ -78,7 +79,7 @@ TEST_CASE("admission: static ranks, duplicates and out-of-range refused") {
 
 TEST_CASE("admission: dynamic MIN:MAX closes at MAX, or at MIN after the last call") {
   const auto t0 = RdzvClock::now();
-  Admission adm({2, 4, false, "", "job", 30s});
+  Admission adm({2, 4, false, {}, "a", "job", 30s});
   CHECK(adm.offer(join(1, "a", 1), t0).admitted);
   CHECK_FALSE(adm.last_call_deadline());
   CHECK(adm.offer(join(2, "b", 1), t0 + 1s).admitted);
@@ -86,23 +87,22 @@ TEST_CASE("admission: dynamic MIN:MAX closes at MAX, or at MIN after the last ca
   CHECK_FALSE(adm.complete(t0 + 30s));
   CHECK(adm.offer(join(3, "c", 1), t0 + 2s).admitted);
   CHECK(adm.complete(t0 + 31s));
-  Admission full({1, 2, false, "", "job", 30s});
+  Admission full({1, 2, false, {}, "a", "job", 30s});
   full.offer(join(1, "a", 1), t0);
   full.offer(join(2, "b", 1), t0);
   CHECK(full.complete(t0));
   CHECK_FALSE(full.offer(join(3, "c", 1), t0).admitted);
 }
 
-TEST_CASE("admission: a wrong token is refused") {
-  Admission adm({1, 2, false, "s3cret", "job", 1s});
-  JoinRequest good = join(1, "a", 1);
-  good.proof = join_proof("s3cret", "job", good);
-  JoinRequest bad = join(2, "stranger", 1);
-  bad.proof = join_proof("guess", "job", bad);
-  CHECK(adm.offer(good, RdzvClock::now()).admitted);
-  auto d = adm.offer(bad, RdzvClock::now());
+TEST_CASE("admission: a node started with other settings ends the rendezvous") {
+  Admission adm({1, 3, false, {{"--max_restarts", "1"}}, "leader-host (arrival #1)", "job", 1s});
+  JoinRequest same = join(1, "leader-host", 1);
+  same.settings = {{"--max_restarts", "1"}};
+  CHECK(adm.offer(same, RdzvClock::now()).admitted);
+  JoinRequest other = join(2, "b", 1);
+  other.settings = {{"--max_restarts", "0"}};
+  auto d = adm.offer(other, RdzvClock::now());
   CHECK_FALSE(d.admitted);
-  CHECK(d.reason == "wrong or missing rendezvous token");
-  JoinRequest none = join(3, "anon", 1);
-  CHECK_FALSE(adm.offer(none, RdzvClock::now()).admitted);
+  CHECK(d.fatal);
+  CHECK(d.reason == "--max_restarts differs between nodes: 1 on leader-host (arrival #1) but 0 on b (arrival #2)");
 }

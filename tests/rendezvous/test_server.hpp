@@ -17,19 +17,21 @@
 #include "rendezvous/log.hpp"
 #include "rendezvous/store_client.hpp"
 #include "rendezvous/store_server.hpp"
+#include "rendezvous/access_policy.hpp"
 #include "tests/rendezvous/frames.hpp"
 
 namespace ddp::rdzv::test {
 
 class TestServer {
  public:
-  explicit TestServer(StoreLimits limits = {}) {
+  explicit TestServer(StoreLimits limits = {}, std::shared_ptr<AccessPolicy> access_policy = nullptr) {
     set_log_sink([this](std::string_view line) {
       std::lock_guard lock(log_mutex_);
       log_.emplace_back(line);
     });
     StoreServerOptions opts;
     opts.limits = limits;
+    opts.access_policy = std::move(access_policy);
     server_ = std::make_unique<StoreServer>(io_, opts);
     server_->start();
     thread_ = std::thread([this] { io_.run(); });

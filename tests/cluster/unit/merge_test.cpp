@@ -74,7 +74,7 @@ TEST_CASE("merge: PET_* beat the scheduler and must agree with it too") {
   CHECK(s.master_port->value == 29400);
   CHECK(s.master_port->origin == "PET_MASTER_PORT");
   REQUIRE(s.notes.size() == 1);
-  CHECK(s.notes[0] == "PET_MASTER_PORT=29400 overrides SLURM_JOB_ID=1 (15000 + last 4 digits of the job id)");
+  CHECK(s.notes[0] == "PET_MASTER_PORT=29400 overrides SLURM_JOB_ID=1 (15000 + job id modulo 17768)");
 }
 
 TEST_CASE("merge: flags beat PET_* silently (torchrun's contract), with a note") {

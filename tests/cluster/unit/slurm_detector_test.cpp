@@ -95,7 +95,7 @@ TEST_CASE("slurm: zero-padded node names with gaps, 5 nodes") {
   CHECK(d->nnodes->value == 5);
   CHECK(d->node_rank->value == 3);
   CHECK(d->master_addr->value == "gpu012");
-  CHECK(d->master_port->value == 15000 + 7342);
+  CHECK(d->master_port->value == 15000 + 4187342 % 17768);
   CHECK(d->job_id->value == "4187342");
 }
 
@@ -110,13 +110,32 @@ TEST_CASE("slurm: a step on part of the allocation uses the step's nodes") {
 
 TEST_CASE("slurm: two jobs get different ports, all below the ephemeral range") {
   CHECK(port_from_job_id("1") == 15001);
-  CHECK(port_from_job_id("4187342") == 22342);
+  CHECK(port_from_job_id("4187342") == 15000 + 11862);  // 4187342 mod 17768
   CHECK(port_from_job_id("4187343") != port_from_job_id("4187342"));
-  CHECK(port_from_job_id("99999") == 24999);
+  CHECK(port_from_job_id("99999") == 15000 + 11159);
+  // Issue 8 item 21: ids ending in the same four digits no longer share a port.
+  CHECK(port_from_job_id("11234") != port_from_job_id("1234"));
+  CHECK(port_from_job_id("123451234") != port_from_job_id("1234"));
+  CHECK(port_from_job_id("99999999999999999999999") < 32768);  // longer than 64 bits: no overflow
   int hashed = port_from_job_id("slurm.pmix.3.0");
   CHECK(hashed >= 15000);
-  CHECK(hashed < 25000);
+  CHECK(hashed < 32768);
   CHECK(hashed == port_from_job_id("slurm.pmix.3.0"));
+}
+
+TEST_CASE("slurm: a step's reserved ports (srun --resv-ports) win over the derived port") {
+  Env env = load_env_fixture("slurm-srun-N2-task1.env");
+  env["SLURM_STEP_RESV_PORTS"] = std::string("12000-12015");
+  auto d = detect_slurm(env);
+  REQUIRE(d);
+  CHECK(d->master_port->value == 12000);
+  CHECK(d->master_port->origin == "SLURM_STEP_RESV_PORTS");
+  env["SLURM_STEP_RESV_PORTS"] = std::string("13001,13005-13006");
+  CHECK(detect_slurm(env)->master_port->value == 13001);
+  env["SLURM_STEP_RESV_PORTS"] = std::string("none");
+  CHECK_THROWS_AS(detect_slurm(env), SchedulerError);
+  env["SLURM_STEP_RESV_PORTS"] = std::string("70000-70001");
+  CHECK_THROWS_AS(detect_slurm(env), SchedulerError);
 }
 
 TEST_CASE("slurm: not detected without a job id, malformed values name the variable") {

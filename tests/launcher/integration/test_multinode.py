@@ -6,14 +6,25 @@ import os
 import re
 import signal
 import socket
+import struct
 import subprocess
 import time
+from contextlib import contextmanager
 
 from harness import clean_env, main, read_events, start, stop, wait_until
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "..", "mn_worker.py")
 FAST = "heartbeat_interval=0.3,heartbeat_timeout=2,join_timeout=30"
+
+
+@contextmanager
+def pytest_raises(kind):
+    try:
+        yield
+    except kind:
+        return
+    raise AssertionError(f"expected {kind.__name__}")
 
 
 def free_port():
@@ -201,9 +212,12 @@ def test_store_lost_during_exit_barrier(tmp):
     try:
         wait_until(node1_done, 30, "node 1's worker to finish")
         os.kill(nodes[0].proc.pid, signal.SIGKILL)
+        t0 = time.monotonic()
         code = nodes[1].wait(30)
+        noticed = time.monotonic() - t0
     finally:
         finish(nodes)
+    print(f"  node 1 ended {noticed:.2f} s after the store's host was SIGKILLed (heartbeat_timeout=2)")
     err = nodes[1].text()[1]
     assert code == 74, nodes[1]
     assert "lost the store" in err and "failed on another node" not in err, nodes[1]
@@ -234,7 +248,182 @@ def test_wrong_token_is_refused(tmp):
         assert finish([node0, node1]) == [0, 0], (node0, node1)
     finally:
         finish([node0])
-    assert "refused join" in node0.text()[1], node0
+    assert "wrong rendezvous token" in node0.text()[1], node0
+
+
+class HostileClient:
+    """A stranger on the store port: raw c10d TCPStore (torch 2.x) frames, no token."""
+    VALIDATE, SET, GET, LIST_KEYS, PING = 0, 1, 3, 17, 13
+
+    def __init__(self, port):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        self.sock.sendall(bytes([self.VALIDATE]) + struct.pack("<I", 0x3C85F7CE) +
+                          bytes([self.PING]) + struct.pack("<I", 0x00FF1234))
+        assert struct.unpack("<I", self.recv(4))[0] == 0x00FF1234
+
+    def recv(self, n):
+        data = b""
+        while len(data) < n:
+            chunk = self.sock.recv(n - len(data))
+            if not chunk:
+                raise ConnectionError("the store closed the connection")
+            data += chunk
+        return data
+
+    @staticmethod
+    def blob(b):
+        return struct.pack("<Q", len(b)) + b
+
+    def recv_blob(self):
+        return self.recv(struct.unpack("<Q", self.recv(8))[0])
+
+    def list_keys(self):
+        self.sock.sendall(bytes([self.LIST_KEYS]))
+        return [self.recv_blob().decode() for _ in range(struct.unpack("<q", self.recv(8))[0])]
+
+    def set(self, key, value):
+        self.sock.sendall(bytes([self.SET]) + self.blob(key.encode()) + self.blob(value.encode()))
+
+    def get(self, key):
+        self.sock.sendall(bytes([self.GET]) + self.blob(key.encode()))
+        return self.recv_blob().decode()
+
+    def closed_by_store(self):
+        try:
+            return self.sock.recv(1) == b""
+        except ConnectionResetError:
+            return True
+
+
+def test_stranger_cannot_read_or_stop_a_token_job(tmp):
+    # Issue 8 items 14 and 15: with a token, a stranger on the store port sees none of the
+    # rendezvous keys (no join records to guess the token from offline), and its forged stop
+    # ("exit 0") is refused: the job runs to its real end.
+    release = os.path.join(tmp, "release")
+    env = clean_env(DDPRUN_RDZV_TOKEN="s3cret")
+    nodes, port = static_nodes(tmp, [1, 1], f"until:{release}", env=env)
+    try:
+        wait_until(lambda: all(n.started_workers() == 1 for n in nodes), 30, "workers on both nodes")
+        spy = HostileClient(port)
+        listed = spy.list_keys()
+        assert not [k for k in listed if "ddprun" in k], listed
+        with pytest_raises(ConnectionError):
+            spy.get("/ddprun/none/0/join/1")
+        forger = HostileClient(port)
+        forger.set("/ddprun/none/0/stop", "0|forged by a stranger")
+        forger.set("/ddprun/none/0/end", "stop")
+        assert forger.closed_by_store()
+        open(release, "w").close()
+        codes = finish(nodes)
+    finally:
+        finish(nodes)
+    assert codes == [0, 0], nodes
+    for node in nodes:
+        assert "forged" not in node.text()[1] and "another node" not in node.text()[1], node
+        assert not [e for e in read_events(node.events) if e.get("event") == "job_stop"], node
+
+
+def test_forged_stop_without_token_cannot_choose_success(tmp):
+    # Issue 8 item 14: without a token anyone on the port can stop the job (docs/rendezvous.md
+    # says so), but never make it end "successfully": a stop's exit code is 1..255.
+    nodes, port = static_nodes(tmp, [1, 1], "sleep")
+    try:
+        wait_until(lambda: all(n.started_workers() == 1 for n in nodes), 30, "workers on both nodes")
+        forger = HostileClient(port)
+        forger.set("/ddprun/none/0/stop", "0|forged by a stranger")
+        codes = finish(nodes)
+    finally:
+        finish(nodes)
+    assert codes == [1, 1], nodes
+    assert all("forged by a stranger" in n.text()[1] for n in nodes), nodes
+
+
+def test_token_never_reaches_the_workers(tmp):
+    # Issue 8 item 16: neither DDPRUN_RDZV_TOKEN nor PET_RDZV_CONF's token= is passed on.
+    env = clean_env(DDPRUN_RDZV_TOKEN="s3cret", PET_RDZV_CONF=f"token=s3cret,{FAST}")
+    nodes, _ = static_nodes(tmp, [1, 1], "ok", conf=FAST, env=env)
+    assert finish(nodes) == [0, 0], nodes
+    lines = [l for n in nodes for l in worker_lines(n)]
+    assert len(lines) == 2 and all(fields(l)["token_seen"] == "False" for l in lines), lines
+
+
+def listening_addresses(port):
+    """Local addresses of LISTEN sockets on `port`, from /proc/net/tcp (IPv4)."""
+    found = []
+    with open("/proc/net/tcp") as f:
+        for row in f.readlines()[1:]:
+            local, state = row.split()[1], row.split()[3]
+            addr, p = local.split(":")
+            if state == "0A" and int(p, 16) == port:
+                found.append(socket.inet_ntoa(struct.pack("<I", int(addr, 16))))
+    return found
+
+
+def test_store_binds_the_host_name_it_was_given(tmp):
+    # Issue 8 item 17: --master_addr as a host name binds what the name resolves to, not every
+    # interface; --rdzv_conf store_bind=0.0.0.0 asks for every interface.
+    name = socket.gethostname()
+    resolved = socket.gethostbyname(name)
+    for conf, expected in ((FAST, resolved), (FAST + ",store_bind=0.0.0.0", "0.0.0.0")):
+        release = os.path.join(tmp, f"release-{expected}")
+        port = free_port()
+        nodes = [Node(tmp, f"bind{k}-{expected}", ["--nnodes", 2, "--node_rank", k, "--master_addr", name,
+                                                   "--master_port", port, "--rdzv_conf", conf, WORKER,
+                                                   f"until:{release}"]) for k in (0, 1)]
+        try:
+            wait_until(lambda: all(n.started_workers() == 1 for n in nodes), 30, "workers on both nodes")
+            bound = listening_addresses(port)
+            open(release, "w").close()
+            codes = finish(nodes)
+        finally:
+            finish(nodes)
+        assert codes == [0, 0], nodes
+        assert bound == [expected], (bound, expected)
+
+
+def test_settings_that_differ_end_every_node(tmp):
+    # Issue 8 item 18: --max_restarts 1 on node 0 and 0 on node 1 ends both at the join with one
+    # line naming the setting, both values and both nodes (not a lone restart and a join_timeout).
+    port = free_port()
+    conf = "heartbeat_interval=0.3,heartbeat_timeout=2"  # join_timeout: the default 600 s
+    nodes = [Node(tmp, f"node{k}", ["--nnodes", 2, "--node_rank", k, "--master_port", port, "--rdzv_conf",
+                                    conf, "--max_restarts", 1 - k, WORKER, "ok"]) for k in (0, 1)]
+    codes = finish(nodes)
+    assert codes == [69, 69], nodes
+    line = "--max_restarts differs between nodes: 1 on node 0 ("
+    for node in nodes:
+        err = node.text()[1]
+        assert line in err and ") but 0 on node 1 (" in err, node
+        assert node.started_workers() == 0, node
+
+
+def test_peer_gives_up_when_the_store_port_refuses(tmp):
+    # Issue 8 item 21: nothing listens where node 0's store should be (node 0 failed to open its
+    # port, or is gone): node 1 gives up after refused_timeout naming the cause, not at the
+    # 600 s join_timeout.
+    node1 = Node(tmp, "node1", ["--nnodes", 2, "--node_rank", 1, "--master_port", free_port(),
+                                "--rdzv_conf", "refused_timeout=2", WORKER, "ok"])
+    assert node1.wait(60) == 69, node1
+    assert "refused every connection" in node1.text()[1], node1
+
+
+def test_two_jobs_on_one_derived_port_end_promptly(tmp):
+    # Issue 8 item 21: another job's store holds the port job B derived. B's node 0 cannot open
+    # it (exit 69); B's node 1 reaches the other job's store, where node 0 never shows up, and
+    # ends too, saying so, instead of waiting out join_timeout.
+    other = subprocess.Popen([os.environ["DDPRUN"], "--store-only", "--master_port", "0"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True)
+    try:
+        port = int(other.stdout.readline())
+        common = ["--nnodes", 2, "--master_port", port, "--rdzv_id", "jobB", "--rdzv_conf", "refused_timeout=2"]
+        nodes = [Node(tmp, f"jobB{k}", common + ["--node_rank", k, WORKER, "ok"]) for k in (0, 1)]
+        codes = finish(nodes)
+    finally:
+        stop(other)
+    assert codes == [69, 69], nodes
+    assert "address already in use" in nodes[0].text()[1], nodes[0]
+    assert "node 0 has not joined on the store" in nodes[1].text()[1], nodes[1]
 
 
 def c10d_jobs(tmp, port, jobs):

@@ -40,13 +40,16 @@ def check(python):
 
 
 def check_two_static_nodes(python):
-    """Two ddprun 'nodes' on this host (--nnodes 2, static): node 0's ddprun hosts the store."""
+    """Two ddprun 'nodes' on this host (--nnodes 2, static, with a token): node 0's ddprun hosts the store."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     common = ["--nnodes", "2", "--nproc_per_node", "1", "--master_addr", "127.0.0.1",
               "--master_port", str(port)] + ([] if python == "default" else ["--python", python])
-    nodes = [start(common + ["--node_rank", str(n), SCRIPT]) for n in (0, 1)]
+    # With a token: the store keeps its rendezvous keys to the agents, while the unmodified
+    # PyTorch workers (who never see the token) keep full use of their own keys.
+    env = clean_env(DDPRUN_RDZV_TOKEN="torch-two-nodes-token")
+    nodes = [start(common + ["--node_rank", str(n), SCRIPT], env=env) for n in (0, 1)]
     results = {}
     try:
         for n, p in enumerate(nodes):

@@ -27,7 +27,12 @@ TEST_CASE("store plan: who hosts, and on which address") {
   CHECK(plan_store(nodes(2, 0)).role == StoreRole::Host);
   CHECK(plan_store(nodes(2, 1)).role == StoreRole::Client);
   CHECK(plan_store(nodes(2, 0, "10.1.2.3")).bind_address == "10.1.2.3");
-  CHECK(plan_store(nodes(2, 0, "head-node")).bind_address == "0.0.0.0");  // never only loopback
+  // Issue 8 item 17: a name is bound as given (the store resolves it), not every interface...
+  CHECK(plan_store(nodes(2, 0, "head-node")).bind_address == "head-node");
+  LaunchConfig everywhere = nodes(2, 0, "head-node");
+  everywhere.rdzv_conf = {{"store_bind", "0.0.0.0"}};  // ...unless asked
+  CHECK(plan_store(everywhere).bind_address == "0.0.0.0");
+  CHECK(multinode_settings(everywhere, std::nullopt, "h"));
   CHECK(plan_store(nodes(2, 0, "localhost")).bind_address == "127.0.0.1");
   LaunchConfig c = nodes(2, 0);
   c.rdzv_backend = "c10d";
@@ -85,4 +90,37 @@ TEST_CASE("stop reasons carry the root cause's exit code") {
   CHECK(r.exit_code == 7);
   CHECK(r.text == "node 1 (b): rank 2 | odd");
   CHECK(decode_stop_reason("plain words").exit_code == 1);
+}
+
+TEST_CASE("the rendezvous token never reaches a worker's environment (issue 8 item 16)") {
+  LaunchConfig c = nodes(2, 0);
+  EnvMap parent{{"DDPRUN_RDZV_TOKEN", "s3cret"},
+                {"PET_RDZV_CONF", "join_timeout=5, token = s3cret ,heartbeat_timeout=3"},
+                {"PATH", "/bin"}};
+  EnvMap env = worker_environment(c, {0, 0, 29500, "e"}, parent);
+  CHECK(env.count("DDPRUN_RDZV_TOKEN") == 0);
+  CHECK(env.at("PET_RDZV_CONF") == "join_timeout=5,heartbeat_timeout=3");
+  CHECK(env.at("PATH") == "/bin");
+  parent["PET_RDZV_CONF"] = "token=s3cret";
+  CHECK(worker_environment(c, {0, 0, 29500, "e"}, parent).count("PET_RDZV_CONF") == 0);
+}
+
+TEST_CASE("settings that must agree across nodes, by flag name (issue 8 item 18)") {
+  LaunchConfig c = nodes(2, 1);
+  c.max_restarts = 3;
+  c.role = "trainer";
+  auto s = multinode_settings(c, std::nullopt, "h");
+  REQUIRE(s);
+  auto value = [&](const std::string& name) {
+    for (const auto& [k, v] : s->must_agree) {
+      if (k == name) return v;
+    }
+    return std::string("(absent)");
+  };
+  CHECK(value("--max_restarts") == "3");
+  CHECK(value("--role") == "trainer");
+  CHECK(value("--nnodes") == "2:2");
+  CHECK(value("--rdzv_conf heartbeat_timeout") == "5s");
+  CHECK(value("--rdzv_conf join_timeout") == "600s");
+  CHECK(value("--nproc_per_node") == "(absent)");  // nodes may run different worker counts
 }

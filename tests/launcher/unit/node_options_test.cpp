@@ -102,7 +102,7 @@ TEST_CASE("inside srun -N2 --ntasks-per-node=1: every node value comes from Slur
   CHECK(r->config.node_rank == 1);
   CHECK(r->config.master_addr == "n1");  // a Slurm node name: main() resolves it
   CHECK(r->master_needs_resolving);
-  CHECK(r->config.master_port == 15001);  // 15000 + the job id's last 4 digits
+  CHECK(r->config.master_port == 15001);  // 15000 + the job id modulo 17768
   CHECK(r->config.run_id == "1");
   CHECK(r->node_plan.settings.scheduler == "slurm");
   CHECK(r->config.world_size() == 4);
@@ -185,7 +185,7 @@ TEST_CASE("under mpirun -np 2 on one host: one 2-node job on 127.0.0.1") {
     CHECK(r->config.node_rank == rank);
     CHECK(r->config.master_addr == "127.0.0.1");
     CHECK(r->config.master_port >= 15000);
-    CHECK(r->config.master_port < 25000);
+    CHECK(r->config.master_port < 32768);
   }
 }
 

@@ -6,11 +6,11 @@ import tempfile
 
 
 @contextlib.contextmanager
-def running_store(store_bin, *extra_args):
+def running_store(store_bin, *extra_args, env=None):
     """Yields (port, read_log). The store's stderr goes to a file so a test can assert on it."""
     log = tempfile.NamedTemporaryFile(prefix="ddprun-store-", suffix=".log", delete=False)
     proc = subprocess.Popen([store_bin, "--host", "127.0.0.1", "--port", "0", *extra_args],
-                            stdout=subprocess.PIPE, stderr=log, text=True)
+                            stdout=subprocess.PIPE, stderr=log, text=True, env=env)
     try:
         first_line = proc.stdout.readline().strip()
         if not first_line.isdigit():
