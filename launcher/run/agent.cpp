@@ -108,7 +108,7 @@ void Agent::on_log_error(const std::string& path, int error) {
   const std::string reason = std::strerror(error);
   say(fmt::format("cannot write '{}': {}; its output goes to the console from now on", path, reason));
   events_.emit("log_error", {{"path", path}, {"error", reason}, {"errno", error}});
-  log_errors_.push_back(fmt::format("{}: {}", path, reason));
+  log_errors_.push_back(fmt::format("{}: {} (what it did not take went to the console)", path, reason));
 }
 
 Result<Ok> Agent::prepare() {
@@ -119,12 +119,12 @@ Result<Ok> Agent::prepare() {
   stdout_sink_.on_error([this](int error, std::string) {
     if (error == EPIPE) return;
     say(fmt::format("cannot write to stdout: {}; no more output goes there", std::strerror(error)));
-    log_errors_.push_back(fmt::format("stdout: {}", std::strerror(error)));
+    log_errors_.push_back(fmt::format("stdout: {} (the rest of the output is lost)", std::strerror(error)));
   });
   events_.on_error([this](const std::string& path, int error) {
     const std::string reason = std::strerror(error);
     say(fmt::format("cannot write '{}': {}; no more events are written", path, reason));
-    log_errors_.push_back(fmt::format("{}: {}", path, reason));
+    log_errors_.push_back(fmt::format("{} (--events): {} (no more events)", path, reason));
   });
   const auto& c = setup_.config;
   for (int r = 0; r < c.nproc_per_node; ++r) {

@@ -132,7 +132,7 @@ std::string format_failure_summary(const RunSummaryInput& in) {
   }
   if (!in.log_errors.empty()) {
     out += kThin;
-    out += "Output files that could not be written (their output went to the console):\n";
+    out += "Output that could not be written:\n";
     for (const auto& e : in.log_errors) out += "  " + e + "\n";
   }
   if (in.attempts.size() > 1) {

@@ -54,7 +54,7 @@ struct RunSummaryInput {
   /// Multi-node: the job-wide root cause every node agreed on ("node 1 (host-b): rank 3 ...") or
   /// why the job ended (a lost node); empty on one node.
   std::string job_root_cause;
-  /// Log and events files that could not be written ("<path>: <error>").
+  /// Log files, the events file or stdout that could not be written ("<path>: <error> (...)").
   std::vector<std::string> log_errors;
 };
 

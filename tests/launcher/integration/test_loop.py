@@ -168,5 +168,16 @@ def test_item10_a_full_log_file_system_is_reported_and_nothing_is_lost(tmp):
     assert proc.stdout.endswith("[rank0]:r0 end\n"), proc.stdout[-200:]
 
 
+def test_item10_an_events_file_that_cannot_be_written_is_reported(tmp):
+    # /dev/full: every write fails with ENOSPC. Without a word, ddprun used to exit 0.
+    r = subprocess.run([DDPRUN, "--nproc_per_node", "1", "--events", "/dev/full", "--no_python",
+                        "/bin/true"], capture_output=True, env=clean_env(), timeout=30, text=True)
+    assert r.returncode == 73, r.stderr
+    lines = [l for l in r.stderr.splitlines() if l.startswith("ddprun: cannot write")]
+    assert lines == ["ddprun: cannot write '/dev/full': No space left on device; no more events are "
+                     "written"], r.stderr
+    assert "/dev/full (--events): No space left on device" in r.stderr, r.stderr
+
+
 if __name__ == "__main__":
     main(globals())

@@ -162,9 +162,11 @@ TEST_CASE("summary: a rank that never started is not 'terminated by ddprun'; fai
   a.workers = {root, never};
   a.root_cause = 0;
   in.attempts = {a};
-  in.log_errors = {"/logs/attempt_0/0/stdout.log: No space left on device"};
+  in.log_errors = {"/logs/attempt_0/0/stdout.log: No space left on device (what it did not take "
+                   "went to the console)"};
   const std::string text = format_failure_summary(in);
   CHECK(text.find("rank 1 (local_rank 1, pid 0): could not start") != std::string::npos);
   CHECK(text.find("[terminated by ddprun]") == std::string::npos);
-  CHECK(text.find("  /logs/attempt_0/0/stdout.log: No space left on device\n") != std::string::npos);
+  CHECK(text.find("Output that could not be written:\n  /logs/attempt_0/0/stdout.log: No space left "
+                  "on device (what it did not take went to the console)\n") != std::string::npos);
 }
