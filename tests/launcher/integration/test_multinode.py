@@ -426,13 +426,13 @@ def test_two_jobs_on_one_derived_port_end_promptly(tmp):
     assert "node 0 has not joined on the store" in nodes[1].text()[1], nodes[1]
 
 
-def c10d_jobs(tmp, port, jobs):
+def c10d_jobs(tmp, port, jobs, env=None):
     nodes = []
     for job in jobs:
         for k, n in enumerate([1, 2]):
             args = ["--rdzv_backend", "c10d", "--rdzv_endpoint", f"127.0.0.1:{port}", "--rdzv_id", job,
                     "--nnodes", "1:2", "--nproc_per_node", n, "--rdzv_conf", FAST, WORKER, "ok"]
-            nodes.append(Node(tmp, f"{job}{k}", args))
+            nodes.append(Node(tmp, f"{job}{k}", args, env))
     assert finish(nodes) == [0] * len(nodes), nodes
     for j in range(len(jobs)):
         pair = nodes[2 * j:2 * j + 2]
@@ -444,6 +444,12 @@ def c10d_jobs(tmp, port, jobs):
 def test_c10d_ranks_on_arrival(tmp):
     # The first agent to bind the endpoint hosts the store; node ranks follow arrival.
     c10d_jobs(tmp, free_port(), ["solo"])
+
+
+def test_c10d_with_a_token(tmp):
+    # The agent that binds the endpoint hosts the store with the token policy; the other proves
+    # the token on each of its connections.
+    c10d_jobs(tmp, free_port(), ["tok"], env=clean_env(DDPRUN_RDZV_TOKEN="c10d-secret"))
 
 
 def test_c10d_two_jobs_on_one_store(tmp):
