@@ -130,7 +130,8 @@ import os; os.rename(sys.argv[1] + ".tmp", sys.argv[1])
 time.sleep(120)
 PY
   children+=($!)
-  for _ in $(seq 100); do [ -s "$tmp/port" ] && break; sleep 0.1; done
+  # Importing torch can take many seconds on a loaded machine: wait while the store process lives.
+  for _ in $(seq 1200); do [ -s "$tmp/port" ] && break; kill -0 "${children[0]}" 2>/dev/null || break; sleep 0.1; done
   [ -s "$tmp/port" ] || fail "the Python store did not start"
   MASTER_PORT=$(cat "$tmp/port") TORCHELASTIC_USE_AGENT_STORE=True TORCHELASTIC_RESTART_COUNT=2 \
     "$here/launch_local.sh" 2 "$worker" --synthetic 256 --batch-size 16 --epochs 1 --no-eval \
@@ -143,7 +144,7 @@ ddprun_store)
   store_bin=$ddprun
   "$store_bin" --port 0 >"$tmp/port" 2>"$tmp/store.log" &
   children+=($!)
-  for _ in $(seq 100); do [ -s "$tmp/port" ] && break; sleep 0.1; done
+  for _ in $(seq 600); do [ -s "$tmp/port" ] && break; kill -0 "${children[0]}" 2>/dev/null || break; sleep 0.1; done
   [ -s "$tmp/port" ] || fail "ddprun-store did not print its port"
   MASTER_PORT=$(head -1 "$tmp/port") TORCHELASTIC_USE_AGENT_STORE=1 TORCHELASTIC_RESTART_COUNT=0 \
     "$here/launch_local.sh" 3 "$worker" --synthetic 256 --batch-size 16 --epochs 1 --no-eval \
