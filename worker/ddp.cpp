@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-#include "worker/ddp.hpp"
+#include "ddprun/worker/ddp.hpp"
 
 #include <torch/csrc/autograd/engine.h>
 #include <torch/nn/module.h>
@@ -129,8 +129,10 @@ void ReducerState::finalize() {
 
 void ReducerState::wait_and_account(Clock::time_point backward_done) {
   Clock::time_point previous_end{};
+  bool synchronous = false;
   for (auto& bucket : buckets) {
     bucket.work->wait();
+    synchronous = synchronous || !bucket.work->asynchronous();
     const auto end = bucket.work->finished_at().value_or(Clock::now());
     const auto start = std::max(bucket.launched_at, previous_end);
     if (end > start) stats.comm_busy_s += seconds(end - start);
@@ -138,6 +140,7 @@ void ReducerState::wait_and_account(Clock::time_point backward_done) {
   }
   stats.comm_exposed_s += seconds(Clock::now() - backward_done);
   ++stats.iterations;
+  if (synchronous) ++stats.synchronous_iterations;
 }
 
 }  // namespace

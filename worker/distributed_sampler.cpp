@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: MIT
-#include "worker/distributed_sampler.hpp"
+#include "ddprun/worker/distributed_sampler.hpp"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <stdexcept>
 #include <string>
+#include <torch/serialize/archive.h>
+#include <torch/types.h>
 
 namespace ddp::worker {
 
@@ -24,6 +26,10 @@ DistributedSampler::DistributedSampler(int64_t dataset_size, int num_replicas, i
                                 std::to_string(num_replicas - 1) + "]");
   }
   if (dataset_size < 0) throw std::invalid_argument("DistributedSampler: negative dataset size");
+  compute_num_samples();
+}
+
+void DistributedSampler::compute_num_samples() {
   // PyTorch: with drop_last and an uneven split, drop the tail so every rank gets the same count.
   if (drop_last_ && dataset_size_ % num_replicas_ != 0) {
     num_samples_ = (dataset_size_ - num_replicas_ + num_replicas_ - 1) / num_replicas_;
@@ -38,7 +44,7 @@ std::vector<int64_t> DistributedSampler::indices() const {
   order.reserve(static_cast<std::size_t>(dataset_size_));
   if (shuffle_) {
     // Same generator and algorithm as torch.randperm(n, generator=g) after g.manual_seed(s).
-    at::Generator generator = at::detail::createCPUGenerator(seed_ + static_cast<uint64_t>(epoch_));
+    at::Generator generator = at::detail::createCPUGenerator(seed_ + static_cast<uint64_t>(*epoch_));
     const at::Tensor perm = at::randperm(dataset_size_, generator, at::TensorOptions(at::kLong));
     const int64_t* data = perm.data_ptr<int64_t>();
     order.assign(data, data + dataset_size_);
@@ -58,6 +64,44 @@ std::vector<int64_t> DistributedSampler::indices() const {
   mine.reserve(static_cast<std::size_t>(num_samples_));
   for (int64_t i = rank_; i < total; i += num_replicas_) mine.push_back(order[static_cast<std::size_t>(i)]);
   return mine;
+}
+
+}  // namespace ddp::worker
+
+namespace ddp::worker {
+
+void DistributedSampler::reset(torch::optional<size_t> new_size) {
+  if (new_size) {
+    dataset_size_ = static_cast<int64_t>(*new_size);
+    compute_num_samples();
+  }
+  pass_ = indices();
+  position_ = 0;
+  started_ = true;
+}
+
+torch::optional<std::vector<size_t>> DistributedSampler::next(size_t batch_size) {
+  if (!started_) reset();
+  if (position_ >= pass_.size()) return torch::nullopt;
+  const std::size_t end = std::min(pass_.size(), position_ + batch_size);
+  std::vector<size_t> batch(pass_.begin() + static_cast<std::ptrdiff_t>(position_),
+                            pass_.begin() + static_cast<std::ptrdiff_t>(end));
+  position_ = end;
+  return batch;
+}
+
+void DistributedSampler::save(torch::serialize::OutputArchive& archive) const {
+  archive.write("epoch", torch::tensor(*epoch_, torch::kInt64), /*is_buffer=*/true);
+  archive.write("position", torch::tensor(static_cast<int64_t>(position_), torch::kInt64), true);
+}
+
+void DistributedSampler::load(torch::serialize::InputArchive& archive) {
+  torch::Tensor epoch = torch::empty({}, torch::kInt64), position = torch::empty({}, torch::kInt64);
+  archive.read("epoch", epoch, /*is_buffer=*/true);
+  archive.read("position", position, true);
+  *epoch_ = epoch.item<int64_t>();
+  reset();
+  position_ = std::min(pass_.size(), static_cast<std::size_t>(position.item<int64_t>()));
 }
 
 }  // namespace ddp::worker

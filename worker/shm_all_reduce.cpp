@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: MIT
-#include "worker/shm_all_reduce.hpp"
+#include "ddprun/worker/shm_all_reduce.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sched.h>
-#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -37,13 +37,23 @@ void cpu_relax() {
 std::string errno_text() { return std::strerror(errno); }
 
 template <typename T>
-void sum_slots(T* out, const unsigned char* slots, std::size_t slot_bytes, int world,
-               std::size_t count) {
+void reduce_slots(T* out, const unsigned char* slots, std::size_t slot_bytes, int world,
+                  std::size_t count, ShmOp op) {
   const T* first = reinterpret_cast<const T*>(slots);
   for (std::size_t i = 0; i < count; ++i) out[i] = first[i];
   for (int r = 1; r < world; ++r) {
     const T* in = reinterpret_cast<const T*>(slots + static_cast<std::size_t>(r) * slot_bytes);
-    for (std::size_t i = 0; i < count; ++i) out[i] += in[i];
+    switch (op) {
+      case ShmOp::Sum:
+        for (std::size_t i = 0; i < count; ++i) out[i] += in[i];
+        break;
+      case ShmOp::Max:  // as Gloo's max: the larger by operator<
+        for (std::size_t i = 0; i < count; ++i) out[i] = out[i] < in[i] ? in[i] : out[i];
+        break;
+      case ShmOp::Min:
+        for (std::size_t i = 0; i < count; ++i) out[i] = in[i] < out[i] ? in[i] : out[i];
+        break;
+    }
   }
 }
 
@@ -59,7 +69,6 @@ struct SharedMemoryAllReduce::Layout {
     std::uint64_t magic;
     std::uint32_t world_size;
     std::uint64_t slot_bytes;
-    std::atomic<std::uint32_t> attached;  ///< Ranks that mapped the segment (rank 0 unlinks at world).
   };
   struct alignas(kLine) Flag {
     std::atomic<std::uint64_t> seq;  ///< 2k-1: op k's data is in my slot; 2k: done reading op k.
@@ -82,86 +91,195 @@ struct SharedMemoryAllReduce::Layout {
 
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free, "shared atomics must be lock free");
 
-bool process_is_dead(int pid) {
-  if (::kill(pid, 0) != 0 && errno == ESRCH) return true;
-  // A killed child stays a zombie until its parent reaps it; it will never write its flag.
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  if (!std::getline(stat, line)) return false;
-  const auto paren = line.rfind(')');
-  if (paren == std::string::npos || paren + 2 >= line.size()) return false;
-  const char state = line[paren + 2];
-  return state == 'Z' || state == 'X';
+namespace {
+
+const std::string kKeyPrefix = "ddprun_shm_all_reduce/";
+const std::string kSegmentPrefix = "ddprun-";
+
+/// The pid namespace inode in pid_scope() ("host/<inode>"), as segment names carry it.
+std::string pid_namespace() {
+  const std::string scope = pid_scope();
+  return scope.substr(scope.rfind('/') + 1);
+}
+
+}  // namespace
+
+int reclaim_stale_segments() {
+  // Names: ddprun-<tag>-<pid namespace>-<pid>-<random>; the tag may itself contain '-'.
+  const std::string ns = pid_namespace();
+  int removed = 0;
+  DIR* dir = ::opendir("/dev/shm");
+  if (dir == nullptr) return 0;
+  while (const dirent* entry = ::readdir(dir)) {
+    const std::string name = entry->d_name;
+    if (name.compare(0, kSegmentPrefix.size(), kSegmentPrefix) != 0) continue;
+    const auto random_dash = name.rfind('-');
+    if (random_dash == std::string::npos || random_dash == 0) continue;
+    const auto pid_dash = name.rfind('-', random_dash - 1);
+    if (pid_dash == std::string::npos || pid_dash == 0) continue;
+    const auto ns_dash = name.rfind('-', pid_dash - 1);
+    if (ns_dash == std::string::npos) continue;
+    if (name.substr(ns_dash + 1, pid_dash - ns_dash - 1) != ns) continue;
+    int pid = 0;
+    try {
+      pid = std::stoi(name.substr(pid_dash + 1, random_dash - pid_dash - 1));
+    } catch (const std::exception&) {
+      continue;
+    }
+    if (pid > 0 && process_is_dead(pid) && ::shm_unlink(("/" + name).c_str()) == 0) ++removed;
+  }
+  ::closedir(dir);
+  return removed;
+}
+
+int SharedMemoryAllReduce::peer_pid(const Rendezvous& rendezvous, int peer) {
+  if (setup_pids_[static_cast<std::size_t>(peer)] >= 0) return setup_pids_[static_cast<std::size_t>(peer)];
+  const std::string key = kKeyPrefix + "pid/" + std::to_string(peer);
+  if (!rendezvous.check(key)) return 0;  // not published yet: ask again on the next check
+  const std::string value = rendezvous.get(key);  // "<scope> <pid>"
+  const auto space = value.rfind(' ');
+  int pid = 0;
+  if (space != std::string::npos && value.substr(0, space) == pid_scope()) {
+    try {
+      pid = std::stoi(value.substr(space + 1));
+    } catch (const std::exception&) {
+      pid = 0;
+    }
+  }
+  setup_pids_[static_cast<std::size_t>(peer)] = pid;
+  return pid;
+}
+
+std::string SharedMemoryAllReduce::wait_for_key(const Rendezvous& rendezvous, const std::string& key,
+                                                 int peer) {
+  const auto started = SteadyClock::now();
+  auto pause = std::chrono::microseconds(50);
+  while (!rendezvous.check(key)) {
+    const int pid = peer_pid(rendezvous, peer);
+    if (pid > 0 && process_is_dead(pid)) {
+      throw PeerDiedError("shared-memory all-reduce setup: rank " + std::to_string(peer) + " (pid " +
+                          std::to_string(pid) + ") died");
+    }
+    if (SteadyClock::now() - started > timeout_) {
+      throw PeerDiedError("shared-memory all-reduce setup: timed out after " +
+                          std::to_string(timeout_.count()) + " ms waiting for rank " +
+                          std::to_string(peer));
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(2000));
+  }
+  return rendezvous.get(key);
 }
 
 SharedMemoryAllReduce::SharedMemoryAllReduce(int rank, int world_size, std::size_t slot_bytes,
                                              const std::string& tag,
                                              std::chrono::milliseconds timeout,
                                              const Rendezvous& rendezvous)
-    : rank_(rank), world_size_(world_size), slot_bytes_(round_up(slot_bytes)), timeout_(timeout) {
+    : rank_(rank),
+      world_size_(world_size),
+      slot_bytes_(round_up(slot_bytes)),
+      timeout_(timeout),
+      setup_pids_(static_cast<std::size_t>(world_size), -1) {
   mapped_bytes_ = Layout::bytes(world_size_, slot_bytes_);
+  // Peers check each other's liveness by pid while they wait for one another's keys.
+  rendezvous.set(kKeyPrefix + "pid/" + std::to_string(rank_), pid_scope() + " " + std::to_string(::getpid()));
+
+  // The name stays linked only between creation and the verdict: every path out unlinks it.
   std::string name;
-  int fd = -1;
+  struct UnlinkOnExit {
+    std::string& name;
+    bool owner;
+    ~UnlinkOnExit() {
+      if (owner && !name.empty()) ::shm_unlink(name.c_str());
+    }
+  } unlink_on_exit{name, rank_ == 0};
+  std::string problem;  // this rank's reason why it cannot share the segment
+  // A constructor that throws runs no destructor: unmap here unless setup succeeded.
+  struct UnmapUnlessShared {
+    SharedMemoryAllReduce& self;
+    bool shared = false;
+    ~UnmapUnlessShared() {
+      if (!shared && self.base_ != nullptr) ::munmap(self.base_, self.mapped_bytes_);
+      if (!shared) self.base_ = nullptr;
+    }
+  } unmap_unless_shared{*this};
+  auto map_segment = [&](int fd) {
+    base_ = ::mmap(nullptr, mapped_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (base_ == MAP_FAILED) {
+      base_ = nullptr;
+      problem = "mmap(" + name + "): " + errno_text();
+      return;
+    }
+    layout_ = static_cast<Layout*>(base_);
+  };
+
   if (rank_ == 0) {
-    // The tag names the job; pid and a random suffix keep two jobs on one host apart.
+    reclaim_stale_segments();
+    // The tag names the job; pid namespace and pid let a later run reclaim it, the random
+    // suffix keeps two jobs on one host apart.
     std::random_device random;
-    name = "/ddprun-" + tag + "-" + std::to_string(::getpid()) + "-" + std::to_string(random() % 1000000);
-    fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-    if (fd < 0) throw std::runtime_error("shm_open(" + name + "): " + errno_text());
-    if (::ftruncate(fd, static_cast<off_t>(mapped_bytes_)) != 0) {
-      const auto why = errno_text();
-      ::close(fd);
-      ::shm_unlink(name.c_str());
-      throw std::runtime_error("ftruncate(" + name + "): " + why);
-    }
-  }
-  // Rank 0 publishes the name only once the segment has its size; the others block on the key.
-  if (rank_ == 0) {
-    rendezvous.set("ddprun_shm_all_reduce/name", name);
-  } else {
-    name = rendezvous.get("ddprun_shm_all_reduce/name");
-    fd = ::shm_open(name.c_str(), O_RDWR, 0600);
+    name = "/" + kSegmentPrefix + tag + "-" + pid_namespace() + "-" + std::to_string(::getpid()) + "-" +
+           std::to_string(random() % 1000000);
+    const int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
     if (fd < 0) {
-      throw std::runtime_error("shm_open(" + name + ") by rank " + std::to_string(rank_) + ": " +
-                               errno_text() + " (are all ranks on one host? --no-shm / DDPRUN_NO_SHM=1 disables this path)");
-    }
-  }
-  base_ = ::mmap(nullptr, mapped_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  ::close(fd);
-  if (base_ == MAP_FAILED) {
-    base_ = nullptr;
-    if (rank_ == 0) ::shm_unlink(name.c_str());
-    throw std::runtime_error("mmap(" + name + "): " + errno_text());
-  }
-  layout_ = static_cast<Layout*>(base_);
-  if (rank_ == 0) {
-    // ftruncate zero-fills: all atomics start at 0; the rest is plain data.
-    layout_->header.magic = kMagic;
-    layout_->header.world_size = static_cast<std::uint32_t>(world_size_);
-    layout_->header.slot_bytes = slot_bytes_;
-    rendezvous.set("ddprun_shm_all_reduce/ready", "1");
-  } else {
-    (void)rendezvous.get("ddprun_shm_all_reduce/ready");
-    if (layout_->header.magic != kMagic ||
-        layout_->header.world_size != static_cast<std::uint32_t>(world_size_)) {
-      throw std::runtime_error("shared-memory segment " + name + " does not match this job");
-    }
-  }
-  layout_->flag(rank_).pid = static_cast<std::int32_t>(::getpid());
-  layout_->header.attached.fetch_add(1, std::memory_order_acq_rel);
-  if (rank_ == 0) {
-    // Unlink as soon as every rank has mapped it: from then on a crash leaves nothing behind.
-    const auto deadline = SteadyClock::now() + timeout_;
-    while (layout_->header.attached.load(std::memory_order_acquire) <
-           static_cast<std::uint32_t>(world_size_)) {
-      if (SteadyClock::now() > deadline) {
-        ::shm_unlink(name.c_str());
-        throw PeerDiedError("shared-memory all-reduce: not every rank mapped " + name + " within the timeout");
+      problem = "shm_open(" + name + "): " + errno_text();
+      name.clear();
+    } else {
+      if (::ftruncate(fd, static_cast<off_t>(mapped_bytes_)) != 0) {
+        problem = "ftruncate(" + name + "): " + errno_text();
+      } else {
+        map_segment(fd);
       }
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
+      ::close(fd);
     }
-    ::shm_unlink(name.c_str());
+    if (problem.empty()) {
+      // ftruncate zero-fills: all atomics start at 0; the rest is plain data.
+      layout_->header.magic = kMagic;
+      layout_->header.world_size = static_cast<std::uint32_t>(world_size_);
+      layout_->header.slot_bytes = slot_bytes_;
+      layout_->flag(0).pid = static_cast<std::int32_t>(::getpid());
+    }
+    // "!" marks a failure: the others then skip mapping and wait for the verdict.
+    rendezvous.set(kKeyPrefix + "name", problem.empty() ? name : "!" + problem);
+    std::string verdict = problem.empty() ? "ok" : "rank 0: " + problem;
+    for (int peer = 1; peer < world_size_; ++peer) {
+      const std::string status = wait_for_key(rendezvous, kKeyPrefix + "mapped/" + std::to_string(peer), peer);
+      if (status != "ok" && verdict == "ok") verdict = "rank " + std::to_string(peer) + ": " + status;
+    }
+    if (!name.empty()) ::shm_unlink(name.c_str());  // every rank has reported: nothing stays behind
+    name.clear();
+    rendezvous.set(kKeyPrefix + "verdict", verdict);
+    if (verdict != "ok") throw ShmUnavailable("shared-memory all-reduce unavailable: " + verdict);
+    unmap_unless_shared.shared = true;
+    return;
   }
+
+  const std::string published = wait_for_key(rendezvous, kKeyPrefix + "name", 0);
+  if (published.empty() || published[0] == '!') {
+    problem = "rank 0 created no segment";
+  } else {
+    const int fd = ::shm_open(published.c_str(), O_RDWR, 0600);
+    if (fd < 0) {
+      problem = "shm_open(" + published + "): " + errno_text() + " (not on rank 0's host?)";
+    } else {
+      struct stat info {};
+      if (::fstat(fd, &info) != 0 || static_cast<std::size_t>(info.st_size) < mapped_bytes_) {
+        problem = "segment " + published + " is smaller than expected";
+      } else {
+        map_segment(fd);
+      }
+      ::close(fd);
+    }
+    if (problem.empty() && (layout_->header.magic != kMagic ||
+                            layout_->header.world_size != static_cast<std::uint32_t>(world_size_))) {
+      problem = "segment " + published + " does not match this job";
+    }
+    if (problem.empty()) layout_->flag(rank_).pid = static_cast<std::int32_t>(::getpid());
+  }
+  rendezvous.set(kKeyPrefix + "mapped/" + std::to_string(rank_), problem.empty() ? "ok" : problem);
+  const std::string verdict = wait_for_key(rendezvous, kKeyPrefix + "verdict", 0);
+  if (verdict != "ok") throw ShmUnavailable("shared-memory all-reduce unavailable: " + verdict);
+  unmap_unless_shared.shared = true;
 }
 
 SharedMemoryAllReduce::~SharedMemoryAllReduce() {
@@ -209,7 +327,7 @@ void SharedMemoryAllReduce::wait_for_all(std::uint64_t target) {
   }
 }
 
-void SharedMemoryAllReduce::all_reduce_sum(void* data, std::size_t count, ShmElement element) {
+void SharedMemoryAllReduce::all_reduce(void* data, std::size_t count, ShmElement element, ShmOp op) {
   const std::size_t bytes = count * element_size(element);
   if (bytes > slot_bytes_) {
     throw std::invalid_argument("shared-memory all-reduce: " + std::to_string(bytes) +
@@ -223,13 +341,13 @@ void SharedMemoryAllReduce::all_reduce_sum(void* data, std::size_t count, ShmEle
   wait_for_all(2 * k - 1);
   switch (element) {
     case ShmElement::Float32:
-      sum_slots(static_cast<float*>(data), slots, slot_bytes_, world_size_, count);
+      reduce_slots(static_cast<float*>(data), slots, slot_bytes_, world_size_, count, op);
       break;
     case ShmElement::Float64:
-      sum_slots(static_cast<double*>(data), slots, slot_bytes_, world_size_, count);
+      reduce_slots(static_cast<double*>(data), slots, slot_bytes_, world_size_, count, op);
       break;
     case ShmElement::Int64:
-      sum_slots(static_cast<std::int64_t*>(data), slots, slot_bytes_, world_size_, count);
+      reduce_slots(static_cast<std::int64_t*>(data), slots, slot_bytes_, world_size_, count, op);
       break;
   }
   layout_->flag(rank_).seq.store(2 * k, std::memory_order_release);

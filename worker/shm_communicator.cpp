@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: MIT
-#include "worker/shm_communicator.hpp"
+#include "ddprun/worker/shm_communicator.hpp"
 
 #include <ATen/ATen.h>
 
 #include <cctype>
+#include <stdexcept>
 #include <cstdlib>
 #include <string>
 
@@ -12,8 +13,8 @@ namespace ddp::worker {
 bool shm_all_reduce_wanted(const WorkerEnv& env, bool option_enabled, bool cpu_device) {
   const char* off = std::getenv("DDPRUN_NO_SHM");
   const bool disabled_by_env = off != nullptr && std::string(off) != "" && std::string(off) != "0";
-  return option_enabled && !disabled_by_env && cpu_device && env.launched && env.world_size > 1 &&
-         env.local_world_size == env.world_size;
+  return option_enabled && !disabled_by_env && cpu_device && env.world_size > 1 &&
+         env.all_ranks_on_this_host();
 }
 
 std::string shm_segment_tag(const WorkerEnv& env) {
@@ -31,6 +32,7 @@ class DoneCollective final : public PendingCollective {
  public:
   void wait() override {}
   std::optional<Clock::time_point> finished_at() const override { return at_; }
+  bool asynchronous() const override { return false; }
 
  private:
   Clock::time_point at_ = Clock::now();
@@ -45,25 +47,37 @@ class ShmCommunicator final : public Communicator {
   std::string backend_name() const override { return inner_->backend_name() + "+shm"; }
   c10::Device device() const override { return inner_->device(); }
 
-  std::unique_ptr<PendingCollective> all_reduce_sum_async(at::Tensor& tensor) override {
-    // The choice depends only on dtype, device and size, which match on every rank, so all
+  std::unique_ptr<PendingCollective> all_reduce_async(at::Tensor& tensor, ReduceOp op) override {
+    // The choice depends only on dtype, device, size and op, which match on every rank, so all
     // ranks send the same collective down the same path.
     const auto element = element_of(tensor);
     const auto bytes = static_cast<std::size_t>(tensor.numel()) * tensor.element_size();
     if (!element || !tensor.device().is_cpu() || bytes > shm_->capacity()) {
-      return inner_->all_reduce_sum_async(tensor);
+      return inner_->all_reduce_async(tensor, op);
     }
+    if (op == ReduceOp::Avg && !at::isFloatingType(tensor.scalar_type())) {
+      throw std::invalid_argument("all_reduce AVG needs a floating-point tensor, got " +
+                                  std::string(c10::toString(tensor.scalar_type())));
+    }
+    const ShmOp shm_op = op == ReduceOp::Max ? ShmOp::Max : op == ReduceOp::Min ? ShmOp::Min : ShmOp::Sum;
     if (tensor.is_contiguous()) {
-      shm_->all_reduce_sum(tensor.data_ptr(), static_cast<std::size_t>(tensor.numel()), *element);
+      shm_->all_reduce(tensor.data_ptr(), static_cast<std::size_t>(tensor.numel()), *element, shm_op);
     } else {
       at::Tensor dense = tensor.contiguous();
-      shm_->all_reduce_sum(dense.data_ptr(), static_cast<std::size_t>(dense.numel()), *element);
+      shm_->all_reduce(dense.data_ptr(), static_cast<std::size_t>(dense.numel()), *element, shm_op);
       tensor.copy_(dense);
     }
+    if (op == ReduceOp::Avg) tensor.div_(size());
     return std::make_unique<DoneCollective>();
   }
 
   void broadcast(at::Tensor& tensor, int root) override { inner_->broadcast(tensor, root); }
+  std::vector<at::Tensor> all_gather(const at::Tensor& input) override { return inner_->all_gather(input); }
+  at::Tensor reduce_scatter(const at::Tensor& input, ReduceOp op) override {
+    return inner_->reduce_scatter(input, op);
+  }
+  KeyValueStore* store() override { return inner_->store(); }
+  std::any native_process_group() const override { return inner_->native_process_group(); }
 
  private:
   static std::optional<ShmElement> element_of(const at::Tensor& tensor) {

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-#include "worker/sync_batch_norm.hpp"
+#include "ddprun/worker/sync_batch_norm.hpp"
 
 #include <torch/autograd.h>
 #include <torch/nn/modules/batchnorm.h>
@@ -84,7 +84,6 @@ struct SyncBatchNormFunction : public torch::autograd::Function<SyncBatchNormFun
 SyncBatchNormImpl::SyncBatchNormImpl(const torch::nn::BatchNormOptions& options_,
                                      std::shared_ptr<Communicator> communicator)
     : options(options_), communicator_(std::move(communicator)) {
-  if (!communicator_) throw std::invalid_argument("SyncBatchNorm: communicator is null");
   reset();
 }
 
@@ -106,6 +105,16 @@ torch::Tensor SyncBatchNormImpl::forward(const torch::Tensor& input) {
               "SyncBatchNorm: expected input (N, ", options.num_features(), ", *), got ",
               input.sizes());
   const bool use_batch_stats = is_training() || !options.track_running_stats();
+  if (!communicator_) {
+    // Not converted yet: exactly torch::nn::BatchNorm's forward (per-process statistics).
+    double momentum = options.momentum().value_or(0.0);
+    if (is_training() && options.track_running_stats()) {
+      num_batches_tracked += 1;
+      if (!options.momentum().has_value()) momentum = 1.0 / num_batches_tracked.item<double>();
+    }
+    return torch::batch_norm(input, weight, bias, running_mean, running_var, use_batch_stats, momentum,
+                             options.eps(), at::globalContext().userEnabledCuDNN());
+  }
   if (!use_batch_stats) {
     return torch::batch_norm(input, weight, bias, running_mean, running_var, false, 0.0,
                              options.eps(), false);
@@ -186,9 +195,30 @@ std::shared_ptr<SyncBatchNormImpl> convert_one(const std::shared_ptr<torch::nn::
   return try_convert<torch::nn::BatchNorm3dImpl>(child, comm);
 }
 
-}  // namespace
+bool is_torch_batch_norm(const torch::nn::Module& module) {
+  return dynamic_cast<const torch::nn::BatchNorm1dImpl*>(&module) != nullptr ||
+         dynamic_cast<const torch::nn::BatchNorm2dImpl*>(&module) != nullptr ||
+         dynamic_cast<const torch::nn::BatchNorm3dImpl*>(&module) != nullptr;
+}
 
-int convert_sync_batchnorm(torch::nn::Module& module, std::shared_ptr<Communicator> communicator) {
+/// Finds every torch BatchNorm that cannot be swapped (not a Sequential's child), so the
+/// conversion fails before it changes anything.
+void check_convertible(const torch::nn::Module& module, const std::string& path) {
+  const bool sequential = dynamic_cast<const torch::nn::SequentialImpl*>(&module) != nullptr;
+  for (const auto& item : module.named_children()) {
+    const std::string child_path = path.empty() ? item.key() : path + "." + item.key();
+    if (is_torch_batch_norm(*item.value()) && !sequential) {
+      throw std::invalid_argument(
+          "convert_sync_batchnorm: '" + child_path + "' (" + item.value()->name() + " in " +
+          module.name() + ") is a torch::nn BatchNorm outside a Sequential; C++ calls it through a "
+          "typed member or cast that cannot be redirected. Declare it as ddp::worker::SyncBatchNorm "
+          "(it is BatchNorm until converted)");
+    }
+    check_convertible(*item.value(), child_path);
+  }
+}
+
+int convert_tree(torch::nn::Module& module, const std::shared_ptr<Communicator>& communicator) {
   int converted = 0;
   if (auto* sequential = dynamic_cast<torch::nn::SequentialImpl*>(&module)) {
     // Sequential calls its AnyModule list, not the registry: swap both, slot by slot.
@@ -198,21 +228,28 @@ int convert_sync_batchnorm(torch::nn::Module& module, std::shared_ptr<Communicat
       if (auto sync = convert_one(any.ptr(), communicator)) {
         sequential->replace_module(names.at(index), SyncBatchNorm(sync));
         any = torch::nn::AnyModule(SyncBatchNorm(sync));
-        ++converted;
       }
       ++index;
     }
   }
-  for (const auto& item : module.named_children()) {
-    if (convert_one(item.value(), communicator)) {
-      throw std::invalid_argument(
-          "convert_sync_batchnorm: '" + item.key() + "' in " + module.name() +
-          " is a BatchNorm held by a custom module; C++ cannot swap a typed member. Declare it "
-          "as ddp::worker::SyncBatchNorm or put it in a torch::nn::Sequential");
-    }
-    converted += convert_sync_batchnorm(*item.value(), communicator);
+  if (auto* sync = dynamic_cast<SyncBatchNormImpl*>(&module)) {
+    sync->set_communicator(communicator);
+    ++converted;
   }
+  for (const auto& child : module.children()) converted += convert_tree(*child, communicator);
   return converted;
+}
+
+}  // namespace
+
+int convert_sync_batchnorm(torch::nn::Module& module, std::shared_ptr<Communicator> communicator) {
+  if (!communicator) throw std::invalid_argument("convert_sync_batchnorm: communicator is null");
+  if (is_torch_batch_norm(module)) {
+    throw std::invalid_argument("convert_sync_batchnorm: the root module is itself a torch::nn BatchNorm; "
+                                "use ddp::worker::SyncBatchNorm in its place");
+  }
+  check_convertible(module, "");
+  return convert_tree(module, communicator);
 }
 
 }  // namespace ddp::worker

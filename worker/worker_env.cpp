@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-#include "worker/worker_env.hpp"
+#include "ddprun/worker/worker_env.hpp"
 
 #include <charconv>
 #include <cstdlib>
@@ -67,6 +67,7 @@ WorkerEnv parse_worker_env(const EnvLookup& lookup) {
       static_cast<std::uint16_t>(parse_integer("MASTER_PORT", require("MASTER_PORT", port), 1, 65535));
 
   const auto local_world = lookup("LOCAL_WORLD_SIZE");
+  env.local_world_size_set = local_world.has_value();
   env.local_world_size =
       local_world ? static_cast<int>(parse_integer("LOCAL_WORLD_SIZE", *local_world, 1,
                                                    env.world_size))
@@ -80,6 +81,7 @@ WorkerEnv parse_worker_env(const EnvLookup& lookup) {
         static_cast<int>(parse_integer("TORCHELASTIC_RESTART_COUNT", *restarts, 0, 1 << 30));
   }
   if (const auto file = lookup("TORCHELASTIC_ERROR_FILE")) env.error_file = *file;
+  if (const auto run_id = lookup("TORCHELASTIC_RUN_ID")) env.run_id = *run_id;
   if (const auto agent = lookup("TORCHELASTIC_USE_AGENT_STORE")) {
     env.use_agent_store = parse_bool("TORCHELASTIC_USE_AGENT_STORE", *agent);
   }

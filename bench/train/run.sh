@@ -31,7 +31,7 @@ run() {  # run NAME NPROC PROGRAM ARGS...  -> appends samples/s (and overlap) to
   else
     OMP_NUM_THREADS=1 "$ddprun" --nproc_per_node="$n" "$@" --summary-json "$json" >"$tmp/$name.log" 2>&1
   fi || { cat "$tmp/$name.log" >&2; exit 1; }
-  "$python" -c 'import json,sys; s=json.load(open(sys.argv[1])); print(s["samples_per_second"], s.get("overlap_fraction", "-"), s["cpu_ms_per_1k_samples_per_rank"])' "$json" >>"$tmp/$name"
+  "$python" -c 'import json,sys; s=json.load(open(sys.argv[1])); o=s.get("overlap_fraction"); print(s["samples_per_second"], "-" if o is None else o, s["cpu_ms_per_1k_samples_per_rank"])' "$json" >>"$tmp/$name"
 }
 
 common=(--epochs 1 --max-steps "$steps")
@@ -64,6 +64,7 @@ def line(label, name, single):
     v = med(name)
     ov = med(name, 1)
     eff = f"{100 * v / (2 * single):.0f}%" if single else ""
+    # None: the run's reductions were synchronous (shared memory), so overlap is not measured.
     ovs = f"{100 * ov:.0f}%" if ov is not None and name.startswith("cpp") else "n/a"
     print(f"| {label} | {v:,.0f} | {v / py2:.2f}x | {eff} | {ovs} | {med(name, 2):.0f} |")
 line("Python DDP (ddp_baseline.py, BatchNorm)", "py_ddp", py1)

@@ -22,8 +22,8 @@
 
 #include "rendezvous/store_client.hpp"
 #include "rendezvous/store_server.hpp"
-#include "worker/error_file.hpp"
-#include "worker/worker_env.hpp"
+#include "ddprun/worker/error_file.hpp"
+#include "ddprun/worker/worker_env.hpp"
 
 namespace {
 

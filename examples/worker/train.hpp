@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "worker/worker_env.hpp"
+#include "ddprun/worker/worker_env.hpp"
 
 namespace ddp::examples {
 
@@ -18,6 +18,9 @@ struct TrainOptions {
   double momentum = 0.9;
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   std::string checkpoint = "checkpoints/worker.pt";
+  /// "auto": resume on a launcher restart from this job's own checkpoint; "always" (--resume):
+  /// on every start, from any run with the same world size, data and model; "never" (--no-resume).
+  std::string resume = "auto";
   uint64_t seed = 0;
   std::string backend = "auto";
   int64_t synthetic = 0;          ///< > 0: train on this many generated images instead.

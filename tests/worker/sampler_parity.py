@@ -3,7 +3,8 @@
 """Compares ddp::worker::DistributedSampler (through sampler_dump) with PyTorch's
 torch.utils.data.distributed.DistributedSampler for shuffle on/off, drop_last on/off, sizes
 divisible by the replica count and not, several seeds and epochs.
-Usage: sampler_parity.py path/to/sampler_dump   (run with the Python whose torch matches)"""
+Usage: sampler_parity.py path/to/sampler_dump [--loader]   (run with the Python whose torch matches)
+--loader: the indices come from torch::data::make_data_loader driving the sampler."""
 import json
 import subprocess
 import sys
@@ -29,8 +30,9 @@ class Sized:
 
 def main():
     args = [",".join(map(str, c)) for c in CONFIGS]
-    ours = json.loads(subprocess.run([sys.argv[1], *args], check=True, capture_output=True,
-                                     text=True, timeout=60).stdout)
+    mode = sys.argv[2:3]
+    ours = json.loads(subprocess.run([sys.argv[1], *mode, *args], check=True, capture_output=True,
+                                     text=True, timeout=120).stdout)
     checked, failures = 0, 0
     for row in ours:
         size, replicas, shuffle, drop_last, seed, _ = map(int, row["config"].split(","))
@@ -44,7 +46,8 @@ def main():
             print(f"MISMATCH {row['config']} rank {row['rank']} epoch {row['epoch']}: "
                   f"torch {expected[:12]} (n={sampler.num_samples}) vs ours {row['indices'][:12]} "
                   f"(n={row['num_samples']})")
-    print(f"sampler parity with torch {torch.__version__}: {checked - failures}/{checked} match")
+    how = "through make_data_loader" if mode else "indices()"
+    print(f"sampler parity ({how}) with torch {torch.__version__}: {checked - failures}/{checked} match")
     return 1 if failures or checked == 0 else 0
 
 

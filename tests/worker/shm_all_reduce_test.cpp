@@ -3,6 +3,8 @@
 // many ops and sizes, nothing left in /dev/shm, a dead peer fails the survivor at once.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,12 +16,13 @@
 #include <thread>
 #include <vector>
 
-#include "worker/shm_all_reduce.hpp"
+#include "ddprun/worker/shm_all_reduce.hpp"
 
 namespace fs = std::filesystem;
 using ddp::worker::PeerDiedError;
 using ddp::worker::SharedMemoryAllReduce;
 using ddp::worker::ShmElement;
+using ddp::worker::ShmOp;
 
 namespace {
 
@@ -35,7 +38,27 @@ SharedMemoryAllReduce::Rendezvous file_rendezvous(const fs::path& dir) {
             for (int i = 0; i < 2000 && !fs::exists(name); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
             std::ifstream in(name);
             return std::string(std::istreambuf_iterator<char>(in), {});
+          },
+          [dir](const std::string& key) {
+            return fs::exists(dir / std::to_string(std::hash<std::string>{}(key)));
           }};
+}
+
+/// Gives this (forked) process a /dev/shm of its own, as a rank on another host would have.
+void private_dev_shm() {
+  if (::unshare(CLONE_NEWNS) != 0 || ::mount("none", "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+      ::mount("tmpfs", "/dev/shm", "tmpfs", 0, "size=1m") != 0) {
+    std::perror("private /dev/shm");
+    ::_exit(5);
+  }
+}
+
+/// A pid that no longer runs (a reaped child's).
+int dead_pid() {
+  const pid_t pid = ::fork();
+  if (pid == 0) ::_exit(0);
+  ::waitpid(pid, nullptr, 0);
+  return pid;
 }
 
 fs::path temp_dir() {
@@ -53,19 +76,23 @@ std::vector<std::string> shm_entries(const std::string& tag) {
 
 /// Runs body(rank, shm) in `world` forked processes; returns their exit codes.
 template <typename Body>
-std::vector<int> run_ranks(int world, const std::string& tag, Body body) {
+std::vector<int> run_ranks(int world, const std::string& tag, Body body, int private_shm_rank = -1) {
   const auto dir = temp_dir();
   std::vector<pid_t> pids;
   for (int r = 0; r < world; ++r) {
     const pid_t pid = ::fork();
     if (pid == 0) {
       int code = 0;
+      if (r == private_shm_rank) private_dev_shm();
       try {
         SharedMemoryAllReduce shm(r, world, 4096, tag, std::chrono::seconds(20), file_rendezvous(dir));
         code = body(r, shm);
       } catch (const PeerDiedError& e) {
         std::fprintf(stderr, "rank %d: %s\n", r, e.what());
         code = 3;
+      } catch (const ddp::worker::ShmUnavailable& e) {
+        std::fprintf(stderr, "rank %d: %s\n", r, e.what());
+        code = 6;
       } catch (const std::exception& e) {
         std::fprintf(stderr, "rank %d: %s\n", r, e.what());
         code = 4;
@@ -139,4 +166,48 @@ TEST_CASE("a peer that dies fails the survivor's wait with PeerDiedError") {
   // Well within the 20 s timeout: liveness, not the timeout, ended the wait.
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(15));
   CHECK(shm_entries(tag).empty());
+}
+
+TEST_CASE("max and min in rank order, equal on every rank") {
+  const std::string tag = "unittest-maxmin-" + std::to_string(::getpid());
+  const auto codes = run_ranks(3, tag, [](int rank, SharedMemoryAllReduce& shm) {
+    std::vector<std::int64_t> x = {rank, -rank, 10 * rank - 7};
+    std::vector<std::int64_t> y = x;
+    shm.all_reduce(x.data(), x.size(), ShmElement::Int64, ShmOp::Max);
+    shm.all_reduce(y.data(), y.size(), ShmElement::Int64, ShmOp::Min);
+    if (x != std::vector<std::int64_t>{2, 0, 13}) return 1;
+    if (y != std::vector<std::int64_t>{0, -2, -7}) return 2;
+    std::vector<float> f = {static_cast<float>(rank) * 0.5f, -1.0f * static_cast<float>(rank)};
+    shm.all_reduce(f.data(), f.size(), ShmElement::Float32, ShmOp::Max);
+    if (f[0] != 1.0f || f[1] != 0.0f) return 3;
+    return 0;
+  });
+  CHECK(codes == std::vector<int>{0, 0, 0});
+}
+
+TEST_CASE("a rank that cannot map the segment makes every rank give up at once, not at the timeout") {
+  // Rank 1 sees a /dev/shm of its own, as on another host: the job must not hang on it.
+  const std::string tag = "unittest-apart-" + std::to_string(::getpid());
+  const auto start = std::chrono::steady_clock::now();
+  const auto codes = run_ranks(2, tag, [](int, SharedMemoryAllReduce&) { return 0; }, 1);
+  CHECK(codes == std::vector<int>{6, 6});
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(15));
+  CHECK(shm_entries(tag).empty());
+}
+
+TEST_CASE("segments left by a killed creator are reclaimed by the next job on this host") {
+  char link[128] = {};
+  REQUIRE(::readlink("/proc/self/ns/pid", link, sizeof link - 1) > 0);
+  std::string ns;
+  for (const char* c = link; *c != 0; ++c) {
+    if (*c >= '0' && *c <= '9') ns += *c;
+  }
+  const std::string stale = "/dev/shm/ddprun-unittest-stale-r0-p1-" + ns + "-" + std::to_string(dead_pid()) + "-7";
+  const std::string alive = "/dev/shm/ddprun-unittest-alive-r0-p1-" + ns + "-" + std::to_string(::getpid()) + "-7";
+  std::ofstream(stale) << "x";
+  std::ofstream(alive) << "x";
+  CHECK(ddp::worker::reclaim_stale_segments() >= 1);
+  CHECK_FALSE(fs::exists(stale));
+  CHECK(fs::exists(alive));  // its creator still runs
+  fs::remove(alive);
 }

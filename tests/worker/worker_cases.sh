@@ -2,7 +2,10 @@
 # SPDX-License-Identifier: MIT
 # Integration cases of the worker program on real processes (CPU, Gloo). Usage:
 #   worker_cases.sh CASE WORKER [DDPRUN]
-# CASE: restart | peer_death | agent_store | ddprun_store | env_errors | accuracy
+# CASE: restart | peer_death | agent_store | ddprun_store | env_errors | accuracy, and the numbered
+# defects of issue 12: foreign_checkpoint (1) | no_shared_fs (2) | save_enospc (3) |
+# non_utf8_error (4) | no_local_world_size (5) | stale_files (6) | corrupt_checkpoint (7) |
+# help_and_ranges | no_eval_output
 # (ddprun_store takes the ddprun-store program in place of DDPRUN).
 # DDPRUN: the launcher to run under; when empty, tests/worker/launch_local.sh stands in (and a
 # restart is emulated by rerunning with TORCHELASTIC_RESTART_COUNT=1).
@@ -10,6 +13,7 @@
 set -u
 case_name=$1
 worker=$2
+case $worker in /*) ;; *) worker=$PWD/$worker ;; esac  # cases run it from other directories
 ddprun=${3:-}
 here=$(cd "$(dirname "$0")" && pwd)
 python=${PYTHON:-/usr/bin/python3}
@@ -21,6 +25,28 @@ cleanup() {
 }
 trap cleanup EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
+
+free_port() { "$python" -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
+
+# A dead pid: a child that has exited and been reaped.
+dead_pid() { sh -c 'echo $$'; }
+
+# solo ARGS...: the worker as a launched world of one (its own store), error file $tmp/error.json.
+solo() {
+  RANK=0 LOCAL_RANK=0 WORLD_SIZE=1 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$(free_port) \
+    TORCHELASTIC_ERROR_FILE="$tmp/error.json" OMP_NUM_THREADS=1 "$worker" "$@"
+}
+
+# valid_error_file FILE TEXT: PyTorch's error-file JSON whose message contains TEXT.
+valid_error_file() {
+  "$python" - "$1" "$2" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1], encoding="utf-8"))["message"]
+assert set(m["extraInfo"]) == {"py_callstack", "timestamp"}, m
+assert sys.argv[2] in m["message"], m["message"]
+print("error file:", m["message"][:200])
+PY
+}
 
 launch() {  # launch NPROC ARGS... (under ddprun or the local stand-in)
   local n=$1; shift
@@ -104,7 +130,8 @@ import os; os.rename(sys.argv[1] + ".tmp", sys.argv[1])
 time.sleep(120)
 PY
   children+=($!)
-  for _ in $(seq 100); do [ -s "$tmp/port" ] && break; sleep 0.1; done
+  # Importing torch can take many seconds on a loaded machine: wait while the store process lives.
+  for _ in $(seq 1200); do [ -s "$tmp/port" ] && break; kill -0 "${children[0]}" 2>/dev/null || break; sleep 0.1; done
   [ -s "$tmp/port" ] || fail "the Python store did not start"
   MASTER_PORT=$(cat "$tmp/port") TORCHELASTIC_USE_AGENT_STORE=True TORCHELASTIC_RESTART_COUNT=2 \
     "$here/launch_local.sh" 2 "$worker" --synthetic 256 --batch-size 16 --epochs 1 --no-eval \
@@ -117,7 +144,7 @@ ddprun_store)
   store_bin=$ddprun
   "$store_bin" --port 0 >"$tmp/port" 2>"$tmp/store.log" &
   children+=($!)
-  for _ in $(seq 100); do [ -s "$tmp/port" ] && break; sleep 0.1; done
+  for _ in $(seq 600); do [ -s "$tmp/port" ] && break; kill -0 "${children[0]}" 2>/dev/null || break; sleep 0.1; done
   [ -s "$tmp/port" ] || fail "ddprun-store did not print its port"
   MASTER_PORT=$(head -1 "$tmp/port") TORCHELASTIC_USE_AGENT_STORE=1 TORCHELASTIC_RESTART_COUNT=0 \
     "$here/launch_local.sh" 3 "$worker" --synthetic 256 --batch-size 16 --epochs 1 --no-eval \
@@ -153,6 +180,182 @@ s = json.load(open(sys.argv[1]))
 print(f"accuracy: {100 * s['test_accuracy']:.2f}% after 2 epochs, {s['samples_per_second']:.0f} samples/s")
 sys.exit(0 if s["test_accuracy"] >= 0.885 else 1)
 PY
+  ;;
+foreign_checkpoint)
+  # Defect 1: a restart finds a checkpoint another job left (other seed): it must not resume it.
+  common=(--synthetic 256 --batch-size 16 --epochs 2 --lr 0.01 --no-eval)
+  TORCHELASTIC_RUN_ID=job-a "$here/launch_local.sh" 2 "$worker" "${common[@]}" --seed 3 --checkpoint "$tmp/ck.pt" \
+    >"$tmp/a.log" 2>&1 || { cat "$tmp/a.log"; fail "job A failed"; }
+  TORCHELASTIC_RUN_ID=job-b "$here/launch_local.sh" 2 "$worker" "${common[@]}" --seed 4 --checkpoint "$tmp/fresh.pt" \
+    --dump-params "$tmp/fresh" >"$tmp/fresh.log" 2>&1 || { cat "$tmp/fresh.log"; fail "fresh job B failed"; }
+  # Job B, restarted by its launcher (restart count 1), over job A's file.
+  TORCHELASTIC_RUN_ID=job-b TORCHELASTIC_RESTART_COUNT=1 "$here/launch_local.sh" 2 "$worker" "${common[@]}" --seed 4 \
+    --checkpoint "$tmp/ck.pt" --dump-params "$tmp/b" >"$tmp/b.log" 2>&1 || { cat "$tmp/b.log"; fail "job B failed"; }
+  grep -q "resumed" "$tmp/b.log" && { cat "$tmp/b.log"; fail "job B resumed job A's checkpoint"; }
+  grep -q "worker: $tmp/ck.pt was written by another job (run id 'job-a' (this job: 'job-b'))" "$tmp/b.log" ||
+    { cat "$tmp/b.log"; fail "no one-line notice naming the other job"; }
+  grep -q "epoch 2/2:" "$tmp/b.log" || { cat "$tmp/b.log"; fail "job B did not train its epochs"; }
+  for r in 0 1; do cmp "$tmp/fresh.rank$r" "$tmp/b.rank$r" || fail "job B's parameters differ from a fresh run"; done
+  # --resume continues another run of the same data and model, and refuses another seed's.
+  TORCHELASTIC_RUN_ID=job-c "$here/launch_local.sh" 2 "$worker" "${common[@]}" --epochs 3 --seed 4 --checkpoint "$tmp/ck.pt" \
+    --resume >"$tmp/c.log" 2>&1 || { cat "$tmp/c.log"; fail "--resume of job B's checkpoint failed"; }
+  grep -q "resumed from $tmp/ck.pt after epoch 2" "$tmp/c.log" || { cat "$tmp/c.log"; fail "--resume did not resume"; }
+  TORCHELASTIC_RUN_ID=job-d "$here/launch_local.sh" 2 "$worker" "${common[@]}" --seed 5 --checkpoint "$tmp/ck.pt" \
+    --resume >"$tmp/d.log" 2>&1 && { cat "$tmp/d.log"; fail "--resume accepted another seed's checkpoint"; }
+  grep -q "worker: error: ddp::worker::CheckpointError: --resume: $tmp/ck.pt does not belong to this job: data" "$tmp/d.log" ||
+    { cat "$tmp/d.log"; fail "no one-line --resume refusal"; }
+  echo "foreign_checkpoint: another job's checkpoint ignored on restart (one line), --resume explicit"
+  ;;
+no_shared_fs)
+  # Defect 2: two "nodes" without a shared filesystem (each rank its own directory, LOCAL_WORLD_SIZE=1).
+  # After a restart only rank 0 has the checkpoint; every rank must resume it, bit-identical to an
+  # uninterrupted run.
+  nodes() {  # nodes RESTART_COUNT DIR_PREFIX ARGS...
+    local restart=$1 prefix=$2; shift 2
+    local port pids=() rc=0
+    port=$(free_port)
+    for r in 0 1; do
+      mkdir -p "$prefix$r"
+      (cd "$prefix$r" && RANK=$r LOCAL_RANK=0 WORLD_SIZE=2 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+        TORCHELASTIC_RUN_ID=job-nfs TORCHELASTIC_RESTART_COUNT=$restart OMP_NUM_THREADS=1 \
+        exec "$worker" "$@" >"$prefix$r.attempt$restart.log" 2>&1) &
+      pids+=($!)
+    done
+    for pid in "${pids[@]}"; do wait "$pid" || rc=1; done
+    return $rc
+  }
+  common=(--synthetic 512 --batch-size 16 --epochs 3 --lr 0.01 --no-eval --seed 3 --checkpoint ck.pt --timeout 30)
+  nodes 0 "$tmp/whole" "${common[@]}" --dump-params "$tmp/uninterrupted" || { cat "$tmp"/whole*.log; fail "uninterrupted run failed"; }
+  nodes 0 "$tmp/node" "${common[@]}" --fail-after-epoch 1 && fail "the first attempt should have died"
+  [ -f "$tmp/node0/ck.pt" ] && [ ! -e "$tmp/node1/ck.pt" ] || fail "expected the checkpoint on node 0 only"
+  nodes 1 "$tmp/node" "${common[@]}" --dump-params "$tmp/restarted" || { cat "$tmp"/node*.attempt1.log; fail "restarted run failed"; }
+  grep -q "resumed from ck.pt after epoch 1" "$tmp/node0.attempt1.log" || { cat "$tmp/node0.attempt1.log"; fail "no resume after epoch 1"; }
+  for r in 0 1; do
+    cmp "$tmp/uninterrupted.rank$r" "$tmp/restarted.rank$r" || fail "rank $r parameters differ from the uninterrupted run"
+  done
+  [ ! -e "$tmp/node1/ck.pt" ] || fail "rank 1 wrote a checkpoint"
+  echo "no_shared_fs: both ranks resumed rank 0's checkpoint; parameters identical to the uninterrupted run"
+  ;;
+save_enospc)
+  # Defect 3: the checkpoint directory is a full filesystem (a 64 KiB tmpfs in a mount namespace).
+  mkdir -p "$tmp/full"
+  unshare -m bash -c 'mount --make-rprivate / && mount -t tmpfs -o size=64k tmpfs "$1" || exit 99
+    RANK=0 LOCAL_RANK=0 WORLD_SIZE=1 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$3 \
+      TORCHELASTIC_ERROR_FILE="$2/error.json" OMP_NUM_THREADS=1 \
+      "$4" --synthetic 256 --batch-size 16 --epochs 1 --no-eval --checkpoint "$1/ck.pt" >"$2/out.log" 2>"$2/err.log"
+    rc=$?; ls -A "$1" >"$2/left.txt"; exit $rc' bash "$tmp/full" "$tmp" "$(free_port)" "$worker"
+  rc=$?
+  [ $rc -ne 99 ] || { echo "cannot mount a tmpfs here"; exit 77; }
+  [ $rc -eq 1 ] || { cat "$tmp/out.log" "$tmp/err.log"; fail "expected exit code 1, got $rc"; }
+  [ "$(grep -c . "$tmp/err.log")" -eq 1 ] || { cat "$tmp/err.log"; fail "expected one stderr line"; }
+  grep -q "^worker: error: ddp::worker::CheckpointError: cannot write checkpoint $tmp/full/ck.pt: .*No space left on device (ENOSPC)$" "$tmp/err.log" ||
+    { cat "$tmp/err.log"; fail "unexpected error line"; }
+  valid_error_file "$tmp/error.json" "No space left on device" || fail "no valid error file"
+  [ ! -s "$tmp/left.txt" ] || fail "left on the full filesystem: $(cat "$tmp/left.txt")"
+  echo "save_enospc: one line, exit 1, error file, temp file removed"
+  ;;
+non_utf8_error)
+  # Defect 4: an error message carrying a byte that is not UTF-8 (a Latin-1 data path).
+  bad=$(printf '%s/caf\xe9' "$tmp")
+  solo --epochs 1 --data "$bad" >"$tmp/out.log" 2>&1; rc=$?
+  [ $rc -eq 1 ] || { cat "$tmp/out.log"; fail "expected exit code 1, got $rc"; }
+  valid_error_file "$tmp/error.json" 'caf\xe9/train-images-idx3-ubyte.gz' || fail "no valid error file"
+  echo "non_utf8_error: exit 1 and a valid error file"
+  ;;
+no_local_world_size)
+  # Defect 5: ranks started without LOCAL_WORLD_SIZE (one pod per rank), rank 1 on "another host"
+  # (a /dev/shm of its own): no shared memory, training completes.
+  two_hosts() {  # two_hosts LOG_PREFIX [LOCAL_WORLD_SIZE]
+    local prefix=$1 lws=${2:-} port pids=() rc=0
+    port=$(free_port)
+    for r in 0 1; do
+      local cmd=(env RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port OMP_NUM_THREADS=1)
+      [ -n "$lws" ] && cmd+=(LOCAL_WORLD_SIZE=$lws LOCAL_RANK=$r)
+      cmd+=("$worker" --synthetic 256 --batch-size 16 --epochs 1 --no-eval --timeout 60 --checkpoint "$tmp/ck$r.pt")
+      if [ $r -eq 1 ]; then
+        unshare -m sh -c 'mount --make-rprivate / && mount -t tmpfs -o size=4m tmpfs /dev/shm && exec "$@"' sh "${cmd[@]}" \
+          >"$prefix$r.log" 2>&1 &
+      else
+        "${cmd[@]}" >"$prefix$r.log" 2>&1 &
+      fi
+      pids+=($!)
+    done
+    for pid in "${pids[@]}"; do wait "$pid" || rc=1; done
+    return $rc
+  }
+  two_hosts "$tmp/unset" || { cat "$tmp"/unset*.log; fail "the job failed without LOCAL_WORLD_SIZE"; }
+  grep -q "backend gloo," "$tmp/unset0.log" || { cat "$tmp/unset0.log"; fail "expected plain gloo without LOCAL_WORLD_SIZE"; }
+  # LOCAL_WORLD_SIZE claims one host but rank 1 cannot map the segment: every rank falls back at once.
+  two_hosts "$tmp/lying" 2 || { cat "$tmp"/lying*.log; fail "the job failed when rank 1 could not map the segment"; }
+  grep -q "worker: shared-memory all-reduce unavailable: rank 1: shm_open" "$tmp/lying0.log" ||
+    { cat "$tmp/lying0.log"; fail "rank 0 did not say why it fell back"; }
+  echo "no_local_world_size: shared memory only on the launcher's word; a rank that cannot map it falls back"
+  ;;
+stale_files)
+  # Defect 6: what killed runs left (a checkpoint temp file, a shared-memory segment) is
+  # reclaimed at the next start; a live writer's temp file is kept.
+  host=$(hostname); dead=$(dead_pid)
+  ns=$(readlink /proc/self/ns/pid | tr -dc 0-9)
+  mkdir -p "$tmp/ck"
+  touch "$tmp/ck/ck.pt.tmp.$host.$dead" "$tmp/ck/ck.pt.tmp.$dead" "$tmp/ck/ck.pt.tmp.$host.$$"
+  segment=/dev/shm/ddprun-none-r0-p1-$ns-$dead-42
+  : >"$segment"
+  launch 2 --synthetic 256 --batch-size 16 --epochs 1 --no-eval --checkpoint "$tmp/ck/ck.pt" >"$tmp/log" 2>&1 ||
+    { rm -f "$segment"; cat "$tmp/log"; fail "run failed"; }
+  left=$(cd "$tmp/ck" && ls | sort | tr '\n' ' ')
+  [ -e "$segment" ] && { rm -f "$segment"; fail "stale shared-memory segment not reclaimed"; }
+  [ "$left" = "ck.pt ck.pt.tmp.$host.$$ " ] || fail "unexpected files next to the checkpoint: $left"
+  echo "stale_files: dead writers' temp files and segment reclaimed, the live one kept"
+  ;;
+corrupt_checkpoint)
+  # Defect 7: a checkpoint whose checksum fails must not load.
+  common=(--synthetic 256 --batch-size 16 --lr 0.01 --no-eval --seed 3 --checkpoint "$tmp/ck.pt")
+  "$here/launch_local.sh" 2 "$worker" "${common[@]}" --epochs 1 >"$tmp/a.log" 2>&1 || { cat "$tmp/a.log"; fail "first run failed"; }
+  "$python" - "$tmp/ck.pt" <<'PY'
+import sys
+data = bytearray(open(sys.argv[1], "rb").read())
+data[len(data) // 2] ^= 0x01  # one bit, in the middle of the weights
+open(sys.argv[1], "wb").write(bytes(data))
+PY
+  TORCHELASTIC_RESTART_COUNT=1 "$here/launch_local.sh" 2 "$worker" "${common[@]}" --epochs 2 >"$tmp/b.log" 2>&1 &&
+    { cat "$tmp/b.log"; fail "the restart resumed a corrupt checkpoint"; }
+  grep -q "resumed" "$tmp/b.log" && { cat "$tmp/b.log"; fail "the restart resumed a corrupt checkpoint"; }
+  grep -q "worker: error: ddp::worker::CheckpointError: $tmp/ck.pt is corrupt: checksum mismatch" "$tmp/b.log" ||
+    { cat "$tmp/b.log"; fail "no one-line checksum error"; }
+  TORCHELASTIC_RESTART_COUNT=1 "$here/launch_local.sh" 2 "$worker" "${common[@]}" --epochs 1 --no-resume >"$tmp/c.log" 2>&1 ||
+    { cat "$tmp/c.log"; fail "--no-resume did not start from scratch"; }
+  echo "corrupt_checkpoint: refused with one line; --no-resume starts over"
+  ;;
+help_and_ranges)
+  help=$("$worker" --help 2>&1) || fail "--help failed"
+  for hidden in --dump-params --fail-after-epoch; do
+    [[ $help != *"$hidden"* ]] || fail "--help shows the test-only flag $hidden"
+  done
+  for shown in --epochs --checkpoint --resume --no-resume --no-eval; do
+    [[ $help == *"$shown"* ]] || fail "--help lacks $shown"
+  done
+  check_range() {  # check_range EXPECTED-LINE ARGS...
+    local want=$1; shift
+    out=$("$worker" "$@" 2>&1); rc=$?
+    [ $rc -eq 2 ] && [ "$out" = "$want" ] || fail "$*: rc $rc: $out"
+  }
+  check_range "worker: error: --epochs: must be at least 1 (got 0) (see --help)" --epochs 0
+  check_range "worker: error: --batch-size: must be at least 1 (got -3) (see --help)" --batch-size -3
+  check_range "worker: error: --lr: must be greater than 0 (got 0) (see --help)" --lr 0
+  check_range "worker: error: --timeout: 'x' is not a number (see --help)" --timeout x
+  check_range "worker: error: --resume excludes --no-resume (see --help)" --resume --no-resume
+  echo "help_and_ranges: user flags only, readable range errors"
+  ;;
+no_eval_output)
+  # --no-eval prints no accuracy; the overlap figure appears only where it is measured (Gloo).
+  common=(--synthetic 256 --batch-size 16 --epochs 1 --no-eval --checkpoint "$tmp/ck.pt")
+  "$here/launch_local.sh" 2 "$worker" "${common[@]}" >"$tmp/shm.log" 2>&1 || { cat "$tmp/shm.log"; fail "run failed"; }
+  grep -q "accuracy" "$tmp/shm.log" && { cat "$tmp/shm.log"; fail "--no-eval printed an accuracy"; }
+  grep -q "backend gloo+shm" "$tmp/shm.log" || { cat "$tmp/shm.log"; fail "expected the shared-memory path"; }
+  grep -q "hidden behind backward" "$tmp/shm.log" && { cat "$tmp/shm.log"; fail "overlap printed for synchronous reductions"; }
+  "$here/launch_local.sh" 2 "$worker" "${common[@]}" --no-shm >"$tmp/gloo.log" 2>&1 || { cat "$tmp/gloo.log"; fail "run failed"; }
+  grep -q "% hidden behind backward" "$tmp/gloo.log" || { cat "$tmp/gloo.log"; fail "no overlap figure on gloo"; }
+  echo "no_eval_output: no accuracy line; overlap only on the gloo path"
   ;;
 *)
   fail "unknown case $case_name"

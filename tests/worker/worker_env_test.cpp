@@ -10,8 +10,8 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "worker/error_file.hpp"
-#include "worker/worker_env.hpp"
+#include "ddprun/worker/error_file.hpp"
+#include "ddprun/worker/worker_env.hpp"
 
 using ddp::worker::parse_worker_env;
 using ddp::worker::WorkerEnvError;
@@ -136,4 +136,35 @@ TEST_CASE("run_reporting_errors turns an exception into exit code 1 and an error
   CHECK(json["message"]["message"] == "std::invalid_argument: bad shape");
   std::remove(path.c_str());
   CHECK(ddp::worker::run_reporting_errors(path, [] { return 7; }) == 7);
+}
+
+TEST_CASE("a message with bytes that are not UTF-8 still gives a valid error file (defect 4)") {
+  const std::string bad = std::string("Fashion-MNIST file not found: /data/caf\xe9/x.gz, torn \xe2\x82 and ok \xc3\xa9");
+  std::string json_text;
+  CHECK_NOTHROW(json_text = ddp::worker::error_file_json(bad, "stack \xff", 1));
+  const auto json = nlohmann::json::parse(json_text);
+  CHECK(json["message"]["message"] == "Fashion-MNIST file not found: /data/caf\\xe9/x.gz, torn \\xe2\\x82 and ok \xc3\xa9");
+  CHECK(json["message"]["extraInfo"]["py_callstack"] == "stack \\xff");
+  CHECK(ddp::worker::printable_utf8("\xed\xa0\x80") == "\\xed\\xa0\\x80");  // a surrogate is not UTF-8
+  CHECK(ddp::worker::printable_utf8("\xf0\x9f\x98\x80") == "\xf0\x9f\x98\x80");
+
+  const std::string path = "/tmp/ddp_worker_env_test_utf8_" + std::to_string(::getpid()) + ".json";
+  const int code = ddp::worker::run_reporting_errors(path, [&]() -> int { throw std::runtime_error(bad); });
+  CHECK(code == 1);
+  std::ifstream in(path);
+  const auto file = nlohmann::json::parse(in);
+  CHECK(file["message"]["message"].get<std::string>().find("caf\\xe9") != std::string::npos);
+  std::remove(path.c_str());
+}
+
+TEST_CASE("LOCAL_WORLD_SIZE must be set to say the ranks share a host (defect 5)") {
+  auto vars = full_env();
+  CHECK(parse_worker_env(lookup_in(vars)).all_ranks_on_this_host() ==
+        (vars.at("LOCAL_WORLD_SIZE") == vars.at("WORLD_SIZE")));
+  vars.erase("LOCAL_WORLD_SIZE");
+  vars.erase("LOCAL_RANK");
+  const auto env = parse_worker_env(lookup_in(vars));
+  CHECK(env.local_world_size == env.world_size);  // thread sizing keeps its default
+  CHECK_FALSE(env.local_world_size_set);
+  CHECK_FALSE(env.all_ranks_on_this_host());
 }

@@ -15,7 +15,7 @@
 #include <cstddef>
 #include <memory>
 
-#include "worker/communicator.hpp"
+#include "ddprun/worker/communicator.hpp"
 
 namespace torch::nn {
 class Module;
@@ -32,9 +32,14 @@ struct DdpOptions {
 /// Communication timing summed over synchronised backward passes.
 struct DdpStats {
   long long iterations = 0;
+  /// Iterations in which some bucket's reduction ran synchronously (the shared-memory path):
+  /// it ran on the autograd thread, so "hidden behind backward" is not measured for them.
+  long long synchronous_iterations = 0;
   double comm_busy_s = 0;     ///< Time the reductions kept the backend busy (serial queue model).
   double comm_exposed_s = 0;  ///< Time backward() waited for reductions after its last gradient.
-  /// Fraction of communication hidden behind backward computation.
+  /// Whether overlap_fraction() means anything: every reduction ran asynchronously.
+  bool overlap_measured() const { return iterations > 0 && synchronous_iterations == 0; }
+  /// Fraction of communication hidden behind backward computation (see overlap_measured()).
   double overlap_fraction() const {
     return comm_busy_s > 0 ? 1.0 - comm_exposed_s / comm_busy_s : 0.0;
   }

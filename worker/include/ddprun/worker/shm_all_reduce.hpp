@@ -13,6 +13,12 @@
 ///   flag[me] = 2k
 /// Waiting spins briefly, then yields, then sleeps in short slices; every few milliseconds it
 /// checks the peers it waits for (pid gone or a zombie: PeerDiedError at once) and the timeout.
+///
+/// Setup is collective and agreed through the store: every rank publishes its pid, rank 0
+/// creates the segment, every other rank reports whether it could map it, rank 0 unlinks the
+/// name and publishes the verdict. A rank that cannot map it (another host, /dev/shm full) makes
+/// every rank throw ShmUnavailable with the same reason, so all fall back to the process group
+/// together; every wait checks the liveness of the rank it waits for.
 
 #include <chrono>
 #include <cstddef>
@@ -20,6 +26,9 @@
 #include <functional>
 #include <stdexcept>
 #include <string>
+#include <vector>
+
+#include "ddprun/worker/process_liveness.hpp"
 
 namespace ddp::worker {
 
@@ -29,7 +38,14 @@ class PeerDiedError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// Not every rank could share the segment; every rank throws it with the same reason.
+class ShmUnavailable : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 enum class ShmElement { Float32, Float64, Int64 };
+enum class ShmOp { Sum, Max, Min };
 
 class SharedMemoryAllReduce {
  public:
@@ -38,11 +54,16 @@ class SharedMemoryAllReduce {
   struct Rendezvous {
     std::function<void(const std::string& key, const std::string& value)> set;
     std::function<std::string(const std::string& key)> get;
+    /// Whether `key` has been set (does not block).
+    std::function<bool(const std::string& key)> check;
   };
 
   /// Collective: rank 0 creates the segment (slot_bytes per rank), the others map it; rank 0
-  /// unlinks the name once every rank has mapped it, so nothing stays in /dev/shm afterwards.
+  /// unlinks the name once every rank has reported, so nothing stays in /dev/shm afterwards
+  /// (and before creating, rank 0 removes segments whose creator was killed: reclaim_stale_segments).
   /// `tag` names the segment readably (the job's run id, restart count, port).
+  /// Throws ShmUnavailable (on every rank) when some rank cannot map it, PeerDiedError when a
+  /// rank it waits for died or the timeout passed.
   SharedMemoryAllReduce(int rank, int world_size, std::size_t slot_bytes, const std::string& tag,
                         std::chrono::milliseconds timeout, const Rendezvous& rendezvous);
   ~SharedMemoryAllReduce();
@@ -51,14 +72,22 @@ class SharedMemoryAllReduce {
 
   /// Largest buffer (bytes) all_reduce_sum accepts.
   std::size_t capacity() const { return slot_bytes_; }
-  /// In-place sum over all ranks of `count` elements at `data`. Collective, in the same order on
-  /// every rank. Throws PeerDiedError when a peer it waits for died or the timeout passed.
-  void all_reduce_sum(void* data, std::size_t count, ShmElement element);
+  /// In-place reduction over all ranks of `count` elements at `data`, in rank order 0..N-1
+  /// (bit-identical on every rank). Collective, in the same order on every rank. Throws
+  /// PeerDiedError when a peer it waits for died or the timeout passed.
+  void all_reduce(void* data, std::size_t count, ShmElement element, ShmOp op);
+  void all_reduce_sum(void* data, std::size_t count, ShmElement element) {
+    all_reduce(data, count, element, ShmOp::Sum);
+  }
 
  private:
   struct Layout;
   void wait_for_all(std::uint64_t target);
   void check_peer(int peer, std::chrono::steady_clock::time_point started) const;
+  /// Blocks until `key` is set, checking that `peer` (who sets it) lives, bounded by the timeout.
+  std::string wait_for_key(const Rendezvous& rendezvous, const std::string& key, int peer);
+  /// The pid of `peer` when it shares this process's pid scope (else 0: not checkable here).
+  int peer_pid(const Rendezvous& rendezvous, int peer);
 
   int rank_;
   int world_size_;
@@ -68,9 +97,11 @@ class SharedMemoryAllReduce {
   std::size_t mapped_bytes_ = 0;
   void* base_ = nullptr;
   Layout* layout_ = nullptr;
+  std::vector<int> setup_pids_;  ///< Peers' pids learnt during setup (-1: not yet known).
 };
 
-/// Whether a process is gone for good (no such pid, or a zombie nobody has reaped yet).
-bool process_is_dead(int pid);
+/// Unlinks /dev/shm segments of this module whose creator (same pid namespace) no longer runs:
+/// what a rank 0 killed during setup left. Returns how many it removed.
+int reclaim_stale_segments();
 
 }  // namespace ddp::worker
