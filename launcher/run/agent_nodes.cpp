@@ -6,7 +6,9 @@
 #include <signal.h>
 
 #include "launcher/common/exit_codes.hpp"
+#include "launcher/multinode/node_session.hpp"
 #include "launcher/run/agent.hpp"
+#include "launcher/run/agent_events.hpp"
 #include "rendezvous/store_server.hpp"
 #include "rendezvous/token_auth.hpp"
 
@@ -39,86 +41,89 @@ Result<Ok> Agent::open_store() {
     return Error{exit_codes::kUsage, "--master_port 0 only works on the node that hosts the store; "
                                      "give the other nodes the port it chose"};
   }
+  JobRendezvous::Events events;
+  events.on_stop = [this](const StopReason& reason) { on_job_stop(reason); };
+  events.on_lost = [this](const NodeLoss& loss) { on_node_lost(loss); };
+  if (make_rendezvous_) {
+    session_ = make_rendezvous_(io_, std::move(events));
+    return Ok{};
+  }
   rdzv::StoreClientOptions client;
   client.host = plan.connect_host;
   client.port = static_cast<std::uint16_t>(setup_.master_port);
   client.timeout = setup_.multinode->read_timeout;
-  NodeSession::Events events;
-  events.on_stop = [this](const StopReason& reason) { on_job_stop(reason); };
-  events.on_lost = [this](const std::string& message) { on_node_lost(message); };
   session_ = std::make_unique<NodeSession>(io_, *setup_.multinode, client, std::move(events));
   return Ok{};
 }
 
-void Agent::on_joined(int attempt, const NodeSession::JoinResult& result) {
+void Agent::on_joined(int attempt, const JobRendezvous::JoinResult& result) {
   if (phase_ == Phase::Done) return;
   if (const auto* error = std::get_if<std::string>(&result)) {
     say(fmt::format("rendezvous failed: {}", *error));
     events_.emit("rendezvous_failed", {{"attempt", attempt}, {"error", *error}});
-    rendezvous_error_ = multinode_exit_codes::kRendezvous;
+    end_with(rendezvous_failed(*error));
     finish_run();
     return;
   }
-  if (shutdown_signal_ != 0) {
+  if (interrupted_) {
     finish_run();
     return;
   }
   const auto& joined = std::get<rdzv::RendezvousResult>(result);
   layout_ = GroupLayout{joined.node_rank, joined.num_nodes, joined.base_rank, joined.world_size};
-  nlohmann::json nodes = nlohmann::json::array();
-  for (const auto& n : joined.assignment.nodes) {
-    nodes.push_back({{"node_rank", n.node_rank}, {"name", n.name},
-                     {"local_world_size", n.local_world_size}, {"base_rank", n.base_rank}});
-  }
-  events_.emit("rendezvous", {{"attempt", attempt}, {"node_rank", joined.node_rank},
-                              {"num_nodes", joined.num_nodes}, {"world_size", joined.world_size},
-                              {"base_rank", joined.base_rank}, {"nodes", nodes}});
+  events_.emit("rendezvous", rendezvous_fields(attempt, joined));
   launch_workers(attempt);
 }
 
-std::string Agent::root_cause_text() const {
-  if (job_stop_) return job_stop_->text;
-  if (root_cause_) {
-    const auto& w = workers_[*root_cause_];
-    return fmt::format("rank {} failed with {}", w.outcome.rank,
-                       w.outcome.status ? describe(*w.outcome.status) : std::string("no status"));
-  }
-  return lost_message_.empty() ? std::string("the job was stopped") : lost_message_;
-}
-
-void Agent::announce_failure(const Worker& w) {
-  if (!session_ || !layout_ || job_stop_) return;
-  const ExitStatus status = w.outcome.status.value_or(ExitStatus::exited(1));
-  StopReason reason{shell_exit_code(status),
-                    fmt::format("node {} ({}): rank {} (pid {}) failed with {}", layout_->node_rank,
-                                setup_.host, w.outcome.rank, w.outcome.pid, describe(status))};
-  own_stop_text_ = reason.text;
-  job_stop_ = reason;
-  session_->broadcast_stop(reason);
+void Agent::on_local_failure(Worker& w) {
+  root_cause_ = static_cast<size_t>(&w - workers_.data());
+  const int node_rank = session_ && layout_ ? layout_->node_rank : -1;
+  RunEnd cause = worker_failed(w.outcome, node_rank, setup_.host);
+  const bool first = end_with(cause);
+  // Multi-node: the first local failure is offered as the job-wide stop reason, unless the job
+  // was already stopped from elsewhere (then the store holds a reason and this one would lose).
+  if (first && session_ && layout_) session_->broadcast_stop(StopReason{cause.exit_code, node_rank, cause.text});
 }
 
 void Agent::on_job_stop(const StopReason& reason) {
   if (phase_ == Phase::Done || phase_ == Phase::Starting) return;  // Starting: a past round's news
-  if (reason.text == own_stop_text_) return;
+  if (layout_ && is_own_stop(reason, layout_->node_rank)) return;
   // First reason wins in the store: adopt it even if this node failed at the same moment, so
   // every node names the same root cause and exits with the same code.
-  job_stop_ = reason;
-  events_.emit("job_stop", {{"reason", reason.text}, {"exit_code", reason.exit_code}});
+  end_with(job_stopped(reason));
+  events_.emit("job_stop", {{"reason", reason.text}, {"exit_code", reason.exit_code}, {"node_rank", reason.node_rank}});
   if (phase_ == Phase::Running) {
     say(fmt::format("stopping the workers: the job failed on another node: {}", reason.text));
     stop_workers(SIGTERM);
   }
 }
 
-void Agent::on_node_lost(const std::string& message) {
-  if (phase_ == Phase::Done || phase_ == Phase::Starting || !lost_message_.empty()) return;
+void Agent::on_node_lost(const NodeLoss& loss) {
+  if (phase_ == Phase::Done || phase_ == Phase::Starting) return;
   // Once the job has a root cause, the store host going away is the expected end, not news.
-  if (job_stop_) return;
-  lost_message_ = message;
-  events_.emit("node_lost", {{"message", message}});
+  if (end_) return;
+  end_with(node_lost(loss));
+  nlohmann::json fields{{"message", loss.text}};
+  if (loss.node_rank) fields["node_rank"] = *loss.node_rank;
+  events_.emit("node_lost", fields);
   session_->cancel_waits();
-  say(fmt::format("{}; stopping the job", message));
+  say(fmt::format("{}; stopping the job", loss.text));
   if (phase_ == Phase::Running) stop_workers(SIGTERM);
+}
+
+void Agent::on_barrier(const JobRendezvous::BarrierResult& result) {
+  if (phase_ != Phase::Finishing) return;
+  if (const auto* stop = std::get_if<StopReason>(&result)) {
+    end_with(job_stopped(*stop));
+    say(fmt::format("the job failed on another node: {}", stop->text));
+  } else if (const auto* loss = std::get_if<NodeLoss>(&result)) {
+    // The store is gone: exit 74, no restart.
+    if (end_with(node_lost(*loss))) {
+      events_.emit("node_lost", {{"message", loss->text}});
+      say(loss->text);
+    }
+  }
+  after_attempt();
 }
 
 }  // namespace ddp::launcher
