@@ -9,11 +9,13 @@
 /// from the call that started the operation.
 
 #include <boost/asio/io_context.hpp>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <variant>
+#include <vector>
 
 #include "rendezvous/node_rendezvous.hpp"
 
@@ -21,10 +23,23 @@ namespace ddp::launcher {
 
 /// The job-wide root cause a node broadcasts when one of its workers fails; the first reason in
 /// the store wins and every node adopts it.
+/// The same key also carries a membership change: a node was lost and the job re-forms from
+/// `survivors` (node ranks of the round, in order) instead of failing.
 struct StopReason {
   int exit_code = 1;
-  int node_rank = -1;  // the node whose worker failed (-1: not known, e.g. an older agent)
+  int node_rank = -1;  // the node that broadcast it (-1: not known, e.g. an older agent)
   std::string text;    // "node 1 (host-b): rank 3 (pid 42) failed with exit code 1"
+  std::vector<int> survivors;  // non-empty: a re-form, not a failure
+};
+
+/// How to join the next round. Default: as configured (--nnodes, --node_rank or on arrival).
+/// A re-form pins the round: exactly `nodes` nodes, this one at `node_rank`, complete as soon as
+/// all have joined, and bounded by `join_timeout` (a survivor that vanished meanwhile must not
+/// hold the others for the configured join timeout).
+struct RoundPlan {
+  int nodes = 0;       // 0: as configured
+  int node_rank = -1;
+  std::chrono::milliseconds join_timeout{0};  // 0: as configured
 };
 
 /// A node, or the store itself, stopped answering.
@@ -54,8 +69,9 @@ class JobRendezvous {
   virtual bool busy() const = 0;
   /// Ends a running exit barrier or leave wait early.
   virtual void cancel_waits() = 0;
-  /// Joins round `round` (= restart count) and, once joined, watches the other nodes.
-  virtual void join(int round, std::function<void(JoinResult)> done) = 0;
+  /// Joins round `round` (= restart count) as `plan` says and, once joined, watches the other
+  /// nodes.
+  virtual void join(int round, const RoundPlan& plan, std::function<void(JoinResult)> done) = 0;
   /// Tells every node to stop (first reason wins). Fire and forget.
   virtual void broadcast_stop(const StopReason& reason) = 0;
   /// Waits until every node of the round finished its workers, a stop arrived, or the store

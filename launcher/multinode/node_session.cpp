@@ -3,6 +3,7 @@
 
 #include <boost/asio/post.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <charconv>
@@ -10,6 +11,9 @@
 namespace ddp::launcher {
 
 std::string encode_stop_reason(const StopReason& r) {
+  if (!r.survivors.empty()) {
+    return fmt::format("{}|{}|rescale={}|{}", r.exit_code, r.node_rank, fmt::join(r.survivors, ","), r.text);
+  }
   return fmt::format("{}|{}|{}", r.exit_code, r.node_rank, r.text);
 }
 
@@ -34,7 +38,31 @@ StopReason decode_stop_reason(const std::string& encoded) {
     return r;
   }
   size_t after_node = take_int(at, r.node_rank);
-  r.text = encoded.substr(after_node == std::string::npos ? at : after_node);
+  if (after_node == std::string::npos) {
+    r.text = encoded.substr(at);
+    return r;
+  }
+  constexpr std::string_view kRescale = "rescale=";
+  if (encoded.compare(after_node, kRescale.size(), kRescale) == 0) {
+    size_t from = after_node + kRescale.size();
+    const size_t bar = encoded.find('|', from);
+    std::vector<int> survivors;
+    bool ok = bar != std::string::npos;
+    while (ok && from < bar) {
+      size_t comma = std::min(encoded.find(',', from), bar);
+      int rank = 0;
+      auto [end, ec] = std::from_chars(encoded.data() + from, encoded.data() + comma, rank);
+      ok = ec == std::errc{} && end == encoded.data() + comma && rank >= 0;
+      survivors.push_back(rank);
+      from = comma + 1;
+    }
+    if (ok && !survivors.empty()) {
+      r.survivors = std::move(survivors);
+      r.text = encoded.substr(bar + 1);
+      return r;
+    }
+  }
+  r.text = encoded.substr(after_node);
   return r;
 }
 
@@ -67,8 +95,8 @@ bool NodeSession::detach_if_blocked() {
 
 void NodeSession::on_loop(std::function<void()> f) { boost::asio::post(agent_io_, std::move(f)); }
 
-void NodeSession::join(int round, std::function<void(JoinResult)> done) {
-  boost::asio::post(io_, [this, round, done = std::move(done)] {
+void NodeSession::join(int round, const RoundPlan& plan, std::function<void(JoinResult)> done) {
+  boost::asio::post(io_, [this, round, plan, done = std::move(done)] {
     busy_ = true;
     monitor_.reset();
     round_ = rdzv::NodeRendezvousOptions{};
@@ -84,11 +112,16 @@ void NodeSession::join(int round, std::function<void(JoinResult)> done) {
     round_.must_agree = settings_.must_agree;
     round_.leader_timeout = settings_.refused_timeout;
     round_.last_call_timeout = settings_.last_call_timeout;
+    if (plan.nodes > 0) {  // a re-form: exactly these nodes, in this order
+      round_.min_nodes = round_.max_nodes = plan.nodes;
+      round_.node_rank = plan.node_rank;
+    }
+    if (plan.join_timeout.count() > 0) round_.join_timeout = plan.join_timeout;
     JoinResult result;
     try {
       rdzv::StoreClientOptions joining = store_;
-      joining.connect_timeout = settings_.join_timeout;
-      joining.timeout = settings_.join_timeout + settings_.read_timeout;
+      joining.connect_timeout = round_.join_timeout;
+      joining.timeout = round_.join_timeout + settings_.read_timeout;
       joining.refused_timeout = settings_.refused_timeout;
       joined_ = rdzv::join_rendezvous(joining, round_);
       if (!client_) {

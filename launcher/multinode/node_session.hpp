@@ -20,7 +20,8 @@
 
 namespace ddp::launcher {
 
-/// A stop broadcast carries the root cause: "<exit code>|<node rank>|<description>".
+/// A stop broadcast carries the root cause: "<exit code>|<node rank>|<description>", or for a
+/// re-form "<exit code>|<node rank>|rescale=<survivor>,<survivor>...|<description>".
 std::string encode_stop_reason(const StopReason& reason);
 StopReason decode_stop_reason(const std::string& encoded);
 
@@ -42,7 +43,7 @@ class NodeSession final : public JobRendezvous {
   void cancel_waits() override { cancel_ = true; }
 
   /// Joins round `round` (= restart count) and, once joined, starts heartbeats.
-  void join(int round, std::function<void(JoinResult)> done) override;
+  void join(int round, const RoundPlan& plan, std::function<void(JoinResult)> done) override;
   /// Tells every node to stop (first reason wins). Fire and forget.
   void broadcast_stop(const StopReason& reason) override;
   /// Waits until every node of the round finished its workers, or a stop arrived.

@@ -206,7 +206,7 @@ void Agent::start_attempt(int attempt) {
     return;
   }
   phase_ = Phase::Starting;
-  session_->join(attempt, [this, attempt](const JobRendezvous::JoinResult& result) {
+  session_->join(attempt, next_round_, [this, attempt](const JobRendezvous::JoinResult& result) {
     on_joined(attempt, result);
   });
 }
@@ -480,9 +480,14 @@ void Agent::finish_attempt() {
 bool Agent::end_with(RunEnd cause) { return offer(end_, std::move(cause)); }
 
 void Agent::after_attempt() {
-  if (end_ && restartable(*end_) && !interrupted_ && attempt_ < setup_.config.max_restarts) {
+  if (end_ && end_->kind == RunEndKind::Rescale && !interrupted_) {
+    begin_reform();
+    return;
+  }
+  if (end_ && restartable(*end_) && !interrupted_ && restarts_used_ < setup_.config.max_restarts) {
+    ++restarts_used_;
     say(fmt::format("{}; restarting the workers{} (restart {} of {})", end_->text,
-                    session_ ? " on every node" : "", attempt_ + 1, setup_.config.max_restarts));
+                    session_ ? " on every node" : "", restarts_used_, setup_.config.max_restarts));
     nlohmann::json fields{{"attempt", attempt_ + 1}};
     if (root_cause_) fields["failed_rank"] = workers_[*root_cause_].outcome.rank;
     if (session_) fields["job_root_cause"] = end_->text;
@@ -516,6 +521,7 @@ void Agent::finish_run() {
   if (code != 0) stderr_sink_.write_all(format_failure_summary(summary));
   nlohmann::json fields = summary_fields(code, history_, end_, summary.job_root_cause);
   if (!log_errors_.empty()) fields["log_errors"] = log_errors_;
+  if (!membership_changes_.empty()) fields["membership_changes"] = membership_changes_;
   events_.emit("summary", fields);
   // After a lost node or store there is nobody to tell and perhaps no store to tell it through.
   if (session_ && !session_->busy() && !(end_ && end_->kind == RunEndKind::NodeLost)) {

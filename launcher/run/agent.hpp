@@ -50,6 +50,7 @@
 #include "launcher/run/failure_report.hpp"
 #include "launcher/run/hosted_store.hpp"
 #include "launcher/run/run_directory.hpp"
+#include "launcher/run/membership.hpp"
 #include "launcher/run/run_end.hpp"
 
 namespace ddp::launcher {
@@ -113,7 +114,13 @@ class Agent {
   void on_barrier(const JobRendezvous::BarrierResult& result);
   /// Offers a cause for the end of the attempt (see run_end.hpp); true when it stands.
   bool end_with(RunEnd cause);
+  /// Elastic: a lost node of the current round that the job may survive; false when the loss
+  /// ends the job (then `text` says why).
+  bool try_rescale(int lost_node, std::string& text);
   void after_attempt();
+  /// Ends the attempt of a re-form: the next round joins the survivors only.
+  void begin_reform();
+  ElasticPolicy elastic_policy() const;
   void start_worker(Worker& worker, int attempt);
   void confirm_exec(Worker& worker);
   void record_start_failure(Worker& worker, const Error& error);
@@ -167,6 +174,19 @@ class Agent {
   JobRendezvousFactory make_rendezvous_;
   std::unique_ptr<JobRendezvous> session_;
   std::optional<GroupLayout> layout_;  // this attempt's place in the job (multi-node)
+  std::optional<rdzv::RendezvousResult> round_;  // every node of this attempt's round
+  RoundPlan next_round_;               // how to join the next round (pinned after a re-form)
+  std::set<int> lost_nodes_;           // node ranks of this round known to be gone
+  int restarts_used_ = 0;              // worker failures restarted (--max_restarts)
+  int rescales_used_ = 0;              // membership changes (max_rescales)
+  struct Reform {                      // a re-form in progress, reported once the round formed
+    std::string reason;
+    std::vector<rdzv::NodeAssignment> old_nodes;
+    int old_world_size = 0;
+    std::chrono::steady_clock::time_point since;
+  };
+  std::optional<Reform> reform_;
+  std::vector<std::string> membership_changes_;  // for the summary
 };
 
 }  // namespace ddp::launcher

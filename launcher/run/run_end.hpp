@@ -8,6 +8,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "launcher/multinode/job_rendezvous.hpp"
 #include "launcher/run/failure_report.hpp"
@@ -18,7 +19,8 @@ namespace ddp::launcher {
 enum class RunEndKind {
   WorkerFailed,  // a worker of this node failed (or could not start)
   JobStopped,    // another node's failure stopped the job (the store's first stop reason)
-  NodeLost,      // another node, or the store's host, vanished
+  NodeLost,      // another node, or the store's host, vanished, and the job cannot go on
+  Rescale,       // a node vanished and the survivors re-form without it (elastic; not a failure)
   Rendezvous,    // the nodes never met (join timeout, refused join, unreachable store)
   Interrupted,   // ddprun itself received a shutdown signal
   Internal,      // ddprun could not do its own job (fork, pipe, run directory)
@@ -30,12 +32,17 @@ struct RunEnd {
   std::string text;    // one line: "rank 3 failed with exit code 1", "lost node 2 (h): ..."
   int node_rank = -1;  // the node where it happened (-1: not known or not multi-node)
   int signal = 0;      // Interrupted: the signal ddprun received
+  std::vector<int> survivors;  // Rescale: the round's node ranks that go on, in order
+  bool from_store = false;     // JobStopped, or a Rescale adopted from another node
 };
 
 /// `node_rank` >= 0 (multi-node): the text names the node ("node 1 (host-b): rank 3 ...") so
 /// that every node reports the same words.
 RunEnd worker_failed(const WorkerOutcome& worker, int node_rank, const std::string& host);
+/// Another node's broadcast: a failure (JobStopped) or a re-form (Rescale).
 RunEnd job_stopped(const StopReason& reason);
+/// This node decided that the job re-forms from `survivors` (see membership.hpp).
+RunEnd rescale(const std::string& text, std::vector<int> survivors, int node_rank);
 RunEnd node_lost(const NodeLoss& loss);
 RunEnd rendezvous_failed(const std::string& error);
 RunEnd interrupted(int signal);
@@ -46,9 +53,11 @@ RunEnd internal_error(int exit_code, const std::string& message);
 ///     behind a worker's code would send people to the wrong place.
 ///  2. A shutdown signal replaces any cause but an internal error: whoever sent it (a user, a
 ///     scheduler's time limit) must see 128+N, as from any interrupted program.
-///  3. A stop from another node replaces this node's own failure and a lost node: the store's
-///     first reason is the job's, and every node must name the same root cause and exit code.
-///  4. Otherwise the first cause stands.
+///  3. A stop or re-form from another node (the store's first reason) replaces this node's own
+///     failure, a lost node and this node's own re-form: the store's first reason is the job's,
+///     and every node must act on the same one (same root cause, same survivors).
+///  4. A lost store replaces a re-form: nothing can re-form without the store.
+///  5. Otherwise the first cause stands.
 bool replaces(const RunEnd& incoming, const RunEnd& current);
 
 /// Offers a cause; returns true when it became (or replaced) the end of the attempt.

@@ -37,7 +37,7 @@ class FakeJobRendezvous final : public JobRendezvous {
  public:
   struct Script {
     /// The join's outcome per round (default: node 0 of a one-node job).
-    std::function<JoinResult(int round)> join;
+    std::function<JoinResult(int round, const RoundPlan& plan)> join;
     /// What happens while round N runs: called on the loop right after the join's result, so
     /// after the Agent started the workers. Use deliver_stop / deliver_loss from here.
     std::function<void(FakeJobRendezvous&, int round)> on_round;
@@ -51,6 +51,7 @@ class FakeJobRendezvous final : public JobRendezvous {
 
   // What the Agent did, in order.
   std::vector<int> joins;
+  std::vector<RoundPlan> plans;       // how each round was joined
   std::vector<StopReason> broadcasts;
   std::vector<int> barriers;          // round of each exit_barrier call
   std::vector<bool> leaves;           // wait_for_others of each leave call
@@ -59,11 +60,12 @@ class FakeJobRendezvous final : public JobRendezvous {
   bool busy() const override { return false; }
   void cancel_waits() override { ++cancels; }
 
-  void join(int round, std::function<void(JoinResult)> done) override {
+  void join(int round, const RoundPlan& plan, std::function<void(JoinResult)> done) override {
     joins.push_back(round);
+    plans.push_back(plan);
     round_ = round;
     stop_in_store_.reset();  // each round meets under fresh keys
-    JoinResult result = script_.join ? script_.join(round) : JoinResult{round_of(0, 1, 1)};
+    JoinResult result = script_.join ? script_.join(round, plan) : JoinResult{round_of(0, 1, 1)};
     boost::asio::post(loop_, [done = std::move(done), result] { done(result); });
     if (script_.on_round && std::holds_alternative<rdzv::RendezvousResult>(result)) {
       boost::asio::post(loop_, [this, round] { script_.on_round(*this, round); });

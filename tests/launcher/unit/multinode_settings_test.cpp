@@ -86,7 +86,7 @@ TEST_CASE("the rendezvous' layout drives RANK, WORLD_SIZE and GROUP_*") {
 }
 
 TEST_CASE("stop reasons carry the root cause's exit code and node rank") {
-  auto r = decode_stop_reason(encode_stop_reason({7, 1, "node 1 (b): rank 2 | odd"}));
+  auto r = decode_stop_reason(encode_stop_reason({7, 1, "node 1 (b): rank 2 | odd", {}}));
   CHECK(r.exit_code == 7);
   CHECK(r.node_rank == 1);
   CHECK(r.text == "node 1 (b): rank 2 | odd");

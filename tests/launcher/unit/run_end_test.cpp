@@ -19,7 +19,7 @@ WorkerOutcome failed_worker(int rank, ExitStatus status) {
 }
 
 RunEnd local_failure() { return worker_failed(failed_worker(3, ExitStatus::exited(5)), 1, "b"); }
-RunEnd other_stop() { return job_stopped(StopReason{9, 0, "node 0 (a): rank 0 (pid 1) failed with exit code 9"}); }
+RunEnd other_stop() { return job_stopped(StopReason{9, 0, "node 0 (a): rank 0 (pid 1) failed with exit code 9", {}}); }
 RunEnd loss() { return node_lost(NodeLoss{"lost node 2 (c): no heartbeat for 5 s", 2}); }
 
 }  // namespace
@@ -61,7 +61,7 @@ TEST_CASE("the store's stop reason replaces this node's own failure and a lost n
   CHECK(offer(end, other_stop()));
   CHECK(end->exit_code == 9);
   // ... but not a stop that came first.
-  CHECK_FALSE(offer(end, job_stopped(StopReason{4, 2, "node 2 ..."})));
+  CHECK_FALSE(offer(end, job_stopped(StopReason{4, 2, "node 2 ...", {}})));
   CHECK(end->exit_code == 9);
 
   std::optional<RunEnd> lost = loss();
@@ -94,7 +94,7 @@ TEST_CASE("only worker failures (here or elsewhere) are worth a restart") {
 }
 
 TEST_CASE("a stop is this node's own by node rank, never by its words") {
-  CHECK(is_own_stop(StopReason{1, 2, "anything"}, 2));
-  CHECK_FALSE(is_own_stop(StopReason{1, 1, "anything"}, 2));
-  CHECK_FALSE(is_own_stop(StopReason{1, -1, "node 2 ..."}, 2));  // unknown node: not ours
+  CHECK(is_own_stop(StopReason{1, 2, "anything", {}}, 2));
+  CHECK_FALSE(is_own_stop(StopReason{1, 1, "anything", {}}, 2));
+  CHECK_FALSE(is_own_stop(StopReason{1, -1, "node 2 ...", {}}, 2));  // unknown node: not ours
 }
