@@ -492,6 +492,10 @@ void Agent::after_attempt() {
     if (root_cause_) fields["failed_rank"] = workers_[*root_cause_].outcome.rank;
     if (session_) fields["job_root_cause"] = end_->text;
     events_.emit("restart", fields);
+    // A restart meets as configured (c10d: whoever arrives), not pinned to this round's nodes:
+    // one of them may be the reason the workers failed, and gone.
+    next_round_ = RoundPlan{};
+    restart_from_nodes_ = round_ ? round_->num_nodes : 0;
     end_.reset();
     phase_ = Phase::Starting;
     boost::asio::post(io_, [this, next = attempt_ + 1] { start_attempt(next); });

@@ -179,6 +179,7 @@ class Agent {
   std::set<int> lost_nodes_;           // node ranks of this round known to be gone
   int restarts_used_ = 0;              // worker failures restarted (--max_restarts)
   int rescales_used_ = 0;              // membership changes (max_rescales)
+  int restart_from_nodes_ = 0;         // nodes of the round a pending restart left (0: none)
   struct Reform {                      // a re-form in progress, reported once the round formed
     std::string reason;
     std::vector<rdzv::NodeAssignment> old_nodes;

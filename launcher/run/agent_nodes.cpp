@@ -82,6 +82,21 @@ void Agent::on_joined(int attempt, const JobRendezvous::JoinResult& result) {
   round_ = joined;
   lost_nodes_.clear();
   events_.emit("rendezvous", rendezvous_fields(attempt, joined));
+  if (!reform_ && restart_from_nodes_ > joined.num_nodes && elastic_policy().elastic) {
+    // The restart re-formed without some nodes: the workers most likely failed because a peer
+    // vanished (collectives fail long before heartbeats go stale). That is a membership change,
+    // not a worker failure: it is counted against max_rescales and the restart is given back.
+    --restarts_used_;
+    ++rescales_used_;
+    const std::string change = fmt::format("{} -> {} node(s), world size {} (a restart re-formed without the missing nodes)",
+                                           restart_from_nodes_, joined.num_nodes, joined.world_size);
+    events_.emit("rescale", {{"attempt", attempt}, {"reason", "restart without the missing nodes"},
+                             {"old_num_nodes", restart_from_nodes_}, {"new_num_nodes", joined.num_nodes},
+                             {"new_world_size", joined.world_size}});
+    membership_changes_.push_back(change);
+    say(fmt::format("re-formed: {}", change));
+  }
+  restart_from_nodes_ = 0;
   if (reform_) {
     const double took =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - reform_->since).count();

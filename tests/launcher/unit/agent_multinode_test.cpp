@@ -428,6 +428,26 @@ TEST_CASE("elastic: --max_restarts counts worker failures only, not re-forms") {
   };
   CHECK(run.run() == 0);
   CHECK(run.rendezvous->joins == std::vector<int>{0, 1, 2});
-  CHECK(run.rendezvous->plans[2].nodes == 2);  // the restart keeps the re-formed membership
+  CHECK(run.rendezvous->plans[2].nodes == 0);  // a restart meets whoever arrives
   CHECK(run.events("restart").size() == 1);
+}
+
+TEST_CASE("elastic: a restart whose round formed without a node gives the restart back and counts a rescale") {
+  MultiNodeRun run;
+  run.settings = elastic(1, 3);
+  run.config.max_restarts = 1;
+  // Round 0 has 3 nodes; a worker fails (its peer vanished); the restart round forms with 2.
+  run.script.join = [](int round, const RoundPlan&) { return round == 0 ? round_of(0, 3, 1) : round_of(0, 2, 1); };
+  run.workers = [](const EnvMap& env) {
+    FakeBehaviour b;
+    if (attempt_of(env) == 0) b.exits_with = ExitStatus::exited(1);
+    if (attempt_of(env) == 1) b.exits_with = ExitStatus::exited(2);  // a real failure: uses the restart
+    if (attempt_of(env) == 2) b.exits_with = ExitStatus::exited(0);
+    return b;
+  };
+  CHECK(run.run() == 0);
+  CHECK(run.rendezvous->joins == std::vector<int>{0, 1, 2});
+  CHECK(run.events("restart").size() == 2);
+  CHECK(run.events("rescale").size() == 1);
+  CHECK(run.events("summary")[0]["membership_changes"].size() == 1);
 }
