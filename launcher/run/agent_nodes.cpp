@@ -4,6 +4,8 @@
 // Everything here runs on the Agent's loop; blocking store calls live in NodeSession's thread.
 #include <boost/asio/post.hpp>
 #include <fmt/format.h>
+
+#include <algorithm>
 #include <signal.h>
 
 #include "launcher/common/exit_codes.hpp"
@@ -174,6 +176,15 @@ ElasticPolicy Agent::elastic_policy() const {
 bool Agent::try_rescale(int lost_node, std::string& text) {
   if (!round_ || !layout_ || !elastic_policy().elastic) return false;  // static: the loss ends the job
   lost_nodes_.insert(lost_node);
+  if (end_ && end_->kind == RunEndKind::Rescale) {
+    // Already re-forming: whoever that re-form left out is gone too, whether or not this node's
+    // own monitor noticed, so that every survivor expects the same nodes.
+    for (const auto& n : round_->assignment.nodes) {
+      if (std::find(end_->survivors.begin(), end_->survivors.end(), n.node_rank) == end_->survivors.end()) {
+        lost_nodes_.insert(n.node_rank);
+      }
+    }
+  }
   // Rescales already decided in this round count as one change, not one per lost node.
   LossDecision d = decide_loss(elastic_policy(), round_->assignment.nodes, lost_nodes_, rescales_used_);
   if (!d.rescale) {

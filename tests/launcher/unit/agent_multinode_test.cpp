@@ -373,6 +373,24 @@ TEST_CASE("elastic: a second loss during the re-form shrinks it, or ends it belo
   }
 }
 
+TEST_CASE("elastic: a loss during an adopted re-form keeps out whom that re-form left out") {
+  MultiNodeRun run;
+  run.settings = elastic(1, 4);
+  run.script.join = [](int, const RoundPlan& plan) { return pinned_or(plan, round_of(0, 4, 1)); };
+  run.script.on_round = [](FakeJobRendezvous& r, int round) {
+    if (round != 0) return;
+    r.deliver_stop(StopReason{74, 2, "lost node 3 (node3); re-forming with 3 nodes", {0, 1, 2}});
+    r.deliver_loss(NodeLoss{"lost node 1 (node1)", 1});  // this node never noticed node 3 itself
+  };
+  run.workers = [](const EnvMap& env) {
+    FakeBehaviour b;
+    if (attempt_of(env) == 1) b.exits_with = ExitStatus::exited(0);
+    return b;
+  };
+  CHECK(run.run() == 0);
+  CHECK(run.rendezvous->plans[1].nodes == 2);  // 0 and 2: neither 1 nor 3
+}
+
 TEST_CASE("elastic: the store lost during a re-form ends the job with 74") {
   MultiNodeRun run;
   run.settings = elastic(1, 3);
