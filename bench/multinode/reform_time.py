@@ -66,10 +66,11 @@ def one_run(launcher, ddprun, n, worker, limit):
     procs = []
     try:
         # All agents start together; the first to bind the endpoint hosts the store.
-        for _ in range(n):
+        logs = os.environ.get("BENCH_LOGS")  # a directory: keep each agent's stderr there
+        for k in range(n):
+            err = open(os.path.join(logs, f"{launcher}-{worker}-{n}-{k}.err"), "w") if logs else subprocess.DEVNULL
             procs.append(subprocess.Popen(agent_cmd(launcher, ddprun, n, port, worker), env=env,
-                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                          start_new_session=True))
+                                          stdout=subprocess.DEVNULL, stderr=err, start_new_session=True))
         if not wait_for(lambda: len([m for m in marks(out) if m[0] == 0]) == n, 120):
             return None
         time.sleep(1.0)  # steady state
