@@ -30,7 +30,8 @@ rdzv::AgreedSettings settings_that_must_agree(const LaunchConfig& c, const Multi
           {"--rdzv_conf last_call_timeout", seconds(s.last_call_timeout)},
           {"--rdzv_conf read_timeout", seconds(s.read_timeout)},
           {"--rdzv_conf heartbeat_interval", seconds(s.heartbeat_interval)},
-          {"--rdzv_conf heartbeat_timeout", seconds(s.heartbeat_timeout)}};
+          {"--rdzv_conf heartbeat_timeout", seconds(s.heartbeat_timeout)},
+          {"--rdzv_conf max_rescales", std::to_string(s.max_rescales)}};
 }
 
 Result<Ok> apply_rdzv_endpoint(LaunchConfig& c) {

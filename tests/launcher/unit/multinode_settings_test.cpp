@@ -135,4 +135,17 @@ TEST_CASE("settings that must agree across nodes, by flag name (issue 8 item 18)
   CHECK(value("--rdzv_conf heartbeat_timeout") == "5s");
   CHECK(value("--rdzv_conf join_timeout") == "600s");
   CHECK(value("--nproc_per_node") == "(absent)");  // nodes may run different worker counts
+  CHECK(value("--rdzv_conf max_rescales") == "100");  // elastic budget: every node counts the same
+}
+
+TEST_CASE("--rdzv_conf max_rescales: a whole number, default 100") {
+  LaunchConfig c = nodes(2, 1);
+  CHECK(multinode_settings(c, std::nullopt, "h")->max_rescales == 100);
+  c.rdzv_conf["max_rescales"] = "3";
+  CHECK(multinode_settings(c, std::nullopt, "h")->max_rescales == 3);
+  c.rdzv_conf["max_rescales"] = "-1";
+  auto bad = multinode_settings(c, std::nullopt, "h");
+  REQUIRE_FALSE(bad);
+  CHECK(bad.error().exit_code == 2);
+  CHECK(bad.error().message.find("max_rescales") != std::string::npos);
 }
