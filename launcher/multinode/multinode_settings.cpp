@@ -30,7 +30,8 @@ rdzv::AgreedSettings settings_that_must_agree(const LaunchConfig& c, const Multi
           {"--rdzv_conf last_call_timeout", seconds(s.last_call_timeout)},
           {"--rdzv_conf read_timeout", seconds(s.read_timeout)},
           {"--rdzv_conf heartbeat_interval", seconds(s.heartbeat_interval)},
-          {"--rdzv_conf heartbeat_timeout", seconds(s.heartbeat_timeout)}};
+          {"--rdzv_conf heartbeat_timeout", seconds(s.heartbeat_timeout)},
+          {"--rdzv_conf max_rescales", std::to_string(s.max_rescales)}};
 }
 
 Result<Ok> apply_rdzv_endpoint(LaunchConfig& c) {
@@ -80,12 +81,12 @@ Result<MultiNodeSettings> multinode_settings(const LaunchConfig& c,
   static const std::set<std::string> kKnown{"join_timeout", "last_call_timeout", "close_timeout",
                                             "read_timeout", "token", "heartbeat_interval",
                                             "heartbeat_timeout", "timeout", "is_host", "store_bind",
-                                            "refused_timeout"};
+                                            "refused_timeout", "max_rescales"};
   for (const auto& [key, value] : c.rdzv_conf) {
     if (!kKnown.count(key)) {
       return usage(fmt::format("--rdzv_conf: unknown key '{}' (known: join_timeout, "
                                "last_call_timeout, close_timeout, read_timeout, token, "
-                               "heartbeat_interval, heartbeat_timeout, store_bind, refused_timeout)", key));
+                               "heartbeat_interval, heartbeat_timeout, store_bind, refused_timeout, max_rescales)", key));
     }
     if (key == "token") {
       s.token = value;
@@ -93,6 +94,12 @@ Result<MultiNodeSettings> multinode_settings(const LaunchConfig& c,
     }
     if (key == "is_host") continue;  // torchrun's hint; ddprun decides by binding the endpoint
     if (key == "store_bind") continue;  // read by plan_store
+    if (key == "max_rescales") {
+      auto n = parse_integer("--rdzv_conf max_rescales", value, 0, 1'000'000);
+      if (!n) return n.error();
+      s.max_rescales = static_cast<int>(*n);
+      continue;
+    }
     auto seconds = parse_seconds("--rdzv_conf " + key, value);
     if (!seconds) return seconds.error();
     if (*seconds <= 0) return usage(fmt::format("--rdzv_conf {}: must be positive", key));

@@ -56,6 +56,8 @@ struct MultiNodeSettings {
   std::chrono::milliseconds refused_timeout{std::chrono::seconds(15)};
   /// Settings that must be the same on every node, checked at join (a mismatch ends the job).
   rdzv::AgreedSettings must_agree;
+  /// c10d MIN:MAX: membership changes (re-forms after a lost node) allowed in the whole job.
+  int max_rescales = 100;
 };
 
 /// The settings of `config` and `settings` that every node must share, by their flag names.

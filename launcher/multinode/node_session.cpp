@@ -3,27 +3,66 @@
 
 #include <boost/asio/post.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <charconv>
 
 namespace ddp::launcher {
 
-std::string encode_stop_reason(const StopReason& r) { return fmt::format("{}|{}", r.exit_code, r.text); }
+std::string encode_stop_reason(const StopReason& r) {
+  if (!r.survivors.empty()) {
+    return fmt::format("{}|{}|rescale={}|{}", r.exit_code, r.node_rank, fmt::join(r.survivors, ","), r.text);
+  }
+  return fmt::format("{}|{}|{}", r.exit_code, r.node_rank, r.text);
+}
 
 StopReason decode_stop_reason(const std::string& encoded) {
   StopReason r;
-  auto bar = encoded.find('|');
-  int code = 0;
-  if (bar != std::string::npos &&
-      std::from_chars(encoded.data(), encoded.data() + bar, code).ec == std::errc{}) {
-    // A stop is a failure: whoever wrote the record (without a token, anyone who reaches the
-    // store) cannot make the job end in success or with a code outside 1..255.
-    r.exit_code = code >= 1 && code <= 255 ? code : 1;
-    r.text = encoded.substr(bar + 1);
-  } else {
+  // Leading "<int>|" fields: exit code, then node rank; what does not parse is the text.
+  auto take_int = [&encoded](size_t from, int& value) -> size_t {
+    auto bar = encoded.find('|', from);
+    if (bar == std::string::npos) return std::string::npos;
+    int parsed = 0;
+    auto [end, ec] = std::from_chars(encoded.data() + from, encoded.data() + bar, parsed);
+    if (ec != std::errc{} || end != encoded.data() + bar) return std::string::npos;
+    value = parsed;
+    return bar + 1;
+  };
+  size_t at = take_int(0, r.exit_code);
+  // A stop is a failure: whoever wrote the record (without a token, anyone who reaches the
+  // store) cannot make the job end in success or with a code outside 1..255.
+  if (r.exit_code < 1 || r.exit_code > 255) r.exit_code = 1;
+  if (at == std::string::npos) {
     r.text = encoded;  // another agent version: keep the words, exit 1
+    return r;
   }
+  size_t after_node = take_int(at, r.node_rank);
+  if (after_node == std::string::npos) {
+    r.text = encoded.substr(at);
+    return r;
+  }
+  constexpr std::string_view kRescale = "rescale=";
+  if (encoded.compare(after_node, kRescale.size(), kRescale) == 0) {
+    size_t from = after_node + kRescale.size();
+    const size_t bar = encoded.find('|', from);
+    std::vector<int> survivors;
+    bool ok = bar != std::string::npos;
+    while (ok && from < bar) {
+      size_t comma = std::min(encoded.find(',', from), bar);
+      int rank = 0;
+      auto [end, ec] = std::from_chars(encoded.data() + from, encoded.data() + comma, rank);
+      ok = ec == std::errc{} && end == encoded.data() + comma && rank >= 0;
+      survivors.push_back(rank);
+      from = comma + 1;
+    }
+    if (ok && !survivors.empty()) {
+      r.survivors = std::move(survivors);
+      r.text = encoded.substr(bar + 1);
+      return r;
+    }
+  }
+  r.text = encoded.substr(after_node);
   return r;
 }
 
@@ -43,25 +82,21 @@ NodeSession::~NodeSession() {
   if (thread_.joinable()) thread_.join();
 }
 
-void NodeSession::dispose(std::unique_ptr<NodeSession> session) {
-  if (!session) return;
-  if (session->busy_) {
-    // Only a join can still be blocked here (ddprun was interrupted while waiting for the other
-    // nodes): it ends by itself at join_timeout. ddprun is about to exit, so the session is left
-    // to the process's end instead of holding the exit for minutes.
-    session->cancel_ = true;
-    session->io_.stop();
-    session->thread_.detach();
-    (void)session.release();
-    return;
-  }
-  session.reset();
+bool NodeSession::detach_if_blocked() {
+  if (!busy_) return false;
+  // Only a join can still be blocked here (ddprun was interrupted while waiting for the other
+  // nodes): it ends by itself at join_timeout. ddprun is about to exit, so the session is left
+  // to the process's end instead of holding the exit for minutes.
+  cancel_ = true;
+  io_.stop();
+  thread_.detach();
+  return true;
 }
 
 void NodeSession::on_loop(std::function<void()> f) { boost::asio::post(agent_io_, std::move(f)); }
 
-void NodeSession::join(int round, std::function<void(JoinResult)> done) {
-  boost::asio::post(io_, [this, round, done = std::move(done)] {
+void NodeSession::join(int round, const RoundPlan& plan, std::function<void(JoinResult)> done) {
+  boost::asio::post(io_, [this, round, plan, done = std::move(done)] {
     busy_ = true;
     monitor_.reset();
     round_ = rdzv::NodeRendezvousOptions{};
@@ -77,11 +112,16 @@ void NodeSession::join(int round, std::function<void(JoinResult)> done) {
     round_.must_agree = settings_.must_agree;
     round_.leader_timeout = settings_.refused_timeout;
     round_.last_call_timeout = settings_.last_call_timeout;
+    if (plan.nodes > 0) {  // a re-form: exactly these nodes, in this order
+      round_.min_nodes = round_.max_nodes = plan.nodes;
+      round_.node_rank = plan.node_rank;
+    }
+    if (plan.join_timeout.count() > 0) round_.join_timeout = plan.join_timeout;
     JoinResult result;
     try {
       rdzv::StoreClientOptions joining = store_;
-      joining.connect_timeout = settings_.join_timeout;
-      joining.timeout = settings_.join_timeout + settings_.read_timeout;
+      joining.connect_timeout = round_.join_timeout;
+      joining.timeout = round_.join_timeout + settings_.read_timeout;
       joining.refused_timeout = settings_.refused_timeout;
       joined_ = rdzv::join_rendezvous(joining, round_);
       if (!client_) {
@@ -96,19 +136,20 @@ void NodeSession::join(int round, std::function<void(JoinResult)> done) {
       }
       rdzv::NodeMonitor::Callbacks callbacks;
       callbacks.on_node_lost = [this](const rdzv::NodeAssignment& lost) {
-        std::string message = fmt::format(
-            "lost node {} ({}): no heartbeat for {:.3g} s", lost.node_rank, lost.name,
-            settings_.heartbeat_timeout.count() / 1000.0);
-        on_loop([this, message] { events_.on_lost(message); });
+        NodeLoss loss{fmt::format("lost node {} ({}): no heartbeat for {:.3g} s", lost.node_rank,
+                                  lost.name, settings_.heartbeat_timeout.count() / 1000.0),
+                      lost.node_rank};
+        on_loop([this, loss] { events_.on_lost(loss); });
       };
       callbacks.on_stop = [this](const std::string& encoded) {
         StopReason reason = decode_stop_reason(encoded);
         on_loop([this, reason] { events_.on_stop(reason); });
       };
       callbacks.on_store_lost = [this](const std::string& error) {
-        std::string message = fmt::format("lost the store at {}:{} (node 0 gone?): {}", store_.host,
-                                          store_.port, error);
-        on_loop([this, message] { events_.on_lost(message); });
+        NodeLoss loss{fmt::format("lost the store at {}:{} (node 0 gone?): {}", store_.host,
+                                  store_.port, error),
+                      std::nullopt};
+        on_loop([this, loss] { events_.on_lost(loss); });
       };
       // The monitor's calls must fail well within the heartbeat timeout: over a cut link a call
       // would otherwise wait read_timeout (60 s) before the store counts as lost.
@@ -143,16 +184,17 @@ void NodeSession::broadcast_stop(const StopReason& reason) {
 void NodeSession::exit_barrier(std::function<void(BarrierResult)> done) {
   cancel_ = false;
   boost::asio::post(io_, [this, done = std::move(done)] {
-    BarrierResult result;
+    BarrierResult result = AllNodesDone{};
     try {
       if (!client_ || !joined_) throw rdzv::StoreError("not joined");
       // Bounded: a lost node is reported by the monitor, and the loop then cancels this wait.
       auto end = rdzv::exit_barrier(*client_, round_, *joined_, settings_.heartbeat_interval,
                                     [this] { return keep_waiting(); });
-      if (end.end == rdzv::ExitBarrierResult::End::Stopped) result.stop = decode_stop_reason(end.stop);
+      if (end.end == rdzv::ExitBarrierResult::End::Stopped) result = decode_stop_reason(end.stop);
     } catch (const std::exception& e) {
-      result.lost = fmt::format("lost the store at {}:{} during the exit barrier (node 0 gone?): {}",
-                                store_.host, store_.port, e.what());
+      result = NodeLoss{fmt::format("lost the store at {}:{} during the exit barrier (node 0 gone?): {}",
+                                    store_.host, store_.port, e.what()),
+                        std::nullopt};
     }
     on_loop([done, result] { done(result); });
   });

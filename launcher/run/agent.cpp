@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: MIT
 #include "launcher/run/agent.hpp"
 
-#include <fcntl.h>
 
 #include <boost/asio/post.hpp>
 #include <fmt/format.h>
@@ -9,13 +8,14 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <random>
 #include <sstream>
 
 #include "launcher/common/exit_codes.hpp"
+#include "launcher/run/agent_events.hpp"
+#include "launcher/run/worker_streams.hpp"
 #include "rendezvous/store_server.hpp"
 
 namespace ddp::launcher {
@@ -23,7 +23,6 @@ namespace {
 
 constexpr size_t kStderrTailLines = 10;
 constexpr auto kLeftoverDeadline = std::chrono::seconds(5);
-constexpr int kPipeBytes = 1 << 20;
 // The last output at exit: given up on after this long without progress, or this long in all.
 constexpr auto kOutputStall = std::chrono::seconds(5);
 constexpr auto kOutputLimit = std::chrono::seconds(30);
@@ -43,12 +42,6 @@ std::string random_token() {
   return fmt::format("{}-{:08x}{:08x}", ::getpid(), rd(), rd());
 }
 
-std::string rank_prefix(int rank, bool color) {
-  if (!color) return fmt::format("[rank{}]:", rank);
-  static constexpr int kColors[] = {32, 34, 35, 36, 33, 31};
-  return fmt::format("\x1b[{}m[rank{}]:\x1b[0m", kColors[rank % 6], rank);
-}
-
 std::string read_small_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return {};
@@ -57,20 +50,9 @@ std::string read_small_file(const std::string& path) {
   return text.str();
 }
 
-nlohmann::json status_json(const ExitStatus& s) {
-  nlohmann::json j;
-  if (s.kind == ExitStatus::Kind::Exited) {
-    j["exit_code"] = s.code;
-  } else {
-    j["signal"] = signal_name(s.signal);
-    j["signal_number"] = s.signal;
-  }
-  return j;
-}
-
 }  // namespace
 
-Agent::Agent(AgentSetup setup, std::unique_ptr<ProcessControl> control)
+Agent::Agent(AgentSetup setup, std::unique_ptr<ProcessControl> control, JobRendezvousFactory rendezvous)
     : setup_(std::move(setup)),
       child_signals_(io_, SIGCHLD),
       shutdown_signals_(io_, SIGINT, SIGTERM, SIGHUP),
@@ -81,12 +63,13 @@ Agent::Agent(AgentSetup setup, std::unique_ptr<ProcessControl> control)
       stdout_sink_(io_, STDOUT_FILENO),
       stderr_sink_(io_, STDERR_FILENO),
       control_(control ? std::move(control) : std::make_unique<PosixProcessControl>()),
-      token_(random_token()) {
+      token_(random_token()),
+      make_rendezvous_(std::move(rendezvous)) {
   shutdown_signals_.add(SIGQUIT);
 }
 
 Agent::~Agent() {
-  NodeSession::dispose(std::move(session_));
+  dispose(std::move(session_));
   for (auto& w : workers_) {
     if (w.out) w.out->finish();
     if (w.err) w.err->finish();
@@ -94,15 +77,6 @@ Agent::~Agent() {
 }
 
 void Agent::say(const std::string& line) { stderr_sink_.write_all(fmt::format("ddprun: {}\n", line)); }
-
-std::shared_ptr<OutputSink> Agent::open_log(const std::string& path) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    on_log_error(path, errno);
-    return nullptr;
-  }
-  return std::make_shared<OutputSink>(io_, fd, /*owns_fd=*/true);
-}
 
 void Agent::on_log_error(const std::string& path, int error) {
   const std::string reason = std::strerror(error);
@@ -223,7 +197,7 @@ void Agent::wait_for_forwarded_signals() {
 }
 
 void Agent::start_attempt(int attempt) {
-  if (shutdown_signal_ != 0) {  // a signal arrived between two attempts: no new attempt
+  if (interrupted_) {  // a signal arrived between two attempts: no new attempt
     finish_run();
     return;
   }
@@ -232,14 +206,12 @@ void Agent::start_attempt(int attempt) {
     return;
   }
   phase_ = Phase::Starting;
-  session_->join(attempt, [this, attempt](const NodeSession::JoinResult& result) {
+  session_->join(attempt, next_round_, [this, attempt](const JobRendezvous::JoinResult& result) {
     on_joined(attempt, result);
   });
 }
 
 void Agent::launch_workers(int attempt) {
-  job_stop_.reset();
-  own_stop_text_.clear();
   attempt_ = attempt;
   phase_ = Phase::Running;
   root_cause_.reset();
@@ -248,7 +220,7 @@ void Agent::launch_workers(int attempt) {
   auto made = run_dir_->create_attempt(attempt, c.nproc_per_node);
   if (!made) {
     say(made.error().message);
-    internal_error_ = made.error().exit_code;
+    end_with(internal_error(made.error().exit_code, made.error().message));
     finish_run();
     return;
   }
@@ -272,59 +244,21 @@ void Agent::launch_workers(int attempt) {
 void Agent::start_worker(Worker& w, int attempt) {
   const auto& c = setup_.config;
   const int r = w.outcome.local_rank;
-  const bool filtered = c.console_ranks && !c.console_ranks->count(r);
-  const StreamSet redirect = c.redirects.for_rank(r);
-  const StreamSet tee = c.tee.for_rank(r);
-  const std::string dir = run_dir_->rank_dir(attempt, r);
-
-  struct StreamPlan {
-    int pipe[2] = {-1, -1};
-    StreamRoute route;
-  } plans[2];
-  for (int s = 0; s < 2; ++s) {
-    bool (*includes)(StreamSet) = s == 0 ? includes_stdout : includes_stderr;
-    bool to_file = includes(redirect) || includes(tee) || filtered;
-    // As in torchrun, --tee wins over --redirects for the same stream.
-    bool to_console = (!includes(redirect) || includes(tee)) && !filtered;
-    if (::pipe2(plans[s].pipe, O_CLOEXEC) != 0) {  // out of descriptors, most likely
-      Error error{exit_codes::kInternal, fmt::format("pipe: {}", std::strerror(errno))};
-      for (int t = 0; t < s; ++t) {
-        ::close(plans[t].pipe[0]);
-        ::close(plans[t].pipe[1]);
-      }
-      record_start_failure(w, error);
-      return;
-    }
-    ::fcntl(plans[s].pipe[1], F_SETPIPE_SZ, kPipeBytes);  // fewer wake-ups; best effort
-    OutputSink* console = s == 0 ? &stdout_sink_ : &stderr_sink_;
-    plans[s].route.console = to_console ? console : nullptr;
-    plans[s].route.fallback_console = console;
-    if (to_file) {
-      plans[s].route.file_path = dir + (s == 0 ? "/stdout.log" : "/stderr.log");
-      plans[s].route.file = open_log(plans[s].route.file_path);
-      if (!plans[s].route.file) plans[s].route.console = console;  // nothing lost
-      plans[s].route.on_file_error = [this](const std::string& path, int error) {
-        on_log_error(path, error);
-      };
-    }
-    plans[s].route.keep_tail = s == 1;
+  auto streams = WorkerStreams::open(io_, c, r, run_dir_->rank_dir(attempt, r), stdout_sink_, stderr_sink_,
+                                     [this](const std::string& path, int error) { on_log_error(path, error); });
+  if (!streams) {
+    record_start_failure(w, streams.error());
+    return;
   }
-
   WorkerSlot slot{r, attempt, setup_.master_port, w.outcome.error_file};
   EnvMap env = worker_environment(c, slot, setup_.parent_env, layout_);
   env[OrphanGuard::kTokenVariable] = token_;
-  SpawnRequest request{setup_.executable, setup_.argv, to_envp_strings(env), plans[0].pipe[1],
-                       plans[1].pipe[1]};
+  SpawnRequest request{setup_.executable, setup_.argv, to_envp_strings(env), streams->worker_stdout(),
+                       streams->worker_stderr()};
   auto started = control_->start(request);
-  ::close(plans[0].pipe[1]);
-  ::close(plans[1].pipe[1]);
-  for (int s = 0; s < 2; ++s) {
-    const OutputSink* sink = plans[s].route.console;
-    auto pump = std::make_shared<StreamPump>(io_, plans[s].pipe[0], plans[s].route,
-                                             rank_prefix(w.outcome.rank, sink && sink->is_tty()));
-    pump->start();
-    (s == 0 ? w.out : w.err) = std::move(pump);
-  }
+  auto pumps = streams->start(io_, w.outcome.rank);
+  w.out = std::move(pumps.out);
+  w.err = std::move(pumps.err);
   if (!started) {
     record_start_failure(w, started.error());
     return;
@@ -360,14 +294,9 @@ void Agent::record_start_failure(Worker& w, const Error& error) {
   w.outcome.start_error = error.message;
   w.outcome.terminated_by_ddprun = false;  // a stop sent before its exec failed changed nothing
   w.outcome.exit_time = std::chrono::system_clock::now();
-  if (error.exit_code == exit_codes::kInternal) internal_error_ = exit_codes::kInternal;
-  events_.emit("worker_exit", {{"rank", w.outcome.rank}, {"local_rank", w.outcome.local_rank},
-                               {"attempt", attempt_}, {"exit_code", error.exit_code},
-                               {"error", error.message}});
-  if (!root_cause_) {
-    root_cause_ = static_cast<size_t>(&w - workers_.data());
-    announce_failure(w);
-  }
+  events_.emit("worker_exit", start_failure_fields(w.outcome, attempt_, error.exit_code, error.message));
+  if (!root_cause_) on_local_failure(w);
+  if (error.exit_code == exit_codes::kInternal) end_with(internal_error(error.exit_code, error.message));
   stop_workers(SIGTERM);
 }
 
@@ -400,15 +329,9 @@ void Agent::on_worker_exit(Worker& w, const ExitStatus& status) {
       !w.outcome.terminated_by_ddprun && oom_kills_at_start_ >= 0) {
     w.outcome.oom_killed = read_oom_kill_count() > oom_kills_at_start_;
   }
-  nlohmann::json fields = status_json(status);
-  fields.update({{"rank", w.outcome.rank}, {"local_rank", w.outcome.local_rank},
-                 {"attempt", attempt_}, {"pid", w.outcome.pid},
-                 {"terminated_by_ddprun", w.outcome.terminated_by_ddprun},
-                 {"oom_killed", w.outcome.oom_killed}});
-  events_.emit("worker_exit", fields);
+  events_.emit("worker_exit", worker_exit_fields(w.outcome, attempt_));
   if (!status.success() && phase_ == Phase::Running && !root_cause_) {
-    root_cause_ = static_cast<size_t>(&w - workers_.data());
-    announce_failure(w);
+    on_local_failure(w);
     if (any_alive()) {
       say(fmt::format("rank {} (pid {}) failed with {}; stopping the other workers",
                       w.outcome.rank, w.outcome.pid, describe(status)));
@@ -419,12 +342,13 @@ void Agent::on_worker_exit(Worker& w, const ExitStatus& status) {
 
 void Agent::on_shutdown_signal(int sig) {
   events_.emit("signal", {{"signal", signal_name(sig)}});
-  if (shutdown_signal_ != 0) {
+  if (interrupted_) {
     say(fmt::format("received {} again; killing the workers now", signal_name(sig)));
     kill_everything_now();
     return;
   }
-  shutdown_signal_ = sig;
+  interrupted_ = true;
+  end_with(interrupted(sig));
   if (session_) session_->cancel_waits();
   if (phase_ == Phase::Starting && session_ && session_->busy()) {
     say(fmt::format("received {} while waiting for the other nodes; giving up", signal_name(sig)));
@@ -544,37 +468,35 @@ void Agent::finish_attempt() {
     outcome.workers.push_back(w.outcome);
   }
   history_.push_back(std::move(outcome));
-  const bool failed = root_cause_.has_value() || job_stop_.has_value() || !lost_message_.empty();
-  if (session_ && !failed && shutdown_signal_ == 0 && internal_error_ == 0) {
+  if (session_ && !end_) {
     // This node is done; the job is done when every node is (another may still fail).
     phase_ = Phase::Finishing;
-    session_->exit_barrier([this](const NodeSession::BarrierResult& end) {
-      if (phase_ != Phase::Finishing) return;
-      if (end.lost && lost_message_.empty() && !job_stop_) {
-        lost_message_ = *end.lost;  // the store is gone: exit 74, no restart
-        events_.emit("node_lost", {{"message", lost_message_}});
-        say(lost_message_);
-      }
-      const auto& stop = end.stop;
-      if (stop && !job_stop_) job_stop_ = stop;
-      if (stop && !history_.empty()) say(fmt::format("the job failed on another node: {}", stop->text));
-      after_attempt(stop.has_value() || !lost_message_.empty());
-    });
+    session_->exit_barrier([this](const JobRendezvous::BarrierResult& result) { on_barrier(result); });
     return;
   }
-  after_attempt(failed);
+  after_attempt();
 }
 
-void Agent::after_attempt(bool failed) {
-  // A lost node ends the job: the survivors cannot form the same world again.
-  if (failed && shutdown_signal_ == 0 && internal_error_ == 0 && lost_message_.empty() &&
-      attempt_ < setup_.config.max_restarts) {
-    say(fmt::format("{}; restarting the workers{} (restart {} of {})", root_cause_text(),
-                    session_ ? " on every node" : "", attempt_ + 1, setup_.config.max_restarts));
+bool Agent::end_with(RunEnd cause) { return offer(end_, std::move(cause)); }
+
+void Agent::after_attempt() {
+  if (end_ && end_->kind == RunEndKind::Rescale && !interrupted_) {
+    begin_reform();
+    return;
+  }
+  if (end_ && restartable(*end_) && !interrupted_ && restarts_used_ < setup_.config.max_restarts) {
+    ++restarts_used_;
+    say(fmt::format("{}; restarting the workers{} (restart {} of {})", end_->text,
+                    session_ ? " on every node" : "", restarts_used_, setup_.config.max_restarts));
     nlohmann::json fields{{"attempt", attempt_ + 1}};
     if (root_cause_) fields["failed_rank"] = workers_[*root_cause_].outcome.rank;
-    if (job_stop_) fields["job_root_cause"] = job_stop_->text;
+    if (session_) fields["job_root_cause"] = end_->text;
     events_.emit("restart", fields);
+    // A restart meets as configured (c10d: whoever arrives), not pinned to this round's nodes:
+    // one of them may be the reason the workers failed, and gone.
+    next_round_ = RoundPlan{};
+    restart_from_nodes_ = round_ ? round_->num_nodes : 0;
+    end_.reset();
     phase_ = Phase::Starting;
     boost::asio::post(io_, [this, next = attempt_ + 1] { start_attempt(next); });
     return;
@@ -583,15 +505,7 @@ void Agent::after_attempt(bool failed) {
 }
 
 int Agent::exit_code() const {
-  if (internal_error_ != 0) return internal_error_;
-  if (rendezvous_error_ != 0) return rendezvous_error_;
-  if (shutdown_signal_ != 0) return exit_codes::kSignalBase + shutdown_signal_;
-  if (job_stop_ && job_stop_->text != own_stop_text_) return job_stop_->exit_code;
-  if (!lost_message_.empty()) return multinode_exit_codes::kNodeLost;
-  if (!history_.empty() && history_.back().root_cause) {
-    const auto& w = history_.back().workers[*history_.back().root_cause];
-    if (w.status) return shell_exit_code(*w.status);
-  }
+  if (end_) return end_->exit_code;
   // The job succeeded, but output the user asked to keep in a file is not all there.
   if (!log_errors_.empty()) return exit_codes::kLogWriteFailed;
   return exit_codes::kSuccess;
@@ -602,31 +516,19 @@ void Agent::finish_run() {
   grace_timer_.cancel();
   cleanup_timer_.cancel();
   const int code = exit_code();
+  const int signal = end_ && end_->kind == RunEndKind::Interrupted ? end_->signal : 0;
   RunSummaryInput summary{setup_.config.program, setup_.host, setup_.config.max_restarts,
-                          start_time_, history_, shutdown_signal_, code, {}, log_errors_};
-  if (session_) summary.job_root_cause = job_stop_ ? job_stop_->text : lost_message_;
+                          start_time_, history_, signal, code, {}, log_errors_};
+  const bool job_wide = end_ && (end_->kind == RunEndKind::WorkerFailed ||
+                                 end_->kind == RunEndKind::JobStopped || end_->kind == RunEndKind::NodeLost);
+  if (session_ && job_wide) summary.job_root_cause = end_->text;
   if (code != 0) stderr_sink_.write_all(format_failure_summary(summary));
-  nlohmann::json attempts = nlohmann::json::array();
-  for (const auto& a : history_) {
-    nlohmann::json workers = nlohmann::json::array();
-    for (const auto& w : a.workers) {
-      nlohmann::json jw = w.status ? status_json(*w.status) : nlohmann::json::object();
-      jw.update({{"rank", w.rank}, {"local_rank", w.local_rank}, {"pid", w.pid},
-                 {"terminated_by_ddprun", w.terminated_by_ddprun}, {"oom_killed", w.oom_killed}});
-      if (w.error_info) jw["error_message"] = w.error_info->message;
-      workers.push_back(jw);
-    }
-    nlohmann::json ja{{"attempt", a.attempt}, {"workers", workers}};
-    if (a.root_cause) ja["root_cause_rank"] = a.workers[*a.root_cause].rank;
-    attempts.push_back(ja);
-  }
-  nlohmann::json fields{{"exit_code", code}, {"attempts", attempts}};
-  if (shutdown_signal_) fields["signal"] = signal_name(shutdown_signal_);
-  if (!summary.job_root_cause.empty()) fields["job_root_cause"] = summary.job_root_cause;
+  nlohmann::json fields = summary_fields(code, history_, end_, summary.job_root_cause);
   if (!log_errors_.empty()) fields["log_errors"] = log_errors_;
+  if (!membership_changes_.empty()) fields["membership_changes"] = membership_changes_;
   events_.emit("summary", fields);
   // After a lost node or store there is nobody to tell and perhaps no store to tell it through.
-  if (session_ && !session_->busy() && lost_message_.empty()) {
+  if (session_ && !session_->busy() && !(end_ && end_->kind == RunEndKind::NodeLost)) {
     // The store's host stays up until the others have read the outcome (bounded).
     session_->leave(store_ != nullptr, [this] { io_.stop(); });
     return;

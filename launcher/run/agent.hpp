@@ -17,10 +17,16 @@
 ///    Starting --posted start_attempt--> Running (or Done if a shutdown signal came meanwhile).
 ///
 /// Multi-node (agent_nodes.cpp): Starting also covers the join of the attempt's rendezvous round
-/// (on NodeSession's thread; the result is posted back). A worker that succeeded everywhere on
-/// this node leads to Finishing (the exit barrier: every node done, or a stop from elsewhere turns
-/// it into a failure). A stop broadcast by another node or a lost node ends Running like a local
-/// failure. The agent may host the job's store (HostedStore: its own thread and loop).
+/// (through the JobRendezvous seam; NodeSession does it on its own thread and posts the result
+/// back). A worker that succeeded everywhere on this node leads to Finishing (the exit barrier:
+/// every node done, or a stop from elsewhere turns it into a failure). A stop broadcast by another
+/// node or a lost node ends Running like a local failure. The agent may host the job's store
+/// (HostedStore: its own thread and loop).
+///
+/// Why the attempt ends is one value, end_ (a RunEnd): every handler offers its cause and the
+/// rules in run_end.hpp decide which stands; the exit code, the restart decision and the summary
+/// all read it. The Agent decides; pipes and log files (WorkerStreams), event fields
+/// (agent_events) and the store's keys (NodeSession, rendezvous/) live elsewhere.
 
 #include <sys/types.h>
 
@@ -36,7 +42,7 @@
 #include "launcher/config/launch_config.hpp"
 #include "launcher/env/worker_env.hpp"
 #include "launcher/multinode/multinode_settings.hpp"
-#include "launcher/multinode/node_session.hpp"
+#include "launcher/multinode/job_rendezvous.hpp"
 #include "launcher/output/output_sink.hpp"
 #include "launcher/output/stream_pump.hpp"
 #include "launcher/process/process_control.hpp"
@@ -44,6 +50,8 @@
 #include "launcher/run/failure_report.hpp"
 #include "launcher/run/hosted_store.hpp"
 #include "launcher/run/run_directory.hpp"
+#include "launcher/run/membership.hpp"
+#include "launcher/run/run_end.hpp"
 
 namespace ddp::launcher {
 
@@ -61,8 +69,10 @@ struct AgentSetup {
 
 class Agent {
  public:
-  /// `control` defaults to the real PosixProcessControl; tests pass a scripted fake.
-  explicit Agent(AgentSetup setup, std::unique_ptr<ProcessControl> control = nullptr);
+  /// `control` defaults to the real PosixProcessControl and `rendezvous` to a NodeSession (when
+  /// the setup is multi-node); tests pass scripted fakes.
+  explicit Agent(AgentSetup setup, std::unique_ptr<ProcessControl> control = nullptr,
+                 JobRendezvousFactory rendezvous = nullptr);
   ~Agent();
   Agent(const Agent&) = delete;
   Agent& operator=(const Agent&) = delete;
@@ -89,21 +99,28 @@ class Agent {
   Result<Ok> prepare();
   /// One "ddprun: ..." line on stderr, in order with the workers' stderr lines.
   void say(const std::string& line);
-  /// Opens a log file for a worker stream; nullptr (and a message) when it cannot.
-  std::shared_ptr<OutputSink> open_log(const std::string& path);
   /// A log or events file could not be written (disk full...): one line, an event, the summary.
   void on_log_error(const std::string& path, int error);
   /// Hosts the store when this agent is the one to (port in use: one line and exit 69).
   Result<Ok> open_store();
   void start_attempt(int attempt);
-  void on_joined(int attempt, const NodeSession::JoinResult& result);
+  void on_joined(int attempt, const JobRendezvous::JoinResult& result);
   void launch_workers(int attempt);
-  /// Multi-node: the first local failure becomes the job-wide stop reason.
-  void announce_failure(const Worker& worker);
+  /// A worker of this node failed: the attempt's root cause here, and (multi-node) the job-wide
+  /// stop reason offered to the other nodes.
+  void on_local_failure(Worker& worker);
   void on_job_stop(const StopReason& reason);
-  void on_node_lost(const std::string& message);
-  void after_attempt(bool failed);
-  std::string root_cause_text() const;
+  void on_node_lost(const NodeLoss& loss);
+  void on_barrier(const JobRendezvous::BarrierResult& result);
+  /// Offers a cause for the end of the attempt (see run_end.hpp); true when it stands.
+  bool end_with(RunEnd cause);
+  /// Elastic: a lost node of the current round that the job may survive; false when the loss
+  /// ends the job (then `text` says why).
+  bool try_rescale(int lost_node, std::string& text);
+  void after_attempt();
+  /// Ends the attempt of a re-form: the next round joins the survivors only.
+  void begin_reform();
+  ElasticPolicy elastic_policy() const;
   void start_worker(Worker& worker, int attempt);
   void confirm_exec(Worker& worker);
   void record_start_failure(Worker& worker, const Error& error);
@@ -145,21 +162,32 @@ class Agent {
   std::vector<Worker> workers_;
   std::vector<AttemptOutcome> history_;
   std::optional<size_t> root_cause_;
-  int shutdown_signal_ = 0;  // signal ddprun received (0: none)
-  int leftover_rounds_ = 0;  // clean_up_leftovers() calls in this attempt's Cleaning phase
+  std::optional<RunEnd> end_;  // why this attempt ends; cleared only when a restart begins
+  bool interrupted_ = false;    // a shutdown signal arrived: no new attempt; a second one kills now
+  int leftover_rounds_ = 0;     // clean_up_leftovers() calls in this attempt's Cleaning phase
   long oom_kills_at_start_ = 0;
-  int internal_error_ = 0;
   std::vector<std::string> log_errors_;  // "<path>: <error>", for the summary
   std::chrono::system_clock::time_point start_time_;
 
   // The store and the other nodes.
   std::unique_ptr<HostedStore> store_;
-  std::unique_ptr<NodeSession> session_;
-  std::optional<GroupLayout> layout_;       // this attempt's place in the job (multi-node)
-  std::optional<StopReason> job_stop_;      // the job-wide root cause in force this attempt
-  std::string own_stop_text_;               // what this node broadcast, if anything
-  std::string lost_message_;                // a node or the store vanished
-  int rendezvous_error_ = 0;
+  JobRendezvousFactory make_rendezvous_;
+  std::unique_ptr<JobRendezvous> session_;
+  std::optional<GroupLayout> layout_;  // this attempt's place in the job (multi-node)
+  std::optional<rdzv::RendezvousResult> round_;  // every node of this attempt's round
+  RoundPlan next_round_;               // how to join the next round (pinned after a re-form)
+  std::set<int> lost_nodes_;           // node ranks of this round known to be gone
+  int restarts_used_ = 0;              // worker failures restarted (--max_restarts)
+  int rescales_used_ = 0;              // membership changes (max_rescales)
+  int restart_from_nodes_ = 0;         // nodes of the round a pending restart left (0: none)
+  struct Reform {                      // a re-form in progress, reported once the round formed
+    std::string reason;
+    std::vector<rdzv::NodeAssignment> old_nodes;
+    int old_world_size = 0;
+    std::chrono::steady_clock::time_point since;
+  };
+  std::optional<Reform> reform_;
+  std::vector<std::string> membership_changes_;  // for the summary
 };
 
 }  // namespace ddp::launcher

@@ -2,11 +2,16 @@
 // The Agent's side of the job's store and of the other nodes: hosting the store, joining each
 // round, and turning the monitor's news (a stop elsewhere, a lost node) into supervision steps.
 // Everything here runs on the Agent's loop; blocking store calls live in NodeSession's thread.
+#include <boost/asio/post.hpp>
 #include <fmt/format.h>
+
+#include <algorithm>
 #include <signal.h>
 
 #include "launcher/common/exit_codes.hpp"
+#include "launcher/multinode/node_session.hpp"
 #include "launcher/run/agent.hpp"
+#include "launcher/run/agent_events.hpp"
 #include "rendezvous/store_server.hpp"
 #include "rendezvous/token_auth.hpp"
 
@@ -39,86 +44,212 @@ Result<Ok> Agent::open_store() {
     return Error{exit_codes::kUsage, "--master_port 0 only works on the node that hosts the store; "
                                      "give the other nodes the port it chose"};
   }
+  JobRendezvous::Events events;
+  events.on_stop = [this](const StopReason& reason) { on_job_stop(reason); };
+  events.on_lost = [this](const NodeLoss& loss) { on_node_lost(loss); };
+  if (make_rendezvous_) {
+    session_ = make_rendezvous_(io_, std::move(events));
+    return Ok{};
+  }
   rdzv::StoreClientOptions client;
   client.host = plan.connect_host;
   client.port = static_cast<std::uint16_t>(setup_.master_port);
   client.timeout = setup_.multinode->read_timeout;
-  NodeSession::Events events;
-  events.on_stop = [this](const StopReason& reason) { on_job_stop(reason); };
-  events.on_lost = [this](const std::string& message) { on_node_lost(message); };
   session_ = std::make_unique<NodeSession>(io_, *setup_.multinode, client, std::move(events));
   return Ok{};
 }
 
-void Agent::on_joined(int attempt, const NodeSession::JoinResult& result) {
+void Agent::on_joined(int attempt, const JobRendezvous::JoinResult& result) {
   if (phase_ == Phase::Done) return;
   if (const auto* error = std::get_if<std::string>(&result)) {
-    say(fmt::format("rendezvous failed: {}", *error));
     events_.emit("rendezvous_failed", {{"attempt", attempt}, {"error", *error}});
-    rendezvous_error_ = multinode_exit_codes::kRendezvous;
+    if (reform_) {
+      // The survivors could not meet again (another one vanished, or the store did).
+      const std::string text = fmt::format("could not re-form the job after \"{}\": {}", reform_->reason, *error);
+      say(text);
+      end_with(node_lost(NodeLoss{text, std::nullopt}));
+    } else {
+      say(fmt::format("rendezvous failed: {}", *error));
+      end_with(rendezvous_failed(*error));
+    }
     finish_run();
     return;
   }
-  if (shutdown_signal_ != 0) {
+  if (interrupted_) {
     finish_run();
     return;
   }
   const auto& joined = std::get<rdzv::RendezvousResult>(result);
   layout_ = GroupLayout{joined.node_rank, joined.num_nodes, joined.base_rank, joined.world_size};
-  nlohmann::json nodes = nlohmann::json::array();
-  for (const auto& n : joined.assignment.nodes) {
-    nodes.push_back({{"node_rank", n.node_rank}, {"name", n.name},
-                     {"local_world_size", n.local_world_size}, {"base_rank", n.base_rank}});
+  round_ = joined;
+  lost_nodes_.clear();
+  events_.emit("rendezvous", rendezvous_fields(attempt, joined));
+  if (!reform_ && restart_from_nodes_ > joined.num_nodes && elastic_policy().elastic) {
+    // The restart re-formed without some nodes: the workers most likely failed because a peer
+    // vanished (collectives fail long before heartbeats go stale). That is a membership change,
+    // not a worker failure: it is counted against max_rescales and the restart is given back.
+    --restarts_used_;
+    ++rescales_used_;
+    const std::string change = fmt::format("{} -> {} node(s), world size {} (a restart re-formed without the missing nodes)",
+                                           restart_from_nodes_, joined.num_nodes, joined.world_size);
+    events_.emit("rescale", {{"attempt", attempt}, {"reason", "restart without the missing nodes"},
+                             {"old_num_nodes", restart_from_nodes_}, {"new_num_nodes", joined.num_nodes},
+                             {"new_world_size", joined.world_size}});
+    membership_changes_.push_back(change);
+    say(fmt::format("re-formed: {}", change));
   }
-  events_.emit("rendezvous", {{"attempt", attempt}, {"node_rank", joined.node_rank},
-                              {"num_nodes", joined.num_nodes}, {"world_size", joined.world_size},
-                              {"base_rank", joined.base_rank}, {"nodes", nodes}});
+  restart_from_nodes_ = 0;
+  if (reform_) {
+    const double took =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - reform_->since).count();
+    nlohmann::json old_nodes = nlohmann::json::array();
+    for (const auto& n : reform_->old_nodes) old_nodes.push_back(n.name);
+    nlohmann::json new_nodes = nlohmann::json::array();
+    for (const auto& n : joined.assignment.nodes) new_nodes.push_back(n.name);
+    events_.emit("rescale", {{"attempt", attempt}, {"reason", reform_->reason}, {"old_nodes", old_nodes},
+                             {"new_nodes", new_nodes}, {"old_world_size", reform_->old_world_size},
+                             {"new_world_size", joined.world_size}, {"seconds", took}});
+    const std::string change = fmt::format("{} -> {} node(s), world size {} -> {} ({}; re-formed in {:.2f} s)",
+                                           reform_->old_nodes.size(), joined.num_nodes,
+                                           reform_->old_world_size, joined.world_size, reform_->reason, took);
+    membership_changes_.push_back(change);
+    say(fmt::format("re-formed: {}", change));
+    reform_.reset();
+    next_round_.join_timeout = std::chrono::milliseconds(0);  // later restarts: the same nodes, as configured
+  }
   launch_workers(attempt);
 }
 
-std::string Agent::root_cause_text() const {
-  if (job_stop_) return job_stop_->text;
-  if (root_cause_) {
-    const auto& w = workers_[*root_cause_];
-    return fmt::format("rank {} failed with {}", w.outcome.rank,
-                       w.outcome.status ? describe(*w.outcome.status) : std::string("no status"));
-  }
-  return lost_message_.empty() ? std::string("the job was stopped") : lost_message_;
-}
-
-void Agent::announce_failure(const Worker& w) {
-  if (!session_ || !layout_ || job_stop_) return;
-  const ExitStatus status = w.outcome.status.value_or(ExitStatus::exited(1));
-  StopReason reason{shell_exit_code(status),
-                    fmt::format("node {} ({}): rank {} (pid {}) failed with {}", layout_->node_rank,
-                                setup_.host, w.outcome.rank, w.outcome.pid, describe(status))};
-  own_stop_text_ = reason.text;
-  job_stop_ = reason;
-  session_->broadcast_stop(reason);
+void Agent::on_local_failure(Worker& w) {
+  root_cause_ = static_cast<size_t>(&w - workers_.data());
+  const int node_rank = session_ && layout_ ? layout_->node_rank : -1;
+  RunEnd cause = worker_failed(w.outcome, node_rank, setup_.host);
+  const bool first = end_with(cause);
+  // Multi-node: the first local failure is offered as the job-wide stop reason, unless the job
+  // was already stopped from elsewhere (then the store holds a reason and this one would lose).
+  if (first && session_ && layout_) session_->broadcast_stop(StopReason{cause.exit_code, node_rank, cause.text, {}});
 }
 
 void Agent::on_job_stop(const StopReason& reason) {
   if (phase_ == Phase::Done || phase_ == Phase::Starting) return;  // Starting: a past round's news
-  if (reason.text == own_stop_text_) return;
+  if (layout_ && is_own_stop(reason, layout_->node_rank)) return;
   // First reason wins in the store: adopt it even if this node failed at the same moment, so
   // every node names the same root cause and exits with the same code.
-  job_stop_ = reason;
-  events_.emit("job_stop", {{"reason", reason.text}, {"exit_code", reason.exit_code}});
+  end_with(job_stopped(reason));
+  if (!reason.survivors.empty()) {
+    session_->cancel_waits();  // Finishing: this node re-forms with the others
+    if (phase_ == Phase::Running) {
+      say(fmt::format("{}; stopping the workers", reason.text));
+      stop_workers(SIGTERM);
+    }
+    return;
+  }
+  events_.emit("job_stop", {{"reason", reason.text}, {"exit_code", reason.exit_code}, {"node_rank", reason.node_rank}});
   if (phase_ == Phase::Running) {
     say(fmt::format("stopping the workers: the job failed on another node: {}", reason.text));
     stop_workers(SIGTERM);
   }
 }
 
-void Agent::on_node_lost(const std::string& message) {
-  if (phase_ == Phase::Done || phase_ == Phase::Starting || !lost_message_.empty()) return;
+void Agent::on_node_lost(const NodeLoss& loss) {
+  if (phase_ == Phase::Done || phase_ == Phase::Starting) return;
   // Once the job has a root cause, the store host going away is the expected end, not news.
-  if (job_stop_) return;
-  lost_message_ = message;
-  events_.emit("node_lost", {{"message", message}});
+  // During a re-form, a lost store ends it (nothing can re-form without it) and another lost
+  // node shrinks it further.
+  if (end_ && end_->kind != RunEndKind::Rescale) return;
+  nlohmann::json fields{{"message", loss.text}};
+  if (loss.node_rank) fields["node_rank"] = *loss.node_rank;
+  events_.emit("node_lost", fields);
+  std::string text = loss.text;
+  if (loss.node_rank && try_rescale(*loss.node_rank, text)) return;
+  if (!end_with(node_lost(NodeLoss{text, loss.node_rank}))) return;
   session_->cancel_waits();
-  say(fmt::format("{}; stopping the job", message));
+  say(fmt::format("{}; stopping the job", text));
   if (phase_ == Phase::Running) stop_workers(SIGTERM);
+}
+
+ElasticPolicy Agent::elastic_policy() const {
+  const auto& m = *setup_.multinode;
+  return ElasticPolicy{m.dynamic && m.min_nodes < m.max_nodes, m.min_nodes, m.max_rescales};
+}
+
+bool Agent::try_rescale(int lost_node, std::string& text) {
+  if (!round_ || !layout_ || !elastic_policy().elastic) return false;  // static: the loss ends the job
+  lost_nodes_.insert(lost_node);
+  if (end_ && end_->kind == RunEndKind::Rescale) {
+    // Already re-forming: whoever that re-form left out is gone too, whether or not this node's
+    // own monitor noticed, so that every survivor expects the same nodes.
+    for (const auto& n : round_->assignment.nodes) {
+      if (std::find(end_->survivors.begin(), end_->survivors.end(), n.node_rank) == end_->survivors.end()) {
+        lost_nodes_.insert(n.node_rank);
+      }
+    }
+  }
+  // Rescales already decided in this round count as one change, not one per lost node.
+  LossDecision d = decide_loss(elastic_policy(), round_->assignment.nodes, lost_nodes_, rescales_used_);
+  if (!d.rescale) {
+    text = d.text;
+    if (end_) end_.reset();  // the re-form under way cannot happen: the loss ends the job instead
+    return false;
+  }
+  if (end_ && end_->kind == RunEndKind::Rescale) {
+    // Already re-forming: the survivors shrink. Every survivor sees the same loss on its own.
+    end_->survivors = d.survivors;
+    end_->text = d.text;
+    say(d.text);
+    return true;
+  }
+  RunEnd cause = rescale(d.text, d.survivors, layout_->node_rank);
+  if (!end_with(cause)) return true;
+  // Every node acts on the store's first reason; this one wins unless another got there first.
+  session_->broadcast_stop(StopReason{cause.exit_code, layout_->node_rank, d.text, d.survivors});
+  session_->cancel_waits();
+  say(phase_ == Phase::Running ? fmt::format("{}; stopping the workers", d.text) : d.text);
+  if (phase_ == Phase::Running) stop_workers(SIGTERM);
+  return true;
+}
+
+void Agent::begin_reform() {
+  const RunEnd cause = *end_;
+  auto plan = reform_plan(cause.survivors, layout_ ? layout_->node_rank : -1);
+  if (!plan) {
+    // The others re-form without this node (they lost its heartbeats): it cannot rejoin.
+    end_.reset();
+    end_with(node_lost(NodeLoss{fmt::format("this node was dropped from the job: {}", cause.text),
+                                std::nullopt}));
+    say(end_->text);
+    finish_run();
+    return;
+  }
+  ++rescales_used_;
+  reform_ = Reform{cause.text, round_ ? round_->assignment.nodes : std::vector<rdzv::NodeAssignment>{},
+                   round_ ? round_->world_size : 0, std::chrono::steady_clock::now()};
+  // The survivors all leave their workers within the stop grace; one that vanished meanwhile
+  // must not hold the others for the whole configured join timeout.
+  const auto& m = *setup_.multinode;
+  plan->join_timeout = std::min<std::chrono::milliseconds>(
+      m.join_timeout, setup_.config.shutdown_timeout + 2 * m.heartbeat_timeout + std::chrono::seconds(5));
+  next_round_ = *plan;
+  end_.reset();
+  phase_ = Phase::Starting;
+  boost::asio::post(io_, [this, next = attempt_ + 1] { start_attempt(next); });
+}
+
+void Agent::on_barrier(const JobRendezvous::BarrierResult& result) {
+  if (phase_ != Phase::Finishing) return;
+  if (const auto* stop = std::get_if<StopReason>(&result)) {
+    if (!(layout_ && is_own_stop(*stop, layout_->node_rank))) {
+      end_with(job_stopped(*stop));
+      say(stop->survivors.empty() ? fmt::format("the job failed on another node: {}", stop->text) : stop->text);
+    }
+  } else if (const auto* loss = std::get_if<NodeLoss>(&result)) {
+    // The store is gone: exit 74, no restart.
+    if (end_with(node_lost(*loss))) {
+      events_.emit("node_lost", {{"message", loss->text}});
+      say(loss->text);
+    }
+  }
+  after_attempt();
 }
 
 }  // namespace ddp::launcher

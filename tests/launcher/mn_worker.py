@@ -6,6 +6,7 @@
   fail_once   rank 1 exits 3 on attempt 0 only; everyone else (and attempt 1) exits 0
   done:R      rank R exits 0 at once; the others sleep 60 s
   until:PATH  exit 0 once PATH exists (at most 60 s)
+  sleep_once  attempt 0 sleeps 60 s (until stopped); later attempts exit 0 (elastic tests)
 Every rank also prints whether the rendezvous token reached it (it must not)."""
 import os
 import sys
@@ -19,7 +20,7 @@ print(f"MN rank={rank} world={env['WORLD_SIZE']} group={env['GROUP_RANK']}/{env[
       f"master={env['MASTER_ADDR']}:{env['MASTER_PORT']} agent_store={env['TORCHELASTIC_USE_AGENT_STORE']} "
       f"token_seen={'DDPRUN_RDZV_TOKEN' in env or 'token' in env.get('PET_RDZV_CONF', '')}",
       flush=True)
-if mode == "sleep":
+if mode == "sleep" or (mode == "sleep_once" and restart == 0):
     time.sleep(60)
 elif mode.startswith("fail:"):
     _, target, code = mode.split(":")

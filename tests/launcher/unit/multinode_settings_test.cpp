@@ -85,11 +85,23 @@ TEST_CASE("the rendezvous' layout drives RANK, WORLD_SIZE and GROUP_*") {
   CHECK(env.at("LOCAL_WORLD_SIZE") == "2");
 }
 
-TEST_CASE("stop reasons carry the root cause's exit code") {
-  auto r = decode_stop_reason(encode_stop_reason({7, "node 1 (b): rank 2 | odd"}));
+TEST_CASE("stop reasons carry the root cause's exit code and node rank") {
+  auto r = decode_stop_reason(encode_stop_reason({7, 1, "node 1 (b): rank 2 | odd", {}}));
   CHECK(r.exit_code == 7);
+  CHECK(r.node_rank == 1);
   CHECK(r.text == "node 1 (b): rank 2 | odd");
-  CHECK(decode_stop_reason("plain words").exit_code == 1);
+  auto plain = decode_stop_reason("plain words");
+  CHECK(plain.exit_code == 1);
+  CHECK(plain.node_rank == -1);
+  CHECK(plain.text == "plain words");
+  // An agent that sends no node rank: the text after the code is kept whole.
+  auto old = decode_stop_reason("3|node 2 (c): rank 5 failed");
+  CHECK(old.exit_code == 3);
+  CHECK(old.node_rank == -1);
+  CHECK(old.text == "node 2 (c): rank 5 failed");
+  // Whoever wrote the record cannot make the job end in success or with a code outside 1..255.
+  CHECK(decode_stop_reason("0|1|all good").exit_code == 1);
+  CHECK(decode_stop_reason("300|1|big").exit_code == 1);
 }
 
 TEST_CASE("the rendezvous token never reaches a worker's environment (issue 8 item 16)") {
@@ -123,4 +135,17 @@ TEST_CASE("settings that must agree across nodes, by flag name (issue 8 item 18)
   CHECK(value("--rdzv_conf heartbeat_timeout") == "5s");
   CHECK(value("--rdzv_conf join_timeout") == "600s");
   CHECK(value("--nproc_per_node") == "(absent)");  // nodes may run different worker counts
+  CHECK(value("--rdzv_conf max_rescales") == "100");  // elastic budget: every node counts the same
+}
+
+TEST_CASE("--rdzv_conf max_rescales: a whole number, default 100") {
+  LaunchConfig c = nodes(2, 1);
+  CHECK(multinode_settings(c, std::nullopt, "h")->max_rescales == 100);
+  c.rdzv_conf["max_rescales"] = "3";
+  CHECK(multinode_settings(c, std::nullopt, "h")->max_rescales == 3);
+  c.rdzv_conf["max_rescales"] = "-1";
+  auto bad = multinode_settings(c, std::nullopt, "h");
+  REQUIRE_FALSE(bad);
+  CHECK(bad.error().exit_code == 2);
+  CHECK(bad.error().message.find("max_rescales") != std::string::npos);
 }

@@ -1,0 +1,138 @@
+# SPDX-License-Identifier: MIT
+"""Elastic c10d jobs (--nnodes=MIN:MAX): real ddprun agents on 127.0.0.1 around a `ddprun
+--store-only` store. A SIGKILLed agent is a scale-down: the survivors re-form at once with
+contiguous ranks in their old order and a new WORLD_SIZE; below MIN, or past max_rescales, the
+job ends with exit 74 naming the lost node."""
+import os
+import signal
+import subprocess
+import time
+
+from harness import main, read_events, stop, wait_until
+import test_multinode as mn  # a module, not its names: main() runs every test_* name here
+
+FAST = "heartbeat_interval=0.3,heartbeat_timeout=2,join_timeout=30,last_call_timeout=1"
+
+
+class Store:
+    def __init__(self):
+        self.proc = subprocess.Popen([os.environ["DDPRUN"], "--store-only", "--master_port", "0"],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     start_new_session=True)
+        self.port = int(self.proc.stdout.readline())
+
+    def close(self):
+        stop(self.proc)
+
+
+def agents(tmp, port, count, nnodes, conf=FAST, mode="sleep_once"):
+    nodes = []
+    for k in range(count):
+        args = ["--rdzv_backend", "c10d", "--rdzv_endpoint", f"127.0.0.1:{port}", "--rdzv_id", "el",
+                "--nnodes", nnodes, "--nproc_per_node", 1, "--rdzv_conf", conf, mn.WORKER, mode]
+        nodes.append(mn.Node(tmp, f"agent{k}", args))
+    return nodes
+
+
+def events(node, kind):
+    try:
+        return [e for e in read_events(node.events) if e.get("event") == kind]
+    except (OSError, ValueError):
+        return []
+
+
+def group_rank(node, attempt):
+    """This agent's node rank in round `attempt`, from its rendezvous event."""
+    return next(e["node_rank"] for e in events(node, "rendezvous") if e["attempt"] == attempt)
+
+
+def kill_agent(node):
+    os.kill(node.proc.pid, signal.SIGKILL)  # the agent only: as if its machine vanished
+    return time.monotonic()
+
+
+def test_three_at_2_3_lose_one_and_finish_at_2(tmp):
+    store = Store()
+    nodes = agents(tmp, store.port, 3, "2:3")
+    try:
+        wait_until(lambda: all(n.started_workers() == 1 for n in nodes), 30, "workers on all 3 agents")
+        order = sorted(nodes, key=lambda n: group_rank(n, 0))
+        victim = order[1]  # the middle one: the survivors' order must hold across the gap
+        killed_at = kill_agent(victim)
+        survivors = [order[0], order[2]]
+        wait_until(lambda: all(n.started_workers() == 2 for n in survivors), 30, "re-formed workers")
+        back_at = time.monotonic()
+        assert mn.finish(survivors) == [0, 0], survivors
+    finally:
+        mn.finish(nodes)
+        store.close()
+    for new_rank, node in enumerate(survivors):
+        assert group_rank(node, 1) == new_rank, node  # old relative order, contiguous
+        second = [mn.fields(l) for l in mn.worker_lines(node) if mn.fields(l)["restart"] == "1"]
+        assert len(second) == 1, node
+        assert second[0]["world"] == "2" and second[0]["rank"] == str(new_rank), node
+        assert second[0]["group"] == f"{new_rank}/2", node
+        rescale = events(node, "rescale")
+        assert len(rescale) == 1 and rescale[0]["old_world_size"] == 3 and rescale[0]["new_world_size"] == 2, node
+        summary = events(node, "summary")[-1]
+        assert summary["exit_code"] == 0 and len(summary["membership_changes"]) == 1, node
+        assert "lost node 1" in node.text()[1], node
+    took = max(e["seconds"] for n in survivors for e in events(n, "rescale"))
+    print(f"  kill -> survivors' workers running: {back_at - killed_at:.2f} s "
+          f"(heartbeat_timeout 2 s; re-form after the decision {took:.2f} s)")
+
+
+def test_below_min_ends_with_74_naming_the_lost_node(tmp):
+    store = Store()
+    nodes = agents(tmp, store.port, 2, "2:3")
+    try:
+        wait_until(lambda: all(n.started_workers() == 1 for n in nodes), 30, "workers on both agents")
+        victim = min(nodes, key=lambda n: -group_rank(n, 0))
+        survivor = next(n for n in nodes if n is not victim)
+        kill_agent(victim)
+        assert survivor.wait(30) == 74, survivor
+    finally:
+        mn.finish(nodes)
+        store.close()
+    assert "fewer than the minimum of 2" in survivor.text()[1], survivor
+    assert f"lost node {group_rank(victim, 0)}" in survivor.text()[1], survivor
+
+
+def test_max_rescales_1_ends_the_job_at_the_second_change(tmp):
+    store = Store()
+    nodes = agents(tmp, store.port, 3, "1:3", conf=FAST + ",max_rescales=1", mode="sleep")
+    try:
+        wait_until(lambda: all(n.started_workers() == 1 for n in nodes), 30, "workers on all 3 agents")
+        order = sorted(nodes, key=lambda n: group_rank(n, 0))
+        kill_agent(order[2])
+        wait_until(lambda: all(n.started_workers() == 2 for n in order[:2]), 30, "re-formed workers")
+        kill_agent(order[1])
+        assert order[0].wait(30) == 74, order[0]
+    finally:
+        mn.finish(nodes)
+        store.close()
+    err = order[0].text()[1]
+    assert "max_rescales 1" in err, order[0]
+    assert len(events(order[0], "rescale")) == 1, order[0]
+
+
+def test_losing_the_agent_that_hosts_the_store_is_74_naming_it(tmp):
+    # No --store-only: the first agent to bind the endpoint hosts the store. Its loss cannot be
+    # survived (the job's state is gone); any other loss can.
+    nodes = agents(tmp, mn.free_port(), 3, "2:3")
+    try:
+        wait_until(lambda: all(n.started_workers() == 1 for n in nodes), 30, "workers on all 3 agents")
+        host = next(n for n in nodes if events(n, "store")[0]["role"] == "host")
+        others = [n for n in nodes if n is not host]
+        kill_agent(host)
+        codes = [n.wait(60) for n in others]
+    finally:
+        mn.finish(nodes)
+    assert codes == [74, 74], others
+    for n in others:
+        err = n.text()[1]
+        assert "lost the store" in err or "could not re-form" in err, n
+
+
+if __name__ == "__main__":
+    main(globals())

@@ -1,0 +1,471 @@
+// SPDX-License-Identifier: MIT
+// The Agent's multi-node decisions against FakeJobRendezvous and FakeProcessControl: the job-wide
+// stop (own and another node's), a lost node, the finishing phase (exit barrier), restarts on
+// every node and a failed rendezvous. No sockets, no real workers, no timing.
+#include <doctest/doctest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "fake_job_rendezvous.hpp"
+#include "fake_process_control.hpp"
+#include "launcher/run/agent.hpp"
+
+using namespace ddp::launcher;
+using ddp::launcher::testing::FakeBehaviour;
+using ddp::launcher::testing::FakeJobRendezvous;
+using ddp::launcher::testing::FakeProcessControl;
+using ddp::launcher::testing::round_of;
+
+namespace {
+
+const StorePlan kStoreElsewhere{StoreRole::Client, "", "127.0.0.1", 0};
+
+int rank_of(const EnvMap& env) { return std::stoi(env.at("RANK")); }
+int attempt_of(const EnvMap& env) { return std::stoi(env.at("TORCHELASTIC_RESTART_COUNT")); }
+
+/// One agent of a multi-node job with both seams faked; the fakes stay reachable after run().
+struct MultiNodeRun {
+  LaunchConfig config;
+  FakeProcessControl* process = nullptr;
+  FakeJobRendezvous* rendezvous = nullptr;
+  FakeJobRendezvous::Script script;
+  FakeProcessControl::Script workers = [](const EnvMap&) { return FakeBehaviour{}; };  // run until stopped
+  MultiNodeSettings settings;
+  std::string events_path;
+  std::unique_ptr<Agent> agent;  // kept after run(): it owns both fakes
+
+  MultiNodeRun() {
+    config.nproc_per_node = 2;
+    config.shutdown_timeout = std::chrono::seconds(30);
+    char tmpl[] = "/tmp/ddprun-agent-events-XXXXXX";
+    int fd = ::mkstemp(tmpl);
+    REQUIRE(fd >= 0);
+    ::close(fd);
+    events_path = tmpl;
+    config.events = events_path;
+  }
+  ~MultiNodeRun() { ::unlink(events_path.c_str()); }
+  MultiNodeRun(const MultiNodeRun&) = delete;
+  MultiNodeRun& operator=(const MultiNodeRun&) = delete;
+
+  int run() {
+    auto process_owner = std::make_unique<FakeProcessControl>(workers);
+    process = process_owner.get();
+    JobRendezvousFactory factory = [this](boost::asio::io_context& loop, JobRendezvous::Events events) {
+      auto fake = std::make_unique<FakeJobRendezvous>(loop, std::move(events), script);
+      rendezvous = fake.get();
+      return std::unique_ptr<JobRendezvous>(std::move(fake));
+    };
+    AgentSetup setup{config, "/x", {"x"}, {}, "h", 29500, kStoreElsewhere, settings};
+    agent = std::make_unique<Agent>(std::move(setup), std::move(process_owner), factory);
+    return agent->run();
+  }
+
+  /// The --events records of one kind.
+  std::vector<nlohmann::json> events(const std::string& kind) const {
+    std::vector<nlohmann::json> out;
+    std::ifstream in(events_path);
+    for (std::string line; std::getline(in, line);) {
+      auto j = nlohmann::json::parse(line);
+      if (j.at("event") == kind) out.push_back(j);
+    }
+    return out;
+  }
+};
+
+StopReason other_node_failed(int code) { return StopReason{code, 1, "node 1 (b): rank 3 (pid 7) failed with exit code 9", {}}; }
+
+}  // namespace
+
+TEST_CASE("a local failure is broadcast with this node's rank and is not adopted back as another node's") {
+  MultiNodeRun run;
+  run.script.join = [](int, const RoundPlan&) { return round_of(1, 2, 2); };
+  run.workers = [](const EnvMap& env) {
+    FakeBehaviour b;
+    if (rank_of(env) == 3) b.exits_with = ExitStatus::exited(5);
+    return b;
+  };
+  CHECK(run.run() == 5);
+  REQUIRE(run.rendezvous->broadcasts.size() == 1);
+  CHECK(run.rendezvous->broadcasts[0].node_rank == 1);
+  CHECK(run.rendezvous->broadcasts[0].exit_code == 5);
+  CHECK(run.rendezvous->broadcasts[0].text.find("node 1 (h): rank 3") == 0);
+  CHECK(run.events("job_stop").empty());  // the store's stop was this node's own
+  CHECK(run.rendezvous->barriers.empty());
+  CHECK(run.rendezvous->leaves == std::vector<bool>{false});
+  auto summary = run.events("summary");
+  REQUIRE(summary.size() == 1);
+  CHECK(summary[0]["end"] == "worker_failed");
+  CHECK(summary[0]["job_root_cause"].get<std::string>().find("node 1 (h): rank 3") == 0);
+}
+
+TEST_CASE("a stop from another node stops every worker here and its exit code is the job's") {
+  MultiNodeRun run;
+  run.script.join = [](int, const RoundPlan&) { return round_of(0, 2, 2); };
+  run.script.on_round = [](FakeJobRendezvous& r, int) { r.deliver_stop(other_node_failed(9)); };
+  CHECK(run.run() == 9);
+  REQUIRE(run.process->starts.size() == 2);
+  for (const auto& s : run.process->starts) CHECK(run.process->signals_to(s.pid) == std::vector<int>{SIGTERM, SIGCONT});
+  CHECK(run.rendezvous->broadcasts.empty());
+  CHECK(run.rendezvous->barriers.empty());
+  auto stops = run.events("job_stop");
+  REQUIRE(stops.size() == 1);
+  CHECK(stops[0]["node_rank"] == 1);
+  CHECK(run.events("summary")[0]["end"] == "job_stopped");
+}
+
+TEST_CASE("a stop that is this node's own is recognised by node rank, whatever its words") {
+  MultiNodeRun run;
+  run.script.join = [](int, const RoundPlan&) { return round_of(1, 2, 2); };
+  run.workers = [](const EnvMap& env) {
+    FakeBehaviour b;
+    if (rank_of(env) == 2) b.exits_with = ExitStatus::exited(4);
+    return b;
+  };
+  // The store holds a reason with this node's rank but other words (another agent version).
+  run.script.on_round = [](FakeJobRendezvous& r, int) { r.deliver_stop(StopReason{4, 1, "something else", {}}); };
+  CHECK(run.run() == 4);
+  CHECK(run.events("job_stop").empty());
+}
+
+TEST_CASE("another node's stop that wins the race replaces this node's simultaneous failure") {
+  MultiNodeRun run;
+  run.script.join = [](int, const RoundPlan&) { return round_of(0, 2, 2); };
+  run.script.on_round = [&run](FakeJobRendezvous& r, int) {
+    r.deliver_stop(other_node_failed(9));                          // first in the store
+    run.process->signal_worker(run.process->starts[0].pid, SIGSEGV);  // and a crash here
+  };
+  CHECK(run.run() == 9);  // not 128+SIGSEGV: every node names the store's reason
+  CHECK(run.events("summary")[0]["job_root_cause"] == other_node_failed(9).text);
+}
+
+TEST_CASE("a lost node stops the workers; exit 74, and nobody to leave to") {
+  MultiNodeRun run;
+  run.config.max_restarts = 3;  // a lost node is not restarted
+  run.script.join = [](int, const RoundPlan&) { return round_of(0, 3, 2); };
+  run.script.on_round = [](FakeJobRendezvous& r, int) {
+    r.deliver_loss(NodeLoss{"lost node 2 (c): no heartbeat for 5 s", 2});
+    r.deliver_loss(NodeLoss{"lost node 1 (b): no heartbeat for 5 s", 1});  // a second loss is no news
+  };
+  CHECK(run.run() == 74);
+  CHECK(run.rendezvous->joins == std::vector<int>{0});
+  for (const auto& s : run.process->starts) CHECK(run.process->signals_to(s.pid) == std::vector<int>{SIGTERM, SIGCONT});
+  CHECK(run.rendezvous->cancels >= 1);
+  CHECK(run.rendezvous->leaves.empty());
+  auto lost = run.events("node_lost");
+  REQUIRE(lost.size() == 1);
+  CHECK(lost[0]["node_rank"] == 2);
+  CHECK(run.events("summary")[0]["job_root_cause"] == "lost node 2 (c): no heartbeat for 5 s");
+}
+
+TEST_CASE("finishing: every node done ends the run with 0 and the store's host waits for the others") {
+  MultiNodeRun run;
+  run.script.join = [](int, const RoundPlan&) { return round_of(0, 2, 2); };
+  run.workers = [](const EnvMap&) { return FakeBehaviour{ExitStatus::exited(0)}; };
+  CHECK(run.run() == 0);
+  CHECK(run.rendezvous->barriers == std::vector<int>{0});
+  CHECK(run.rendezvous->leaves == std::vector<bool>{false});  // this agent hosts no store here
+  CHECK(run.rendezvous->broadcasts.empty());
+}
+
+TEST_CASE("finishing: a stop that arrives during the exit barrier fails this node too") {
+  MultiNodeRun run;
+  run.script.join = [](int, const RoundPlan&) { return round_of(0, 2, 2); };
+  run.workers = [](const EnvMap&) { return FakeBehaviour{ExitStatus::exited(0)}; };
+  run.script.barrier = [](FakeJobRendezvous&, int) { return JobRendezvous::BarrierResult{other_node_failed(9)}; };
+  CHECK(run.run() == 9);
+  CHECK(run.events("summary")[0]["end"] == "job_stopped");
+}
+
+TEST_CASE("finishing: a stop with restarts left restarts every node in the next round") {
+  MultiNodeRun run;
+  run.config.max_restarts = 2;
+  run.script.join = [](int, const RoundPlan&) { return round_of(0, 2, 2); };
+  run.workers = [](const EnvMap&) { return FakeBehaviour{ExitStatus::exited(0)}; };
+  run.script.barrier = [](FakeJobRendezvous&, int round) {
+    return round == 0 ? JobRendezvous::BarrierResult{other_node_failed(9)}
+                      : JobRendezvous::BarrierResult{AllNodesDone{}};
+  };
+  CHECK(run.run() == 0);
+  CHECK(run.rendezvous->joins == std::vector<int>{0, 1});
+  REQUIRE(run.process->starts.size() == 4);
+  CHECK(attempt_of(run.process->starts[2].env) == 1);
+  auto restarts = run.events("restart");
+  REQUIRE(restarts.size() == 1);
+  CHECK(restarts[0]["job_root_cause"] == other_node_failed(9).text);
+}
+
+TEST_CASE("finishing: losing the store during the exit barrier is exit 74, not another node's failure") {
+  MultiNodeRun run;
+  run.config.max_restarts = 2;
+  run.script.join = [](int, const RoundPlan&) { return round_of(1, 2, 2); };
+  run.workers = [](const EnvMap&) { return FakeBehaviour{ExitStatus::exited(0)}; };
+  run.script.barrier = [](FakeJobRendezvous&, int) {
+    return JobRendezvous::BarrierResult{NodeLoss{"lost the store: connection reset", std::nullopt}};
+  };
+  CHECK(run.run() == 74);
+  CHECK(run.rendezvous->joins == std::vector<int>{0});
+  CHECK(run.rendezvous->leaves.empty());
+}
+
+TEST_CASE("finishing: a node lost during the exit barrier cancels it and ends the run with 74") {
+  MultiNodeRun run;
+  run.script.join = [](int, const RoundPlan&) { return round_of(0, 2, 2); };
+  run.workers = [](const EnvMap&) { return FakeBehaviour{ExitStatus::exited(0)}; };
+  run.script.barrier = [](FakeJobRendezvous& r, int) {
+    r.deliver_loss(NodeLoss{"lost node 1 (b): no heartbeat for 5 s", 1});
+    return JobRendezvous::BarrierResult{AllNodesDone{}};  // what a cancelled barrier reports
+  };
+  CHECK(run.run() == 74);
+  CHECK(run.rendezvous->cancels >= 1);
+}
+
+TEST_CASE("a failed rendezvous is exit 69 and starts no worker") {
+  MultiNodeRun run;
+  run.config.max_restarts = 3;
+  run.script.join = [](int, const RoundPlan&) { return JobRendezvous::JoinResult{std::string("join timed out: 1 of 2 nodes")}; };
+  CHECK(run.run() == 69);
+  CHECK(run.process->starts.empty());
+  CHECK(run.rendezvous->joins == std::vector<int>{0});
+  CHECK(run.events("summary")[0]["end"] == "rendezvous_failed");
+}
+
+TEST_CASE("workers see the round's layout: global ranks after the nodes before this one") {
+  MultiNodeRun run;
+  run.script.join = [](int, const RoundPlan&) { return round_of(2, 3, 2); };
+  run.workers = [](const EnvMap&) { return FakeBehaviour{ExitStatus::exited(0)}; };
+  CHECK(run.run() == 0);
+  REQUIRE(run.process->starts.size() == 2);
+  CHECK(rank_of(run.process->starts[0].env) == 4);
+  CHECK(run.process->starts[1].env.at("WORLD_SIZE") == "6");
+}
+
+// ---- Elastic (c10d MIN:MAX): a lost node is a re-form, not the end ----
+
+namespace {
+
+MultiNodeSettings elastic(int min_nodes, int max_nodes, int max_rescales = 100) {
+  MultiNodeSettings s;
+  s.dynamic = true;
+  s.min_nodes = min_nodes;
+  s.max_nodes = max_nodes;
+  s.max_rescales = max_rescales;
+  return s;
+}
+
+/// The round as `plan` pins it (after a re-form), else `first`.
+FakeJobRendezvous::JoinResult pinned_or(const RoundPlan& plan, const ddp::rdzv::RendezvousResult& first) {
+  if (plan.nodes > 0) return round_of(plan.node_rank, plan.nodes, first.local_world_size);
+  return first;
+}
+
+}  // namespace
+
+TEST_CASE("elastic: a lost node re-forms the survivors, who restart with the new world size") {
+  MultiNodeRun run;
+  run.settings = elastic(2, 3);
+  run.config.max_restarts = 0;  // a re-form is not a restart
+  run.script.join = [](int, const RoundPlan& plan) { return pinned_or(plan, round_of(2, 3, 2)); };
+  run.script.on_round = [](FakeJobRendezvous& r, int round) {
+    if (round == 0) r.deliver_loss(NodeLoss{"lost node 1 (node1): no heartbeat for 5 s", 1});
+  };
+  run.workers = [](const EnvMap& env) {
+    FakeBehaviour b;
+    if (attempt_of(env) == 1) b.exits_with = ExitStatus::exited(0);  // the re-formed job finishes
+    return b;
+  };
+  CHECK(run.run() == 0);
+  auto& r = *run.rendezvous;
+  CHECK(r.joins == std::vector<int>{0, 1});
+  CHECK(r.plans[0].nodes == 0);
+  CHECK(r.plans[1].nodes == 2);      // exactly the survivors: no last-call wait
+  CHECK(r.plans[1].node_rank == 1);  // old node 2 follows old node 0
+  CHECK(r.plans[1].join_timeout.count() > 0);
+  REQUIRE(r.broadcasts.size() == 1);
+  CHECK(r.broadcasts[0].survivors == std::vector<int>{0, 2});
+  REQUIRE(run.process->starts.size() == 4);
+  CHECK(run.process->starts[2].env.at("WORLD_SIZE") == "4");
+  CHECK(rank_of(run.process->starts[2].env) == 2);
+  CHECK(attempt_of(run.process->starts[2].env) == 1);
+  auto rescales = run.events("rescale");
+  REQUIRE(rescales.size() == 1);
+  CHECK(rescales[0]["old_world_size"] == 6);
+  CHECK(rescales[0]["new_world_size"] == 4);
+  CHECK(rescales[0]["new_nodes"].size() == 2);
+  CHECK(run.events("summary")[0]["membership_changes"].size() == 1);
+}
+
+TEST_CASE("elastic: another node's re-form decision is adopted, and the stop it causes is no failure") {
+  MultiNodeRun run;
+  run.settings = elastic(1, 3);
+  run.script.join = [](int, const RoundPlan& plan) { return pinned_or(plan, round_of(0, 3, 2)); };
+  run.script.on_round = [](FakeJobRendezvous& r, int round) {
+    if (round == 0) r.deliver_stop(StopReason{74, 2, "lost node 1 (node1); re-forming with 2 nodes", {0, 2}});
+  };
+  run.workers = [](const EnvMap& env) {
+    FakeBehaviour b;
+    if (attempt_of(env) == 1) b.exits_with = ExitStatus::exited(0);
+    return b;
+  };
+  CHECK(run.run() == 0);
+  CHECK(run.rendezvous->broadcasts.empty());
+  CHECK(run.rendezvous->plans[1].nodes == 2);
+  CHECK(run.rendezvous->plans[1].node_rank == 0);
+  CHECK(run.events("job_stop").empty());
+}
+
+TEST_CASE("elastic: a node the others re-formed without ends with 74 and says so") {
+  MultiNodeRun run;
+  run.settings = elastic(1, 3);
+  run.script.join = [](int, const RoundPlan&) { return round_of(1, 3, 2); };
+  run.script.on_round = [](FakeJobRendezvous& r, int) {
+    r.deliver_stop(StopReason{74, 0, "lost node 1 (node1); re-forming with 2 nodes", {0, 2}});
+  };
+  CHECK(run.run() == 74);
+  CHECK(run.rendezvous->joins == std::vector<int>{0});
+  CHECK(run.events("summary")[0]["job_root_cause"].get<std::string>().rfind("this node was dropped", 0) == 0);
+}
+
+TEST_CASE("elastic: fewer than MIN left ends the job with 74 naming the lost node") {
+  MultiNodeRun run;
+  run.settings = elastic(2, 3);
+  run.script.join = [](int, const RoundPlan&) { return round_of(0, 2, 2); };
+  run.script.on_round = [](FakeJobRendezvous& r, int) { r.deliver_loss(NodeLoss{"lost node 1 (node1): no heartbeat", 1}); };
+  CHECK(run.run() == 74);
+  CHECK(run.rendezvous->joins == std::vector<int>{0});
+  CHECK(run.rendezvous->broadcasts.empty());
+  CHECK(run.events("summary")[0]["job_root_cause"] == "lost node 1 (node1): 1 node left, fewer than the minimum of 2");
+}
+
+TEST_CASE("elastic: a second loss during the re-form shrinks it, or ends it below MIN") {
+  SUBCASE("still MIN or more") {
+    MultiNodeRun run;
+    run.settings = elastic(2, 4);
+    run.script.join = [](int, const RoundPlan& plan) { return pinned_or(plan, round_of(0, 4, 1)); };
+    run.script.on_round = [](FakeJobRendezvous& r, int round) {
+      if (round != 0) return;
+      r.deliver_loss(NodeLoss{"lost node 3 (node3)", 3});
+      r.deliver_loss(NodeLoss{"lost node 1 (node1)", 1});
+    };
+    run.workers = [](const EnvMap& env) {
+      FakeBehaviour b;
+      if (attempt_of(env) == 1) b.exits_with = ExitStatus::exited(0);
+      return b;
+    };
+    CHECK(run.run() == 0);
+    CHECK(run.rendezvous->plans[1].nodes == 2);
+  }
+  SUBCASE("below MIN") {
+    MultiNodeRun run;
+    run.settings = elastic(2, 3);
+    run.script.join = [](int, const RoundPlan&) { return round_of(0, 3, 1); };
+    run.script.on_round = [](FakeJobRendezvous& r, int) {
+      r.deliver_loss(NodeLoss{"lost node 2 (node2)", 2});
+      r.deliver_loss(NodeLoss{"lost node 1 (node1)", 1});
+    };
+    CHECK(run.run() == 74);
+    CHECK(run.rendezvous->joins == std::vector<int>{0});
+    CHECK(run.events("summary")[0]["job_root_cause"].get<std::string>().rfind("lost nodes 1 (node1), 2 (node2)", 0) == 0);
+  }
+}
+
+TEST_CASE("elastic: a loss during an adopted re-form keeps out whom that re-form left out") {
+  MultiNodeRun run;
+  run.settings = elastic(1, 4);
+  run.script.join = [](int, const RoundPlan& plan) { return pinned_or(plan, round_of(0, 4, 1)); };
+  run.script.on_round = [](FakeJobRendezvous& r, int round) {
+    if (round != 0) return;
+    r.deliver_stop(StopReason{74, 2, "lost node 3 (node3); re-forming with 3 nodes", {0, 1, 2}});
+    r.deliver_loss(NodeLoss{"lost node 1 (node1)", 1});  // this node never noticed node 3 itself
+  };
+  run.workers = [](const EnvMap& env) {
+    FakeBehaviour b;
+    if (attempt_of(env) == 1) b.exits_with = ExitStatus::exited(0);
+    return b;
+  };
+  CHECK(run.run() == 0);
+  CHECK(run.rendezvous->plans[1].nodes == 2);  // 0 and 2: neither 1 nor 3
+}
+
+TEST_CASE("elastic: the store lost during a re-form ends the job with 74") {
+  MultiNodeRun run;
+  run.settings = elastic(1, 3);
+  run.script.join = [](int, const RoundPlan&) { return round_of(1, 3, 1); };
+  run.script.on_round = [](FakeJobRendezvous& r, int) {
+    r.deliver_loss(NodeLoss{"lost node 0 (node0)", 0});
+    r.deliver_loss(NodeLoss{"lost the store at 127.0.0.1:29400 (node 0 gone?): refused", std::nullopt});
+  };
+  CHECK(run.run() == 74);
+  CHECK(run.rendezvous->joins == std::vector<int>{0});
+}
+
+TEST_CASE("elastic: a re-form whose round never forms is exit 74 naming what was lost") {
+  MultiNodeRun run;
+  run.settings = elastic(1, 3);
+  run.script.join = [](int round, const RoundPlan&) -> FakeJobRendezvous::JoinResult {
+    if (round == 0) return round_of(0, 3, 1);
+    return std::string("rendezvous 'none' timed out after 9 s: 1 of 2 node(s) arrived");
+  };
+  run.script.on_round = [](FakeJobRendezvous& r, int round) {
+    if (round == 0) r.deliver_loss(NodeLoss{"lost node 2 (node2)", 2});
+  };
+  CHECK(run.run() == 74);
+  CHECK(run.events("summary")[0]["job_root_cause"].get<std::string>().find("could not re-form the job after") == 0);
+}
+
+TEST_CASE("elastic: max_rescales 1 ends the job at the second membership change") {
+  MultiNodeRun run;
+  run.settings = elastic(1, 3, 1);
+  run.script.join = [](int, const RoundPlan& plan) { return pinned_or(plan, round_of(0, 3, 1)); };
+  run.script.on_round = [](FakeJobRendezvous& r, int round) {
+    if (round == 0) r.deliver_loss(NodeLoss{"lost node 2 (node2)", 2});
+    if (round == 1) r.deliver_loss(NodeLoss{"lost node 1 (node1)", 1});
+  };
+  CHECK(run.run() == 74);
+  CHECK(run.rendezvous->joins == std::vector<int>{0, 1});
+  CHECK(run.events("summary")[0]["job_root_cause"].get<std::string>().find("max_rescales 1") != std::string::npos);
+}
+
+TEST_CASE("elastic: --max_restarts counts worker failures only, not re-forms") {
+  MultiNodeRun run;
+  run.settings = elastic(1, 3);
+  run.config.max_restarts = 1;
+  run.script.join = [](int, const RoundPlan& plan) { return pinned_or(plan, round_of(0, 3, 1)); };
+  run.script.on_round = [](FakeJobRendezvous& r, int round) {
+    if (round == 0) r.deliver_loss(NodeLoss{"lost node 2 (node2)", 2});
+  };
+  run.workers = [](const EnvMap& env) {
+    FakeBehaviour b;
+    if (attempt_of(env) == 1) b.exits_with = ExitStatus::exited(3);  // fails once after the re-form
+    if (attempt_of(env) == 2) b.exits_with = ExitStatus::exited(0);  // the one restart succeeds
+    return b;
+  };
+  CHECK(run.run() == 0);
+  CHECK(run.rendezvous->joins == std::vector<int>{0, 1, 2});
+  CHECK(run.rendezvous->plans[2].nodes == 0);  // a restart meets whoever arrives
+  CHECK(run.events("restart").size() == 1);
+}
+
+TEST_CASE("elastic: a restart whose round formed without a node gives the restart back and counts a rescale") {
+  MultiNodeRun run;
+  run.settings = elastic(1, 3);
+  run.config.max_restarts = 1;
+  // Round 0 has 3 nodes; a worker fails (its peer vanished); the restart round forms with 2.
+  run.script.join = [](int round, const RoundPlan&) { return round == 0 ? round_of(0, 3, 1) : round_of(0, 2, 1); };
+  run.workers = [](const EnvMap& env) {
+    FakeBehaviour b;
+    if (attempt_of(env) == 0) b.exits_with = ExitStatus::exited(1);
+    if (attempt_of(env) == 1) b.exits_with = ExitStatus::exited(2);  // a real failure: uses the restart
+    if (attempt_of(env) == 2) b.exits_with = ExitStatus::exited(0);
+    return b;
+  };
+  CHECK(run.run() == 0);
+  CHECK(run.rendezvous->joins == std::vector<int>{0, 1, 2});
+  CHECK(run.events("restart").size() == 2);
+  CHECK(run.events("rescale").size() == 1);
+  CHECK(run.events("summary")[0]["membership_changes"].size() == 1);
+}

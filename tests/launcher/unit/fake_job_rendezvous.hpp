@@ -1,0 +1,112 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+/// FakeJobRendezvous: a scripted stand-in for the other nodes and the store, so that the Agent's
+/// multi-node decisions (job stop, node loss, the finishing phase) are tested without sockets or
+/// timing. Like NodeSession, every result and event is posted to the Agent's loop, never
+/// delivered inline; a test queues news for a round with `on_round` and it arrives right after
+/// the Agent has started that round's workers.
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <functional>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "launcher/multinode/job_rendezvous.hpp"
+
+namespace ddp::launcher::testing {
+
+/// A round as this node would see it: `nodes` nodes of `local` workers each, this one at `rank`.
+inline rdzv::RendezvousResult round_of(int rank, int nodes, int local) {
+  rdzv::RendezvousResult r;
+  r.node_rank = rank;
+  r.num_nodes = nodes;
+  r.local_world_size = local;
+  r.world_size = nodes * local;
+  r.base_rank = rank * local;
+  for (int n = 0; n < nodes; ++n) {
+    r.assignment.nodes.push_back({n, "node" + std::to_string(n), local, n * local, n + 1});
+  }
+  r.assignment.world_size = r.world_size;
+  return r;
+}
+
+class FakeJobRendezvous final : public JobRendezvous {
+ public:
+  struct Script {
+    /// The join's outcome per round (default: node 0 of a one-node job).
+    std::function<JoinResult(int round, const RoundPlan& plan)> join;
+    /// What happens while round N runs: called on the loop right after the join's result, so
+    /// after the Agent started the workers. Use deliver_stop / deliver_loss from here.
+    std::function<void(FakeJobRendezvous&, int round)> on_round;
+    /// The exit barrier's outcome per round (default: every node finished); may deliver news
+    /// first (it reaches the Agent before the barrier's result).
+    std::function<BarrierResult(FakeJobRendezvous&, int round)> barrier;
+  };
+
+  FakeJobRendezvous(boost::asio::io_context& loop, Events events, Script script)
+      : loop_(loop), events_(std::move(events)), script_(std::move(script)) {}
+
+  // What the Agent did, in order.
+  std::vector<int> joins;
+  std::vector<RoundPlan> plans;       // how each round was joined
+  std::vector<StopReason> broadcasts;
+  std::vector<int> barriers;          // round of each exit_barrier call
+  std::vector<bool> leaves;           // wait_for_others of each leave call
+  int cancels = 0;
+
+  bool busy() const override { return false; }
+  void cancel_waits() override { ++cancels; }
+
+  void join(int round, const RoundPlan& plan, std::function<void(JoinResult)> done) override {
+    joins.push_back(round);
+    plans.push_back(plan);
+    round_ = round;
+    stop_in_store_.reset();  // each round meets under fresh keys
+    JoinResult result = script_.join ? script_.join(round, plan) : JoinResult{round_of(0, 1, 1)};
+    boost::asio::post(loop_, [done = std::move(done), result] { done(result); });
+    if (script_.on_round && std::holds_alternative<rdzv::RendezvousResult>(result)) {
+      boost::asio::post(loop_, [this, round] { script_.on_round(*this, round); });
+    }
+  }
+
+  void broadcast_stop(const StopReason& reason) override {
+    broadcasts.push_back(reason);
+    // The store keeps the first reason; the monitor reports it to every node, this one included.
+    if (!stop_in_store_) {
+      stop_in_store_ = reason;
+      deliver_stop(reason);
+    }
+  }
+
+  void exit_barrier(std::function<void(BarrierResult)> done) override {
+    barriers.push_back(round_);
+    BarrierResult result = script_.barrier ? script_.barrier(*this, round_) : BarrierResult{AllNodesDone{}};
+    boost::asio::post(loop_, [done = std::move(done), result] { done(result); });
+  }
+
+  void leave(bool wait_for_others, std::function<void()> then) override {
+    leaves.push_back(wait_for_others);
+    boost::asio::post(loop_, std::move(then));
+  }
+
+  /// Another node's failure reached the store first (then this node's broadcast loses).
+  void deliver_stop(const StopReason& reason) {
+    if (!stop_in_store_) stop_in_store_ = reason;
+    boost::asio::post(loop_, [this, reason] { events_.on_stop(reason); });
+  }
+  void deliver_loss(const NodeLoss& loss) {
+    boost::asio::post(loop_, [this, loss] { events_.on_lost(loss); });
+  }
+
+ private:
+  boost::asio::io_context& loop_;
+  Events events_;
+  Script script_;
+  int round_ = -1;
+  std::optional<StopReason> stop_in_store_;
+};
+
+}  // namespace ddp::launcher::testing

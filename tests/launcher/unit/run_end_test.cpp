@@ -1,0 +1,100 @@
+// SPDX-License-Identifier: MIT
+// RunEnd's rules: which cause of an attempt's end stands, its exit code and text, and which
+// causes a restart can cure.
+#include <doctest/doctest.h>
+#include <signal.h>
+
+#include "launcher/run/run_end.hpp"
+
+using namespace ddp::launcher;
+
+namespace {
+
+WorkerOutcome failed_worker(int rank, ExitStatus status) {
+  WorkerOutcome w;
+  w.rank = rank;
+  w.pid = 42;
+  w.status = status;
+  return w;
+}
+
+RunEnd local_failure() { return worker_failed(failed_worker(3, ExitStatus::exited(5)), 1, "b"); }
+RunEnd other_stop() { return job_stopped(StopReason{9, 0, "node 0 (a): rank 0 (pid 1) failed with exit code 9", {}}); }
+RunEnd loss() { return node_lost(NodeLoss{"lost node 2 (c): no heartbeat for 5 s", 2}); }
+
+}  // namespace
+
+TEST_CASE("each cause carries its exit code, text and node") {
+  CHECK(local_failure().exit_code == 5);
+  CHECK(local_failure().node_rank == 1);
+  CHECK(local_failure().text == "node 1 (b): rank 3 (pid 42) failed with exit code 5");
+  RunEnd single = worker_failed(failed_worker(0, ExitStatus::signaled(SIGSEGV)), -1, "a");
+  CHECK(single.exit_code == 128 + SIGSEGV);
+  CHECK(single.text.rfind("rank 0 failed with", 0) == 0);
+  CHECK(other_stop().exit_code == 9);
+  CHECK(other_stop().node_rank == 0);
+  CHECK(loss().exit_code == 74);
+  CHECK(loss().node_rank == 2);
+  CHECK(node_lost(NodeLoss{"lost the store", std::nullopt}).node_rank == -1);
+  CHECK(rendezvous_failed("timeout").exit_code == 69);
+  CHECK(interrupted(SIGTERM).exit_code == 128 + SIGTERM);
+  CHECK(interrupted(SIGTERM).signal == SIGTERM);
+  CHECK(internal_error(70, "pipe: EMFILE").exit_code == 70);
+}
+
+TEST_CASE("the first cause stands unless a rule says otherwise") {
+  std::optional<RunEnd> end;
+  CHECK(offer(end, local_failure()));
+  CHECK_FALSE(offer(end, loss()));
+  CHECK_FALSE(offer(end, rendezvous_failed("x")));
+  CHECK_FALSE(offer(end, worker_failed(failed_worker(4, ExitStatus::exited(6)), 1, "b")));
+  CHECK(end->exit_code == 5);
+
+  std::optional<RunEnd> lost;
+  CHECK(offer(lost, loss()));
+  CHECK_FALSE(offer(lost, local_failure()));
+  CHECK(lost->kind == RunEndKind::NodeLost);
+}
+
+TEST_CASE("the store's stop reason replaces this node's own failure and a lost node") {
+  std::optional<RunEnd> end = local_failure();
+  CHECK(offer(end, other_stop()));
+  CHECK(end->exit_code == 9);
+  // ... but not a stop that came first.
+  CHECK_FALSE(offer(end, job_stopped(StopReason{4, 2, "node 2 ...", {}})));
+  CHECK(end->exit_code == 9);
+
+  std::optional<RunEnd> lost = loss();
+  CHECK(offer(lost, other_stop()));
+  CHECK(lost->kind == RunEndKind::JobStopped);
+}
+
+TEST_CASE("a signal replaces any cause but an internal error; an internal error replaces all") {
+  for (RunEnd first : {local_failure(), other_stop(), loss(), rendezvous_failed("x")}) {
+    std::optional<RunEnd> end = first;
+    CHECK(offer(end, interrupted(SIGINT)));
+    CHECK(end->exit_code == 130);
+    CHECK_FALSE(offer(end, other_stop()));
+    CHECK_FALSE(offer(end, interrupted(SIGTERM)));  // the first signal is the one reported
+    CHECK(offer(end, internal_error(70, "fork")));
+    CHECK(end->exit_code == 70);
+    CHECK_FALSE(offer(end, interrupted(SIGINT)));
+    CHECK_FALSE(offer(end, internal_error(71, "other")));
+    CHECK(end->exit_code == 70);
+  }
+}
+
+TEST_CASE("only worker failures (here or elsewhere) are worth a restart") {
+  CHECK(restartable(local_failure()));
+  CHECK(restartable(other_stop()));
+  CHECK_FALSE(restartable(loss()));
+  CHECK_FALSE(restartable(rendezvous_failed("x")));
+  CHECK_FALSE(restartable(interrupted(SIGTERM)));
+  CHECK_FALSE(restartable(internal_error(70, "x")));
+}
+
+TEST_CASE("a stop is this node's own by node rank, never by its words") {
+  CHECK(is_own_stop(StopReason{1, 2, "anything", {}}, 2));
+  CHECK_FALSE(is_own_stop(StopReason{1, 1, "anything", {}}, 2));
+  CHECK_FALSE(is_own_stop(StopReason{1, -1, "node 2 ...", {}}, 2));  // unknown node: not ours
+}
