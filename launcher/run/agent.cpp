@@ -43,10 +43,9 @@ std::string random_token() {
   return fmt::format("{}-{:08x}{:08x}", ::getpid(), rd(), rd());
 }
 
-std::string rank_prefix(int rank, bool color) {
-  if (!color) return fmt::format("[rank{}]:", rank);
-  static constexpr int kColors[] = {32, 34, 35, 36, 33, 31};
-  return fmt::format("\x1b[{}m[rank{}]:\x1b[0m", kColors[rank % 6], rank);
+std::optional<std::string> env_lookup(const EnvMap& env, const char* name) {
+  auto it = env.find(name);
+  return it == env.end() ? std::nullopt : std::optional<std::string>(it->second);
 }
 
 std::string read_small_file(const std::string& path) {
@@ -73,8 +72,8 @@ nlohmann::json status_json(const ExitStatus& s) {
 Agent::Agent(AgentSetup setup, std::unique_ptr<ProcessControl> control)
     : setup_(std::move(setup)),
       child_signals_(io_, SIGCHLD),
-      shutdown_signals_(io_, SIGINT, SIGTERM, SIGHUP),
-      forwarded_signals_(io_, SIGUSR1, SIGUSR2),
+      shutdown_signals_(io_),
+      forwarded_signals_(io_),
       grace_timer_(io_),
       cleanup_timer_(io_),
       recheck_timer_(io_),
@@ -82,7 +81,13 @@ Agent::Agent(AgentSetup setup, std::unique_ptr<ProcessControl> control)
       stderr_sink_(io_, STDERR_FILENO),
       control_(control ? std::move(control) : std::make_unique<PosixProcessControl>()),
       token_(random_token()) {
-  shutdown_signals_.add(SIGQUIT);
+  // --signals-to-handle: these stop the job; SIGUSR1/SIGUSR2 not among them are only forwarded.
+  // A default signal left out is not caught at all, as in torchrun.
+  const auto& stop = setup_.config.stop_signals;
+  for (int sig : stop) shutdown_signals_.add(sig);
+  for (int sig : {SIGUSR1, SIGUSR2}) {
+    if (std::find(stop.begin(), stop.end(), sig) == stop.end()) forwarded_signals_.add(sig);
+  }
 }
 
 Agent::~Agent() {
@@ -95,8 +100,9 @@ Agent::~Agent() {
 
 void Agent::say(const std::string& line) { stderr_sink_.write_all(fmt::format("ddprun: {}\n", line)); }
 
-std::shared_ptr<OutputSink> Agent::open_log(const std::string& path) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+std::shared_ptr<OutputSink> Agent::open_log(const std::string& path, bool append) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | (append ? 0 : O_TRUNC) | O_APPEND | O_CLOEXEC,
+                  0644);
   if (fd < 0) {
     on_log_error(path, errno);
     return nullptr;
@@ -112,7 +118,7 @@ void Agent::on_log_error(const std::string& path, int error) {
 }
 
 Result<Ok> Agent::prepare() {
-  auto events = events_.open(setup_.config.events, io_, &stdout_sink_);
+  auto events = events_.open(setup_.config.events, io_, &stdout_sink_, &stderr_sink_);
   if (!events) return events.error();
   // A closed pipe (`ddprun ... | head`) is the reader's choice; anything else (stdout on a full
   // disk) is reported like a log file.
@@ -296,7 +302,8 @@ void Agent::start_worker(Worker& w, int attempt) {
       return;
     }
     ::fcntl(plans[s].pipe[1], F_SETPIPE_SZ, kPipeBytes);  // fewer wake-ups; best effort
-    OutputSink* console = s == 0 ? &stdout_sink_ : &stderr_sink_;
+    // With --events on stdout, stdout carries only events: worker stdout goes to stderr.
+    OutputSink* console = s == 0 && !c.events_on_stdout() ? &stdout_sink_ : &stderr_sink_;
     plans[s].route.console = to_console ? console : nullptr;
     plans[s].route.fallback_console = console;
     if (to_file) {
@@ -315,13 +322,31 @@ void Agent::start_worker(Worker& w, int attempt) {
   env[OrphanGuard::kTokenVariable] = token_;
   SpawnRequest request{setup_.executable, setup_.argv, to_envp_strings(env), plans[0].pipe[1],
                        plans[1].pipe[1]};
+  if (r < static_cast<int>(c.numa_placements.size())) {  // --numa-binding
+    request.cpu_affinity = c.numa_placements[r].cpus;
+    request.preferred_memory_node = c.numa_placements[r].node;
+  }
   auto started = control_->start(request);
   ::close(plans[0].pipe[1]);
   ::close(plans[1].pipe[1]);
+  const PrefixFields fields{c.role, w.outcome.rank, r, setup_.host};
   for (int s = 0; s < 2; ++s) {
     const OutputSink* sink = plans[s].route.console;
+    const auto& needles = s == 0 ? c.duplicate_stdout_filters : c.duplicate_stderr_filters;
+    bool (*includes)(StreamSet) = s == 0 ? includes_stdout : includes_stderr;
+    if (!needles.empty() && includes(tee)) {  // torchrun: only --tee'd streams are duplicated
+      plans[s].route.duplicate = {
+          open_log(run_dir_->attempt_dir(attempt) +
+                       (s == 0 ? "/filtered_stdout.log" : "/filtered_stderr.log"),
+                   /*append=*/true),
+          needles,
+          c.line_prefix.tmpl ? substitute_template(*c.line_prefix.tmpl, fields)
+                             : fmt::format("[{}{}]:", c.role, r)};
+    }
+    const bool color = sink && use_color(c.color, sink->is_tty(),
+                                         env_lookup(setup_.parent_env, "NO_COLOR"));
     auto pump = std::make_shared<StreamPump>(io_, plans[s].pipe[0], plans[s].route,
-                                             rank_prefix(w.outcome.rank, sink && sink->is_tty()));
+                                             console_line_prefix(c.line_prefix, fields, color));
     pump->start();
     (s == 0 ? w.out : w.err) = std::move(pump);
   }

@@ -90,7 +90,7 @@ class Agent {
   /// One "ddprun: ..." line on stderr, in order with the workers' stderr lines.
   void say(const std::string& line);
   /// Opens a log file for a worker stream; nullptr (and a message) when it cannot.
-  std::shared_ptr<OutputSink> open_log(const std::string& path);
+  std::shared_ptr<OutputSink> open_log(const std::string& path, bool append = false);
   /// A log or events file could not be written (disk full...): one line, an event, the summary.
   void on_log_error(const std::string& path, int error);
   /// Hosts the store when this agent is the one to (port in use: one line and exit 69).
