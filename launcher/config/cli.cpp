@@ -53,8 +53,9 @@ constexpr OptionSpec kOptions[] = {
      nullptr, "spawn fork forkserver",
      "Accepted for compatibility (spawn, fork, forkserver); no effect on programs"},
     {"--event-log-handler,--event_log_handler", "NAME", "PET_EVENT_LOG_HANDLER",
-     &RawOptions::event_log_handler, nullptr, "null default",
-     "torchrun's Python event handler: only null or default; use --events for JSON events"},
+     &RawOptions::event_log_handler, nullptr, "null default console",
+     "torchrun's Python event handler: null (default) or console (ddprun's JSON events on stderr); "
+     "for a file use --events"},
     {"--role", "NAME", "PET_ROLE", &RawOptions::role, nullptr, nullptr,
      "Worker role name (default: default)"},
     {"-m,--module", nullptr, "PET_MODULE", nullptr, &RawOptions::module, nullptr,

@@ -90,7 +90,6 @@ std::string zsh_text(const std::string& text) {
     if (c == ']') c = ')';
     if (c == ':') c = ' ';
     if (c == '\'') continue;
-    if (c == '$') out += '\\';
     out += c;
   }
   if (out.size() > 100) out = out.substr(0, 97) + "...";
