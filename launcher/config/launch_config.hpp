@@ -3,6 +3,8 @@
 /// LaunchConfig: a validated, fully resolved description of one ddprun job. Produced only by
 /// config_from_options() (pure) and consumed by the dry run and the Agent.
 
+#include <signal.h>
+
 #include <chrono>
 #include <map>
 #include <optional>
@@ -64,7 +66,7 @@ struct LaunchConfig {
   std::chrono::milliseconds shutdown_timeout{30'000};
   /// Signals that stop the job (--signals-to-handle); SIGUSR1/SIGUSR2 not listed here are only
   /// forwarded to the workers.
-  std::vector<int> stop_signals;
+  std::vector<int> stop_signals{SIGTERM, SIGINT, SIGHUP, SIGQUIT};
   std::string events;  // "", "-", "fd:N" or a path
   bool virtual_local_rank = false;  // LOCAL_RANK=0, CUDA_VISIBLE_DEVICES = the worker's device
   std::string numa_binding;         // "", node, socket, exclusive, core-complex
