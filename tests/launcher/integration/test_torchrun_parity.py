@@ -363,7 +363,7 @@ def test_signals_to_handle_matches_torchrun(launcher, tmp):
         try:
             ready = [proc.stdout.readline() for _ in range(2)]
             assert sorted(ready) == ["R0:ready\n", "R1:ready\n"], (who, ready)
-            time.sleep(0.5)  # torchrun installs its handlers after starting the workers
+            # torchrun installs its handlers before it starts the workers: "ready" means armed.
             os.kill(proc.pid, signal.SIGUSR1)
             out, err = proc.communicate(timeout=120)
         finally:
