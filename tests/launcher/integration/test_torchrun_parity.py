@@ -9,7 +9,7 @@
   must be in ddprun's --help and be accepted (or refused with its one-line reason); a flag that
   a new torchrun adds fails here until ddprun knows it.
 - Behaviour next to torchrun on the same script: the prefix template, --virtual-local-rank,
-  --signals-to-handle.
+  --signals-to-handle, --duplicate-std*-filters.
 - The cases of PyTorch's test/distributed/launcher/test_run.py (their command lines and
   assertions; the worker scripts in torchrun_cases/ are ours), replayed with the launcher in
   torchrun's place. Cases that need a mock of torchrun's Python internals or a GPU are left out.
@@ -346,6 +346,25 @@ def test_virtual_local_rank_matches_torchrun(launcher, tmp):
                           ({}, ["R0:line-0-0-0", "R1:line-1-0-1"])):
         theirs, ours = both(args, env)
         assert theirs == ours == expected, (env, theirs, ours)
+
+
+def test_duplicate_filters_match_torchrun(launcher, tmp):
+    if launcher == "torchrun":
+        return
+    found = {}
+    for who in ("torchrun", "ddprun"):
+        logs = os.path.join(tmp, who)
+        rc, _, err = launch(who, ["--nproc-per-node=2", "--tee=3", f"--log-dir={logs}", "--no-python",
+                                  "--duplicate-stdout-filters=apple,x,,y", "--duplicate-stderr-filters=pear",
+                                  "sh", "-c", "echo apple $RANK; echo plum; echo 'x,y'; echo pear >&2"])
+        assert rc == 0, err[-2000:]
+        (run_dir,) = os.listdir(logs)
+        attempt = os.path.join(logs, run_dir, "attempt_0")
+        found[who] = [sorted(open(os.path.join(attempt, name)).read().splitlines())
+                      for name in ("filtered_stdout.log", "filtered_stderr.log")]
+    assert found["torchrun"] == found["ddprun"] == [
+        ["[default0]:apple 0", "[default0]:x,y", "[default1]:apple 1", "[default1]:x,y"],
+        ["[default0]:pear", "[default1]:pear"]], found
 
 
 def test_signals_to_handle_matches_torchrun(launcher, tmp):
