@@ -128,15 +128,17 @@ def run_on_pty(args, env):
 
 def test_no_color_under_a_pseudo_terminal(tmp):
     args = ["--nproc_per_node", "2", "sh", "-c", "echo hello"]
-    colored = run_on_pty(args, clean_env())
+    base = clean_env()
+    base.pop("NO_COLOR", None)  # the caller's own setting must not decide this test
+    colored = run_on_pty(args, base)
     assert "\x1b[" in colored and "[rank1]:" in colored, repr(colored)
-    plain = run_on_pty(args, clean_env(NO_COLOR="1"))
+    plain = run_on_pty(args, dict(base, NO_COLOR="1"))
     assert "\x1b[" not in plain and "[rank1]:hello" in plain, repr(plain)
-    assert "\x1b[" not in run_on_pty(["--color=never"] + args, clean_env())
+    assert "\x1b[" not in run_on_pty(["--color=never"] + args, base)
     # NO_COLOR set but empty does not count (no-color.org); --color=always beats NO_COLOR.
-    assert "\x1b[" in run_on_pty(args, clean_env(NO_COLOR=""))
-    assert "\x1b[" in run_on_pty(["--color", "always"] + args, clean_env(NO_COLOR="1"))
-    r = run(["--color=always"] + args)  # a pipe
+    assert "\x1b[" in run_on_pty(args, dict(base, NO_COLOR=""))
+    assert "\x1b[" in run_on_pty(["--color", "always"] + args, dict(base, NO_COLOR="1"))
+    r = run(["--color=always"] + args, env=base)  # a pipe
     assert "\x1b[32m[rank0]:\x1b[0mhello" in r.out, r
 
 
