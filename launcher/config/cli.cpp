@@ -106,7 +106,8 @@ constexpr OptionSpec kOptions[] = {
      "(default SIGTERM,SIGINT,SIGHUP,SIGQUIT); SIGUSR1/SIGUSR2 not listed are only forwarded"},
     {"--shutdown-timeout,--shutdown_timeout", "SECONDS", "PET_SHUTDOWN_TIMEOUT",
      &RawOptions::shutdown_timeout, nullptr, nullptr,
-     "Seconds between SIGTERM and SIGKILL when stopping workers (default 30)"},
+     "Seconds between SIGTERM and SIGKILL when stopping workers (default: "
+     "TORCH_ELASTIC_SHUTDOWN_TIMEOUT, else 30)"},
     {"--virtual-local-rank,--virtual_local_rank", nullptr, "PET_VIRTUAL_LOCAL_RANK", nullptr,
      &RawOptions::virtual_local_rank, nullptr,
      "Give every worker LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES of its own device"},

@@ -236,7 +236,14 @@ Result<ConfiguredLaunch> config_from_options(const RawOptions& raw, const HostFa
   c.start_method = raw.start_method;
   if (raw.role.empty()) return usage("--role: the role name is empty");
   c.role = raw.role;
-  auto grace = parse_seconds("--shutdown-timeout", raw.shutdown_timeout);
+  std::string grace_text = raw.shutdown_timeout;
+  std::string grace_flag = "--shutdown-timeout";
+  if (grace_text.empty()) {  // torchrun: TORCH_ELASTIC_SHUTDOWN_TIMEOUT, else 30 s
+    auto it = host.environment.find("TORCH_ELASTIC_SHUTDOWN_TIMEOUT");
+    grace_text = it != host.environment.end() ? it->second : "30";
+    grace_flag = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT";
+  }
+  auto grace = parse_seconds(grace_flag, grace_text);
   if (!grace) return grace.error();
   if (*grace > 86400.0 * 365) return usage("--shutdown-timeout: more than a year");
   c.shutdown_timeout = std::chrono::milliseconds(static_cast<long long>(*grace * 1000.0));

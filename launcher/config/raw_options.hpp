@@ -42,7 +42,7 @@ struct RawOptions {
   std::string logs_specs;                // torchrun's Python plugin name; only default
   std::string numa_binding;              // "", node, socket, exclusive or core-complex
   std::string signals_to_handle = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
-  std::string shutdown_timeout = "30";
+  std::string shutdown_timeout;  // empty: TORCH_ELASTIC_SHUTDOWN_TIMEOUT, else 30 (as torchrun)
   bool virtual_local_rank = false;
   std::string print_completion;          // bash or zsh: print the script and exit
 

@@ -142,6 +142,18 @@ TEST_CASE("torchrun flag values: filters, signals, plugins, rdzv_conf, events") 
   CHECK(flag_wins->config.line_prefix.tmpl == std::optional<std::string>("X"));
 }
 
+TEST_CASE("--shutdown-timeout defaults to TORCH_ELASTIC_SHUTDOWN_TIMEOUT, as in torchrun") {
+  HostFacts h = cpu_host();
+  CHECK(configure({"prog"}, h)->config.shutdown_timeout.count() == 30'000);
+  h.environment["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] = "4";
+  CHECK(configure({"prog"}, h)->config.shutdown_timeout.count() == 4'000);
+  CHECK(configure({"--shutdown-timeout", "2", "prog"}, h)->config.shutdown_timeout.count() == 2'000);
+  h.environment["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] = "soon";
+  auto bad = configure({"prog"}, h);
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.error().message.find("TORCH_ELASTIC_SHUTDOWN_TIMEOUT") == 0);
+}
+
 TEST_CASE("--virtual-local-rank: LOCAL_RANK 0 and the worker's own device") {
   HostFacts h = cpu_host();
   h.cuda_visible_devices = "4,6";
