@@ -33,5 +33,4 @@ struct NumaPlacement {
 Result<std::vector<NumaPlacement>> plan_numa_binding(std::string_view mode, const NumaTopology& topo,
                                                      const std::vector<std::string>& gpus, int nproc);
 
-
 }  // namespace ddp::launcher
