@@ -9,6 +9,7 @@
 #include "launcher/common/exit_codes.hpp"
 #include "launcher/config/cuda_devices.hpp"
 #include "launcher/config/node_plan.hpp"
+#include "launcher/config/rdzv_conf_keys.hpp"
 
 namespace ddp::launcher {
 namespace {
@@ -91,15 +92,6 @@ Result<std::vector<int>> parse_signal_list(const std::string& text) {
     if (std::find(out.begin(), out.end(), it->second) == out.end()) out.push_back(it->second);
   }
   return out;
-}
-
-/// The --rdzv_conf keys ddprun understands (see docs/launcher.md); others are warned about once
-/// and ignored, as torchrun's handlers ignore keys they do not read.
-const std::set<std::string>& known_rdzv_conf_keys() {
-  static const std::set<std::string> keys{"join_timeout",      "last_call_timeout", "close_timeout",
-                                          "read_timeout",      "token",             "heartbeat_interval",
-                                          "heartbeat_timeout", "timeout",           "is_host"};
-  return keys;
 }
 
 /// Strips one pair of surrounding quotes that a shell did not remove (PyTorch's own launcher
