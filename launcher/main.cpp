@@ -20,6 +20,7 @@
 #include "launcher/multinode/store_only.hpp"
 #include "launcher/run/agent.hpp"
 #include "launcher/run/dry_run.hpp"
+#include "launcher/scheduler/detection.hpp"
 #include "launcher/scheduler/report.hpp"
 
 namespace {
@@ -47,6 +48,27 @@ std::string host_name() {
   return buf;
 }
 
+/// --print-env-detect: the report only (no program needed, nothing started). When resolution
+/// fails, what was found is still printed before the error, so the report explains it.
+int print_env_detect(const RawOptions& raw) {
+  const auto env = current_environment();
+  auto plan = plan_launch_nodes(raw, env);
+  if (!plan) {
+    try {
+      auto detection = scheduler::detect_scheduler(env, scheduler_choice(raw));
+      write_fully(STDOUT_FILENO, scheduler::render_detection_report(detection, {}));
+    } catch (const scheduler::SchedulerError& e) {
+      write_fully(STDOUT_FILENO, fmt::format("scheduler detection failed: {}\n", e.what()));
+    }
+    return fail(plan.error());
+  }
+  auto resolved = resolve_launch_master(*plan);
+  write_fully(STDOUT_FILENO, scheduler::render_detection_report(plan->detection, plan->settings,
+                                                                plan->master));
+  if (!resolved) return fail(resolved.error());
+  return exit_codes::kSuccess;
+}
+
 int run_main(int argc, char** argv) {
   // A closed stdout (ddprun ... | head) must not kill the supervisor; writes report EPIPE instead.
   ::signal(SIGPIPE, SIG_IGN);
@@ -60,20 +82,16 @@ int run_main(int argc, char** argv) {
     }
     return run_store_only(parsed->raw);
   }
-  if (parsed->raw.print_env_detect) {  // the report only: no program needed, nothing started
-    auto plan = plan_launch_nodes(parsed->raw, current_environment());
-    if (!plan) return fail(plan.error());
-    if (auto resolved = resolve_launch_master(*plan); !resolved) return fail(resolved.error());
-    write_fully(STDOUT_FILENO, scheduler::render_detection_report(plan->detection, plan->settings,
-                                                                  plan->master));
-    return exit_codes::kSuccess;
-  }
+  if (parsed->raw.print_env_detect) return print_env_detect(parsed->raw);
 
   HostFacts host;
   host.cuda_visible_devices = env_value("CUDA_VISIBLE_DEVICES");
-  // Listing /dev costs milliseconds; only gpu/auto and --bind-gpu need the driver's count.
+  // Listing /dev costs milliseconds; only gpu/auto, --bind-gpu, --virtual-local-rank and
+  // --numa-binding need the driver's count.
   const auto& nproc = parsed->raw.nproc_per_node;
-  if (!host.cuda_visible_devices && (nproc == "gpu" || nproc == "auto" || parsed->raw.bind_gpu)) {
+  if (!host.cuda_visible_devices && (nproc == "gpu" || nproc == "auto" || parsed->raw.bind_gpu ||
+                                     parsed->raw.virtual_local_rank ||
+                                     !parsed->raw.numa_binding.empty())) {
     host.driver_gpu_count = count_driver_gpus();
   }
   host.cpu_count = static_cast<int>(std::thread::hardware_concurrency());
@@ -88,6 +106,13 @@ int run_main(int argc, char** argv) {
     auto resolved = resolve_launch_master(configured->node_plan);
     if (!resolved) return fail(resolved.error());
     config.master_addr = configured->node_plan.master->address;
+  }
+
+  if (!config.numa_binding.empty()) {  // placement from the machine's sysfs topology
+    auto placements = plan_numa_binding(config.numa_binding, read_numa_topology(), config.gpus,
+                                        config.nproc_per_node);
+    if (!placements) return fail(placements.error());
+    config.numa_placements = std::move(*placements);
   }
 
   // ddprun hosts the job's store (or joins the one node 0 / the c10d endpoint hosts).
@@ -107,14 +132,16 @@ int run_main(int argc, char** argv) {
 
   const int master_port = config.master_port;  // 0: the store's kernel-chosen port, held
 
-  EnvMap parent_env = current_environment();
-  if (config.dry_run) {
-    std::string text = format_dry_run(config, worker_args, parent_env, master_port, config.events == "-");
-    write_fully(STDOUT_FILENO, text);
-    return exit_codes::kSuccess;
-  }
+  // ddprun's own notices go to stderr only: stdout belongs to the workers (or to --events -).
   for (const auto& notice : configured->notices) {
     write_fully(STDERR_FILENO, fmt::format("ddprun: {}\n", notice));
+  }
+  EnvMap parent_env = current_environment();
+  if (config.dry_run) {
+    std::string text = format_dry_run(config, worker_args, parent_env, master_port,
+                                      config.events_on_stdout());
+    write_fully(STDOUT_FILENO, text);
+    return exit_codes::kSuccess;
   }
 
   Agent agent(AgentSetup{config, executable.value(), worker_args, std::move(parent_env), host_name(),

@@ -52,7 +52,20 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_flag("--trace", opts.trace, "log every request on stderr (protocol debugging)");
-  CLI11_PARSE(app, argc, argv);
+  app.set_version_flag("--version", "ddprun-store " DDPRUN_VERSION);
+  // Usage errors exit 2 like ddprun's (CLI11's own codes are 100+); help and version exit 0.
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::cout << app.help();
+    return 0;
+  } catch (const CLI::CallForVersion&) {
+    std::cout << "ddprun-store " DDPRUN_VERSION "\n";
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "ddprun-store: " << e.what() << "\n";
+    return 2;
+  }
   opts.limits.idle_timeout = std::chrono::milliseconds(static_cast<long long>(idle_timeout_s * 1000));
   // The job's token (never a flag: the command line is visible to every user of the machine).
   if (const char* token = std::getenv("DDPRUN_RDZV_TOKEN"); token != nullptr && *token != '\0') {

@@ -12,6 +12,7 @@ DEB_PACKAGES=(
   dataset-fashion-mnist
   slurmctld slurmd slurm-client munge openmpi-bin libopenmpi-dev
   iproute2 procps hyperfine time
+  jq  # the pipelines test consumes `ddprun --events -` with jq
 )
 # torch 2.x from PyPI for the python3 on PATH (the G2 store dialect and the CUDA LibTorch build).
 TORCH2_VERSION="2.15.0"

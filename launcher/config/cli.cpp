@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 #include "launcher/config/cli.hpp"
 
+#include <fmt/format.h>
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <iostream>
@@ -11,123 +13,268 @@
 namespace ddp::launcher {
 namespace {
 
-/// One table row per option: both spellings, the PET_ variable and the help text (style R4).
-struct StringOptionSpec {
-  const char* names;  // CLI11 name list
-  const char* env;
-  std::string RawOptions::*field;
+/// One table row per option: spellings, metavar, PET_ variable, target field and help (style R4).
+/// Exactly one of `text` and `flag` is set.
+struct OptionSpec {
+  const char* names;    // CLI11 name list
+  const char* metavar;  // nullptr for flags
+  const char* env;      // PET_ variable: torchrun's own flags only
+  std::string RawOptions::*text;
+  bool RawOptions::*flag;
+  const char* choices;  // space-separated, or nullptr
   const char* help;
 };
 
-struct FlagSpec {
-  const char* names;
-  const char* env;
-  bool RawOptions::*field;
-  const char* help;
-};
-
-constexpr StringOptionSpec kStringOptions[] = {
-    // The five node options have no envname: plan_launch_nodes() reads their PET_* variables
-    // next to the scheduler's environment, so that its messages can tell the sources apart.
-    {"--nnodes", nullptr, &RawOptions::nnodes,
+// torchrun 2.15's flags in its --help order, then ddprun's own. The five node options have no
+// envname: plan_launch_nodes() reads their PET_* variables next to the scheduler's environment, so
+// that its messages can tell the sources apart.
+constexpr OptionSpec kOptions[] = {
+    {"--nnodes", "N|MIN:MAX", nullptr, &RawOptions::nnodes, nullptr, nullptr,
      "Number of nodes, N or MIN:MAX (default: PET_NNODES, the scheduler's, else 1:1)"},
-    {"--node-rank,--node_rank", nullptr, &RawOptions::node_rank,
-     "Rank of this node, 0..nnodes-1 (default: PET_NODE_RANK, the scheduler's, else 0)"},
-    {"--nproc-per-node,--nproc_per_node", "PET_NPROC_PER_NODE", &RawOptions::nproc_per_node,
+    {"--nproc-per-node,--nproc_per_node", "N|gpu|cpu|auto", "PET_NPROC_PER_NODE",
+     &RawOptions::nproc_per_node, nullptr, "gpu cpu auto",
      "Workers per node: N, gpu, cpu or auto (default 1)"},
-    {"--master-addr,--master_addr", nullptr, &RawOptions::master_addr,
+    {"--rdzv-backend,--rdzv_backend", "BACKEND", "PET_RDZV_BACKEND", &RawOptions::rdzv_backend,
+     nullptr, "static c10d", "Rendezvous backend: static (default) or c10d"},
+    {"--rdzv-endpoint,--rdzv_endpoint", "HOST[:PORT]", "PET_RDZV_ENDPOINT",
+     &RawOptions::rdzv_endpoint, nullptr, nullptr, "Rendezvous endpoint host[:port]"},
+    {"--rdzv-id,--rdzv_id", "ID", nullptr, &RawOptions::rdzv_id, nullptr, nullptr,
+     "Job id shared by all nodes (default: PET_RDZV_ID, the scheduler's job id, else none)"},
+    {"--rdzv-conf,--rdzv_conf", "K=V[,K=V...]", "PET_RDZV_CONF", &RawOptions::rdzv_conf, nullptr,
+     nullptr, "Rendezvous settings k1=v1,k2=v2 (unknown keys: a warning, as in torchrun)"},
+    {"--standalone", nullptr, "PET_STANDALONE", nullptr, &RawOptions::standalone, nullptr,
+     "Single-node job: free port, fresh run id"},
+    {"--max-restarts,--max_restarts", "N", "PET_MAX_RESTARTS", &RawOptions::max_restarts, nullptr,
+     nullptr, "Restarts of the worker group after a failure (default 0)"},
+    {"--monitor-interval,--monitor_interval", "SECONDS", "PET_MONITOR_INTERVAL",
+     &RawOptions::monitor_interval, nullptr, nullptr,
+     "Accepted for compatibility; ddprun reacts to exits at once"},
+    {"--start-method,--start_method", "METHOD", "PET_START_METHOD", &RawOptions::start_method,
+     nullptr, "spawn fork forkserver",
+     "Accepted for compatibility (spawn, fork, forkserver); no effect on programs"},
+    {"--event-log-handler,--event_log_handler", "NAME", "PET_EVENT_LOG_HANDLER",
+     &RawOptions::event_log_handler, nullptr, "null default console",
+     "torchrun's Python event handler: null (default) or console (ddprun's JSON events on stderr); "
+     "for a file use --events"},
+    {"--role", "NAME", "PET_ROLE", &RawOptions::role, nullptr, nullptr,
+     "Worker role name (default: default)"},
+    {"-m,--module", nullptr, "PET_MODULE", nullptr, &RawOptions::module, nullptr,
+     "Run the program as a Python module (-m)"},
+    {"--no-python,--no_python", nullptr, "PET_NO_PYTHON", nullptr, &RawOptions::no_python, nullptr,
+     "Execute the program directly, without Python"},
+    {"--run-path,--run_path", nullptr, "PET_RUN_PATH", nullptr, &RawOptions::run_path, nullptr,
+     "Run the program through Python's runpy.run_path, as torchrun does (wins over --no-python)"},
+    {"--log-dir,--log_dir", "DIR", "PET_LOG_DIR", &RawOptions::log_dir, nullptr, nullptr,
+     "Directory for per-attempt, per-rank logs and error files"},
+    {"-r,--redirects", "0-3|MAP", "PET_REDIRECTS", &RawOptions::redirects, nullptr, nullptr,
+     "Send std streams to log files only: 0-3 or a map such as 0:1,1:2"},
+    {"-t,--tee", "0-3|MAP", "PET_TEE", &RawOptions::tee, nullptr, nullptr,
+     "Send std streams to log files and the console: 0-3 or a map such as 0:1,1:2"},
+    {"--log-line-prefix-template,--log_line_prefix_template", "TEMPLATE",
+     "PET_LOG_LINE_PREFIX_TEMPLATE", &RawOptions::log_line_prefix_template, nullptr, nullptr,
+     "Prefix of console lines, with ${role_name}, ${rank}, ${local_rank}, ${hostname} (default: "
+     "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE, else [rank${rank}]:)"},
+    {"--local-ranks-filter,--local_ranks_filter", "RANKS", "PET_LOCAL_RANKS_FILTER",
+     &RawOptions::local_ranks_filter, nullptr, nullptr,
+     "Show only these local ranks on the console, e.g. 0,3"},
+    {"--duplicate-stdout-filters,--duplicate_stdout_filters", "WORDS",
+     "PET_DUPLICATE_STDOUT_FILTERS", &RawOptions::duplicate_stdout_filters, nullptr, nullptr,
+     "Also copy --tee'd stdout lines containing any of these words (comma list, ,, for a comma) "
+     "to <run dir>/attempt_N/filtered_stdout.log"},
+    {"--duplicate-stderr-filters,--duplicate_stderr_filters", "WORDS",
+     "PET_DUPLICATE_STDERR_FILTERS", &RawOptions::duplicate_stderr_filters, nullptr, nullptr,
+     "The same for stderr (filtered_stderr.log)"},
+    {"--node-rank,--node_rank", "RANK", nullptr, &RawOptions::node_rank, nullptr, nullptr,
+     "Rank of this node, 0..nnodes-1 (default: PET_NODE_RANK, the scheduler's, else 0)"},
+    {"--master-addr,--master_addr", "ADDR", nullptr, &RawOptions::master_addr, nullptr, nullptr,
      "Address of the rank-0 node (default: PET_MASTER_ADDR, the scheduler's first node, else "
      "127.0.0.1)"},
-    {"--master-port,--master_port", nullptr, &RawOptions::master_port,
+    {"--master-port,--master_port", "PORT", nullptr, &RawOptions::master_port, nullptr, nullptr,
      "Port on the rank-0 node (default: PET_MASTER_PORT, 15000 + the scheduler's job id, else a "
      "free port on one node, 29500 on several)"},
-    {"--rdzv-backend,--rdzv_backend", "PET_RDZV_BACKEND", &RawOptions::rdzv_backend,
-     "Rendezvous backend: static (default) or c10d"},
-    {"--rdzv-endpoint,--rdzv_endpoint", "PET_RDZV_ENDPOINT", &RawOptions::rdzv_endpoint,
-     "Rendezvous endpoint host[:port]"},
-    {"--rdzv-id,--rdzv_id", nullptr, &RawOptions::rdzv_id,
-     "Job id shared by all nodes (default: PET_RDZV_ID, the scheduler's job id, else none)"},
-    {"--rdzv-conf,--rdzv_conf", "PET_RDZV_CONF", &RawOptions::rdzv_conf,
-     "Rendezvous settings k1=v1,k2=v2"},
-    {"--max-restarts,--max_restarts", "PET_MAX_RESTARTS", &RawOptions::max_restarts,
-     "Restarts of the worker group after a failure (default 0)"},
-    {"--monitor-interval,--monitor_interval", "PET_MONITOR_INTERVAL", &RawOptions::monitor_interval,
-     "Accepted for compatibility; ddprun reacts to exits at once"},
-    {"--start-method,--start_method", "PET_START_METHOD", &RawOptions::start_method,
-     "Accepted for compatibility (spawn, fork, forkserver); no effect on programs"},
-    {"--role", "PET_ROLE", &RawOptions::role, "Worker role name (default: default)"},
-    {"--log-dir,--log_dir", "PET_LOG_DIR", &RawOptions::log_dir,
-     "Directory for per-attempt, per-rank logs and error files"},
-    {"-r,--redirects", "PET_REDIRECTS", &RawOptions::redirects,
-     "Send std streams to log files only: 0-3 or a map such as 0:1,1:2"},
-    {"-t,--tee", "PET_TEE", &RawOptions::tee,
-     "Send std streams to log files and the console: 0-3 or a map such as 0:1,1:2"},
-    {"--local-ranks-filter,--local_ranks_filter", "PET_LOCAL_RANKS_FILTER",
-     &RawOptions::local_ranks_filter, "Show only these local ranks on the console, e.g. 0,3"},
-    {"--local-addr,--local_addr", "PET_LOCAL_ADDR", &RawOptions::local_addr,
-     "Address of this node for rendezvous"},
-    {"--shutdown-timeout,--shutdown_timeout", "PET_SHUTDOWN_TIMEOUT", &RawOptions::shutdown_timeout,
-     "Seconds between SIGTERM and SIGKILL when stopping workers (default 30)"},
-    {"--events", "PET_EVENTS", &RawOptions::events,
-     "Write one JSON object per line for every launch event to FILE, or - for stdout"},
-    {"--python", "PET_PYTHON", &RawOptions::python,
+    {"--local-addr,--local_addr", "ADDR", "PET_LOCAL_ADDR", &RawOptions::local_addr, nullptr,
+     nullptr, "Address of this node for rendezvous"},
+    {"--logs-specs,--logs_specs", "NAME", nullptr, &RawOptions::logs_specs, nullptr, "default",
+     "torchrun's Python log plugin: only default; see --log-dir, --redirects, --tee, --events"},
+    {"--numa-binding,--numa_binding", "MODE", nullptr, &RawOptions::numa_binding, nullptr,
+     "node socket exclusive core-complex",
+     "Bind each worker's CPUs and memory near its GPU (from sysfs): node, socket, exclusive or "
+     "core-complex; without GPUs, spread workers over the NUMA nodes"},
+    {"--signals-to-handle,--signals_to_handle", "SIGNALS", "PET_SIGNALS_TO_HANDLE",
+     &RawOptions::signals_to_handle, nullptr, nullptr,
+     "Signals that stop the job: passed to the workers, SIGKILL after --shutdown-timeout "
+     "(default SIGTERM,SIGINT,SIGHUP,SIGQUIT); SIGUSR1/SIGUSR2 not listed are only forwarded"},
+    {"--shutdown-timeout,--shutdown_timeout", "SECONDS", "PET_SHUTDOWN_TIMEOUT",
+     &RawOptions::shutdown_timeout, nullptr, nullptr,
+     "Seconds between SIGTERM and SIGKILL when stopping workers (default: "
+     "TORCH_ELASTIC_SHUTDOWN_TIMEOUT, else 30)"},
+    {"--virtual-local-rank,--virtual_local_rank", nullptr, "PET_VIRTUAL_LOCAL_RANK", nullptr,
+     &RawOptions::virtual_local_rank, nullptr,
+     "Give every worker LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES of its own device"},
+    {"--print-completion,--print_completion", "SHELL", nullptr, &RawOptions::print_completion,
+     nullptr, "bash zsh", "Print ddprun's bash or zsh completion script and exit"},
+    // ddprun's own flags.
+    {"--events", "FILE|-|fd:N", nullptr, &RawOptions::events, nullptr, nullptr,
+     "Write one JSON object per line for every launch event to FILE, to fd N, or - for stdout "
+     "(then stdout holds only events and the workers' stdout goes to stderr)"},
+    {"--no-prefix,--no_prefix", nullptr, nullptr, nullptr, &RawOptions::no_prefix, nullptr,
+     "Print worker lines as the workers wrote them (still whole lines, never torn)"},
+    {"--color", "WHEN", nullptr, &RawOptions::color, nullptr, "auto always never",
+     "Color the rank prefixes: auto (a terminal and no NO_COLOR; default), always or never"},
+    {"--python", "PYTHON", nullptr, &RawOptions::python, nullptr, nullptr,
      "Interpreter for .py programs and -m (default $PYTHON_EXEC, else python3)"},
-    {"--scheduler", "PET_SCHEDULER", &RawOptions::scheduler,
+    {"--scheduler", "NAME", nullptr, &RawOptions::scheduler, nullptr,
+     "auto none slurm openmpi pmix pmi k8s-indexed kubeflow",
      "Cluster scheduler whose environment gives the node values: auto (default), none, slurm, "
      "openmpi, pmix, pmi, k8s-indexed, kubeflow (--standalone implies none)"},
-};
-
-constexpr FlagSpec kFlags[] = {
-    {"--standalone", "PET_STANDALONE", &RawOptions::standalone,
-     "Single-node job: free port, fresh run id"},
-    {"-m,--module", "PET_MODULE", &RawOptions::module, "Run the program as a Python module (-m)"},
-    {"--no-python,--no_python", "PET_NO_PYTHON", &RawOptions::no_python,
-     "Execute the program directly, without Python"},
-    {"--run-path,--run_path", "PET_RUN_PATH", &RawOptions::run_path,
-     "Run the program with Python (torchrun's runpy path)"},
-    {"--dry-run,--dry_run", "PET_DRY_RUN", &RawOptions::dry_run,
+    {"--dry-run,--dry_run", nullptr, nullptr, nullptr, &RawOptions::dry_run, nullptr,
      "Print each rank's command and environment; start nothing"},
-    {"--bind-gpu,--bind_gpu", "PET_BIND_GPU", &RawOptions::bind_gpu,
+    {"--bind-gpu,--bind_gpu", nullptr, nullptr, nullptr, &RawOptions::bind_gpu, nullptr,
      "Give each worker CUDA_VISIBLE_DEVICES of its one device (by local rank)"},
-    // No PET_ variable: an exported setting would silently stop every launch.
-    {"--print-env-detect,--print_env_detect", nullptr, &RawOptions::print_env_detect,
+    {"--print-env-detect,--print_env_detect", nullptr, nullptr, nullptr,
+     &RawOptions::print_env_detect, nullptr,
      "Print which scheduler was detected and where every node value comes from; start nothing"},
-    {"--store-only,--store_only", nullptr, &RawOptions::store_only,
+    {"--store-only,--store_only", nullptr, nullptr, nullptr, &RawOptions::store_only, nullptr,
      "Serve only the job's TCP store at --master_addr (default 127.0.0.1):--master_port (default "
      "29500; 0 = a free port, printed first) until SIGINT/SIGTERM; no program"},
 };
 
+std::vector<std::string> split_words(const char* text) {
+  std::vector<std::string> out;
+  if (text == nullptr) return out;
+  std::istringstream in(text);
+  for (std::string word; in >> word;) out.push_back(word);
+  return out;
+}
+
+std::vector<CliOption> build_table() {
+  std::vector<CliOption> table;
+  table.push_back({{"--help"}, "-h", false, "", {}, "Print this help and exit"});
+  for (const auto& spec : kOptions) {
+    CliOption option;
+    std::stringstream names(spec.names);
+    for (std::string name; std::getline(names, name, ',');) {
+      if (name.rfind("--", 0) == 0) {
+        option.long_names.push_back(name);
+      } else {
+        option.short_name = name;
+      }
+    }
+    option.takes_value = spec.text != nullptr;
+    option.metavar = spec.metavar ? spec.metavar : "";
+    option.choices = split_words(spec.choices);
+    option.help = spec.help;
+    table.push_back(std::move(option));
+  }
+  table.push_back({{"--version"}, "", false, "", {}, "Print ddprun's version and exit"});
+  return table;
+}
+
+/// "Usage: ddprun [OPTIONS] PROGRAM [ARGS...]": CLI11 2.1 cannot name a prefix command's rest.
+class UsageFormatter : public CLI::Formatter {
+ public:
+  std::string make_usage(const CLI::App*, std::string) const override {
+    return "Usage: ddprun [OPTIONS] PROGRAM [ARGS...]\n";
+  }
+};
+
+Error usage_error(std::string message) { return Error{exit_codes::kUsage, std::move(message)}; }
+
 }  // namespace
 
+const std::vector<CliOption>& launch_option_table() {
+  static const std::vector<CliOption> table = build_table();
+  return table;
+}
+
 void add_launch_options(CLI::App& app, RawOptions& raw) {
-  for (const auto& spec : kStringOptions) {
-    // Like argparse (torchrun), a repeated option takes its last value.
-    auto* option = app.add_option(spec.names, raw.*(spec.field), spec.help)
-                       ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  for (const auto& spec : kOptions) {
+    CLI::Option* option = nullptr;
+    if (spec.text != nullptr) {
+      // Like argparse (torchrun), a repeated option takes its last value.
+      option = app.add_option(spec.names, raw.*(spec.text), spec.help)
+                   ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)
+                   ->type_name(spec.metavar);
+    } else {
+      option = app.add_flag(spec.names, raw.*(spec.flag), spec.help);
+    }
     if (spec.env != nullptr) option->envname(spec.env);
   }
-  for (const auto& spec : kFlags) {
-    auto* flag = app.add_flag(spec.names, raw.*(spec.field), spec.help);
-    if (spec.env != nullptr) flag->envname(spec.env);
-  }
   app.set_version_flag("--version", "ddprun " DDPRUN_VERSION);
+  app.formatter(std::make_shared<UsageFormatter>());
   // Everything from the program on is passed through: `ddprun train.py --lr 3` never parses --lr.
   app.prefix_command();
   app.footer(
       "PROGRAM [ARGS...]: a .py script (run with PYTHON -u), a module with -m, or any executable.\n"
-      "Every option can also come from PET_<NAME> (e.g. PET_NPROC_PER_NODE); the command line "
+      "Long options may be abbreviated to any unambiguous prefix (--nproc_per 2).\n"
+      "torchrun's flags can also come from PET_<NAME> (e.g. PET_NPROC_PER_NODE); the command line "
       "wins.\nInside Slurm, Open MPI, PMIx/PMI or Kubernetes jobs, --nnodes, --node_rank, "
       "--master_addr, --master_port and --rdzv_id default to the scheduler's values "
       "(see --print-env-detect).");
 }
 
-Result<ParsedCommandLine> parse_command_line(const std::vector<std::string>& args) {
+Result<std::vector<std::string>> expand_abbreviations(const std::vector<std::string>& args) {
+  const auto& table = launch_option_table();
+  std::vector<std::string> out = args;
+  for (size_t i = 0; i < out.size(); ++i) {
+    const std::string& arg = out[i];
+    if (arg == "--" || arg.size() < 2 || arg[0] != '-') break;  // the program starts here
+    if (arg[1] != '-') {  // short options: -r VALUE, -r3, -m
+      const CliOption* match = nullptr;
+      for (const auto& option : table) {
+        if (!option.short_name.empty() && option.short_name == arg) match = &option;
+      }
+      if (match && match->takes_value) ++i;
+      continue;
+    }
+    const size_t eq = arg.find('=');
+    const std::string name = arg.substr(0, eq);
+    const CliOption* exact = nullptr;
+    std::vector<const CliOption*> candidates;
+    for (const auto& option : table) {
+      for (const auto& long_name : option.long_names) {
+        if (long_name == name) exact = &option;
+        if (long_name.rfind(name, 0) == 0 &&
+            std::find(candidates.begin(), candidates.end(), &option) == candidates.end()) {
+          candidates.push_back(&option);
+        }
+      }
+    }
+    const CliOption* option = exact;
+    if (!option && candidates.size() > 1) {
+      std::string names;
+      for (const auto* c : candidates) {
+        for (const auto& n : c->long_names) names += (names.empty() ? "" : ", ") + n;
+      }
+      return usage_error(fmt::format("ambiguous option: {} could match {}", name, names));
+    }
+    if (!option && candidates.size() == 1) {
+      option = candidates.front();
+      // Keep the spelling family the user started (--nproc_per → --nproc_per_node).
+      std::string full = option->long_names.front();
+      for (const auto& n : option->long_names) {
+        if (n.rfind(name, 0) == 0) {
+          full = n;
+          break;
+        }
+      }
+      out[i] = eq == std::string::npos ? full : full + arg.substr(eq);
+    }
+    if (!option) break;  // unknown: config_from_options() names it
+    if (option->takes_value && eq == std::string::npos) ++i;
+  }
+  return out;
+}
+
+Result<ParsedCommandLine> parse_command_line(const std::vector<std::string>& typed) {
+  auto args = expand_abbreviations(typed);
+  if (!args) return args.error();
   ParsedCommandLine parsed;
   CLI::App app{"ddprun: launch and supervise the processes of a distributed PyTorch job",
                "ddprun"};
   add_launch_options(app, parsed.raw);
   // CLI11 parses a reversed vector (it pops from the back).
-  std::vector<std::string> reversed(args.rbegin(), args.rend());
+  std::vector<std::string> reversed(args->rbegin(), args->rend());
   try {
     app.parse(reversed);
   } catch (const CLI::CallForHelp&) {
@@ -143,12 +290,18 @@ Result<ParsedCommandLine> parse_command_line(const std::vector<std::string>& arg
     parsed.exit_now = true;
     return parsed;
   } catch (const CLI::ParseError& e) {
-    return Error{exit_codes::kUsage, e.what()};
+    return usage_error(e.what());
   }
   parsed.raw.program_and_args = app.remaining();
   // `ddprun [options] -- prog args`: the separator is not part of the program's command line.
   auto& rest = parsed.raw.program_and_args;
   if (!rest.empty() && rest.front() == "--") rest.erase(rest.begin());
+  if (!parsed.raw.print_completion.empty()) {
+    auto script = completion_script(parsed.raw.print_completion);
+    if (!script) return script.error();
+    std::cout << *script;
+    parsed.exit_now = true;
+  }
   return parsed;
 }
 

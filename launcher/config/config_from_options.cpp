@@ -2,10 +2,14 @@
 #include "launcher/config/launch_config.hpp"
 
 #include <fmt/format.h>
+#include <signal.h>
+
+#include <algorithm>
 
 #include "launcher/common/exit_codes.hpp"
 #include "launcher/config/cuda_devices.hpp"
 #include "launcher/config/node_plan.hpp"
+#include "launcher/config/rdzv_conf_keys.hpp"
 
 namespace ddp::launcher {
 namespace {
@@ -46,6 +50,59 @@ Result<int> resolve_nproc(const std::string& text, const std::vector<std::string
   return static_cast<int>(*n);
 }
 
+/// torchrun's comma_separated_list: "a,b" → {a, b}; ",," is a literal comma; "" → {}.
+std::vector<std::string> comma_list(const std::string& text) {
+  std::vector<std::string> items;
+  if (text.empty()) return items;
+  std::string item;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == ',' && i + 1 < text.size() && text[i + 1] == ',') {
+      item += ',';
+      ++i;
+    } else if (text[i] == ',') {
+      items.push_back(std::move(item));
+      item.clear();
+    } else {
+      item += text[i];
+    }
+  }
+  items.push_back(std::move(item));
+  return items;
+}
+
+/// --signals-to-handle "SIGTERM,SIGUSR1": signal numbers. Signals that cannot be caught, or that
+/// ddprun needs for itself (SIGCHLD, SIGPIPE), are refused.
+Result<std::vector<int>> parse_signal_list(const std::string& text) {
+  static const std::map<std::string, int> kSignals{
+      {"SIGTERM", SIGTERM}, {"SIGINT", SIGINT},   {"SIGHUP", SIGHUP},   {"SIGQUIT", SIGQUIT},
+      {"SIGUSR1", SIGUSR1}, {"SIGUSR2", SIGUSR2}, {"SIGALRM", SIGALRM}, {"SIGXCPU", SIGXCPU},
+      {"SIGCONT", SIGCONT}, {"SIGTSTP", SIGTSTP}, {"SIGWINCH", SIGWINCH}};
+  std::vector<int> out;
+  for (auto name : comma_list(text)) {
+    while (!name.empty() && name.front() == ' ') name.erase(name.begin());
+    while (!name.empty() && name.back() == ' ') name.pop_back();
+    if (name.empty()) continue;
+    std::string full = name.rfind("SIG", 0) == 0 ? name : "SIG" + name;
+    auto it = kSignals.find(full);
+    if (it == kSignals.end()) {
+      return usage(fmt::format("--signals-to-handle: '{}' is not a signal ddprun can handle "
+                               "(SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM, "
+                               "SIGXCPU, SIGCONT, SIGTSTP, SIGWINCH)", name));
+    }
+    if (std::find(out.begin(), out.end(), it->second) == out.end()) out.push_back(it->second);
+  }
+  return out;
+}
+
+/// Strips one pair of surrounding quotes that a shell did not remove (PyTorch's own launcher
+/// test passes --rdzv-conf='join_timeout=5,...' through a list, quotes included).
+std::string unquoted(std::string text) {
+  if (text.size() >= 2 && (text.front() == '\'' || text.front() == '"') && text.back() == text.front()) {
+    return text.substr(1, text.size() - 2);
+  }
+  return text;
+}
+
 Result<ProgramKind> resolve_program_kind(const RawOptions& raw) {
   if (raw.module && raw.no_python) {
     return usage("-m/--module and --no_python cannot be used together");
@@ -55,7 +112,7 @@ Result<ProgramKind> resolve_program_kind(const RawOptions& raw) {
   }
   const std::string& program = raw.program_and_args.front();
   if (raw.module) return ProgramKind::PythonModule;
-  if (raw.run_path) return ProgramKind::PythonScript;  // torchrun: --run_path wins over --no_python
+  if (raw.run_path) return ProgramKind::PythonRunPath;  // torchrun: --run_path wins over --no_python
   if (raw.no_python) return ProgramKind::Executable;
   return ends_with(program, ".py") ? ProgramKind::PythonScript : ProgramKind::Executable;
 }
@@ -111,9 +168,15 @@ Result<ConfiguredLaunch> config_from_options(const RawOptions& raw, const HostFa
     return usage(fmt::format("--rdzv_backend: '{}' is not one of static, c10d, etcd, etcd-v2",
                              c.rdzv_backend));
   }
-  auto conf = parse_key_values("--rdzv_conf", raw.rdzv_conf);
+  auto conf = parse_key_values("--rdzv_conf", unquoted(raw.rdzv_conf));
   if (!conf) return conf.error();
-  c.rdzv_conf = *conf;
+  for (auto& [key, value] : *conf) {
+    if (!known_rdzv_conf_keys().count(key)) {
+      out.notices.push_back(fmt::format("warning: --rdzv_conf: unknown key '{}' ignored", key));
+      continue;
+    }
+    c.rdzv_conf[key] = unquoted(value);
+  }
   c.run_id = nodes.rdzv_id ? nodes.rdzv_id->value : "none";
   c.rdzv_endpoint = raw.rdzv_endpoint;
   c.local_addr = raw.local_addr;
@@ -165,10 +228,47 @@ Result<ConfiguredLaunch> config_from_options(const RawOptions& raw, const HostFa
   c.start_method = raw.start_method;
   if (raw.role.empty()) return usage("--role: the role name is empty");
   c.role = raw.role;
-  auto grace = parse_seconds("--shutdown-timeout", raw.shutdown_timeout);
+  std::string grace_text = raw.shutdown_timeout;
+  std::string grace_flag = "--shutdown-timeout";
+  if (grace_text.empty()) {  // torchrun: TORCH_ELASTIC_SHUTDOWN_TIMEOUT, else 30 s
+    auto it = host.environment.find("TORCH_ELASTIC_SHUTDOWN_TIMEOUT");
+    grace_text = it != host.environment.end() ? it->second : "30";
+    grace_flag = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT";
+  }
+  auto grace = parse_seconds(grace_flag, grace_text);
   if (!grace) return grace.error();
   if (*grace > 86400.0 * 365) return usage("--shutdown-timeout: more than a year");
   c.shutdown_timeout = std::chrono::milliseconds(static_cast<long long>(*grace * 1000.0));
+  auto stop_signals = parse_signal_list(raw.signals_to_handle);
+  if (!stop_signals) return stop_signals.error();
+  c.stop_signals = *stop_signals;
+
+  // torchrun's Python plugins: ddprun has no plugin loader, so only their defaults are accepted.
+  if (!raw.logs_specs.empty() && raw.logs_specs != "default") {
+    return usage(fmt::format("--logs-specs: '{}' names a torchrun Python plugin; ddprun accepts "
+                             "only default (use --log-dir, --redirects, --tee, --events)",
+                             raw.logs_specs));
+  }
+  static const std::set<std::string> kEventHandlers{"null", "default", "dynamic_rendezvous",
+                                                    "console"};
+  if (!kEventHandlers.count(raw.event_log_handler)) {
+    return usage(fmt::format("--event-log-handler: '{}' names a torchrun Python plugin; ddprun "
+                             "accepts null, default or console (use --events FILE|-|fd:N for "
+                             "JSON events)", raw.event_log_handler));
+  }
+  static const std::set<std::string> kNumaModes{"", "node", "socket", "exclusive", "core-complex"};
+  if (!kNumaModes.count(raw.numa_binding)) {
+    return usage(fmt::format("--numa-binding: '{}' is not one of node, socket, exclusive, "
+                             "core-complex", raw.numa_binding));
+  }
+  c.numa_binding = raw.numa_binding;
+  c.virtual_local_rank = raw.virtual_local_rank;
+  if (c.virtual_local_rank && host.cuda_visible_devices &&
+      c.nproc_per_node > static_cast<int>(c.gpus.size())) {
+    return usage(fmt::format("--virtual-local-rank: {} workers but CUDA_VISIBLE_DEVICES='{}' names "
+                             "{} device(s)", c.nproc_per_node, *host.cuda_visible_devices,
+                             c.gpus.size()));
+  }
 
   // Output.
   c.log_dir = raw.log_dir;
@@ -190,6 +290,27 @@ Result<ConfiguredLaunch> config_from_options(const RawOptions& raw, const HostFa
     }
   }
   c.events = raw.events;
+  if (c.events.rfind("fd:", 0) == 0) {
+    auto fd = parse_integer("--events fd", std::string_view(c.events).substr(3), 0, 1'000'000);
+    if (!fd) return usage(fmt::format("--events: '{}' is not fd:N with N a descriptor number", c.events));
+  }
+  // torchrun's console handler logs events to stderr; ddprun writes its JSON events there.
+  if (c.events.empty() && raw.event_log_handler == "console") c.events = "fd:2";
+  c.line_prefix.none = raw.no_prefix;
+  if (!raw.log_line_prefix_template.empty()) {
+    c.line_prefix.tmpl = raw.log_line_prefix_template;
+  } else if (auto it = host.environment.find("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE");
+             it != host.environment.end() && !it->second.empty()) {
+    c.line_prefix.tmpl = it->second;
+  }
+  if (c.line_prefix.none && c.line_prefix.tmpl && !raw.log_line_prefix_template.empty()) {
+    return usage("--no-prefix and --log-line-prefix-template cannot be used together");
+  }
+  auto color = parse_color_mode(raw.color);
+  if (!color) return color.error();
+  c.color = *color;
+  c.duplicate_stdout_filters = comma_list(raw.duplicate_stdout_filters);
+  c.duplicate_stderr_filters = comma_list(raw.duplicate_stderr_filters);
   c.dry_run = raw.dry_run;
 
   c.default_omp_threads = !host.omp_num_threads_set && c.nproc_per_node > 1;

@@ -3,6 +3,8 @@
 /// LaunchConfig: a validated, fully resolved description of one ddprun job. Produced only by
 /// config_from_options() (pure) and consumed by the dry run and the Agent.
 
+#include <signal.h>
+
 #include <chrono>
 #include <map>
 #include <optional>
@@ -12,7 +14,9 @@
 
 #include "launcher/common/result.hpp"
 #include "launcher/config/raw_options.hpp"
+#include "launcher/config/numa_binding.hpp"
 #include "launcher/config/value_parsers.hpp"
+#include "launcher/output/line_prefix.hpp"
 #include "launcher/scheduler/plan.hpp"
 
 namespace ddp::launcher {
@@ -21,6 +25,7 @@ namespace ddp::launcher {
 enum class ProgramKind {
   PythonScript,  // PYTHON -u script args   (*.py, or --run_path)
   PythonModule,  // PYTHON -u -m module args (-m)
+  PythonRunPath, // PYTHON -u -c <runpy.run_path(script)> script args (--run_path, as torchrun)
   Executable,    // program args            (--no_python, or anything that is not *.py)
 };
 
@@ -53,8 +58,19 @@ struct LaunchConfig {
   StreamSpec tee;
   std::optional<std::set<int>> console_ranks;  // --local_ranks_filter; nullopt = all
 
+  LinePrefixStyle line_prefix;    // --no-prefix, --log-line-prefix-template
+  ColorMode color = ColorMode::Auto;
+  std::vector<std::string> duplicate_stdout_filters;  // torchrun's filtered_stdout.log
+  std::vector<std::string> duplicate_stderr_filters;
+
   std::chrono::milliseconds shutdown_timeout{30'000};
-  std::string events;  // "", "-" or a path
+  /// Signals that stop the job (--signals-to-handle); SIGUSR1/SIGUSR2 not listed here are only
+  /// forwarded to the workers.
+  std::vector<int> stop_signals{SIGTERM, SIGINT, SIGHUP, SIGQUIT};
+  std::string events;  // "", "-", "fd:N" or a path
+  bool virtual_local_rank = false;  // LOCAL_RANK=0, CUDA_VISIBLE_DEVICES = the worker's device
+  std::string numa_binding;         // "", node, socket, exclusive, core-complex
+  std::vector<NumaPlacement> numa_placements;  // one per local rank when numa_binding is set
   bool dry_run = false;
   bool bind_gpu = false;
   std::vector<std::string> gpus;  // the devices this node sees (for --bind-gpu)
@@ -67,6 +83,8 @@ struct LaunchConfig {
   bool default_omp_threads = false;
 
   int world_size() const { return nnodes.max * nproc_per_node; }
+  /// True when stdout carries only JSON events (--events - or fd:1): worker stdout goes to stderr.
+  bool events_on_stdout() const { return events == "-" || events == "fd:1"; }
   bool multi_node() const { return nnodes.max > 1; }
 };
 

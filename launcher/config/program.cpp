@@ -38,6 +38,11 @@ std::vector<std::string> worker_argv(const LaunchConfig& config) {
     case ProgramKind::PythonModule:
       argv = {config.python, "-u", "-m", config.program};
       break;
+    case ProgramKind::PythonRunPath:
+      // torchrun's run_script_path: sys.argv = [script, args...], then runpy.run_path(script,
+      // run_name="__main__") inside the worker's interpreter.
+      argv = {config.python, "-u", "-c", std::string(kRunPathBootstrap), config.program};
+      break;
     case ProgramKind::Executable:
       argv = {config.program};
       break;
@@ -80,7 +85,8 @@ Result<std::string> resolve_worker_executable(const LaunchConfig& config, const 
     return not_executable(fmt::format("{} (the Python interpreter; set --python or PYTHON_EXEC)",
                                       python.error().message));
   }
-  if (config.program_kind == ProgramKind::PythonScript) {
+  if (config.program_kind == ProgramKind::PythonScript ||
+      config.program_kind == ProgramKind::PythonRunPath) {
     struct stat st {};
     if (::stat(config.program.c_str(), &st) != 0) {
       return not_executable(fmt::format("cannot run '{}': {}", config.program, std::strerror(errno)));

@@ -4,12 +4,18 @@
 /// Building the argv is pure; resolving names on PATH and checking files touches the disk.
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "launcher/common/result.hpp"
 #include "launcher/config/launch_config.hpp"
 
 namespace ddp::launcher {
+
+/// The `python -c` program of --run_path: the script and its arguments follow it on the command
+/// line (sys.argv[1:]); it runs the script as __main__ with sys.argv = [script, args...].
+inline constexpr std::string_view kRunPathBootstrap =
+    "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')";
 
 /// argv for one worker, with the interpreter or program as given (not yet resolved on PATH).
 std::vector<std::string> worker_argv(const LaunchConfig& config);

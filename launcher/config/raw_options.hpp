@@ -26,6 +26,7 @@ struct RawOptions {
   std::string max_restarts = "0";
   std::string monitor_interval = "0.1";
   std::string start_method = "spawn";
+  std::string event_log_handler = "null";  // torchrun's Python plugin name; only null/default
   std::string role = "default";
   bool module = false;
   bool no_python = false;
@@ -33,12 +34,22 @@ struct RawOptions {
   std::string log_dir;
   std::string redirects = "0";
   std::string tee = "0";
+  std::string log_line_prefix_template;  // empty: TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE, else default
   std::string local_ranks_filter;
+  std::string duplicate_stdout_filters;  // torchrun's comma list (",," escapes a comma)
+  std::string duplicate_stderr_filters;
   std::string local_addr;
+  std::string logs_specs;                // torchrun's Python plugin name; only default
+  std::string numa_binding;              // "", node, socket, exclusive or core-complex
+  std::string signals_to_handle = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
+  std::string shutdown_timeout;  // empty: TORCH_ELASTIC_SHUTDOWN_TIMEOUT, else 30 (as torchrun)
+  bool virtual_local_rank = false;
+  std::string print_completion;          // bash or zsh: print the script and exit
 
-  // ddprun's own flags.
-  std::string shutdown_timeout = "30";
-  std::string events;  // "" off, "-" stdout, else a file
+  // ddprun's own flags (no PET_* variables: those belong to torchrun's flags).
+  std::string events;  // "" off, "-" stdout, "fd:N" an inherited descriptor, else a file
+  bool no_prefix = false;
+  std::string color = "auto";  // auto, always or never
   bool dry_run = false;
   bool bind_gpu = false;
   std::string python;  // empty: $PYTHON_EXEC, else python3 on PATH

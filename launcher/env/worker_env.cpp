@@ -70,6 +70,14 @@ EnvMap worker_env_additions(const LaunchConfig& config, const WorkerSlot& slot,
   if (config.bind_gpu && slot.local_rank < static_cast<int>(config.gpus.size())) {
     add["CUDA_VISIBLE_DEVICES"] = config.gpus[slot.local_rank];
   }
+  if (config.virtual_local_rank) {  // torchrun: every worker sees its own device as device 0
+    add["LOCAL_RANK"] = "0";
+    auto parent_devices = parent.find("CUDA_VISIBLE_DEVICES");
+    add["CUDA_VISIBLE_DEVICES"] =
+        parent_devices != parent.end() && slot.local_rank < static_cast<int>(config.gpus.size())
+            ? config.gpus[slot.local_rank]
+            : std::to_string(slot.local_rank);
+  }
   return add;
 }
 

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "launcher/common/exit_codes.hpp"
+#include "launcher/config/rdzv_conf_keys.hpp"
 #include "launcher/config/value_parsers.hpp"
 
 namespace ddp::launcher {
@@ -78,12 +79,8 @@ Result<MultiNodeSettings> multinode_settings(const LaunchConfig& c,
     return usage(fmt::format("--nnodes={}:{} needs --rdzv_backend=c10d (static rendezvous has a "
                              "fixed number of nodes)", s.min_nodes, s.max_nodes));
   }
-  static const std::set<std::string> kKnown{"join_timeout", "last_call_timeout", "close_timeout",
-                                            "read_timeout", "token", "heartbeat_interval",
-                                            "heartbeat_timeout", "timeout", "is_host", "store_bind",
-                                            "refused_timeout", "max_rescales"};
   for (const auto& [key, value] : c.rdzv_conf) {
-    if (!kKnown.count(key)) {
+    if (!known_rdzv_conf_keys().count(key)) {  // config_from_options() already dropped these
       return usage(fmt::format("--rdzv_conf: unknown key '{}' (known: join_timeout, "
                                "last_call_timeout, close_timeout, read_timeout, token, "
                                "heartbeat_interval, heartbeat_timeout, store_bind, refused_timeout, max_rescales)", key));

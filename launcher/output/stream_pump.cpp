@@ -31,8 +31,8 @@ StreamPump::StreamPump(boost::asio::io_context& io, int read_fd, StreamRoute rou
   pipe_.non_blocking(true);
 }
 
-// A pump destroyed before finish() (an aborted run) drops its log file's queue: retiring it
-// would outlive the loop it reports to.
+// A pump destroyed before finish() (an aborted run) drops its log files' queues: retiring them
+// would outlive the loop they report to.
 StreamPump::~StreamPump() = default;
 
 void StreamPump::start() {
@@ -104,10 +104,31 @@ void StreamPump::deliver(std::string_view chunk) {
     held_.append(chunk);  // the file just failed; its error handler sends this to the console
   }
   if (route_.console) to_console(chunk);
+  if (route_.duplicate.file && !route_.duplicate.file->failed()) {
+    std::string lines;
+    duplicate_framer_.frame(chunk, lines);
+    duplicate_matching(lines);
+  }
   if (route_.keep_tail) {
     tail_.append(chunk);
     if (tail_.size() > 2 * kTailKeep) tail_.erase(0, tail_.size() - kTailKeep);
   }
+}
+
+void StreamPump::duplicate_matching(std::string_view framed) {
+  std::string out;
+  while (!framed.empty()) {
+    size_t nl = framed.find('\n');
+    std::string_view line = framed.substr(0, nl == std::string_view::npos ? framed.size() : nl + 1);
+    framed.remove_prefix(line.size());
+    for (const auto& needle : route_.duplicate.needles) {
+      if (line.find(needle) != std::string_view::npos) {
+        out.append(route_.duplicate.prefix).append(line);
+        break;
+      }
+    }
+  }
+  if (!out.empty()) route_.duplicate.file->write_all(out);
 }
 
 void StreamPump::on_file_error(int, std::string unwritten) {
@@ -160,6 +181,12 @@ void StreamPump::finish() {
   pipe_.close(ignored);
   OutputSink::retire(std::move(route_.file));
   route_.file.reset();
+  if (route_.duplicate.file) {
+    std::string last;
+    if (!route_.duplicate.file->failed() && duplicate_framer_.finish(last)) duplicate_matching(last);
+    OutputSink::retire(std::move(route_.duplicate.file));
+    route_.duplicate.file.reset();
+  }
 }
 
 std::vector<std::string> StreamPump::tail_lines(size_t max_lines) const {

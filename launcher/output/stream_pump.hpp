@@ -20,6 +20,14 @@
 
 namespace ddp::launcher {
 
+/// torchrun's --duplicate-std*-filters: whole lines that contain any needle, with a prefix, go to
+/// a file shared by every rank (each pump has its own O_APPEND description; whole lines per write).
+struct DuplicateRoute {
+  std::shared_ptr<OutputSink> file;  // nullptr: off
+  std::vector<std::string> needles;
+  std::string prefix;
+};
+
 struct StreamRoute {
   OutputSink* console = nullptr;      // nullptr: not shown on the console
   std::shared_ptr<OutputSink> file;   // nullptr: no log file
@@ -29,6 +37,7 @@ struct StreamRoute {
   OutputSink* fallback_console = nullptr;
   /// Told once about a failed log file: its path and errno (on the loop).
   std::function<void(const std::string& path, int error)> on_file_error;
+  DuplicateRoute duplicate;
 };
 
 class StreamPump : public std::enable_shared_from_this<StreamPump> {
@@ -53,6 +62,8 @@ class StreamPump : public std::enable_shared_from_this<StreamPump> {
   /// Reads until the pipe is empty or `max_reads` reads; returns false at EOF/error.
   bool read_some(int max_reads);
   void deliver(std::string_view chunk);
+  /// Appends the lines of `framed` (whole lines, no prefix) that contain a needle to the file.
+  void duplicate_matching(std::string_view framed);
   void to_console(std::string_view chunk);
   void on_file_error(int error, std::string unwritten);
   /// The first congested sink, or nullptr.
@@ -61,6 +72,7 @@ class StreamPump : public std::enable_shared_from_this<StreamPump> {
   boost::asio::posix::stream_descriptor pipe_;
   StreamRoute route_;
   LineFramer framer_;
+  LineFramer duplicate_framer_;  // no prefix: needles are matched against the worker's own text
   std::string tail_;
   std::string held_;  // read after the log file failed, before its error handler ran
   bool closed_ = false;

@@ -2,6 +2,7 @@
 #include <fcntl.h>
 #include <linux/sched.h>
 #include <fmt/format.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
@@ -30,9 +31,36 @@ std::vector<char*> as_c_array(const std::vector<std::string>& strings) {
   return out;
 }
 
+/// --numa-binding, prepared before fork (the child may not allocate).
+struct ChildPlacement {
+  bool set_cpus = false;
+  cpu_set_t cpus;
+  bool set_memory = false;
+  unsigned long memory_nodes[16] = {};  // a nodemask for up to 1024 nodes
+};
+
+ChildPlacement prepare_placement(const SpawnRequest& request) {
+  ChildPlacement p;
+  CPU_ZERO(&p.cpus);
+  for (int cpu : request.cpu_affinity) {
+    if (cpu >= 0 && cpu < CPU_SETSIZE) {
+      CPU_SET(cpu, &p.cpus);
+      p.set_cpus = true;
+    }
+  }
+  const int node = request.preferred_memory_node;
+  constexpr int kBits = 8 * sizeof(unsigned long);
+  if (node >= 0 && node < 16 * kBits) {
+    p.memory_nodes[node / kBits] |= 1UL << (node % kBits);
+    p.set_memory = true;
+  }
+  return p;
+}
+
 /// Runs in the child between fork and exec: only async-signal-safe calls, no allocation.
 [[noreturn]] void exec_child(const SpawnRequest& request, char* const* argv, char* const* envp,
-                             pid_t parent, int error_pipe, bool move_into_cgroup) {
+                             pid_t parent, int error_pipe, bool move_into_cgroup,
+                             const ChildPlacement& placement) {
   auto fail = [&](int err) {
     ssize_t ignored = ::write(error_pipe, &err, sizeof err);
     (void)ignored;
@@ -69,6 +97,13 @@ std::vector<char*> as_c_array(const std::vector<std::string>& strings) {
       if (fd != error_pipe) ::fcntl(fd, F_SETFD, FD_CLOEXEC);
     }
   }
+  // Best effort, like numactl --preferred: a refused placement leaves the inherited one.
+  if (placement.set_cpus) ::sched_setaffinity(0, sizeof placement.cpus, &placement.cpus);
+  if (placement.set_memory) {
+    constexpr long kMpolPreferred = 1;  // <linux/mempolicy.h>, without libnuma
+    ::syscall(SYS_set_mempolicy, kMpolPreferred, placement.memory_nodes,
+              static_cast<unsigned long>(8 * sizeof placement.memory_nodes));
+  }
   ::execve(request.executable.c_str(), argv, envp);
   fail(errno);
   __builtin_unreachable();
@@ -79,6 +114,7 @@ std::vector<char*> as_c_array(const std::vector<std::string>& strings) {
 Result<StartedProcess> start_process(const SpawnRequest& request) {
   auto argv = as_c_array(request.argv);
   auto envp = as_c_array(request.envp);
+  const ChildPlacement placement = prepare_placement(request);
   int error_pipe[2];
   if (::pipe2(error_pipe, O_CLOEXEC) != 0) {
     return Error{exit_codes::kInternal, fmt::format("pipe: {}", std::strerror(errno))};
@@ -103,7 +139,7 @@ Result<StartedProcess> start_process(const SpawnRequest& request) {
   if (!born_in_cgroup) pid = ::fork();
   if (pid == 0) {
     exec_child(request, argv.data(), envp.data(), parent, error_pipe[1],
-               !born_in_cgroup && request.cgroup_procs_fd >= 0);
+               !born_in_cgroup && request.cgroup_procs_fd >= 0, placement);
   }
   const int fork_errno = errno;
   ::pthread_sigmask(SIG_SETMASK, &old, nullptr);

@@ -42,6 +42,11 @@ std::string random_token() {
   return fmt::format("{}-{:08x}{:08x}", ::getpid(), rd(), rd());
 }
 
+std::optional<std::string> env_lookup(const EnvMap& env, const char* name) {
+  auto it = env.find(name);
+  return it == env.end() ? std::nullopt : std::optional<std::string>(it->second);
+}
+
 std::string read_small_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return {};
@@ -55,8 +60,8 @@ std::string read_small_file(const std::string& path) {
 Agent::Agent(AgentSetup setup, std::unique_ptr<ProcessControl> control, JobRendezvousFactory rendezvous)
     : setup_(std::move(setup)),
       child_signals_(io_, SIGCHLD),
-      shutdown_signals_(io_, SIGINT, SIGTERM, SIGHUP),
-      forwarded_signals_(io_, SIGUSR1, SIGUSR2),
+      shutdown_signals_(io_),
+      forwarded_signals_(io_),
       grace_timer_(io_),
       cleanup_timer_(io_),
       recheck_timer_(io_),
@@ -65,7 +70,13 @@ Agent::Agent(AgentSetup setup, std::unique_ptr<ProcessControl> control, JobRende
       control_(control ? std::move(control) : std::make_unique<PosixProcessControl>()),
       token_(random_token()),
       make_rendezvous_(std::move(rendezvous)) {
-  shutdown_signals_.add(SIGQUIT);
+  // --signals-to-handle: these stop the job; SIGUSR1/SIGUSR2 not among them are only forwarded.
+  // A default signal left out is not caught at all, as in torchrun.
+  const auto& stop = setup_.config.stop_signals;
+  for (int sig : stop) shutdown_signals_.add(sig);
+  for (int sig : {SIGUSR1, SIGUSR2}) {
+    if (std::find(stop.begin(), stop.end(), sig) == stop.end()) forwarded_signals_.add(sig);
+  }
 }
 
 Agent::~Agent() {
@@ -86,7 +97,7 @@ void Agent::on_log_error(const std::string& path, int error) {
 }
 
 Result<Ok> Agent::prepare() {
-  auto events = events_.open(setup_.config.events, io_, &stdout_sink_);
+  auto events = events_.open(setup_.config.events, io_, &stdout_sink_, &stderr_sink_);
   if (!events) return events.error();
   // A closed pipe (`ddprun ... | head`) is the reader's choice; anything else (stdout on a full
   // disk) is reported like a log file.
@@ -244,7 +255,8 @@ void Agent::launch_workers(int attempt) {
 void Agent::start_worker(Worker& w, int attempt) {
   const auto& c = setup_.config;
   const int r = w.outcome.local_rank;
-  auto streams = WorkerStreams::open(io_, c, r, run_dir_->rank_dir(attempt, r), stdout_sink_, stderr_sink_,
+  auto streams = WorkerStreams::open(io_, c, r, run_dir_->rank_dir(attempt, r),
+                                     run_dir_->attempt_dir(attempt), stdout_sink_, stderr_sink_,
                                      [this](const std::string& path, int error) { on_log_error(path, error); });
   if (!streams) {
     record_start_failure(w, streams.error());
@@ -255,8 +267,13 @@ void Agent::start_worker(Worker& w, int attempt) {
   env[OrphanGuard::kTokenVariable] = token_;
   SpawnRequest request{setup_.executable, setup_.argv, to_envp_strings(env), streams->worker_stdout(),
                        streams->worker_stderr()};
+  if (r < static_cast<int>(c.numa_placements.size())) {  // --numa-binding
+    request.cpu_affinity = c.numa_placements[r].cpus;
+    request.preferred_memory_node = c.numa_placements[r].node;
+  }
   auto started = control_->start(request);
-  auto pumps = streams->start(io_, w.outcome.rank);
+  const PrefixFields fields{c.role, w.outcome.rank, r, setup_.host};
+  auto pumps = streams->start(io_, c.line_prefix, c.color, fields, env_lookup(setup_.parent_env, "NO_COLOR"));
   w.out = std::move(pumps.out);
   w.err = std::move(pumps.err);
   if (!started) {

@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 
 #include "launcher/common/exit_codes.hpp"
@@ -15,12 +16,37 @@
 namespace ddp::launcher {
 
 Result<Ok> EventLog::open(const std::string& target, boost::asio::io_context& io,
-                          OutputSink* stdout_sink) {
+                          OutputSink* stdout_sink, OutputSink* stderr_sink) {
   if (target.empty()) return Ok{};
+  int inherited = -1;
   if (target == "-") {
-    sink_ = stdout_sink;
+    inherited = STDOUT_FILENO;
+  } else if (target.rfind("fd:", 0) == 0) {
+    char* end = nullptr;
+    long n = std::strtol(target.c_str() + 3, &end, 10);
+    if (target.size() == 3 || *end != '\0' || n < 0 || n > 1'000'000) {
+      return Error{exit_codes::kUsage, fmt::format("--events: '{}' is not fd:N", target)};
+    }
+    inherited = static_cast<int>(n);
+    int flags = ::fcntl(inherited, F_GETFL);
+    if (flags < 0) {
+      return Error{exit_codes::kUsage,
+                   fmt::format("--events {}: descriptor {} is not open", target, inherited)};
+    }
+    if ((flags & O_ACCMODE) == O_RDONLY) {
+      return Error{exit_codes::kUsage, fmt::format("--events {}: descriptor {} is not open for "
+                                                   "writing", target, inherited)};
+    }
+  }
+  if (inherited >= 0) {
+    // The console sinks own stdout and stderr: events then never tear a worker line.
+    sink_ = inherited == STDOUT_FILENO ? stdout_sink
+            : inherited == STDERR_FILENO ? stderr_sink
+                                         : nullptr;
     if (!sink_) {
-      file_ = std::make_unique<OutputSink>(io, STDOUT_FILENO);
+      // Workers must not inherit the event stream (and keep a reader waiting after ddprun exits).
+      if (inherited > STDERR_FILENO) ::fcntl(inherited, F_SETFD, FD_CLOEXEC);
+      file_ = std::make_unique<OutputSink>(io, inherited);
       sink_ = file_.get();
     }
     return Ok{};

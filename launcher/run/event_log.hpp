@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 #pragma once
-/// EventLog: --events FILE|-. One JSON object per line, each written with a single write(), for
+/// EventLog: --events FILE|-|fd:N. One JSON object per line, each written with a single write(), for
 /// launch, worker_start, worker_exit, restart and summary. Disabled when no target is given.
 
 #include <boost/asio/io_context.hpp>
@@ -21,10 +21,12 @@ class EventLog {
   EventLog& operator=(const EventLog&) = delete;
 
   /// "" disables, "-" is stdout (through `stdout_sink`, so events and worker lines never tear
-  /// each other), anything else a file (created or truncated), written through an OutputSink on
-  /// `io` so that a slow disk never blocks the loop. Error: exit 2.
+  /// each other), "fd:N" a descriptor inherited from the caller (fd:1/fd:2 through the console
+  /// sinks), anything else a file (created or truncated), written through an OutputSink on `io`
+  /// so that a slow disk never blocks the loop. Error (bad path, descriptor not open for
+  /// writing): exit 2.
   Result<Ok> open(const std::string& target, boost::asio::io_context& io,
-                  OutputSink* stdout_sink = nullptr);
+                  OutputSink* stdout_sink = nullptr, OutputSink* stderr_sink = nullptr);
   /// Called once (on the loop) when writing the events file fails: its path and errno.
   void on_error(std::function<void(const std::string& path, int error)> handler);
   bool enabled() const { return sink_ != nullptr; }

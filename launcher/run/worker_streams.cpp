@@ -16,10 +16,14 @@ namespace {
 
 constexpr int kPipeBytes = 1 << 20;
 
-std::string rank_prefix(int rank, bool color) {
-  if (!color) return fmt::format("[rank{}]:", rank);
-  static constexpr int kColors[] = {32, 34, 35, 36, 33, 31};
-  return fmt::format("\x1b[{}m[rank{}]:\x1b[0m", kColors[rank % 6], rank);
+std::shared_ptr<OutputSink> open_sink(boost::asio::io_context& io, const std::string& path, bool append,
+                                      const WorkerStreams::FileError& on_file_error) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | (append ? 0 : O_TRUNC) | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    on_file_error(path, errno);
+    return nullptr;
+  }
+  return std::make_shared<OutputSink>(io, fd, /*owns_fd=*/true);
 }
 
 void close_fd(int& fd) {
@@ -30,7 +34,8 @@ void close_fd(int& fd) {
 }  // namespace
 
 Result<WorkerStreams> WorkerStreams::open(boost::asio::io_context& io, const LaunchConfig& c, int r,
-                                          const std::string& dir, OutputSink& stdout_sink, OutputSink& stderr_sink,
+                                          const std::string& dir, const std::string& attempt_dir,
+                                          OutputSink& stdout_sink, OutputSink& stderr_sink,
                                           const FileError& on_file_error) {
   const bool filtered = c.console_ranks && !c.console_ranks->count(r);
   const StreamSet redirect = c.redirects.for_rank(r);
@@ -49,20 +54,22 @@ Result<WorkerStreams> WorkerStreams::open(boost::asio::io_context& io, const Lau
     streams.write_fd_[s] = pipe_fds[1];
     ::fcntl(pipe_fds[1], F_SETPIPE_SZ, kPipeBytes);  // fewer wake-ups; best effort
     StreamRoute& route = streams.route_[s];
-    OutputSink* console = s == 0 ? &stdout_sink : &stderr_sink;
+    // With --events on stdout, stdout carries only events: worker stdout goes to stderr.
+    OutputSink* console = s == 0 && !c.events_on_stdout() ? &stdout_sink : &stderr_sink;
     route.console = to_console ? console : nullptr;
     route.fallback_console = console;
     route.keep_tail = s == 1;
     if (to_file) {
       route.file_path = dir + (s == 0 ? "/stdout.log" : "/stderr.log");
-      int fd = ::open(route.file_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
-      if (fd < 0) {
-        on_file_error(route.file_path, errno);
-        route.console = console;  // nothing lost
-      } else {
-        route.file = std::make_shared<OutputSink>(io, fd, /*owns_fd=*/true);
-      }
+      route.file = open_sink(io, route.file_path, /*append=*/false, on_file_error);
+      if (!route.file) route.console = console;  // nothing lost
       route.on_file_error = on_file_error;
+    }
+    const auto& needles = s == 0 ? c.duplicate_stdout_filters : c.duplicate_stderr_filters;
+    if (!needles.empty() && includes(tee)) {  // torchrun: only --tee'd streams are duplicated
+      route.duplicate.file = open_sink(io, attempt_dir + (s == 0 ? "/filtered_stdout.log" : "/filtered_stderr.log"),
+                                       /*append=*/true, on_file_error);
+      route.duplicate.needles = needles;
     }
   }
   return streams;
@@ -83,15 +90,22 @@ WorkerStreams::~WorkerStreams() {
   }
 }
 
-WorkerStreams::Pumps WorkerStreams::start(boost::asio::io_context& io, int rank) {
+WorkerStreams::Pumps WorkerStreams::start(boost::asio::io_context& io, const LinePrefixStyle& style,
+                                          ColorMode color_mode, const PrefixFields& fields,
+                                          const std::optional<std::string>& no_color_env) {
   Pumps pumps;
   for (int s = 0; s < 2; ++s) {
     close_fd(write_fd_[s]);
     const OutputSink* sink = route_[s].console;
+    if (route_[s].duplicate.file) {
+      route_[s].duplicate.prefix = style.tmpl ? substitute_template(*style.tmpl, fields)
+                                              : fmt::format("[{}{}]:", fields.role_name, fields.local_rank);
+    }
+    const bool color = sink && use_color(color_mode, sink->is_tty(), no_color_env);
     // The pump owns the read end and the log file from here on.
     auto pump = std::make_shared<StreamPump>(io, std::exchange(read_fd_[s], -1),
                                              std::exchange(route_[s], StreamRoute{}),
-                                             rank_prefix(rank, sink && sink->is_tty()));
+                                             console_line_prefix(style, fields, color));
     pump->start();
     (s == 0 ? pumps.out : pumps.err) = std::move(pump);
   }

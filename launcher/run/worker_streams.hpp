@@ -7,10 +7,12 @@
 #include <boost/asio/io_context.hpp>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "launcher/common/result.hpp"
 #include "launcher/config/launch_config.hpp"
+#include "launcher/output/line_prefix.hpp"
 #include "launcher/output/output_sink.hpp"
 #include "launcher/output/stream_pump.hpp"
 
@@ -23,8 +25,11 @@ class WorkerStreams {
   /// cannot be opened, or fails later, is reported through `on_file_error` and its stream goes
   /// to the console instead (nothing is lost); a pipe that cannot be made is an error (exit 70)
   /// and leaves nothing open.
+  /// `attempt_dir` holds the files shared by every rank (--duplicate-std*-filters). With --events
+  /// on stdout, the worker's stdout goes to `stderr_sink` (stdout carries only events).
   static Result<WorkerStreams> open(boost::asio::io_context& io, const LaunchConfig& config, int local_rank,
-                                    const std::string& dir, OutputSink& stdout_sink, OutputSink& stderr_sink,
+                                    const std::string& dir, const std::string& attempt_dir,
+                                    OutputSink& stdout_sink, OutputSink& stderr_sink,
                                     const FileError& on_file_error);
   WorkerStreams(WorkerStreams&& other) noexcept;
   WorkerStreams& operator=(WorkerStreams&&) = delete;
@@ -40,8 +45,10 @@ class WorkerStreams {
     std::shared_ptr<StreamPump> err;
   };
   /// After the spawn (successful or not): closes the worker's ends and starts carrying the
-  /// streams, each line prefixed with the worker's global rank.
-  Pumps start(boost::asio::io_context& io, int rank);
+  /// streams, each console line prefixed as `style` says for `fields` (colored when
+  /// --color/NO_COLOR and the console allow: `no_color_env` is NO_COLOR's value, if set).
+  Pumps start(boost::asio::io_context& io, const LinePrefixStyle& style, ColorMode color,
+              const PrefixFields& fields, const std::optional<std::string>& no_color_env);
 
  private:
   WorkerStreams() = default;

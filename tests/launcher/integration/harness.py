@@ -25,6 +25,9 @@ def clean_env(**extra):
     env = {k: v for k, v in os.environ.items() if not k.startswith("PET_")}
     env.pop("CUDA_VISIBLE_DEVICES", None)
     env.pop("OMP_NUM_THREADS", None)
+    # The caller's output settings must not change what the tests read (issue 11).
+    env.pop("NO_COLOR", None)
+    env.pop("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", None)
     env.update({k: str(v) for k, v in extra.items()})
     return env
 

@@ -32,13 +32,24 @@ def test_usage_errors(tmp):
     expect(["--tee", "0:1,x", true], 2, "--tee")
     expect(["--local_ranks_filter", "0,a", true], 2, "--local_ranks_filter")
     expect(["-m", "--no_python", "pkg"], 2, "cannot be used together")
+    expect(["--no", "pkg"], 2, "ambiguous option: --no could match --no-python")
+    expect(["--events", "fd:x", true], 2, "--events: 'fd:x' is not fd:N")
+    expect(["--events", "fd:97", true], 2, "descriptor 97 is not open")
+    expect(["--color", "sometimes", true], 2, "--color: 'sometimes'")
+    expect(["--signals-to-handle", "SIGKILL", true], 2, "--signals-to-handle: 'SIGKILL'")
+    expect(["--logs-specs", "DOESNOT_EXIST", true], 2, "--logs-specs: 'DOESNOT_EXIST'")
+    expect(["--event-log-handler", "mine", true], 2, "--event-log-handler: 'mine'")
+    expect(["--numa-binding", "everywhere", true], 2, "--numa-binding: 'everywhere'")
+    expect(["--print-completion", "tcsh"], 2, "not tcsh")
     expect(["--shutdown-timeout", "-4", true], 2, "--shutdown-timeout")
 
 
 def test_multi_node_option_errors(tmp):
     expect(["--nnodes", "2", "--rdzv_backend", "c10d", "/bin/true"], 2, "needs --rdzv_endpoint")
     expect(["--nnodes", "1:2", "/bin/true"], 2, "needs --rdzv_backend=c10d")
-    expect(["--nnodes", "2", "--rdzv_conf", "colour=blue", "/bin/true"], 2, "unknown key 'colour'")
+    # An unknown --rdzv_conf key is a warning, as in torchrun (issue 11); the run goes on.
+    r = run(["--dry-run", "--nnodes", "2", "--rdzv_conf", "colour=blue", "/bin/true"], timeout=20)
+    assert r.rc == 0 and r.err == "ddprun: warning: --rdzv_conf: unknown key 'colour' ignored\n", r
     expect(["--standalone", "--nnodes", "2", "/bin/true"], 2, "--standalone runs one node")
 
 

@@ -102,7 +102,7 @@ TEST_CASE("how the program runs") {
   CHECK(bin->config.program_kind == ProgramKind::Executable);
   auto run_path = configure({"--run_path", "--no_python", "tool"});
   REQUIRE(run_path.ok());
-  CHECK(run_path->config.program_kind == ProgramKind::PythonScript);  // torchrun: run_path wins
+  CHECK(run_path->config.program_kind == ProgramKind::PythonRunPath);  // torchrun: run_path wins
   auto nopy = configure({"--no_python", "thing.py"});
   REQUIRE(nopy.ok());
   CHECK(nopy->config.program_kind == ProgramKind::Executable);

@@ -1,0 +1,20 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+/// The --rdzv_conf keys ddprun reads (docs/launcher.md#multi-node). config_from_options() warns
+/// about any other key and drops it (torchrun's handlers ignore keys they do not read);
+/// multinode_settings() reads these.
+
+#include <set>
+#include <string>
+
+namespace ddp::launcher {
+
+inline const std::set<std::string>& known_rdzv_conf_keys() {
+  static const std::set<std::string> keys{
+      "join_timeout",       "last_call_timeout", "close_timeout", "read_timeout",
+      "token",              "heartbeat_interval", "heartbeat_timeout", "timeout",
+      "is_host",            "store_bind",         "refused_timeout", "max_rescales"};
+  return keys;
+}
+
+}  // namespace ddp::launcher
