@@ -265,6 +265,12 @@ void StoreSession::close_for_error(std::string_view reason) {
   const char* gen = kind_ == ConnectionKind::G1 ? "G1" : kind_ == ConnectionKind::G2 ? "G2" : "unclassified";
   // The peer is looked up only here: a getpeername per connection is measurable at 16k clients.
   host_->log_closed_for_error(fmt::format("closing connection from {} ({}): {}", describe_peer(), gen, reason));
+  if (pending_output_bytes() > 0) {
+    // The peer is not reading what it is owed: reset instead of a graceful close, so the kernel
+    // drops the unsent bytes at once rather than trickling them into a closed window.
+    boost::system::error_code ignored;
+    socket_.set_option(boost::asio::socket_base::linger(true, 0), ignored);
+  }
   finish(true);
 }
 
