@@ -97,17 +97,29 @@ RequestDecoder::Step RequestDecoder::feed(std::string_view in) {
         break;
       }
       case Phase::Scalar: {
+        if (scalar_have_ == 0 && in.size() - pos >= scalar_size_) {  // common case: decode in place
+          const char* bytes = in.data() + pos;
+          pos += scalar_size_;
+          held_ += scalar_size_;
+          scalar_done(bytes);
+          break;
+        }
         const std::size_t n = std::min(scalar_size_ - scalar_have_, in.size() - pos);
         std::memcpy(scalar_ + scalar_have_, in.data() + pos, n);
         scalar_have_ += n;
         pos += n;
         held_ += n;
-        if (scalar_have_ == scalar_size_) scalar_done();
+        if (scalar_have_ == scalar_size_) scalar_done(scalar_);
         break;
       }
       case Phase::Field: {
         const std::size_t n = std::min(field_left_, in.size() - pos);
-        field_->append(in.data() + pos, n);
+        if (n == field_left_ && field_->empty()) {
+          field_->assign(in.data() + pos, n);  // common case: the whole field is here
+        } else {
+          if (field_->empty() && field_left_ <= kReserveWholeFieldBytes) field_->reserve(field_left_);
+          field_->append(in.data() + pos, n);
+        }
         field_left_ -= n;
         pos += n;
         held_ += n;
@@ -122,8 +134,9 @@ RequestDecoder::Step RequestDecoder::feed(std::string_view in) {
 }
 
 Command RequestDecoder::take() {
-  Command done = std::move(cmd_);
-  cmd_ = Command{};
+  Command done = std::move(cmd_);  // leaves cmd_'s vectors empty
+  cmd_.number = 0;
+  cmd_.word = 0;
   phase_ = Phase::Opcode;
   request_bytes_ = 0;
   held_ = 0;
@@ -183,18 +196,18 @@ void RequestDecoder::begin_field(bool is_key) {
   begin_scalar(8, ScalarFor::FieldLength);
 }
 
-void RequestDecoder::scalar_done() {
+void RequestDecoder::scalar_done(const char* bytes) {
   switch (scalar_for_) {
     case ScalarFor::Word:
-      cmd_.word = get_u32(scalar_);
+      cmd_.word = get_u32(bytes);
       next_token();
       return;
     case ScalarFor::Number:
-      cmd_.number = get_i64(scalar_);
+      cmd_.number = get_i64(bytes);
       next_token();
       return;
     case ScalarFor::Count: {
-      const std::uint64_t n = get_u64(scalar_);
+      const std::uint64_t n = get_u64(bytes);
       if (n > limits_->max_keys_per_request) {
         fail(fmt::format("key count {} exceeds limit {}", n, limits_->max_keys_per_request));
         return;
@@ -212,7 +225,7 @@ void RequestDecoder::scalar_done() {
       return;
     }
     case ScalarFor::FieldLength: {
-      const std::uint64_t len = get_u64(scalar_);
+      const std::uint64_t len = get_u64(bytes);
       const std::size_t cap = field_is_key_ ? limits_->max_key_bytes : limits_->max_value_bytes;
       if (len > cap) {
         fail(fmt::format("{} length {} exceeds limit {}", field_is_key_ ? "key" : "value", len, cap));
@@ -229,7 +242,6 @@ void RequestDecoder::scalar_done() {
         field_done();
         return;
       }
-      if (field_left_ <= kReserveWholeFieldBytes) field_->reserve(field_left_);
       phase_ = Phase::Field;
       return;
     }

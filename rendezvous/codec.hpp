@@ -79,7 +79,7 @@ class RequestDecoder {
   void next_token();
   void begin_scalar(std::size_t size, ScalarFor purpose);
   void begin_field(bool is_key);
-  void scalar_done();
+  void scalar_done(const char* bytes);  // the scalar's bytes, complete
   void field_done();
   void list_item_done();
   void fail(std::string reason);
