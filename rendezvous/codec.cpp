@@ -72,8 +72,82 @@ constexpr std::size_t kReserveListItems = 256;
 
 }  // namespace
 
+bool RequestDecoder::decode_whole(std::string_view in, std::size_t& pos) {
+  const char* p = in.data();
+  const std::size_t size = in.size();
+  std::size_t request_bytes = 0;
+  auto field = [&](bool is_key) {
+    if (size - pos < 8) return false;
+    const std::uint64_t len = get_u64(p + pos);
+    pos += 8;
+    if (len > (is_key ? limits_->max_key_bytes : limits_->max_value_bytes)) return false;
+    request_bytes += static_cast<std::size_t>(len);
+    if (request_bytes > limits_->max_request_bytes || size - pos < len) return false;
+    (is_key ? cmd_.keys : cmd_.values).emplace_back(p + pos, static_cast<std::size_t>(len));
+    pos += static_cast<std::size_t>(len);
+    return true;
+  };
+  for (std::size_t t = 0; t < plan_size_; ++t) {
+    switch (plan_[t]) {
+      case Token::Word:
+        if (size - pos < 4) return false;
+        cmd_.word = get_u32(p + pos);
+        pos += 4;
+        break;
+      case Token::Number:
+        if (size - pos < 8) return false;
+        cmd_.number = get_i64(p + pos);
+        pos += 8;
+        break;
+      case Token::Key:
+      case Token::Value:
+        if (!field(plan_[t] == Token::Key)) return false;
+        break;
+      case Token::KeyList:
+      case Token::PairList: {
+        if (size - pos < 8) return false;
+        const std::uint64_t n = get_u64(p + pos);
+        pos += 8;
+        if (n > limits_->max_keys_per_request) return false;
+        const bool pairs = plan_[t] == Token::PairList;
+        // Reserve only for as many items as the bytes at hand could hold.
+        const auto plausible = static_cast<std::size_t>(std::min<std::uint64_t>(n, (size - pos) / (pairs ? 16 : 8)));
+        cmd_.keys.reserve(plausible);
+        if (pairs) cmd_.values.reserve(plausible);
+        for (std::uint64_t i = 0; i < n; ++i) {
+          if (!field(true) || (pairs && !field(false))) return false;
+        }
+        break;
+      }
+    }
+  }
+  return true;
+}
+
 RequestDecoder::Step RequestDecoder::feed(std::string_view in) {
   std::size_t pos = 0;
+  // Fast path: a request that is whole in `in` (almost every one) is decoded straight through.
+  // Anything else (incomplete, or breaking a limit, which the state machine reports) is dropped
+  // and goes through the state machine below from the request's first byte: only a request's
+  // first input is ever decoded twice, so the cost stays linear.
+  if (phase_ == Phase::Opcode && !in.empty()) {
+    if (const auto op = op_from_wire(gen_, static_cast<std::uint8_t>(in[0]))) {
+      const Plan plan = plan_for(*op);
+      plan_ = plan.tokens;
+      plan_size_ = plan.size;
+      cmd_.op = *op;
+      std::size_t end = 1;
+      if (decode_whole(in, end)) {
+        held_ = end;
+        phase_ = Phase::Done;
+        return {DecodeStatus::Ok, end};
+      }
+      cmd_.keys.clear();
+      cmd_.values.clear();
+      cmd_.word = 0;
+      cmd_.number = 0;
+    }
+  }
   for (;;) {
     if (phase_ == Phase::Done) return {DecodeStatus::Ok, pos};
     if (phase_ == Phase::Bad) return {DecodeStatus::Bad, pos};
@@ -97,17 +171,29 @@ RequestDecoder::Step RequestDecoder::feed(std::string_view in) {
         break;
       }
       case Phase::Scalar: {
+        if (scalar_have_ == 0 && in.size() - pos >= scalar_size_) {  // common case: decode in place
+          const char* bytes = in.data() + pos;
+          pos += scalar_size_;
+          held_ += scalar_size_;
+          scalar_done(bytes);
+          break;
+        }
         const std::size_t n = std::min(scalar_size_ - scalar_have_, in.size() - pos);
         std::memcpy(scalar_ + scalar_have_, in.data() + pos, n);
         scalar_have_ += n;
         pos += n;
         held_ += n;
-        if (scalar_have_ == scalar_size_) scalar_done();
+        if (scalar_have_ == scalar_size_) scalar_done(scalar_);
         break;
       }
       case Phase::Field: {
         const std::size_t n = std::min(field_left_, in.size() - pos);
-        field_->append(in.data() + pos, n);
+        if (n == field_left_ && field_->empty()) {
+          field_->assign(in.data() + pos, n);  // common case: the whole field is here
+        } else {
+          if (field_->empty() && field_left_ <= kReserveWholeFieldBytes) field_->reserve(field_left_);
+          field_->append(in.data() + pos, n);
+        }
         field_left_ -= n;
         pos += n;
         held_ += n;
@@ -122,8 +208,9 @@ RequestDecoder::Step RequestDecoder::feed(std::string_view in) {
 }
 
 Command RequestDecoder::take() {
-  Command done = std::move(cmd_);
-  cmd_ = Command{};
+  Command done = std::move(cmd_);  // leaves cmd_'s vectors empty
+  cmd_.number = 0;
+  cmd_.word = 0;
   phase_ = Phase::Opcode;
   request_bytes_ = 0;
   held_ = 0;
@@ -183,18 +270,18 @@ void RequestDecoder::begin_field(bool is_key) {
   begin_scalar(8, ScalarFor::FieldLength);
 }
 
-void RequestDecoder::scalar_done() {
+void RequestDecoder::scalar_done(const char* bytes) {
   switch (scalar_for_) {
     case ScalarFor::Word:
-      cmd_.word = get_u32(scalar_);
+      cmd_.word = get_u32(bytes);
       next_token();
       return;
     case ScalarFor::Number:
-      cmd_.number = get_i64(scalar_);
+      cmd_.number = get_i64(bytes);
       next_token();
       return;
     case ScalarFor::Count: {
-      const std::uint64_t n = get_u64(scalar_);
+      const std::uint64_t n = get_u64(bytes);
       if (n > limits_->max_keys_per_request) {
         fail(fmt::format("key count {} exceeds limit {}", n, limits_->max_keys_per_request));
         return;
@@ -212,7 +299,7 @@ void RequestDecoder::scalar_done() {
       return;
     }
     case ScalarFor::FieldLength: {
-      const std::uint64_t len = get_u64(scalar_);
+      const std::uint64_t len = get_u64(bytes);
       const std::size_t cap = field_is_key_ ? limits_->max_key_bytes : limits_->max_value_bytes;
       if (len > cap) {
         fail(fmt::format("{} length {} exceeds limit {}", field_is_key_ ? "key" : "value", len, cap));
@@ -229,7 +316,6 @@ void RequestDecoder::scalar_done() {
         field_done();
         return;
       }
-      if (field_left_ <= kReserveWholeFieldBytes) field_->reserve(field_left_);
       phase_ = Phase::Field;
       return;
     }
@@ -311,19 +397,6 @@ void put_bytes(std::string& out, std::string_view bytes) {
   out.append(bytes);
 }
 
-std::uint32_t get_u32(const char* p) {
-  std::uint32_t v = 0;
-  for (int i = 3; i >= 0; --i) v = (v << 8) | static_cast<std::uint8_t>(p[i]);
-  return v;
-}
-
-std::uint64_t get_u64(const char* p) {
-  std::uint64_t v = 0;
-  for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<std::uint8_t>(p[i]);
-  return v;
-}
-
-std::int64_t get_i64(const char* p) { return static_cast<std::int64_t>(get_u64(p)); }
 
 std::string encode_request(Generation gen, const Command& cmd) {
   if (!has_op(gen, cmd.op)) {

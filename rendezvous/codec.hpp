@@ -4,8 +4,10 @@
 // generations. Pure functions over byte buffers: no sockets, no allocation before a length has
 // been checked against StoreLimits.
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -76,10 +78,13 @@ class RequestDecoder {
   enum class Phase : std::uint8_t { Opcode, Scalar, Field, Done, Bad };
   enum class ScalarFor : std::uint8_t { Word, Number, FieldLength, Count };
 
+  // Decode the request whose opcode is done from `in` at `pos` into cmd_ when it is whole there
+  // and within the limits; false (cmd_ partly filled) otherwise.
+  bool decode_whole(std::string_view in, std::size_t& pos);
   void next_token();
   void begin_scalar(std::size_t size, ScalarFor purpose);
   void begin_field(bool is_key);
-  void scalar_done();
+  void scalar_done(const char* bytes);  // the scalar's bytes, complete
   void field_done();
   void list_item_done();
   void fail(std::string reason);
@@ -123,9 +128,28 @@ void put_u64(std::string& out, std::uint64_t v);
 void put_i64(std::string& out, std::int64_t v);
 void put_bytes(std::string& out, std::string_view bytes);  // u64 length + bytes
 
-std::uint32_t get_u32(const char* p);
-std::uint64_t get_u64(const char* p);
-std::int64_t get_i64(const char* p);
+// Little-endian loads (inline: the decoder does one per field).
+inline std::uint32_t get_u32(const char* p) {
+  std::uint32_t v = 0;
+  if constexpr (std::endian::native == std::endian::little) {
+    std::memcpy(&v, p, sizeof v);
+  } else {
+    for (int i = 3; i >= 0; --i) v = (v << 8) | static_cast<std::uint8_t>(p[i]);
+  }
+  return v;
+}
+
+inline std::uint64_t get_u64(const char* p) {
+  std::uint64_t v = 0;
+  if constexpr (std::endian::native == std::endian::little) {
+    std::memcpy(&v, p, sizeof v);
+  } else {
+    for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<std::uint8_t>(p[i]);
+  }
+  return v;
+}
+
+inline std::int64_t get_i64(const char* p) { return static_cast<std::int64_t>(get_u64(p)); }
 
 // Serialize `cmd` as `gen` speaks it. Throws std::invalid_argument when `gen` has no such op or
 // the fields do not fit the op (e.g. MULTI_SET with unequal key and value counts).

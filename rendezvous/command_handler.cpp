@@ -132,6 +132,20 @@ std::size_t multi_reply_bytes(const StoreModel& model, const Command& cmd) {
 
 // Why the request must be refused under `limits`, or nullopt when it fits.
 std::optional<std::string> refusal(const StoreModel& model, const Command& cmd, const StoreLimits& limits) {
+  switch (cmd.op) {  // requests that neither grow the store nor get a reply of many values
+    case Op::Validate:
+    case Op::Ping:
+    case Op::Get:
+    case Op::Check:
+    case Op::GetNumKeys:
+    case Op::DeleteKey:
+    case Op::CancelWait:
+    case Op::QueuePop:
+    case Op::QueueLen:
+      return std::nullopt;
+    default:
+      break;
+  }
   if (cmd.op == Op::MultiGet || cmd.op == Op::ListKeys) {
     const std::size_t reply = multi_reply_bytes(model, cmd);
     if (reply > limits.max_reply_bytes) {

@@ -189,7 +189,7 @@ struct StoreServer::Core : SessionHost, std::enable_shared_from_this<StoreServer
     } else {
       session.send(outcome.reply);
     }
-    deliver(outcome.effects);
+    if (!outcome.effects.woken.empty() || !outcome.effects.events.empty()) deliver(outcome.effects);
   }
 
   void deliver(const Effects& effects) {

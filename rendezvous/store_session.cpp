@@ -18,7 +18,7 @@ void release_if_large(std::string& buffer) {
 
 StoreSession::StoreSession(boost::asio::ip::tcp::socket socket, ClientId id,
                            std::shared_ptr<SessionHost> host)
-    : socket_(std::move(socket)), id_(id), host_(std::move(host)) {}
+    : socket_(std::move(socket)), id_(id), host_(std::move(host)), limits_(host_->limits()) {}
 
 std::string StoreSession::describe_peer() const {
   boost::system::error_code ec;
@@ -43,7 +43,7 @@ bool StoreSession::awaiting_progress() const {
 }
 
 bool StoreSession::output_backlogged() const {
-  return pending_output_bytes() > host_->limits().max_pending_output_bytes;
+  return pending_output_bytes() > limits_.max_pending_output_bytes;
 }
 
 void StoreSession::arm_read() {
@@ -138,7 +138,7 @@ void StoreSession::process_held_input() {
   if (kind_ == ConnectionKind::Undetermined) {
     kind_ = classify_connection(in_);
     if (kind_ == ConnectionKind::Undetermined) return;  // 00 seen: VALIDATE (G2) or a G1 SET, decided by 4 more bytes
-    decoder_.emplace(kind_ == ConnectionKind::G1 ? Generation::G1 : Generation::G2, host_->limits());
+    decoder_.emplace(kind_ == ConnectionKind::G1 ? Generation::G1 : Generation::G2, limits_);
   }
   const std::size_t used = decode(in_);
   if (closed_) return;
@@ -170,7 +170,7 @@ std::size_t StoreSession::decode(std::string_view data) {
 
 void StoreSession::send(std::string_view bytes) {
   if (closed_ || bytes.empty()) return;
-  const std::size_t cap = host_->limits().max_pending_output_bytes;
+  const std::size_t cap = limits_.max_pending_output_bytes;
   if (pending_output_bytes() > cap) {
     close_for_error(fmt::format("owed more than {} bytes of replies and notifications it does not read", cap));
     return;
@@ -265,6 +265,12 @@ void StoreSession::close_for_error(std::string_view reason) {
   const char* gen = kind_ == ConnectionKind::G1 ? "G1" : kind_ == ConnectionKind::G2 ? "G2" : "unclassified";
   // The peer is looked up only here: a getpeername per connection is measurable at 16k clients.
   host_->log_closed_for_error(fmt::format("closing connection from {} ({}): {}", describe_peer(), gen, reason));
+  if (pending_output_bytes() > 0) {
+    // The peer is not reading what it is owed: reset instead of a graceful close, so the kernel
+    // drops the unsent bytes at once rather than trickling them into a closed window.
+    boost::system::error_code ignored;
+    socket_.set_option(boost::asio::socket_base::linger(true, 0), ignored);
+  }
   finish(true);
 }
 

@@ -89,6 +89,7 @@ class StoreSession : public std::enable_shared_from_this<StoreSession> {
   boost::asio::ip::tcp::socket socket_;
   ClientId id_;
   std::shared_ptr<SessionHost> host_;
+  const StoreLimits& limits_;  // the host's, which outlives its sessions
 
   ConnectionKind kind_ = ConnectionKind::Undetermined;
   std::optional<RequestDecoder> decoder_;  // created once the generation is known

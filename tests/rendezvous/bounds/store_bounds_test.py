@@ -2,6 +2,7 @@
 
   python3 store_bounds_test.py STORE_BIN CASE
 CASE: reply_cap | watch_backlog | stalled_input | segmented_frame | append_cap | sigpipe | accept_backoff
+  python3 store_bounds_test.py DDPRUN_BIN hosted_reply_cap      (the same bound with ddprun hosting the store)
 
 Every case also checks that the server keeps serving other clients afterwards: a bound closes only
 the offending connection.
@@ -227,8 +228,35 @@ def accept_backoff(store_bin):
         still_serves(port)
 
 
+HOSTED_WORKER = """
+import os, sys
+sys.path.insert(0, sys.argv[1])
+from wire import G2Client, g2, keys, is_closed_by_peer
+port = int(os.environ["MASTER_PORT"])
+c = G2Client(port)
+c.set("big", b"x" * (1 << 20))
+c.s.sendall(g2("MULTI_GET", keys(*(["big"] * 4000))))
+assert is_closed_by_peer(c.s), "the MULTI_GET's connection is closed"
+after = G2Client(port)
+after.set("after", "1")
+assert after.get("after") == b"1", "the hosted store still serves"
+print("hosted store still serving", flush=True)
+"""
+
+
+def hosted_reply_cap(ddprun_bin):
+    """1, with ddprun hosting the store: the worker's 4 GB MULTI_GET closes only its connection;
+    the agent, its store and the run go on (exit 0)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    run = subprocess.run([ddprun_bin, "--nproc_per_node", "1", sys.executable, "-c", HOSTED_WORKER, here],
+                         capture_output=True, text=True, timeout=100)
+    expect(run.returncode == 0, f"ddprun exited {run.returncode}:\n{run.stdout}\n{run.stderr}")
+    expect("hosted store still serving" in run.stdout, run.stdout)
+    expect("exceeds the reply limit" in run.stderr, run.stderr)
+
+
 CASES = {f.__name__: f for f in (reply_cap, watch_backlog, stalled_input, segmented_frame, append_cap, sigpipe,
-                                 accept_backoff)}
+                                 accept_backoff, hosted_reply_cap)}
 
 if __name__ == "__main__":
     store_bin, case = sys.argv[1], sys.argv[2]
