@@ -106,6 +106,11 @@ std::vector<int> run_ranks(int world, const std::string& tag, Body body, int pri
     int status = 0;
     ::waitpid(pid, &status, 0);
     codes.push_back(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+    // Say which rank ended how, so a failed CHECK on the codes explains itself.
+    if (codes.back() != 0) {
+      std::fprintf(stderr, "%s: rank %zu (pid %d) ended with %d\n", tag.c_str(), codes.size() - 1,
+                   static_cast<int>(pid), codes.back());
+    }
   }
   fs::remove_all(dir);
   return codes;
@@ -206,7 +211,9 @@ TEST_CASE("segments left by a killed creator are reclaimed by the next job on th
   const std::string alive = "/dev/shm/ddprun-unittest-alive-r0-p1-" + ns + "-" + std::to_string(::getpid()) + "-7";
   std::ofstream(stale) << "x";
   std::ofstream(alive) << "x";
-  CHECK(ddp::worker::reclaim_stale_segments() >= 1);
+  // Another job's rank 0 on this host may reclaim it first (tests run in parallel): check the
+  // outcome, not the count.
+  ddp::worker::reclaim_stale_segments();
   CHECK_FALSE(fs::exists(stale));
   CHECK(fs::exists(alive));  // its creator still runs
   fs::remove(alive);

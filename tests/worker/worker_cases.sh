@@ -283,6 +283,7 @@ no_local_world_size)
     for pid in "${pids[@]}"; do wait "$pid" || rc=1; done
     return $rc
   }
+  unshare -m true 2>/dev/null || { echo "no mount namespaces here (needs root)"; exit 77; }
   two_hosts "$tmp/unset" || { cat "$tmp"/unset*.log; fail "the job failed without LOCAL_WORLD_SIZE"; }
   grep -q "backend gloo," "$tmp/unset0.log" || { cat "$tmp/unset0.log"; fail "expected plain gloo without LOCAL_WORLD_SIZE"; }
   # LOCAL_WORLD_SIZE claims one host but rank 1 cannot map the segment: every rank falls back at once.
