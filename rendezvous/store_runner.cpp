@@ -42,6 +42,9 @@ int run_store_until_signal(const StoreServerOptions& opts, std::ostream& out) {
     if (opts.port != 0) std::cerr << " (use --port 0 to let the system pick a free port)";
     std::cerr << '\n';
     return 1;
+  } catch (const std::runtime_error& e) {  // --follow: the primary cannot be subscribed to
+    std::cerr << "ddprun-store: " << e.what() << '\n';
+    return 1;
   }
   return 0;
 }
