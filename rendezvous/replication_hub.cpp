@@ -85,6 +85,7 @@ void ReplicationHub::promote(StoreSession& session, const Command& cmd) {
   if (role_ == Role::Standby) {
     const std::int64_t primary_epoch = link_ ? link_->primary_epoch() : 0;
     if (*proposal > std::max(primary_epoch, epoch_)) {
+      if (link_) link_->drain();
       const std::uint64_t applied = link_ ? link_->last_sequence() : 0;
       if (link_) link_->fence(*proposal);
       link_.reset();

@@ -1,5 +1,11 @@
 #include "rendezvous/store_follower.hpp"
 
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
 #include <stdexcept>
 
 #include <boost/asio/connect.hpp>
@@ -13,6 +19,35 @@ namespace ddp::rdzv {
 
 namespace asio = boost::asio;
 using asio::ip::tcp;
+
+namespace {
+
+// The subscription's replies must come within this time: a primary that accepts but never
+// answers (paused, wedged) must not hold the standby's start-up forever.
+constexpr int kSubscribeTimeoutMs = 30000;
+
+// Reads exactly `n` bytes from a blocking socket, giving up after kSubscribeTimeoutMs in total.
+std::string read_exact(int fd, std::size_t n) {
+  std::string out(n, '\0');
+  std::size_t have = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kSubscribeTimeoutMs);
+  while (have < n) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) throw std::runtime_error("the primary did not answer the subscription within 30 s");
+    pollfd p{fd, POLLIN, 0};
+    const int ready = ::poll(&p, 1, static_cast<int>(left.count()));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready < 0) throw std::runtime_error(std::strerror(errno));
+    if (ready == 0) continue;
+    const ssize_t got = ::recv(fd, out.data() + have, n - have, 0);
+    if (got == 0) throw std::runtime_error("the primary closed the subscription (is it a primary ddprun-store?)");
+    if (got < 0 && errno != EINTR && errno != EAGAIN) throw std::runtime_error(std::strerror(errno));
+    if (got > 0) have += static_cast<std::size_t>(got);
+  }
+  return out;
+}
+
+}  // namespace
 
 StoreFollower::StoreFollower(asio::io_context& io, std::string primary, const StoreLimits& limits, Apply apply)
     : socket_(io), primary_(std::move(primary)), parser_(limits), apply_(std::move(apply)) {}
@@ -34,14 +69,15 @@ void StoreFollower::connect() {
                             encode_request(Generation::G2, Command{Op::Get, {std::string(kFollowKey)}, {}, 0, 0});
   asio::write(socket_, asio::buffer(hello), ec);
   if (ec) fail(ec.message());
-  char head[12];
-  asio::read(socket_, asio::buffer(head, sizeof head), ec);  // PING echo (4) + epoch length (8)
-  if (ec) fail(ec == asio::error::eof ? "the primary closed the subscription (is it a primary ddprun-store?)" : ec.message());
-  const std::uint64_t len = get_u64(head + 4);
-  if (len == 0 || len > 32) fail("bad subscription reply");
-  std::string epoch(len, '\0');
-  asio::read(socket_, asio::buffer(epoch), ec);
-  if (ec) fail(ec.message());
+  std::string epoch;
+  try {
+    const std::string head = read_exact(socket_.native_handle(), 12);  // PING echo (4) + epoch length (8)
+    const std::uint64_t len = get_u64(head.data() + 4);
+    if (len == 0 || len > 32) fail("bad subscription reply");
+    epoch = read_exact(socket_.native_handle(), len);
+  } catch (const std::runtime_error& e) {
+    fail(e.what());
+  }
   const auto parsed = parse_epoch(epoch);
   if (!parsed) fail("bad epoch in the subscription reply");
   primary_epoch_ = *parsed;
@@ -60,22 +96,39 @@ void StoreFollower::read_more() {
       return;
     }
     self->parser_.append(std::string_view(self->buf_, n));
-    try {
-      while (auto frame = self->parser_.next()) {
-        // The first frame sets the base (a follower may subscribe mid-stream); then no gaps.
-        if (self->last_sequence_ != 0 && frame->sequence != self->last_sequence_ + 1) {
-          self->lost(fmt::format("sequence gap: expected {}, got {}", self->last_sequence_ + 1, frame->sequence));
-          return;
-        }
-        self->last_sequence_ = frame->sequence;
-        self->apply_(std::move(frame->mutation));
-      }
-    } catch (const std::runtime_error& e) {
-      self->lost(e.what());
-      return;
-    }
+    if (!self->apply_buffered()) return;
     self->read_more();
   });
+}
+
+bool StoreFollower::apply_buffered() {
+  try {
+    while (auto frame = parser_.next()) {
+      // The first frame sets the base (a follower may subscribe mid-stream); then no gaps.
+      if (last_sequence_ != 0 && frame->sequence != last_sequence_ + 1) {
+        lost(fmt::format("sequence gap: expected {}, got {}", last_sequence_ + 1, frame->sequence));
+        return false;
+      }
+      last_sequence_ = frame->sequence;
+      apply_(std::move(frame->mutation));
+    }
+  } catch (const std::runtime_error& e) {
+    lost(e.what());
+    return false;
+  }
+  return true;
+}
+
+void StoreFollower::drain() {
+  if (!following_) return;
+  boost::system::error_code ec;
+  socket_.non_blocking(true, ec);
+  while (following_) {
+    const std::size_t n = socket_.read_some(asio::buffer(buf_), ec);
+    if (ec) break;  // would block (all read), or EOF/error: the async reader reports it
+    parser_.append(std::string_view(buf_, n));
+    if (!apply_buffered()) return;
+  }
 }
 
 void StoreFollower::lost(const std::string& why) {

@@ -27,6 +27,8 @@ class StoreFollower : public std::enable_shared_from_this<StoreFollower> {
   // Blocking: connect, handshake, subscribe. Throws std::runtime_error("cannot follow H:P: ...").
   void connect();
   void start();  // read frames asynchronously
+  // Apply every frame already received (promotion must not lose what the kernel holds for us).
+  void drain();
   // Promotion: tell the old primary (best effort) that `epoch` now rules, then stop following.
   void fence(std::int64_t epoch);
   void stop();
@@ -36,6 +38,8 @@ class StoreFollower : public std::enable_shared_from_this<StoreFollower> {
 
  private:
   void read_more();
+  // Parse and apply buffered frames; false when following ended (gap or malformed frame).
+  bool apply_buffered();
   void lost(const std::string& why);
 
   boost::asio::ip::tcp::socket socket_;

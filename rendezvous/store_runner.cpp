@@ -29,8 +29,9 @@ int run_store_until_signal(const StoreServerOptions& opts, std::ostream& out) {
     StoreServer server(io, opts);
     // Handlers first, port second: whoever reads the port may signal us right away.
     boost::asio::signal_set signals(io, SIGINT, SIGTERM);
-    out << server.port() << std::endl;  // first line: the port clients should use
+    // A standby subscribes to its primary in start(): the port is printed once it follows.
     server.start();
+    out << server.port() << std::endl;  // first line: the port clients should use
     signals.async_wait([&](const boost::system::error_code& ec, int) {
       if (ec) return;
       server.stop();
