@@ -8,8 +8,9 @@ prints one table row per (contender, N). See docs/scale.md.
 Contenders:
   ddprun  ddprun-store, every rank connected directly
   libuv   torch 2.x's TCPStore(use_libuv=True) in a python3 process, every rank connected directly
-  proxy   ddprun-store behind one node-local proxy per 8 ranks (needs the proxy; reported 'not run'
-          while it is not built)
+  proxy   ddprun-store behind one ddprun-store-proxy process per 8 ranks (--proxy-bin; reported
+          'not run' without it). Root connections and requests are counted from the root's --trace
+          log. Each proxy is its own process: --proxy-max-n caps N (2 cores, 24 GiB here).
 A size the machine cannot hold (one process may open at most RLIMIT_NOFILE descriptors: the
 store holds one per rank) is reported 'not run' with the limit that stopped it.
 """
@@ -106,6 +107,46 @@ def run_sim(build, ports, world, shard_size, args, tag):
     }
 
 
+def run_with_proxies(args, n, shard_size):
+    trace_path = f"/tmp/ddprun-scale-root-{os.getpid()}.log"
+    with open(trace_path, "w") as trace:
+        root = subprocess.Popen([os.path.join(args.build, "bin", "ddprun-store"), "--port", "0", "--trace"],
+                                stdout=subprocess.PIPE, stderr=trace, text=True)
+    proxies = []
+    try:
+        root_port = int(root.stdout.readline())
+        for _ in range((n + 7) // 8):
+            proxies.append(subprocess.Popen([args.proxy_bin, "--upstream", f"127.0.0.1:{root_port}", "--port", "0"],
+                                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True))
+        ports = [int(p.stdout.readline()) for p in proxies]
+        cpu0 = cpu_seconds(root.pid)
+        with open(trace_path) as f:
+            before = sum(1 for line in f if "trace conn=" in line)
+        r = run_sim(args.build, ports, n, shard_size, args, f"proxy{n}-{time.time_ns()}")
+        r["root_cpu_s"] = round(cpu_seconds(root.pid) - cpu0, 2)
+        conns = set()
+        requests = 0
+        with open(trace_path) as f:
+            for line in f:
+                if "trace conn=" in line:
+                    requests += 1
+                    conns.add(line.split("trace conn=")[1].split()[0])
+        r["root_requests"] = requests - before
+        r["root_connections"] = len(conns)
+        return r
+    finally:
+        for p in proxies:
+            p.terminate()
+        for p in proxies:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        stop_server(root)
+        os.unlink(trace_path)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--build", default="build")
@@ -113,6 +154,9 @@ def main():
     ap.add_argument("--contenders", default="ddprun,libuv,proxy")
     ap.add_argument("--gloo-peers", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=120)
+    ap.add_argument("--proxy-bin", default="", help="ddprun-store-proxy binary (contender 'proxy')")
+    ap.add_argument("--proxy-max-n", type=int, default=4000,
+                    help="largest N run with proxies (N/8 proxy processes)")
     ap.add_argument("--json", action="store_true", help="print one JSON object per row instead of the table")
     args = ap.parse_args()
 
@@ -123,8 +167,13 @@ def main():
     for n in [int(s) for s in args.sizes.split(",")]:
         for kind in args.contenders.split(","):
             row = {"contender": kind, "N": n, "agents": n // 8}
-            if kind == "proxy":
-                row["note"] = "not run: the node-local proxy is not built in this tree"
+            if kind == "proxy" and not args.proxy_bin:
+                row["note"] = "not run: no --proxy-bin (the node-local proxy is not built in this tree)"
+            elif kind == "proxy" and n > args.proxy_max_n:
+                row["note"] = (f"not run: {n // 8} proxy processes exceed --proxy-max-n {args.proxy_max_n} "
+                               f"on this machine ({os.cpu_count()} cores)")
+            elif kind == "proxy":
+                row.update(run_with_proxies(args, n, max_per_process))
             elif n > max_per_process:
                 row["note"] = (f"not run: the store would hold {n} connections, over the "
                                f"{fd_limit}-descriptor limit per process (RLIMIT_NOFILE hard)")
