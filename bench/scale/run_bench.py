@@ -170,8 +170,8 @@ def main():
             if kind == "proxy" and not args.proxy_bin:
                 row["note"] = "not run: no --proxy-bin (the node-local proxy is not built in this tree)"
             elif kind == "proxy" and n > args.proxy_max_n:
-                row["note"] = (f"not run: {n // 8} proxy processes exceed --proxy-max-n {args.proxy_max_n} "
-                               f"on this machine ({os.cpu_count()} cores)")
+                row["note"] = (f"not run: N over --proxy-max-n {args.proxy_max_n} ({n // 8} proxy processes "
+                               f"on {os.cpu_count()} cores)")
             elif kind == "proxy":
                 row.update(run_with_proxies(args, n, max_per_process))
             elif n > max_per_process:
