@@ -180,11 +180,15 @@ struct StoreServer::Core : SessionHost, std::enable_shared_from_this<StoreServer
 
   void handle(StoreSession& session, Generation gen, Command&& cmd, bool first_request) override {
     if (options.trace) log_line(describe_request(session.id(), gen, cmd));
-    // Replication (standby, promotion, fencing) first; see replication_hub.hpp.
-    if (replication.intercept(session, cmd, model, [this](const std::string& reason) { close_all(reason); })) return;
     std::optional<Outcome> screened;
     if (options.access_policy && !(gen == Generation::G2 && first_request)) {
       screened = options.access_policy->screen(model, session.id(), cmd, options.limits);
+    }
+    // Then replication (standby, promotion, fencing; see replication_hub.hpp), so an access
+    // policy screens its reserved keys like any other.
+    if (!screened &&
+        replication.intercept(session, cmd, model, [this](const std::string& reason) { close_all(reason); })) {
+      return;
     }
     std::optional<Command> mutation;
     if (!screened && replication.has_followers()) mutation = replicated_form(cmd);
