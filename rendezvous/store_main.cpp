@@ -51,6 +51,15 @@ int main(int argc, char** argv) {
                  "seconds a connection in the middle of a request or owed output may make no progress; 0: never")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  app.add_option("--follow", opts.replication.follow,
+                 "HOST:PORT of a primary ddprun-store: run as its standby (replicates every mutation, answers only "
+                 "PING until promoted by COMPARE_SET /ddprun.replication/promote with a higher epoch)");
+  app.add_option("--epoch", opts.replication.epoch, "this store's epoch as primary (a promotion must exceed it)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--max-follower-lag-bytes", opts.replication.max_follower_lag_bytes,
+                 "replication output owed to one standby before it is dropped")
+      ->capture_default_str();
   app.add_flag("--trace", opts.trace, "log every request on stderr (protocol debugging)");
   app.set_version_flag("--version", "ddprun-store " DDPRUN_VERSION);
   // Usage errors exit 2 like ddprun's (CLI11's own codes are 100+); help and version exit 0.

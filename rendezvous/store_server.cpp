@@ -17,6 +17,7 @@
 #include "rendezvous/access_policy.hpp"
 #include "rendezvous/command_handler.hpp"
 #include "rendezvous/log.hpp"
+#include "rendezvous/replication.hpp"
 #include "rendezvous/store_session.hpp"
 
 namespace ddp::rdzv {
@@ -99,7 +100,8 @@ struct StoreServer::Core : SessionHost, std::enable_shared_from_this<StoreServer
         retry_timer(io_context),
         sweep_timer(io_context),
         options(opts),
-        scratch(kScratchBytes, '\0') {}
+        scratch(kScratchBytes, '\0'),
+        replication(opts.replication) {}
 
   const StoreLimits& limits() const override { return options.limits; }
   std::string& scratch_buffer() override { return scratch; }
@@ -182,11 +184,20 @@ struct StoreServer::Core : SessionHost, std::enable_shared_from_this<StoreServer
     if (options.access_policy && !(gen == Generation::G2 && first_request)) {
       screened = options.access_policy->screen(model, session.id(), cmd, options.limits);
     }
+    // Then replication (standby, promotion, fencing; see replication_hub.hpp), so an access
+    // policy screens its reserved keys like any other.
+    if (!screened &&
+        replication.intercept(session, cmd, model, [this](const std::string& reason) { close_all(reason); })) {
+      return;
+    }
+    std::optional<Command> mutation;
+    if (!screened && replication.has_followers()) mutation = replicated_form(cmd);
     Outcome outcome = screened ? std::move(*screened)
                                : handle_command(model, session.id(), gen, std::move(cmd), first_request, options.limits);
     if (outcome.close_reason) {
       session.close_for_error(*outcome.close_reason);
     } else {
+      if (mutation) replication.publish(*mutation);  // to the followers before the reply
       session.send(outcome.reply);
     }
     if (!outcome.effects.woken.empty() || !outcome.effects.events.empty()) deliver(outcome.effects);
@@ -318,8 +329,14 @@ struct StoreServer::Core : SessionHost, std::enable_shared_from_this<StoreServer
     }
   }
 
+  void close_all(const std::string& reason) {
+    auto open = sessions;  // closing erases from `sessions`
+    for (auto& [id, session] : open) session->close_for_error(reason);
+  }
+
   void session_closed(ClientId id, bool for_error) override {
     if (options.access_policy) options.access_policy->forget(id);
+    replication.follower_closed(id);
     model.remove_client(id);
     sessions.erase(id);
     if (for_error) ++closed_for_errors;
@@ -332,6 +349,7 @@ struct StoreServer::Core : SessionHost, std::enable_shared_from_this<StoreServer
     acceptor.close(ignored);
     retry_timer.cancel();
     sweep_timer.cancel();
+    replication.stop();
     auto open = sessions;  // closing erases from `sessions`
     for (auto& [id, session] : open) session->close();
   }
@@ -343,6 +361,7 @@ struct StoreServer::Core : SessionHost, std::enable_shared_from_this<StoreServer
   StoreServerOptions options;
   std::string scratch;
   StoreModel model;
+  ReplicationHub replication;
   std::unordered_map<ClientId, std::shared_ptr<StoreSession>> sessions;
   ClientId next_id = 1;
   std::uint16_t port = 0;
@@ -371,6 +390,9 @@ StoreServer::~StoreServer() { core_->stop(); }
 std::uint16_t StoreServer::port() const { return core_->port; }
 
 void StoreServer::start() {
+  if (!core_->options.replication.follow.empty()) {
+    core_->replication.start_following(core_->io, core_->options.limits, core_->model);
+  }
   core_->accept_next();
   core_->start_sweeps();
 }

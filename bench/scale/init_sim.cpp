@@ -1,0 +1,354 @@
+// Start-up simulator: plays ranks [rank-begin, rank-end) of an N-rank job doing what PyTorch's
+// init_process_group does against a TCP store, over the wire protocol from one epoll loop:
+//   1. connect, G2 handshake (VALIDATE + PING, echo awaited)
+//   2. the store-based barrier: ADD barrier 1; the rank whose ADD returns N SETs the release key;
+//      everyone WAITs on it
+//   3. the NCCL/Gloo unique id: rank 0 SETs it (128 bytes); every other rank WAITs for it, then GETs it
+//   4. Gloo's address exchange: every rank SETs its own address (64 bytes) and WAITs + GETs the
+//      addresses of --gloo-peers peers (ring neighbours). Gloo's full mesh reads all N-1 addresses
+//      per rank (N^2 requests: 10^10 at 100k), which no store serves in seconds; the peer count
+//      is a parameter and reported.
+// Rank r talks to endpoint r / ranks-per-agent (mod the endpoint count) of --ports: one port for
+// a store used directly, one per agent when each agent runs a proxy.
+//
+//   init_sim --ports P[,P...] --world N [--rank-begin 0 --rank-end N] [--ranks-per-agent 8]
+//            [--gloo-peers 2] [--source-ips 16] [--connect-window 1024] [--timeout 120] [--tag RUN]
+// Output: one JSON object: wall-clock start/end (CLOCK_REALTIME, so shards in several processes
+// can be combined), init seconds, requests and connections this process made.
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/epoll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <ctime>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "rendezvous/codec.hpp"
+
+using namespace ddp::rdzv;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+struct Args {
+  std::vector<std::uint16_t> ports;
+  long world = 0;
+  long rank_begin = 0;
+  long rank_end = -1;
+  int ranks_per_agent = 8;
+  int gloo_peers = 2;
+  int source_ips = 16;
+  int connect_window = 1024;
+  double timeout = 120;
+  std::string tag = "run";
+};
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; i += 2) {
+    const std::string f = argv[i];
+    if (i + 1 >= argc) throw std::runtime_error("missing value for " + f);
+    const std::string v = argv[i + 1];
+    if (f == "--ports") {
+      std::size_t pos = 0;
+      while (pos <= v.size()) {
+        const std::size_t comma = v.find(',', pos);
+        a.ports.push_back(static_cast<std::uint16_t>(std::stoi(v.substr(pos, comma - pos))));
+        if (comma == std::string::npos) break;
+        pos = comma + 1;
+      }
+    } else if (f == "--world") a.world = std::stol(v);
+    else if (f == "--rank-begin") a.rank_begin = std::stol(v);
+    else if (f == "--rank-end") a.rank_end = std::stol(v);
+    else if (f == "--ranks-per-agent") a.ranks_per_agent = std::stoi(v);
+    else if (f == "--gloo-peers") a.gloo_peers = std::stoi(v);
+    else if (f == "--source-ips") a.source_ips = std::stoi(v);
+    else if (f == "--connect-window") a.connect_window = std::stoi(v);
+    else if (f == "--timeout") a.timeout = std::stod(v);
+    else if (f == "--tag") a.tag = v;
+    else throw std::runtime_error("unknown flag " + f);
+  }
+  if (a.ports.empty() || a.world <= 0) throw std::runtime_error("usage: init_sim --ports P[,P...] --world N ...");
+  if (a.rank_end < 0) a.rank_end = a.world;
+  if (a.rank_begin < 0 || a.rank_end > a.world || a.rank_begin >= a.rank_end) throw std::runtime_error("bad rank range");
+  if (a.ranks_per_agent < 1 || a.gloo_peers < 0 || a.source_ips < 1 || a.source_ips > 250) {
+    throw std::runtime_error("bad --ranks-per-agent, --gloo-peers or --source-ips");
+  }
+  return a;
+}
+
+// Where a rank is in its script; each step sends its requests and awaits `expect` reply bytes.
+enum class Step : std::uint8_t { Connecting, Handshake, BarrierAdd, BarrierWait, IdWait, IdGet, PeerWait, PeerGet, Done };
+
+struct Rank {
+  int fd = -1;
+  long rank = 0;
+  Step step = Step::Connecting;
+  int peer = 0;  // index of the Gloo peer being read
+  std::string out;
+  std::size_t out_off = 0;
+  std::string in;
+  std::size_t expect = 0;
+  bool want_write = false;
+};
+
+constexpr std::size_t kIdBytes = 128;    // ncclUniqueId
+constexpr std::size_t kAddrBytes = 64;   // a Gloo pair address
+
+class Sim {
+ public:
+  explicit Sim(const Args& a) : a_(a), ep_(::epoll_create1(EPOLL_CLOEXEC)) {
+    ranks_.resize(static_cast<std::size_t>(a.rank_end - a.rank_begin));
+    barrier_key_ = "/store_based_barrier_key:" + a.tag;
+    release_key_ = barrier_key_ + ":last_worker";
+    id_key_ = "/" + a.tag + "/nccl_unique_id";
+  }
+  ~Sim() {
+    for (auto& r : ranks_) if (r.fd >= 0) ::close(r.fd);
+    ::close(ep_);
+  }
+
+  void run() {
+    const auto deadline = Clock::now() + std::chrono::duration<double>(a_.timeout);
+    std::size_t started = 0;
+    auto start_more = [&] {
+      while (started < ranks_.size() && in_flight_connects_ < a_.connect_window) open(started++);
+    };
+    start_more();
+    epoll_event events[512];
+    while (done_ < ranks_.size()) {
+      if (Clock::now() > deadline) {
+        throw std::runtime_error(fmt::format("timed out with {} of {} ranks done", done_, ranks_.size()));
+      }
+      const int n = ::epoll_wait(ep_, events, 512, 100);
+      for (int i = 0; i < n; ++i) {
+        Rank& r = ranks_[events[i].data.u32];
+        if (events[i].events & (EPOLLERR | EPOLLHUP)) {
+          throw std::runtime_error(fmt::format("rank {}: {}", r.rank,
+                                               r.step == Step::Connecting ? "connect failed" : "connection closed"));
+        }
+        if (events[i].events & EPOLLOUT) {
+          if (r.step == Step::Connecting) {
+            --in_flight_connects_;
+            ++connections_;
+            set_events(r, false);
+            handshake(r);
+          } else {
+            flush(r);
+          }
+        }
+        if (events[i].events & EPOLLIN) read(r);
+      }
+      start_more();
+    }
+  }
+
+  std::uint64_t requests() const { return requests_; }
+  std::uint64_t connections() const { return connections_; }
+
+ private:
+  std::string addr_key(long rank) const { return fmt::format("/{}/gloo/{}", a_.tag, rank); }
+  std::string req(Op op, std::vector<std::string> keys, std::vector<std::string> values = {}, std::int64_t n = 0,
+                  std::uint32_t word = 0) {
+    ++requests_;
+    return encode_request(Generation::G2, Command{op, std::move(keys), std::move(values), n, word});
+  }
+
+  void open(std::size_t index) {
+    Rank& r = ranks_[index];
+    r.rank = a_.rank_begin + static_cast<long>(index);
+    r.fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (r.fd < 0) throw std::runtime_error(fmt::format("socket: {} (fd limit?)", std::strerror(errno)));
+    const int one = 1;
+    ::setsockopt(r.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    // Each 127.0.0.x source address has its own ephemeral port range.
+    ::setsockopt(r.fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof one);
+    sockaddr_in src{};
+    src.sin_family = AF_INET;
+    src.sin_addr.s_addr = htonl(0x7F000001u + static_cast<std::uint32_t>(r.rank % a_.source_ips));
+    if (::bind(r.fd, reinterpret_cast<sockaddr*>(&src), sizeof src) != 0) {
+      throw std::runtime_error(fmt::format("bind source: {}", std::strerror(errno)));
+    }
+    sockaddr_in dst{};
+    dst.sin_family = AF_INET;
+    dst.sin_port = htons(a_.ports[static_cast<std::size_t>(r.rank / a_.ranks_per_agent) % a_.ports.size()]);
+    dst.sin_addr.s_addr = htonl(0x7F000001u);
+    if (::connect(r.fd, reinterpret_cast<sockaddr*>(&dst), sizeof dst) != 0 && errno != EINPROGRESS) {
+      throw std::runtime_error(fmt::format("connect: {}", std::strerror(errno)));
+    }
+    epoll_event ev{};
+    ev.events = EPOLLOUT;
+    ev.data.u32 = static_cast<std::uint32_t>(index);
+    ::epoll_ctl(ep_, EPOLL_CTL_ADD, r.fd, &ev);
+    ++in_flight_connects_;
+  }
+
+  void set_events(Rank& r, bool want_write) {
+    epoll_event ev{};
+    ev.events = EPOLLIN | (want_write ? EPOLLOUT : 0u);
+    ev.data.u32 = static_cast<std::uint32_t>(&r - ranks_.data());
+    ::epoll_ctl(ep_, EPOLL_CTL_MOD, r.fd, &ev);
+    r.want_write = want_write;
+  }
+
+  void send(Rank& r, Step next, const std::string& bytes, std::size_t expect) {
+    r.step = next;
+    r.expect = expect;
+    r.out.append(bytes);
+    flush(r);
+  }
+
+  void flush(Rank& r) {
+    while (r.out_off < r.out.size()) {
+      const ssize_t n = ::send(r.fd, r.out.data() + r.out_off, r.out.size() - r.out_off, MSG_NOSIGNAL);
+      if (n > 0) {
+        r.out_off += static_cast<std::size_t>(n);
+        continue;
+      }
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        if (!r.want_write) set_events(r, true);
+        return;
+      }
+      throw std::runtime_error(fmt::format("send: {}", std::strerror(errno)));
+    }
+    r.out.clear();
+    r.out_off = 0;
+    if (r.want_write) set_events(r, false);
+  }
+
+  void read(Rank& r) {
+    char buf[4096];
+    const ssize_t n = ::recv(r.fd, buf, sizeof buf, 0);
+    if (n == 0) throw std::runtime_error(fmt::format("rank {}: connection closed by the server", r.rank));
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+      throw std::runtime_error(fmt::format("recv: {}", std::strerror(errno)));
+    }
+    r.in.append(buf, static_cast<std::size_t>(n));
+    while (r.expect > 0 && r.in.size() >= r.expect) {
+      const std::string reply = r.in.substr(0, r.expect);
+      r.in.erase(0, r.expect);
+      r.expect = 0;
+      advance(r, reply);
+    }
+  }
+
+  void handshake(Rank& r) {
+    send(r, Step::Handshake,
+         req(Op::Validate, {}, {}, 0, kValidateMagic) + req(Op::Ping, {}, {}, 0, static_cast<std::uint32_t>(r.rank)), 4);
+  }
+
+  long peer_rank(const Rank& r, int i) const {
+    // Ring neighbours: +1, -1, +2, -2, ...
+    const long step = i / 2 + 1;
+    return ((r.rank + (i % 2 == 0 ? step : -step)) % a_.world + a_.world) % a_.world;
+  }
+
+  void start_gloo(Rank& r) {
+    std::string bytes = req(Op::Set, {addr_key(r.rank)}, {std::string(kAddrBytes, 'a')});
+    r.peer = 0;
+    if (a_.gloo_peers == 0 || a_.world == 1) {
+      r.out.append(bytes);
+      flush(r);
+      finish(r);
+      return;
+    }
+    send(r, Step::PeerWait, bytes + req(Op::Wait, {addr_key(peer_rank(r, 0))}), 1);
+  }
+
+  void finish(Rank& r) {
+    r.step = Step::Done;
+    ++done_;
+  }
+
+  void advance(Rank& r, const std::string& reply) {
+    switch (r.step) {
+      case Step::Handshake:
+        send(r, Step::BarrierAdd, req(Op::Add, {barrier_key_}, {}, 1), 8);
+        break;
+      case Step::BarrierAdd: {
+        std::string bytes;
+        if (get_i64(reply.data()) == a_.world) bytes = req(Op::Set, {release_key_}, {"1"});
+        send(r, Step::BarrierWait, bytes + req(Op::Wait, {release_key_}), 1);
+        break;
+      }
+      case Step::BarrierWait:
+        if (r.rank == 0) {
+          r.out.append(req(Op::Set, {id_key_}, {std::string(kIdBytes, 'i')}));
+          start_gloo(r);
+        } else {
+          send(r, Step::IdWait, req(Op::Wait, {id_key_}), 1);
+        }
+        break;
+      case Step::IdWait:
+        send(r, Step::IdGet, req(Op::Get, {id_key_}), 8 + kIdBytes);
+        break;
+      case Step::IdGet:
+        start_gloo(r);
+        break;
+      case Step::PeerWait:
+        send(r, Step::PeerGet, req(Op::Get, {addr_key(peer_rank(r, r.peer))}), 8 + kAddrBytes);
+        break;
+      case Step::PeerGet:
+        if (++r.peer >= std::min<long>(a_.gloo_peers, a_.world - 1)) {
+          finish(r);
+        } else {
+          send(r, Step::PeerWait, req(Op::Wait, {addr_key(peer_rank(r, r.peer))}), 1);
+        }
+        break;
+      case Step::Connecting:
+      case Step::Done:
+        throw std::runtime_error(fmt::format("rank {}: unexpected reply", r.rank));
+    }
+  }
+
+  const Args& a_;
+  int ep_;
+  std::vector<Rank> ranks_;
+  std::string barrier_key_, release_key_, id_key_;
+  int in_flight_connects_ = 0;
+  std::size_t done_ = 0;
+  std::uint64_t requests_ = 0;
+  std::uint64_t connections_ = 0;
+};
+
+double wall_now() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    rlimit lim{};
+    if (::getrlimit(RLIMIT_NOFILE, &lim) == 0) {
+      lim.rlim_cur = lim.rlim_max;
+      ::setrlimit(RLIMIT_NOFILE, &lim);
+    }
+    const Args a = parse(argc, argv);
+    Sim sim(a);
+    const double start = wall_now();
+    sim.run();
+    const double end = wall_now();
+    fmt::print("{{\"ranks\":{},\"world\":{},\"start\":{:.6f},\"end\":{:.6f},\"init_s\":{:.3f},\"requests\":{},"
+               "\"connections\":{},\"gloo_peers\":{}}}\n",
+               a.rank_end - a.rank_begin, a.world, start, end, end - start, sim.requests(), sim.connections(),
+               a.gloo_peers);
+    return 0;
+  } catch (const std::exception& e) {
+    fmt::print("{{\"error\":\"{}\"}}\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,208 @@
+#!/usr/bin/env python3
+"""Job start-up at scale: init_sim plays N ranks doing PyTorch's init (handshake, store-based
+barrier, the NCCL id SET/GET, Gloo's address exchange) against each contender, and this script
+prints one table row per (contender, N). See docs/scale.md.
+
+  python3 bench/scale/run_bench.py --build build [--sizes 1000,4000,16000] [--contenders ddprun,libuv]
+
+Contenders:
+  ddprun  ddprun-store, every rank connected directly
+  libuv   torch 2.x's TCPStore(use_libuv=True) in a python3 process, every rank connected directly
+  proxy   ddprun-store behind one ddprun-store-proxy process per 8 ranks (--proxy-bin; reported
+          'not run' without it). Root connections and requests are counted from the root's --trace
+          log. Each proxy is its own process: --proxy-max-n caps N (2 cores, 24 GiB here).
+A size the machine cannot hold (one process may open at most RLIMIT_NOFILE descriptors: the
+store holds one per rank) is reported 'not run' with the limit that stopped it.
+"""
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+LIBUV_SERVER = r"""
+import resource, sys, time
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+from torch.distributed import TCPStore
+s = TCPStore("127.0.0.1", 0, is_master=True, use_libuv=True, wait_for_workers=False)
+print(s.port, flush=True)
+sys.stdin.read()  # serve until the driver closes our stdin
+"""
+
+
+NO_DNS_RESOLV = "/tmp/ddprun-scale-resolv.conf"
+
+
+def without_dns(argv):
+    """The libuv server does a reverse-DNS lookup per accepted connection, and this sandbox's
+    resolver makes some of them wait 5 s (1k ranks: ~90 s). Run it in a private mount namespace
+    whose /etc/resolv.conf points at nothing, so lookups fail at once, as on a cluster with a fast
+    resolver (same as bench/store/run_bench.py; needs root for unshare -m)."""
+    with open(NO_DNS_RESOLV, "w") as f:
+        f.write("nameserver 127.0.0.1\noptions timeout:1 attempts:1\n")
+    return ["unshare", "-m", "sh", "-c", f"mount --bind {NO_DNS_RESOLV} /etc/resolv.conf && exec \"$0\" \"$@\"",
+            *argv]
+
+
+def start_server(kind, build):
+    if kind == "ddprun":
+        proc = subprocess.Popen([os.path.join(build, "bin", "ddprun-store"), "--port", "0"],
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    elif kind == "libuv":
+        proc = subprocess.Popen(without_dns(["python3", "-c", LIBUV_SERVER]), stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    else:
+        raise ValueError(kind)
+    line = proc.stdout.readline()
+    if not line.strip():
+        proc.kill()
+        raise RuntimeError(f"{kind} server did not start")
+    return proc, int(line)
+
+
+def stop_server(proc):
+    if proc.stdin:
+        proc.stdin.close()
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def cpu_seconds(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except OSError:
+        return 0.0
+
+
+def run_sim(build, ports, world, shard_size, args, tag):
+    """Runs init_sim in ceil(world / shard_size) processes (each holds one descriptor per rank it
+    plays) and combines their wall-clock spans."""
+    procs = []
+    for begin in range(0, world, shard_size):
+        end = min(world, begin + shard_size)
+        cmd = [os.path.join(build, "bin", "init_sim"), "--ports", ",".join(map(str, ports)),
+               "--world", str(world), "--rank-begin", str(begin), "--rank-end", str(end),
+               "--gloo-peers", str(args.gloo_peers), "--timeout", str(args.timeout), "--tag", tag]
+        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True))
+    results = []
+    for p in procs:
+        out, _ = p.communicate()
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    errors = [r["error"] for r in results if "error" in r]
+    if errors:
+        return {"error": errors[0]}
+    return {
+        "init_s": max(r["end"] for r in results) - min(r["start"] for r in results),
+        "requests": sum(r["requests"] for r in results),
+        "connections": sum(r["connections"] for r in results),
+    }
+
+
+def run_with_proxies(args, n, shard_size):
+    trace_path = f"/tmp/ddprun-scale-root-{os.getpid()}.log"
+    with open(trace_path, "w") as trace:
+        root = subprocess.Popen([os.path.join(args.build, "bin", "ddprun-store"), "--port", "0", "--trace"],
+                                stdout=subprocess.PIPE, stderr=trace, text=True)
+    proxies = []
+    try:
+        root_port = int(root.stdout.readline())
+        for _ in range((n + 7) // 8):
+            proxies.append(subprocess.Popen([args.proxy_bin, "--upstream", f"127.0.0.1:{root_port}", "--port", "0"],
+                                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True))
+        ports = [int(p.stdout.readline()) for p in proxies]
+        cpu0 = cpu_seconds(root.pid)
+        with open(trace_path) as f:
+            before = sum(1 for line in f if "trace conn=" in line)
+        r = run_sim(args.build, ports, n, shard_size, args, f"proxy{n}-{time.time_ns()}")
+        r["root_cpu_s"] = round(cpu_seconds(root.pid) - cpu0, 2)
+        conns = set()
+        requests = 0
+        with open(trace_path) as f:
+            for line in f:
+                if "trace conn=" in line:
+                    requests += 1
+                    conns.add(line.split("trace conn=")[1].split()[0])
+        r["root_requests"] = requests - before
+        r["root_connections"] = len(conns)
+        return r
+    finally:
+        for p in proxies:
+            p.terminate()
+        for p in proxies:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        stop_server(root)
+        os.unlink(trace_path)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--sizes", default="1000,4000,16000,64000,100000")
+    ap.add_argument("--contenders", default="ddprun,libuv,proxy")
+    ap.add_argument("--gloo-peers", type=int, default=2)
+    ap.add_argument("--timeout", type=float, default=120)
+    ap.add_argument("--proxy-bin", default="", help="ddprun-store-proxy binary (contender 'proxy')")
+    ap.add_argument("--proxy-max-n", type=int, default=4000,
+                    help="largest N run with proxies (N/8 proxy processes)")
+    ap.add_argument("--json", action="store_true", help="print one JSON object per row instead of the table")
+    args = ap.parse_args()
+
+    fd_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    # Headroom for the process's own descriptors (listener, epoll, stdio, python's).
+    max_per_process = fd_limit - 64
+    rows = []
+    for n in [int(s) for s in args.sizes.split(",")]:
+        for kind in args.contenders.split(","):
+            row = {"contender": kind, "N": n, "agents": n // 8}
+            if kind == "proxy" and not args.proxy_bin:
+                row["note"] = "not run: no --proxy-bin (the node-local proxy is not built in this tree)"
+            elif kind == "proxy" and n > args.proxy_max_n:
+                row["note"] = (f"not run: N over --proxy-max-n {args.proxy_max_n} ({n // 8} proxy processes "
+                               f"on {os.cpu_count()} cores)")
+            elif kind == "proxy":
+                row.update(run_with_proxies(args, n, max_per_process))
+            elif n > max_per_process:
+                row["note"] = (f"not run: the store would hold {n} connections, over the "
+                               f"{fd_limit}-descriptor limit per process (RLIMIT_NOFILE hard)")
+            else:
+                proc, port = start_server(kind, args.build)
+                try:
+                    cpu0 = cpu_seconds(proc.pid)
+                    r = run_sim(args.build, [port], n, max_per_process, args, f"{kind}{n}-{time.time_ns()}")
+                    row.update(r)
+                    row["root_cpu_s"] = round(cpu_seconds(proc.pid) - cpu0, 2)
+                    row["root_connections"] = r.get("connections")
+                    row["root_requests"] = r.get("requests")
+                finally:
+                    stop_server(proc)
+            rows.append(row)
+            if args.json:
+                print(json.dumps(row), flush=True)
+    if args.json:
+        return
+    load = os.getloadavg()[0]
+    print(f"gloo peers per rank: {args.gloo_peers}; load average at the end: {load:.1f} on {os.cpu_count()} cores")
+    print(f"{'contender':<9} {'N':>7} {'init s':>8} {'root conns':>10} {'root reqs':>10} {'root CPU s':>10}  note")
+    for r in rows:
+        if "init_s" in r:
+            print(f"{r['contender']:<9} {r['N']:>7} {r['init_s']:>8.2f} {r['root_connections']:>10} "
+                  f"{r['root_requests']:>10} {r['root_cpu_s']:>10}")
+        else:
+            print(f"{r['contender']:<9} {r['N']:>7} {'-':>8} {'-':>10} {'-':>10} {'-':>10}  {r.get('note', r.get('error'))}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,55 @@
+#pragma once
+
+// A standby's connection to its primary: subscribes (G2 handshake, GET kFollowKey), then reads
+// the primary's frames on the io_context and hands each mutation, in sequence order, to
+// `apply`. A gap in the sequence or a malformed frame ends following (logged). When the link is
+// lost the standby keeps the state it has: it never resubscribes (a restarted, empty primary
+// must not wipe it) and waits to be promoted.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+
+#include "rendezvous/replication.hpp"
+
+namespace ddp::rdzv {
+
+class StoreFollower : public std::enable_shared_from_this<StoreFollower> {
+ public:
+  using Apply = std::function<void(Command&&)>;
+
+  StoreFollower(boost::asio::io_context& io, std::string primary, const StoreLimits& limits, Apply apply);
+
+  // Blocking: connect, handshake, subscribe. Throws std::runtime_error("cannot follow H:P: ...").
+  void connect();
+  void start();  // read frames asynchronously
+  // Apply every frame already received (promotion must not lose what the kernel holds for us).
+  void drain();
+  // Promotion: tell the old primary (best effort) that `epoch` now rules, then stop following.
+  void fence(std::int64_t epoch);
+  void stop();
+
+  std::uint64_t last_sequence() const { return last_sequence_; }
+  std::int64_t primary_epoch() const { return primary_epoch_; }
+
+ private:
+  void read_more();
+  // Parse and apply buffered frames; false when following ended (gap or malformed frame).
+  bool apply_buffered();
+  void lost(const std::string& why);
+
+  boost::asio::ip::tcp::socket socket_;
+  std::string primary_;
+  ReplicationFrameParser parser_;
+  Apply apply_;
+  std::uint64_t last_sequence_ = 0;
+  std::int64_t primary_epoch_ = 0;
+  bool following_ = false;
+  char buf_[64 * 1024];
+};
+
+}  // namespace ddp::rdzv

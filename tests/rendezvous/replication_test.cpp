@@ -1,0 +1,60 @@
+// The replication protocol's pure parts: which requests travel to followers, and the frames.
+
+#include <doctest/doctest.h>
+
+#include <stdexcept>
+
+#include "rendezvous/replication.hpp"
+
+using namespace ddp::rdzv;
+
+TEST_CASE("replication: mutations travel, reads and waits do not, BARRIER travels as ADD 1") {
+  CHECK(replicated_form(Command{Op::Set, {"/k"}, {"v"}, 0, 0}).has_value());
+  CHECK(replicated_form(Command{Op::QueuePop, {"/q"}, {}, 0, 0}).has_value());
+  CHECK_FALSE(replicated_form(Command{Op::Get, {"/k"}, {}, 0, 0}).has_value());
+  CHECK_FALSE(replicated_form(Command{Op::Wait, {"/k"}, {}, 0, 0}).has_value());
+  CHECK_FALSE(replicated_form(Command{Op::Ping, {}, {}, 0, 7}).has_value());
+  const auto barrier = replicated_form(Command{Op::Barrier, {"/b"}, {}, 64, 0});
+  REQUIRE(barrier.has_value());
+  CHECK(*barrier == Command{Op::Add, {"/b"}, {}, 1, 0});
+}
+
+TEST_CASE("replication: frames round-trip in order however the bytes are split") {
+  const Command a{Op::Set, {"/a"}, {std::string(1000, 'x')}, 0, 0};
+  const Command b{Op::Add, {"/n"}, {}, -3, 0};
+  const std::string bytes = encode_replication_frame(41, a) + encode_replication_frame(42, b);
+  ReplicationFrameParser parser{StoreLimits{}};
+  std::vector<ReplicationFrame> got;
+  for (char c : bytes) {  // one byte at a time
+    parser.append(std::string_view(&c, 1));
+    while (auto f = parser.next()) got.push_back(std::move(*f));
+  }
+  REQUIRE(got.size() == 2);
+  CHECK(got[0].sequence == 41);
+  CHECK(got[0].mutation == a);
+  CHECK(got[1].sequence == 42);
+  CHECK(got[1].mutation == b);
+  CHECK(parser.buffered_bytes() == 0);
+}
+
+TEST_CASE("replication: a malformed frame is an error, an oversize one too") {
+  ReplicationFrameParser parser{StoreLimits{}};
+  std::string bad;
+  put_u64(bad, 1);
+  bad += static_cast<char>(0x7f);  // no such G2 opcode
+  parser.append(bad);
+  CHECK_THROWS_AS(parser.next(), std::runtime_error);
+  StoreLimits small;
+  small.max_value_bytes = 10;
+  ReplicationFrameParser bounded{small};
+  bounded.append(encode_replication_frame(1, Command{Op::Set, {"/k"}, {std::string(11, 'v')}, 0, 0}));
+  CHECK_THROWS_AS(bounded.next(), std::runtime_error);
+}
+
+TEST_CASE("replication: epochs are positive decimals") {
+  CHECK(parse_epoch("2") == 2);
+  CHECK_FALSE(parse_epoch("").has_value());
+  CHECK_FALSE(parse_epoch("0").has_value());
+  CHECK_FALSE(parse_epoch("-1").has_value());
+  CHECK_FALSE(parse_epoch("2x").has_value());
+}

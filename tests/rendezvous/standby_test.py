@@ -1,0 +1,313 @@
+"""Standby store (`ddprun-store --follow`) with real processes and real PyTorch clients.
+
+  python3 standby_test.py STORE_BIN
+
+1. failover: torch 2.x (python3) and torch 1.13 (/usr/bin/python3, when it has torch) clients
+   write to a primary with a standby; the primary is killed (SIGKILL) mid-stream; the standby,
+   promoted through itself, holds every write a client saw acknowledged. Prints the failover time
+   (kill -> promoted standby served a GET); not asserted.
+2. standby role: before promotion it answers PING but refuses anything else (closes), cannot be
+   followed, and a second promotion does not change the epoch.
+3. fencing: a primary that was paused (SIGSTOP) while its standby was promoted refuses every
+   request once it runs again.
+4. bound: a follower that never reads is dropped at --max-follower-lag-bytes with a log line; the
+   primary's memory stays bounded and it keeps serving.
+5. `--follow` to nothing: exit 1 with one line.
+"""
+import os
+import signal
+import socket
+import struct
+import json
+import subprocess
+import sys
+import time
+
+G2_PY = "python3"
+G1_PY = "/usr/bin/python3"
+
+CLIENT = r"""
+import datetime, sys
+from torch.distributed import TCPStore
+port = int(sys.argv[1])
+s = TCPStore("127.0.0.1", port, 1, False, datetime.timedelta(seconds=10), wait_for_workers=False)
+"""
+
+WRITER = CLIENT + r"""
+tag = sys.argv[2]
+i = 0
+while True:
+    try:
+        s.set(f"{tag}/{i}", f"v{i}")
+        n = s.add(f"{tag}/count", 1)
+    except Exception:
+        break
+    # Both the SET and the ADD are acknowledged once the ADD's reply is here.
+    print(f"ACK {i} {n}", flush=True)
+    i += 1
+"""
+
+# Connected to the standby before the kill (torch imported, handshake done), so the figure is
+# the store's failover, not Python's start-up: reads the kill time, promotes, writes and reads.
+PROMOTE_AND_CHECK = CLIENT + r"""
+import json, time
+print("READY", flush=True)
+t0 = float(sys.stdin.readline())
+epoch = s.compare_set("ddprun.replication/promote", "", "2")
+s.set("after-promotion", "1")
+served = s.get("after-promotion")
+t1 = time.time()
+acked = json.loads(sys.stdin.read())
+missing = []
+for tag, (last_i, last_n) in acked.items():
+    for i in range(last_i + 1):
+        if s.get(f"{tag}/{i}") != f"v{i}".encode():
+            missing.append(f"{tag}/{i}")
+    count = s.add(f"{tag}/count", 0)
+    if count < last_n:
+        missing.append(f"{tag}/count={count}<{last_n}")
+print(json.dumps({"epoch": epoch.decode(), "failover_s": t1 - t0, "missing": missing[:10]}))
+"""
+
+
+def has_torch(py):
+    try:
+        return subprocess.run([py, "-c", "import torch"], capture_output=True, timeout=120).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+class Store:
+    def __init__(self, store_bin, *args):
+        self.proc = subprocess.Popen([store_bin, "--port", "0", *args], stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline().strip()
+        assert line.isdigit(), f"no port from {args}: {self.proc.stderr.read() if self.proc.poll() is not None else ''}"
+        self.port = int(line)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.stderr.read()
+
+    def rss_kib(self):
+        with open(f"/proc/{self.proc.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+        return 0
+
+
+def g2_frame(op, *fields):
+    """A raw G2 request: op byte, then each field (bytes -> u64 length + bytes, int -> u32/i64)."""
+    out = bytes([op])
+    for f in fields:
+        out += struct.pack("<Q", len(f)) + f
+    return out
+
+
+VALIDATE = bytes([0]) + struct.pack("<I", 0x3C85F7CE)
+PING = bytes([13]) + struct.pack("<I", 7)
+
+
+def raw_connect(port):
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    s.sendall(VALIDATE + PING)
+    assert s.recv(4) == struct.pack("<I", 7), "PING echo"
+    return s
+
+
+def closed_by_peer(sock):
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+def wait_for(predicate, what, timeout=30):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_failover(store_bin, writers_py):
+    primary = Store(store_bin)
+    standby = Store(store_bin, "--follow", f"127.0.0.1:{primary.port}")
+    writers = {}
+    try:
+        for k, py in enumerate(writers_py):
+            tag = f"w{k}-{'torch1.13' if py == G1_PY else 'torch2'}"
+            writers[tag] = subprocess.Popen([py, "-c", WRITER, str(primary.port), tag], stdout=subprocess.PIPE,
+                                            stderr=subprocess.DEVNULL, text=True)
+        # Let every writer get some acknowledged writes in, then kill the primary mid-stream.
+        acked = {tag: (-1, 0) for tag in writers}
+        first = {tag: w.stdout.readline() for tag, w in writers.items()}
+        assert all(line.startswith("ACK") for line in first.values()), first
+        promoter = subprocess.Popen([writers_py[0], "-c", PROMOTE_AND_CHECK, str(standby.port)],
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert promoter.stdout.readline().strip() == "READY"
+        primary.proc.send_signal(signal.SIGKILL)
+        t_kill = time.time()
+        primary.proc.wait()
+        promoter.stdin.write(f"{t_kill}\n")
+        promoter.stdin.flush()
+        for tag, w in writers.items():
+            out, _ = w.communicate(timeout=60)
+            for line in (first[tag] + out).splitlines():
+                if line.startswith("ACK"):
+                    _, i, n = line.split()
+                    acked[tag] = (int(i), int(n))
+        assert all(i >= 0 for i, _ in acked.values()), acked
+        out, err = promoter.communicate(json.dumps(acked), timeout=120)
+        assert promoter.returncode == 0, err[-2000:]
+        result = json.loads(out.strip().splitlines()[-1])
+        assert result["epoch"] == "2", result
+        assert not result["missing"], f"acknowledged writes lost in failover: {result['missing']}"
+        total = sum(i + 1 for i, _ in acked.values())
+        print(f"failover: {total} acknowledged SET+ADD pairs from {len(writers)} clients "
+              f"({', '.join(sorted(acked))}) all on the promoted standby; "
+              f"kill -> promoted and serving: {result['failover_s'] * 1000:.0f} ms")
+    finally:
+        for w in writers.values():
+            if w.poll() is None:
+                w.kill()
+                w.wait()
+        primary.stop()
+        log = standby.stop()
+    assert "promoted to primary at epoch 2" in log, log
+
+
+def test_standby_role(store_bin):
+    primary = Store(store_bin)
+    standby = Store(store_bin, "--follow", f"127.0.0.1:{primary.port}")
+    try:
+        # PING is answered; a SET is refused (connection closed); GET of anything too.
+        s = raw_connect(standby.port)
+        s.sendall(g2_frame(1, b"/k", b"v"))
+        assert closed_by_peer(s), "a standby must refuse SET"
+        s.close()
+        # Cannot be followed.
+        s = raw_connect(standby.port)
+        s.sendall(g2_frame(3, b"/ddprun.replication/follow"))
+        assert closed_by_peer(s), "a standby must refuse followers"
+        s.close()
+        s = raw_connect(standby.port)
+        s.sendall(g2_frame(2, b"/ddprun.replication/promote", b"", b"1"))
+        # Still a standby: epoch 1 is not above the primary's; the reply names the epoch in force.
+        reply = s.recv(64)
+        assert reply[8:] == b"1", reply
+        s.sendall(g2_frame(2, b"/ddprun.replication/promote", b"", b"5"))
+        assert s.recv(64)[8:] == b"5"
+        s.sendall(g2_frame(2, b"/ddprun.replication/promote", b"", b"9"))
+        assert s.recv(64)[8:] == b"5", "one promotion: a later proposal learns the winner's epoch"
+        s.sendall(g2_frame(1, b"/k", b"v") + g2_frame(3, b"/k"))
+        assert s.recv(64) == struct.pack("<Q", 1) + b"v", "the promoted standby serves"
+        s.close()
+    finally:
+        primary.stop()
+        standby.stop()
+
+
+def test_fencing(store_bin):
+    primary = Store(store_bin)
+    standby = Store(store_bin, "--follow", f"127.0.0.1:{primary.port}")
+    try:
+        c = raw_connect(primary.port)
+        # The PING's echo says the SET before it was applied (and published) by the primary.
+        c.sendall(g2_frame(1, b"/before", b"1") + PING)
+        assert c.recv(4) == struct.pack("<I", 7)
+        primary.proc.send_signal(signal.SIGSTOP)
+        p = raw_connect(standby.port)
+        p.sendall(g2_frame(2, b"/ddprun.replication/promote", b"", b"2"))
+        assert p.recv(64)[8:] == b"2"
+        p.sendall(g2_frame(3, b"/before"))
+        assert p.recv(64) == struct.pack("<Q", 1) + b"1", "the write made before the pause was replicated"
+        primary.proc.send_signal(signal.SIGCONT)
+        # Once it runs again it reads the fence and closes its clients; new ones are refused.
+        assert closed_by_peer(c), "the old primary must drop its clients once fenced"
+
+        def refused():
+            s = socket.create_connection(("127.0.0.1", primary.port), timeout=10)
+            s.sendall(VALIDATE + PING + g2_frame(1, b"/split", b"brain") + g2_frame(3, b"/split"))
+            try:
+                data = s.recv(64)
+                more = s.recv(64) if data else b""
+                return (data + more)[4:] == b""
+            except ConnectionResetError:
+                return True
+            finally:
+                s.close()
+        wait_for(refused, "the old primary to refuse requests")
+    finally:
+        standby.stop()
+        log = primary.stop()
+    assert "fenced: a standby was promoted to epoch 2" in log, log
+
+
+def test_slow_follower_is_dropped(store_bin):
+    cap = 1 << 20
+    primary = Store(store_bin, "--max-follower-lag-bytes", str(cap))
+    try:
+        f = socket.socket()
+        f.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        f.connect(("127.0.0.1", primary.port))
+        f.sendall(VALIDATE + PING + g2_frame(3, b"/ddprun.replication/follow"))  # and never read again
+        rss0 = primary.rss_kib()
+        w = socket.create_connection(("127.0.0.1", primary.port))
+        w.sendall(VALIDATE + PING)
+        assert w.recv(4)
+        value = b"x" * (64 * 1024)
+        for _ in range(1600):  # 100 MiB of mutations
+            w.sendall(g2_frame(1, b"/big", value))
+        w.sendall(g2_frame(4, b"/n") + struct.pack("<q", 1))  # ADD /n 1
+        assert w.recv(8) == struct.pack("<q", 1), "the primary keeps serving"
+        grew_mib = (primary.rss_kib() - rss0) / 1024
+        assert grew_mib < 64, f"primary grew by {grew_mib:.0f} MiB for a follower that does not read"
+        f.close()
+        w.close()
+    finally:
+        log = primary.stop()
+    assert "dropping it" in log and "--max-follower-lag-bytes" in log, log
+
+
+def test_follow_nothing(store_bin):
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # nobody listens there now
+    r = subprocess.run([store_bin, "--port", "0", "--follow", f"127.0.0.1:{port}"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 1, r.returncode
+    err = r.stderr.strip()
+    assert err.count("\n") == 0 and f"cannot follow 127.0.0.1:{port}" in err, err
+
+
+def main():
+    store_bin = sys.argv[1]
+    if not has_torch(G2_PY):
+        print(f"skipped: {G2_PY} has no torch")
+        sys.exit(77)
+    writers = [G2_PY, G2_PY]
+    if has_torch(G1_PY):
+        writers.append(G1_PY)
+    else:
+        print(f"note: {G1_PY} has no torch; torch 1.13 writer skipped")
+    test_follow_nothing(store_bin)
+    test_standby_role(store_bin)
+    test_fencing(store_bin)
+    test_slow_follower_is_dropped(store_bin)
+    test_failover(store_bin, writers)
+    print("standby store: OK")
+
+
+if __name__ == "__main__":
+    main()
