@@ -486,7 +486,7 @@ void StoreProxy::Core::submit(const std::shared_ptr<Downstream>& d, Command&& cm
     auto& table = cmd.op == Op::Add ? unsent_adds : unsent_reads;
     const std::string key = coalesce_key_of(cmd);
     auto it = table.find(key);
-    if (it != table.end() && !it->second->sent && d->last_write_seq < it->second->seq) {
+    if (it != table.end() && !it->second->sent && d->last_write_seq <= it->second->seq) {
       auto& e = it->second;
       e->waiters.push_back(Waiter{d, *slot, cmd.number});
       if (cmd.op == Op::Add) {
