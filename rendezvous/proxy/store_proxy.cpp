@@ -46,6 +46,12 @@ struct Entry {
   std::uint64_t fence_seq = 0;
   bool has_fence = false;
   std::weak_ptr<BlockingLink> link;
+  // WAIT groups: callers who arrived after the group's CHECK or WAIT was sent. They cannot take
+  // its answer (the key may have gone again before they arrived); they get a CHECK of their own.
+  std::vector<Waiter> late;
+  std::shared_ptr<Entry> check;        // the group's CHECK on the main link, while one is out
+  bool waiting_upstream = false;       // the group's WAIT is out on a link
+  std::weak_ptr<Entry> group;          // a CHECK entry: the WAIT group it decides
 };
 
 static bool is_write(Op op) {
@@ -98,7 +104,8 @@ struct StoreProxy::Core : std::enable_shared_from_this<StoreProxy::Core> {
   std::uint64_t completed_seq = 0;  // every main request up to here has been applied by the root
   std::unordered_map<std::string, std::shared_ptr<Entry>> unsent_reads;  // GET/MULTI_GET
   std::unordered_map<std::string, std::shared_ptr<Entry>> unsent_adds;
-  std::unordered_map<std::string, std::shared_ptr<Entry>> unreleased_waits;
+  std::unordered_map<std::string, std::shared_ptr<Entry>> unreleased_waits;  // BARRIER (not shared)
+  std::unordered_map<std::string, std::shared_ptr<Entry>> wait_groups;       // WAIT, by key list
   std::shared_ptr<Entry> open_fence;  // an unsent fence new blocking entries may share
   std::vector<std::shared_ptr<BlockingLink>> idle_links;
 
@@ -114,6 +121,11 @@ struct StoreProxy::Core : std::enable_shared_from_this<StoreProxy::Core> {
   void submit(const std::shared_ptr<Downstream>& d, Command&& cmd, std::optional<std::uint64_t> slot);
   void submit_blocking(const std::shared_ptr<Downstream>& d, Command&& cmd, std::uint64_t slot);
   void release_blocking(const std::shared_ptr<Entry>& e);
+  void submit_wait(const std::shared_ptr<Downstream>& d, Command&& cmd, std::uint64_t slot);
+  void start_check(const std::shared_ptr<Entry>& g);
+  void on_check(const std::shared_ptr<Entry>& g, bool ready);
+  void on_wait_answered(const std::shared_ptr<Entry>& g);
+  void end_group(const std::shared_ptr<Entry>& g);
   std::shared_ptr<BlockingLink> take_link();
   void link_done(const std::shared_ptr<BlockingLink>& link, bool reusable);
   void close_all(const std::string& why);
@@ -172,14 +184,27 @@ class Downstream : public std::enable_shared_from_this<Downstream> {
   std::uint64_t pending_blocking_slot_ = 0;
 
   void drop_waiter(const std::shared_ptr<Entry>& e) {
-    auto& w = e->waiters;
-    for (auto it = w.begin(); it != w.end(); ++it) {
-      if (it->conn.lock().get() == this && it->slot == pending_blocking_slot_) {
-        w.erase(it);
-        break;
+    for (auto* list : {&e->waiters, &e->late}) {
+      for (auto it = list->begin(); it != list->end(); ++it) {
+        if (it->conn.lock().get() == this && it->slot == pending_blocking_slot_) {
+          list->erase(it);
+          break;
+        }
       }
     }
     fill(pending_blocking_slot_, "");
+    if (e->cmd.op == Op::Wait) {
+      if (e->waiters.empty() && e->late.empty()) {
+        if (e->waiting_upstream) {
+          // The root still holds the registration: that connection cannot be reused.
+          if (auto link = e->link.lock()) core_->link_done(link, false);
+          e->waiting_upstream = false;
+        }
+        if (!e->check) core_->end_group(e);  // else the CHECK's answer ends it
+      }
+      return;
+    }
+    auto& w = e->waiters;
     if (w.empty()) {
       if (!e->sent) {
         core_->unreleased_waits.erase(e->coalesce_key);
@@ -415,7 +440,11 @@ void Downstream::handle(Command&& cmd) {
     case Op::Barrier: {
       const auto slot = take_slot();
       pending_blocking_slot_ = slot;
-      core_->submit_blocking(self, std::move(cmd), slot);
+      if (cmd.op == Op::Wait) {
+        core_->submit_wait(self, std::move(cmd), slot);
+      } else {
+        core_->submit_blocking(self, std::move(cmd), slot);
+      }
       return;
     }
     default: {
@@ -514,7 +543,7 @@ void StoreProxy::Core::submit(const std::shared_ptr<Downstream>& d, Command&& cm
 }
 
 void StoreProxy::Core::submit_blocking(const std::shared_ptr<Downstream>& d, Command&& cmd, std::uint64_t slot) {
-  const bool coalescible = cmd.op == Op::Wait;
+  const bool coalescible = false;  // BARRIER: forwarded as is (each call counts)
   const std::string key = coalescible ? coalesce_key_of(cmd) : std::string();
   if (coalescible) {
     auto it = unreleased_waits.find(key);
@@ -582,6 +611,102 @@ void StoreProxy::Core::link_done(const std::shared_ptr<BlockingLink>& link, bool
   } else {
     link->close();
   }
+}
+
+// WAIT: a CHECK on the main link first. It is behind every write its callers sent before (one
+// connection, in order), so READY answers them at once, NOT_READY sends one WAIT on a link for
+// everyone waiting on the same keys. See docs/rendezvous.md, "Store proxy".
+void StoreProxy::Core::submit_wait(const std::shared_ptr<Downstream>& d, Command&& cmd, std::uint64_t slot) {
+  const std::string key = coalesce_key_of(cmd);
+  d->pending_blocking_.reset();
+  auto it = wait_groups.find(key);
+  if (it != wait_groups.end()) {
+    auto& g = it->second;
+    const bool early = g->check && !g->check->sent && d->last_write_seq < g->check->seq;
+    (early ? g->waiters : g->late).push_back(Waiter{d, slot, 0});
+    d->pending_blocking_ = g;
+    ++stats.coalesced_requests;
+    return;
+  }
+  auto g = std::make_shared<Entry>();
+  g->coalesce_key = key;
+  g->cmd = std::move(cmd);
+  g->waiters.push_back(Waiter{d, slot, 0});
+  d->pending_blocking_ = g;
+  wait_groups[key] = g;
+  start_check(g);
+}
+
+void StoreProxy::Core::start_check(const std::shared_ptr<Entry>& g) {
+  auto c = std::make_shared<Entry>();
+  c->cmd.op = Op::Check;
+  c->cmd.keys = g->cmd.keys;
+  c->group = g;
+  g->check = c;
+  enqueue_main(c);
+}
+
+void StoreProxy::Core::on_check(const std::shared_ptr<Entry>& g, bool ready) {
+  g->check.reset();
+  if (stopped) return;
+  if (ready) {
+    std::string stop;
+    put_u8(stop, kStopWaiting);
+    for (auto& w : g->waiters)
+      if (auto d = w.conn.lock()) {
+        if (d->pending_blocking_ == g) d->pending_blocking_.reset();
+        d->fill(w.slot, stop);
+      }
+    g->waiters = std::move(g->late);
+    g->late.clear();
+    if (g->waiters.empty()) return end_group(g);
+    return start_check(g);
+  }
+  // Not ready: everyone here now waits on one upstream WAIT sent after their arrival, except
+  // callers whose own writes may not have reached the root yet (they need a CHECK behind them).
+  std::vector<Waiter> still_late;
+  for (auto& w : g->late) {
+    auto d = w.conn.lock();
+    if (!d) continue;
+    if (d->last_write_seq <= completed_seq) {
+      g->waiters.push_back(w);
+    } else {
+      still_late.push_back(w);
+    }
+  }
+  g->late = std::move(still_late);
+  if (g->waiters.empty()) {
+    if (g->late.empty()) return end_group(g);
+    g->waiters = std::move(g->late);
+    g->late.clear();
+    return start_check(g);
+  }
+  g->waiting_upstream = true;
+  g->sent = false;
+  auto link = take_link();
+  g->link = link;
+  g->sent = true;
+  link->connect_and_send(g);
+}
+
+void StoreProxy::Core::on_wait_answered(const std::shared_ptr<Entry>& g) {
+  g->waiting_upstream = false;
+  std::string stop;
+  put_u8(stop, kStopWaiting);
+  for (auto& w : g->waiters)
+    if (auto d = w.conn.lock()) {
+      if (d->pending_blocking_ == g) d->pending_blocking_.reset();
+      d->fill(w.slot, stop);
+    }
+  g->waiters = std::move(g->late);
+  g->late.clear();
+  if (g->waiters.empty()) return end_group(g);
+  start_check(g);
+}
+
+void StoreProxy::Core::end_group(const std::shared_ptr<Entry>& g) {
+  auto it = wait_groups.find(g->coalesce_key);
+  if (it != wait_groups.end() && it->second == g) wait_groups.erase(it);
 }
 
 void StoreProxy::Core::enqueue_main(const std::shared_ptr<Entry>& e) {
@@ -678,7 +803,11 @@ void StoreProxy::Core::on_main_bytes() {
     if (!size) break;
     inflight.pop_front();
     completed_seq = std::max(completed_seq, e->seq);
-    answer(e, std::string_view(main_in).substr(off, *size));
+    if (auto g = e->group.lock(); g && e->cmd.op == Op::Check) {
+      on_check(g, main_in[off] == static_cast<char>(kCheckReady));
+    } else {
+      answer(e, std::string_view(main_in).substr(off, *size));
+    }
     off += *size;
     for (auto& b : e->released_by_fence) release_blocking(b);
   }
@@ -687,6 +816,10 @@ void StoreProxy::Core::on_main_bytes() {
 }
 
 void StoreProxy::Core::answer(const std::shared_ptr<Entry>& e, std::string_view reply) {
+  if (e->cmd.op == Op::Wait) {
+    on_wait_answered(e);
+    return;
+  }
   if (e->cmd.op == Op::Add && reply.size() == 8) {
     // One upstream ADD of the sum S answered R: caller i, in arrival order, gets
     // R - S + (d1 + ... + di), as if the ADDs had run back to back at the root.
@@ -719,6 +852,7 @@ void StoreProxy::Core::main_failed(const std::string& why) {
   unsent_reads.clear();
   unsent_adds.clear();
   unreleased_waits.clear();
+  wait_groups.clear();
   open_fence.reset();
   // The workers see what they would see if the store itself went away.
   close_all(why);

@@ -30,7 +30,7 @@ struct StoreProxyOptions {
   std::uint16_t upstream_port = 0;
   StoreLimits limits;  // applied to the workers' requests and to the root's replies
   // Connections used for WAIT/BARRIER that are kept open for reuse once answered.
-  std::size_t max_idle_blocking_connections = 4;
+  std::size_t max_idle_blocking_connections = 16;
 };
 
 struct StoreProxyStats {
