@@ -4,6 +4,7 @@
 
 #include <sys/resource.h>
 
+#include <chrono>
 #include <csignal>
 #include <iostream>
 
@@ -29,7 +30,13 @@ int main(int argc, char** argv) {
   app.add_option("--max-request-bytes", opts.limits.max_request_bytes, "largest single request")
       ->capture_default_str();
   app.add_option("--max-connections", opts.limits.max_connections, "most worker connections")->capture_default_str();
+  double idle_timeout_s = std::chrono::duration<double>(opts.limits.idle_timeout).count();
+  app.add_option("--idle-timeout", idle_timeout_s,
+                 "seconds a worker connection in the middle of a request or owed output may make no progress; 0: never")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  opts.limits.idle_timeout = std::chrono::milliseconds(static_cast<long long>(idle_timeout_s * 1000));
   const auto colon = upstream.rfind(':');
   if (colon == std::string::npos || colon == 0) {
     std::cerr << "ddprun-store-proxy: --upstream must be HOST:PORT, got '" << upstream << "'\n";

@@ -1,5 +1,7 @@
 #include "rendezvous/proxy/store_proxy.hpp"
 
+#include <algorithm>
+#include <chrono>
 #include <deque>
 #include <map>
 #include <optional>
@@ -11,6 +13,7 @@
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 #include <fmt/format.h>
 
@@ -80,11 +83,13 @@ static std::string coalesce_key_of(const Command& cmd) {
 
 // ----------------------------------------------------------------------------------------------
 struct StoreProxy::Core : std::enable_shared_from_this<StoreProxy::Core> {
-  Core(asio::io_context& io_, StoreProxyOptions o) : io(io_), opts(std::move(o)), acceptor(io_) {}
+  Core(asio::io_context& io_, StoreProxyOptions o)
+      : io(io_), opts(std::move(o)), acceptor(io_), sweep_timer(io_) {}
 
   asio::io_context& io;
   StoreProxyOptions opts;
   tcp::acceptor acceptor;
+  asio::steady_timer sweep_timer;  // --idle-timeout for workers stalled mid-request
   StoreProxyStats stats;
   bool stopped = false;
   std::vector<std::weak_ptr<Downstream>> downstreams;
@@ -110,6 +115,7 @@ struct StoreProxy::Core : std::enable_shared_from_this<StoreProxy::Core> {
   std::vector<std::shared_ptr<BlockingLink>> idle_links;
 
   void accept();
+  void arm_sweep();
   void enqueue_main(const std::shared_ptr<Entry>& e);
   void schedule_flush();
   void flush_main();
@@ -179,6 +185,14 @@ class Downstream : public std::enable_shared_from_this<Downstream> {
   }
   bool closed() const { return closed_; }
 
+  // In the middle of a request, or owed output it does not read: what --idle-timeout bounds.
+  // A worker between requests (blocked in WAIT, idle) is never timed out.
+  bool stalled_since(std::chrono::steady_clock::time_point limit) const {
+    const bool awaiting = (decoder_ && decoder_->mid_request()) || (!decoder_ && !in_.empty()) ||
+                          out_off_ < out_.size();
+    return !closed_ && awaiting && last_progress_ < limit;
+  }
+
   std::uint64_t last_write_seq = 0;
   std::shared_ptr<Entry> pending_blocking_;
   std::uint64_t pending_blocking_slot_ = 0;
@@ -227,6 +241,7 @@ class Downstream : public std::enable_shared_from_this<Downstream> {
                                                                           std::size_t n) {
       self->reading_ = false;
       if (self->closed_) return;
+      self->last_progress_ = std::chrono::steady_clock::now();
       if (ec) {
         self->close();
         return;
@@ -278,6 +293,7 @@ class Downstream : public std::enable_shared_from_this<Downstream> {
                           return;
                         }
                         self->out_off_ += n;
+                        self->last_progress_ = std::chrono::steady_clock::now();
                         if (self->out_off_ == self->out_.size()) {
                           self->out_.clear();
                           self->out_off_ = 0;
@@ -304,6 +320,7 @@ class Downstream : public std::enable_shared_from_this<Downstream> {
   bool writing_ = false;
   bool reading_ = false;
   bool closed_ = false;
+  std::chrono::steady_clock::time_point last_progress_ = std::chrono::steady_clock::now();
   // G1 watch connections are tunnelled to the root as they are.
   std::unique_ptr<tcp::socket> tunnel_;
   std::array<char, 16384> tunnel_buf_{};
@@ -506,6 +523,21 @@ void StoreProxy::Core::accept() {
       }
     }
     self->accept();
+  });
+}
+
+void StoreProxy::Core::arm_sweep() {
+  const auto idle = opts.limits.idle_timeout;
+  if (idle.count() <= 0 || stopped) return;
+  sweep_timer.expires_after(std::clamp(idle / 4, std::chrono::milliseconds(25), std::chrono::milliseconds(1000)));
+  sweep_timer.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+    if (ec || self->stopped) return;
+    const auto limit = std::chrono::steady_clock::now() - self->opts.limits.idle_timeout;
+    std::erase_if(self->downstreams, [](const auto& w) { return w.expired(); });
+    for (auto& w : self->downstreams) {
+      if (auto d = w.lock(); d && d->stalled_since(limit)) d->close("no progress for --idle-timeout");
+    }
+    self->arm_sweep();
   });
 }
 
@@ -886,13 +918,17 @@ StoreProxy::~StoreProxy() { stop(); }
 
 std::uint16_t StoreProxy::port() const { return core_->acceptor.local_endpoint().port(); }
 
-void StoreProxy::start() { core_->accept(); }
+void StoreProxy::start() {
+  core_->accept();
+  core_->arm_sweep();
+}
 
 void StoreProxy::stop() {
   if (core_->stopped) return;
   core_->stopped = true;
   boost::system::error_code ec;
   core_->acceptor.close(ec);
+  core_->sweep_timer.cancel();
   if (core_->main_socket) core_->main_socket->close(ec);
   core_->close_all("");
 }

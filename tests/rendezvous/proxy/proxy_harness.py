@@ -47,12 +47,12 @@ class ProxyRun:
 
 
 @contextlib.contextmanager
-def store_and_proxy(store_bin, proxy_bin, store_args=()):
+def store_and_proxy(store_bin, proxy_bin, store_args=(), proxy_args=()):
     run = ProxyRun()
     store, store_log, run.store_port = _start([store_bin, "--port", "0", *store_args], "ddprun-store")
     try:
         proxy, proxy_log, run.proxy_port = _start(
-            [proxy_bin, "--port", "0", "--upstream", f"127.0.0.1:{run.store_port}"], "ddprun-store-proxy")
+            [proxy_bin, "--port", "0", "--upstream", f"127.0.0.1:{run.store_port}", *proxy_args], "ddprun-store-proxy")
         try:
             yield run
         finally:

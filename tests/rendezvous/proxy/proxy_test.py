@@ -1,6 +1,6 @@
 """The store proxy over real sockets, in front of a real ddprun-store.
 
-  python3 proxy_test.py STORE_BIN PROXY_BIN linearizability|pipelining|torch [PYTHON...]
+  python3 proxy_test.py STORE_BIN PROXY_BIN linearizability|pipelining|bounds|torch [PYTHON...]
 
 linearizability: many raw clients (G1 and G2) run random operations on a few keys per round,
   every invocation/response timestamped; each key's history must be linearizable against the
@@ -207,6 +207,32 @@ def pipelining(port):
     print("pipelining: OK")
 
 
+def bounds(port):
+    """Run with --idle-timeout 0.3: the store's hardening bounds hold for the proxy too."""
+    import struct
+    # A frame announcing a 1 TiB key is refused when its length arrives: the connection closes.
+    bad = WireClient(port, "G2")
+    bad.send(bytes([3]) + struct.pack("<Q", 1 << 40))
+    assert bad.sock.recv(1) == b"", "oversize key length accepted"
+    bad.close()
+    # A worker stalled in the middle of a request is closed after --idle-timeout ...
+    stalled = WireClient(port, "G2")
+    stalled.send(encode("G2", "get", "k")[:5])
+    assert stalled.sock.recv(1) == b"", "stalled connection kept"
+    stalled.close()
+    # ... but one blocked in WAIT (between requests) is not: it is answered a second later.
+    waiter, writer = WireClient(port, "G2"), WireClient(port, "G2")
+    waiter.send(encode("G2", "wait", ["late"]))
+    time.sleep(1.0)  # several idle timeouts; not an assertion on time
+    writer.call("set", "late", "1")
+    assert waiter.read_byte() == 0
+    # Others were served all along.
+    assert writer.call("get", "late") == b"1"
+    waiter.close()
+    writer.close()
+    print("bounds: OK")
+
+
 TORCH_SCRIPT = r"""
 import datetime, sys
 import torch.distributed as dist
@@ -247,11 +273,14 @@ def torch_clients(port, pythons):
 
 def main():
     store_bin, proxy_bin, mode = sys.argv[1:4]
-    with store_and_proxy(store_bin, proxy_bin) as run:
+    proxy_args = ["--idle-timeout", "0.3"] if mode == "bounds" else []
+    with store_and_proxy(store_bin, proxy_bin, proxy_args=proxy_args) as run:
         if mode == "linearizability":
             linearizability(run.proxy_port)
         elif mode == "pipelining":
             pipelining(run.proxy_port)
+        elif mode == "bounds":
+            bounds(run.proxy_port)
         elif mode == "torch":
             torch_clients(run.proxy_port, sys.argv[4:])
         else:
