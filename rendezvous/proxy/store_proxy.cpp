@@ -390,10 +390,18 @@ class BlockingLink : public std::enable_shared_from_this<BlockingLink> {
     if (closed_) return;
     close();
     if (entry_) {
-      for (auto& w : entry_->waiters)
-        if (auto d = w.conn.lock()) d->close(why);
-      entry_->waiters.clear();
+      auto e = std::move(entry_);
       entry_.reset();
+      auto waiters = std::move(e->waiters);
+      auto late = std::move(e->late);
+      e->waiters.clear();
+      e->late.clear();
+      e->waiting_upstream = false;
+      // The group is over: a later WAIT on the same keys starts afresh.
+      if (e->cmd.op == Op::Wait) core_->end_group(e);
+      for (auto* list : {&waiters, &late})
+        for (auto& w : *list)
+          if (auto d = w.conn.lock()) d->close(why);
     }
   }
 

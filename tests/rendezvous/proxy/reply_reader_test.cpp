@@ -37,7 +37,7 @@ TEST_CASE("a reply is complete only when all its bytes are there, wherever the s
   CHECK(complete_reply_size(ReplyShape::Number, 0, "12345678x", limit) == 8);
 }
 
-TEST_CASE("QUEUE_POP: an empty queue is just the count; LIST_KEYS: count then keys") {
+TEST_CASE("QUEUE_POP: an empty queue is just the count, and LIST_KEYS is a count then keys") {
   std::string empty;
   put_i64(empty, 0);
   CHECK(complete_reply_size(ReplyShape::QueueItem, 0, empty, 1 << 20) == 8);
