@@ -55,6 +55,9 @@ struct Entry {
   std::shared_ptr<Entry> check;        // the group's CHECK on the main link, while one is out
   bool waiting_upstream = false;       // the group's WAIT is out on a link
   std::weak_ptr<Entry> group;          // a CHECK entry: the WAIT group it decides
+  // GET/MULTI_GET sent and not yet answered: identical reads arriving meanwhile gather here and
+  // are sent together once this one is answered (at most one in flight and one waiting per key).
+  std::shared_ptr<Entry> held_next;
 };
 
 static bool is_write(Op op) {
@@ -109,6 +112,7 @@ struct StoreProxy::Core : std::enable_shared_from_this<StoreProxy::Core> {
   std::uint64_t completed_seq = 0;  // every main request up to here has been applied by the root
   std::unordered_map<std::string, std::shared_ptr<Entry>> unsent_reads;  // GET/MULTI_GET
   std::unordered_map<std::string, std::shared_ptr<Entry>> unsent_adds;
+  std::unordered_map<std::string, std::shared_ptr<Entry>> inflight_reads;  // GET/MULTI_GET sent
   std::unordered_map<std::string, std::shared_ptr<Entry>> unreleased_waits;  // BARRIER (not shared)
   std::unordered_map<std::string, std::shared_ptr<Entry>> wait_groups;       // WAIT, by key list
   std::shared_ptr<Entry> open_fence;  // an unsent fence new blocking entries may share
@@ -566,6 +570,21 @@ void StoreProxy::Core::submit(const std::shared_ptr<Downstream>& d, Command&& cm
       ++stats.coalesced_requests;
       return;
     }
+    if (cmd.op != Op::Add) {
+      auto f = inflight_reads.find(key);
+      if (f != inflight_reads.end()) {
+        auto& held = f->second->held_next;
+        if (!held) {
+          held = std::make_shared<Entry>();
+          held->coalesce_key = key;
+          held->cmd = std::move(cmd);
+        } else {
+          ++stats.coalesced_requests;
+        }
+        held->waiters.push_back(Waiter{d, *slot, 0});
+        return;
+      }
+    }
     auto e = std::make_shared<Entry>();
     e->coalesce_key = key;
     e->waiters.push_back(Waiter{d, *slot, cmd.number});
@@ -779,6 +798,7 @@ void StoreProxy::Core::flush_main() {
     // Requests without a reply count as applied once a later reply arrives (FIFO link).
     if (reply_shape(e->cmd.op) != ReplyShape::None) inflight.push_back(e);
   }
+  for (auto& [key, e] : unsent_reads) inflight_reads[key] = e;
   unsent.clear();
   unsent_reads.clear();
   unsent_adds.clear();
@@ -847,6 +867,15 @@ void StoreProxy::Core::on_main_bytes() {
       on_check(g, main_in[off] == static_cast<char>(kCheckReady));
     } else {
       answer(e, std::string_view(main_in).substr(off, *size));
+      if (e->cmd.op == Op::Get || e->cmd.op == Op::MultiGet) {
+        auto f = inflight_reads.find(e->coalesce_key);
+        if (f != inflight_reads.end() && f->second == e) inflight_reads.erase(f);
+        if (auto held = std::move(e->held_next)) {
+          // Sent now, after every caller in it arrived: they share its answer (rule 2).
+          enqueue_main(held);
+          unsent_reads[held->coalesce_key] = held;
+        }
+      }
     }
     off += *size;
     for (auto& b : e->released_by_fence) release_blocking(b);
@@ -891,6 +920,7 @@ void StoreProxy::Core::main_failed(const std::string& why) {
   unsent.clear();
   unsent_reads.clear();
   unsent_adds.clear();
+  inflight_reads.clear();
   unreleased_waits.clear();
   wait_groups.clear();
   open_fence.reset();
