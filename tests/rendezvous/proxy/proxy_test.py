@@ -13,6 +13,7 @@ torch: each given interpreter's real torch TCPStore client through the proxy.
 import os
 import random
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -202,6 +203,14 @@ def pipelining(port):
     assert g1.call("add", "cnt", 5) == 15
     assert g1.call("get", "k") == b"new"
     g1.close()
+    # A 1.13 watch connection is tunnelled to the root: registration reply, then notifications.
+    watcher = WireClient(port, "G1")
+    watcher.send(bytes([7]) + struct.pack("<Q", 3) + b"/wk")
+    assert watcher.read_byte() == 3, "KEY_CALLBACK_REGISTERED"
+    b.call("set", "/wk", "v1")
+    assert watcher.read_byte() == 1, "KEY_CREATED"
+    assert watcher.read_bytes() == b"/wk" and watcher.read_bytes() == b"" and watcher.read_bytes() == b"v1"
+    watcher.close()
     a.close()
     b.close()
     print("pipelining: OK")
