@@ -1,7 +1,8 @@
 """Store proxy benchmark: one GET's latency through a proxy vs direct, and the root store's load
 (connections, requests) for a PyTorch-style init of N ranks on M nodes, direct vs one proxy per node.
 
-  python3 bench/scale/proxy_bench.py BUILD/bin [--ranks 128] [--nodes 8] [--gets 5000]
+  cmake --build build --target ddprun-store ddprun-store-proxy proxy_init_ranks
+  python3 bench/scale/proxy_bench.py BUILD/bin [--ranks 128] [--nodes 8] [--gets 5000] [--python-ranks]
 
 The root's counts come from the root itself (ddprun-store --trace: one line per request, tagged
 with its connection), not from the proxy's own counters. Results are printed as a table; no
@@ -89,6 +90,14 @@ def init_job(ports_of_rank, world):
     return time.perf_counter() - t0
 
 
+def init_job_native(tool, ports_of_rank, world):
+    """The same init with one thread and one C++ StoreClient per rank (proxy_init_ranks)."""
+    out = subprocess.run([tool, str(world), *map(str, ports_of_rank)], capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr
+    return float(out.stdout.strip())
+
+
 def root_load(trace):
     lines = re.findall(r"trace conn=(\d+) ", trace)
     return len(set(lines)), len(lines)
@@ -100,6 +109,8 @@ def main():
     ap.add_argument("--ranks", type=int, default=128)
     ap.add_argument("--nodes", type=int, default=8)
     ap.add_argument("--gets", type=int, default=5000)
+    ap.add_argument("--python-ranks", action="store_true",
+                    help="simulate ranks with Python threads even when proxy_init_ranks is built")
     a = ap.parse_args()
     store_bin = os.path.join(a.bin_dir, "ddprun-store")
     proxy_bin = os.path.join(a.bin_dir, "ddprun-store-proxy")
@@ -126,12 +137,18 @@ def main():
             proxies = [start([proxy_bin, "--port", "0", "--upstream", f"127.0.0.1:{sport}"]) for _ in range(a.nodes)]
             per_node = -(-a.ranks // a.nodes)
             ports = [proxies[r // per_node][2] for r in range(a.ranks)]
-        seconds = init_job(ports, a.ranks)
+        native = os.path.join(a.bin_dir, "proxy_init_ranks")
+        if a.python_ranks or not os.path.exists(native):
+            seconds = init_job(ports, a.ranks)
+        else:
+            seconds = init_job_native(native, ports, a.ranks)
         for p, log, _ in proxies:
             stop(p, log)
         conns, reqs = root_load(stop(store, slog))
         rows.append((mode, seconds, conns, reqs))
-    print(f"Init of {a.ranks} ranks on {a.nodes} nodes (barrier, unique id, Gloo address exchange):")
+    kind = "Python threads" if a.python_ranks or not os.path.exists(os.path.join(a.bin_dir, "proxy_init_ranks")) \
+        else "C++ StoreClient threads"
+    print(f"Init of {a.ranks} ranks on {a.nodes} nodes ({kind}; barrier, unique id, Gloo address exchange):")
     print("  mode     init_s  root_connections  root_requests  requests/rank")
     for mode, seconds, conns, reqs in rows:
         print(f"  {mode:7s} {seconds:7.2f} {conns:17d} {reqs:14d} {reqs / a.ranks:14.1f}")
