@@ -121,6 +121,10 @@ constexpr OptionSpec kOptions[] = {
      "Print worker lines as the workers wrote them (still whole lines, never torn)"},
     {"--color", "WHEN", nullptr, &RawOptions::color, nullptr, "auto always never",
      "Color the rank prefixes: auto (a terminal and no NO_COLOR; default), always or never"},
+    {"--store-proxy,--store_proxy", "on|off|auto", "DDPRUN_STORE_PROXY", &RawOptions::store_proxy, nullptr,
+     "on off auto",
+     "Serve the workers through a store proxy on this node (fewer root-store connections and "
+     "requests): on, off (default) or auto (on for multi-node jobs)"},
     {"--python", "PYTHON", nullptr, &RawOptions::python, nullptr, nullptr,
      "Interpreter for .py programs and -m (default $PYTHON_EXEC, else python3)"},
     {"--scheduler", "NAME", nullptr, &RawOptions::scheduler, nullptr,

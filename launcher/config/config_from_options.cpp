@@ -202,6 +202,13 @@ Result<ConfiguredLaunch> config_from_options(const RawOptions& raw, const HostFa
       if (endpoint->port != 0) c.master_port = endpoint->port;
     }
   }
+  if (raw.store_proxy == "on") {
+    c.store_proxy = true;
+  } else if (raw.store_proxy == "auto") {
+    c.store_proxy = c.multi_node();
+  } else if (raw.store_proxy != "off") {
+    return usage("--store-proxy must be on, off or auto, got '" + raw.store_proxy + "'");
+  }
   c.standalone = raw.standalone;
   if (c.standalone) {
     if (c.multi_node()) return usage("--standalone runs one node; drop --nnodes or set it to 1");

@@ -79,6 +79,10 @@ struct LaunchConfig {
   /// flips to true once ddprun hosts the store itself (rendezvous/).
   bool use_agent_store = false;
 
+  /// --store-proxy, resolved (auto = multi-node): the workers reach the job's store through a
+  /// proxy on their own node (rendezvous/proxy), only while the agents host the store.
+  bool store_proxy = false;
+
   /// True when OMP_NUM_THREADS must be set to 1 for the workers (unset and nproc > 1).
   bool default_omp_threads = false;
 

@@ -53,6 +53,7 @@ struct RawOptions {
   bool dry_run = false;
   bool bind_gpu = false;
   std::string python;  // empty: $PYTHON_EXEC, else python3 on PATH
+  std::string store_proxy = "off";  // on, off or auto (on for multi-node jobs)
   std::string scheduler = "auto";  // auto, none or one detector (slurm, openmpi, ...)
   bool print_env_detect = false;   // print the scheduler detection report and exit
   bool store_only = false;         // serve only the store at master_addr:master_port

@@ -55,7 +55,7 @@ EnvMap worker_env_additions(const LaunchConfig& config, const WorkerSlot& slot,
   add["ROLE_RANK"] = std::to_string(rank);  // one role: role rank = global rank
   add["ROLE_WORLD_SIZE"] = std::to_string(world);
   add["ROLE_NAME"] = config.role;
-  add["MASTER_ADDR"] = config.master_addr;
+  add["MASTER_ADDR"] = slot.master_addr.empty() ? config.master_addr : slot.master_addr;
   add["MASTER_PORT"] = std::to_string(slot.master_port);
   add["TORCHELASTIC_RESTART_COUNT"] = std::to_string(slot.restart_count);
   add["TORCHELASTIC_MAX_RESTARTS"] = std::to_string(config.max_restarts);

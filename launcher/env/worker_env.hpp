@@ -30,6 +30,7 @@ struct WorkerSlot {
   int restart_count = 0;       // TORCHELASTIC_RESTART_COUNT (= attempt number)
   int master_port = 0;         // resolved port (the config may say 0 = free port)
   std::string error_file;      // TORCHELASTIC_ERROR_FILE
+  std::string master_addr{};   // empty: the config's; set: this node's store proxy
 };
 
 /// The global rank of `local_rank` on this node (static assignment: node-major).

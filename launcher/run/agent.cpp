@@ -263,6 +263,10 @@ void Agent::start_worker(Worker& w, int attempt) {
     return;
   }
   WorkerSlot slot{r, attempt, setup_.master_port, w.outcome.error_file};
+  if (proxy_) {
+    slot.master_addr = "127.0.0.1";
+    slot.master_port = proxy_->port();
+  }
   EnvMap env = worker_environment(c, slot, setup_.parent_env, layout_);
   env[OrphanGuard::kTokenVariable] = token_;
   SpawnRequest request{setup_.executable, setup_.argv, to_envp_strings(env), streams->worker_stdout(),

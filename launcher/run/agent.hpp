@@ -49,6 +49,7 @@
 #include "launcher/run/event_log.hpp"
 #include "launcher/run/failure_report.hpp"
 #include "launcher/run/hosted_store.hpp"
+#include "launcher/run/node_store_proxy.hpp"
 #include "launcher/run/run_directory.hpp"
 #include "launcher/run/membership.hpp"
 #include "launcher/run/run_end.hpp"
@@ -171,6 +172,7 @@ class Agent {
 
   // The store and the other nodes.
   std::unique_ptr<HostedStore> store_;
+  std::unique_ptr<NodeStoreProxy> proxy_;  // --store-proxy: the workers' store address
   JobRendezvousFactory make_rendezvous_;
   std::unique_ptr<JobRendezvous> session_;
   std::optional<GroupLayout> layout_;  // this attempt's place in the job (multi-node)

@@ -39,6 +39,13 @@ Result<Ok> Agent::open_store() {
       // TryHost: the endpoint belongs to another node, or its agent already serves it.
     }
   }
+  if (setup_.config.store_proxy && setup_.config.use_agent_store && setup_.master_port != 0) {
+    try {
+      proxy_ = std::make_unique<NodeStoreProxy>(plan.connect_host, static_cast<std::uint16_t>(setup_.master_port));
+    } catch (const std::runtime_error& e) {
+      return Error{multinode_exit_codes::kRendezvous, fmt::format("--store-proxy: {}", e.what())};
+    }
+  }
   if (!setup_.multinode) return Ok{};
   if (setup_.master_port == 0) {
     return Error{exit_codes::kUsage, "--master_port 0 only works on the node that hosts the store; "

@@ -1,0 +1,42 @@
+// SPDX-License-Identifier: MIT
+#include "launcher/run/node_store_proxy.hpp"
+
+#include <signal.h>
+
+#include <boost/asio/post.hpp>
+
+namespace ddp::launcher {
+
+namespace {
+rdzv::proxy::StoreProxyOptions proxy_options(const std::string& root_host, std::uint16_t root_port) {
+  rdzv::proxy::StoreProxyOptions o;
+  o.bind_address = "127.0.0.1";
+  o.port = 0;
+  o.upstream_host = root_host;
+  o.upstream_port = root_port;
+  return o;
+}
+}  // namespace
+
+NodeStoreProxy::NodeStoreProxy(const std::string& root_host, std::uint16_t root_port)
+    : proxy_(std::make_unique<rdzv::proxy::StoreProxy>(io_, proxy_options(root_host, root_port))),
+      port_(proxy_->port()) {
+  proxy_->start();
+  // Signals stay with the supervision loop's signal_sets.
+  sigset_t all, old;
+  sigfillset(&all);
+  ::pthread_sigmask(SIG_SETMASK, &all, &old);
+  thread_ = std::thread([this] { io_.run(); });
+  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+}
+
+NodeStoreProxy::~NodeStoreProxy() {
+  boost::asio::post(io_, [this] {
+    proxy_->stop();
+    io_.stop();
+  });
+  thread_.join();
+  proxy_.reset();
+}
+
+}  // namespace ddp::launcher

@@ -1,0 +1,35 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+/// NodeStoreProxy: this node's store proxy (rendezvous/proxy) for its workers, on a thread and
+/// io_context of its own like HostedStore, so the supervision loop never delays the workers'
+/// store traffic. Listens on 127.0.0.1; the workers get that address as MASTER_ADDR:MASTER_PORT.
+
+#include <boost/asio/io_context.hpp>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "rendezvous/proxy/store_proxy.hpp"
+
+namespace ddp::launcher {
+
+class NodeStoreProxy {
+ public:
+  /// Listens at once (port() is valid); throws std::runtime_error when it cannot.
+  NodeStoreProxy(const std::string& root_host, std::uint16_t root_port);
+  /// Closes every connection and joins the thread.
+  ~NodeStoreProxy();
+  NodeStoreProxy(const NodeStoreProxy&) = delete;
+  NodeStoreProxy& operator=(const NodeStoreProxy&) = delete;
+
+  std::uint16_t port() const { return port_; }
+
+ private:
+  boost::asio::io_context io_{1};
+  std::unique_ptr<rdzv::proxy::StoreProxy> proxy_;
+  std::uint16_t port_ = 0;
+  std::thread thread_;
+};
+
+}  // namespace ddp::launcher

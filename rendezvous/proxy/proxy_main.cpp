@@ -1,0 +1,81 @@
+// ddprun-store-proxy: the node-local store proxy on its own (ddprun's agents run the same code
+// in-process with --store-proxy). Prints the port it listens on as the first line of stdout,
+// serves until SIGINT/SIGTERM, then prints one line of counters on stderr.
+
+#include <sys/resource.h>
+
+#include <chrono>
+#include <csignal>
+#include <iostream>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "rendezvous/proxy/store_proxy.hpp"
+
+int main(int argc, char** argv) {
+  ::signal(SIGPIPE, SIG_IGN);
+  ddp::rdzv::proxy::StoreProxyOptions opts;
+  std::string upstream;
+  CLI::App app{"ddprun-store-proxy: a node-local proxy in front of a c10d-compatible TCP store", "ddprun-store-proxy"};
+  app.add_option("--upstream", upstream, "the root store, HOST:PORT")->required();
+  app.add_option("--host", opts.bind_address, "address to listen on")->capture_default_str();
+  app.add_option("--port", opts.port, "port to listen on; 0 picks a free one (printed on stdout)")
+      ->capture_default_str();
+  app.add_option("--max-pending-output-bytes", opts.limits.max_pending_output_bytes,
+                 "output owed to one worker connection that does not read it")
+      ->capture_default_str();
+  app.add_option("--max-request-bytes", opts.limits.max_request_bytes, "largest single request")
+      ->capture_default_str();
+  app.add_option("--max-connections", opts.limits.max_connections, "most worker connections")->capture_default_str();
+  double idle_timeout_s = std::chrono::duration<double>(opts.limits.idle_timeout).count();
+  app.add_option("--idle-timeout", idle_timeout_s,
+                 "seconds a worker connection in the middle of a request or owed output may make no progress; 0: never")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  opts.limits.idle_timeout = std::chrono::milliseconds(static_cast<long long>(idle_timeout_s * 1000));
+  const auto colon = upstream.rfind(':');
+  if (colon == std::string::npos || colon == 0) {
+    std::cerr << "ddprun-store-proxy: --upstream must be HOST:PORT, got '" << upstream << "'\n";
+    return 2;
+  }
+  opts.upstream_host = upstream.substr(0, colon);
+  try {
+    const long port = std::stol(upstream.substr(colon + 1));
+    if (port <= 0 || port > 65535) throw std::out_of_range("port");
+    opts.upstream_port = static_cast<std::uint16_t>(port);
+  } catch (const std::exception&) {
+    std::cerr << "ddprun-store-proxy: bad port in --upstream '" << upstream << "'\n";
+    return 2;
+  }
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
+    lim.rlim_cur = lim.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &lim);
+  }
+  boost::asio::io_context io(1);
+  try {
+    ddp::rdzv::proxy::StoreProxy proxy(io, opts);
+    boost::asio::signal_set signals(io, SIGINT, SIGTERM);
+    std::cout << proxy.port() << std::endl;
+    proxy.start();
+    signals.async_wait([&](const boost::system::error_code& ec, int) {
+      if (ec) return;
+      const auto s = proxy.stats();
+      std::cerr << fmt::format(
+          "ddprun-store-proxy: stats downstream_requests={} upstream_requests={} upstream_connections_opened={} "
+          "coalesced_requests={}\n",
+          s.downstream_requests, s.upstream_requests, s.upstream_connections_opened, s.coalesced_requests);
+      proxy.stop();
+      io.stop();
+    });
+    io.run();
+  } catch (const std::runtime_error& e) {
+    std::cerr << "ddprun-store-proxy: " << e.what() << '\n';
+    return 1;
+  }
+  return 0;
+}

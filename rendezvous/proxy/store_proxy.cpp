@@ -1,0 +1,976 @@
+#include "rendezvous/proxy/store_proxy.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <deque>
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/write.hpp>
+#include <fmt/format.h>
+
+#include "rendezvous/codec.hpp"
+#include "rendezvous/log.hpp"
+#include "rendezvous/proxy/reply_reader.hpp"
+
+namespace ddp::rdzv::proxy {
+
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+
+class Downstream;
+class BlockingLink;
+
+// One caller sharing an upstream request: where its answer goes.
+struct Waiter {
+  std::weak_ptr<Downstream> conn;
+  std::uint64_t slot = 0;
+  std::int64_t delta = 0;  // ADD: this caller's own delta
+};
+
+// One upstream request and everyone who will share its answer.
+struct Entry {
+  Command cmd;  // G2-neutral command as sent (ADD: number is the sum, set when sent)
+  std::vector<Waiter> waiters;
+  std::uint64_t seq = 0;  // position on the main link
+  std::string coalesce_key;
+  bool sent = false;
+  // Fence (a PING on the main link) that releases these blocking entries when answered.
+  std::vector<std::shared_ptr<Entry>> released_by_fence;
+  // Blocking entries (WAIT/BARRIER): the main-link sequence a joiner's writes must not exceed.
+  std::uint64_t fence_seq = 0;
+  bool has_fence = false;
+  std::weak_ptr<BlockingLink> link;
+  // WAIT groups: callers who arrived after the group's CHECK or WAIT was sent. They cannot take
+  // its answer (the key may have gone again before they arrived); they get a CHECK of their own.
+  std::vector<Waiter> late;
+  std::shared_ptr<Entry> check;        // the group's CHECK on the main link, while one is out
+  bool waiting_upstream = false;       // the group's WAIT is out on a link
+  std::weak_ptr<Entry> group;          // a CHECK entry: the WAIT group it decides
+  // GET/MULTI_GET sent and not yet answered: identical reads arriving meanwhile gather here and
+  // are sent together once this one is answered (at most one in flight and one waiting per key).
+  std::shared_ptr<Entry> held_next;
+};
+
+static bool is_write(Op op) {
+  switch (op) {
+    case Op::Set:
+    case Op::CompareSet:
+    case Op::Add:
+    case Op::DeleteKey:
+    case Op::Append:
+    case Op::MultiSet:
+    case Op::QueuePush:
+    case Op::QueuePop:
+    case Op::Barrier:
+      return true;
+    default:
+      return false;
+  }
+}
+
+static std::string coalesce_key_of(const Command& cmd) {
+  std::string key;
+  key.push_back(static_cast<char>(cmd.op));
+  for (const auto& k : cmd.keys) put_bytes(key, k);
+  return key;
+}
+
+// ----------------------------------------------------------------------------------------------
+struct StoreProxy::Core : std::enable_shared_from_this<StoreProxy::Core> {
+  Core(asio::io_context& io_, StoreProxyOptions o)
+      : io(io_), opts(std::move(o)), acceptor(io_), sweep_timer(io_) {}
+
+  asio::io_context& io;
+  StoreProxyOptions opts;
+  tcp::acceptor acceptor;
+  asio::steady_timer sweep_timer;  // --idle-timeout for workers stalled mid-request
+  StoreProxyStats stats;
+  bool stopped = false;
+  std::vector<std::weak_ptr<Downstream>> downstreams;
+
+  // Main link: one pipelined G2 connection for everything but WAIT/BARRIER.
+  std::optional<tcp::socket> main_socket;
+  bool main_connected = false;
+  bool main_connecting = false;
+  std::vector<std::shared_ptr<Entry>> unsent;  // in order
+  std::deque<std::shared_ptr<Entry>> inflight;
+  std::string main_out;
+  bool main_writing = false;
+  bool flush_posted = false;
+  std::string main_in;
+  std::array<char, 65536> main_read_buf{};
+  std::uint64_t next_seq = 1;
+  std::uint64_t completed_seq = 0;  // every main request up to here has been applied by the root
+  std::unordered_map<std::string, std::shared_ptr<Entry>> unsent_reads;  // GET/MULTI_GET
+  std::unordered_map<std::string, std::shared_ptr<Entry>> unsent_adds;
+  std::unordered_map<std::string, std::shared_ptr<Entry>> inflight_reads;  // GET/MULTI_GET sent
+  std::unordered_map<std::string, std::shared_ptr<Entry>> unreleased_waits;  // BARRIER (not shared)
+  std::unordered_map<std::string, std::shared_ptr<Entry>> wait_groups;       // WAIT, by key list
+  std::shared_ptr<Entry> open_fence;  // an unsent fence new blocking entries may share
+  std::vector<std::shared_ptr<BlockingLink>> idle_links;
+
+  void accept();
+  void arm_sweep();
+  void enqueue_main(const std::shared_ptr<Entry>& e);
+  void schedule_flush();
+  void flush_main();
+  void connect_main();
+  void read_main();
+  void on_main_bytes();
+  void main_failed(const std::string& why);
+  void answer(const std::shared_ptr<Entry>& e, std::string_view reply);
+  void submit(const std::shared_ptr<Downstream>& d, Command&& cmd, std::optional<std::uint64_t> slot);
+  void submit_blocking(const std::shared_ptr<Downstream>& d, Command&& cmd, std::uint64_t slot);
+  void release_blocking(const std::shared_ptr<Entry>& e);
+  void submit_wait(const std::shared_ptr<Downstream>& d, Command&& cmd, std::uint64_t slot);
+  void start_check(const std::shared_ptr<Entry>& g);
+  void on_check(const std::shared_ptr<Entry>& g, bool ready);
+  void on_wait_answered(const std::shared_ptr<Entry>& g);
+  void end_group(const std::shared_ptr<Entry>& g);
+  std::shared_ptr<BlockingLink> take_link();
+  void link_done(const std::shared_ptr<BlockingLink>& link, bool reusable);
+  void close_all(const std::string& why);
+};
+
+// ----------------------------------------------------------------------------------------------
+// A worker's connection to the proxy.
+class Downstream : public std::enable_shared_from_this<Downstream> {
+ public:
+  static constexpr std::size_t kMaxOutstandingRequests = 4096;
+
+  Downstream(tcp::socket s, std::shared_ptr<StoreProxy::Core> core) : socket_(std::move(s)), core_(std::move(core)) {}
+
+  void start() { arm_read(); }
+
+  // Reply slots: every request with a reply takes the next slot; answers leave in slot order.
+  std::uint64_t take_slot() {
+    slots_.emplace_back();
+    return slot_base_ + slots_.size() - 1;
+  }
+  void fill(std::uint64_t slot, std::string_view bytes) {
+    if (closed_ || slot < slot_base_ || slot - slot_base_ >= slots_.size()) return;
+    auto& s = slots_[slot - slot_base_];
+    if (s) return;
+    s = std::string(bytes);
+    while (!slots_.empty() && slots_.front()) {
+      out_ += *slots_.front();
+      slots_.pop_front();
+      ++slot_base_;
+    }
+    if (out_.size() - out_off_ > core_->opts.limits.max_pending_output_bytes) {
+      close("owed more than --max-pending-output-bytes");
+      return;
+    }
+    flush();
+    arm_read();
+  }
+  // Raw bytes in order after every owed reply (the G1 watch tunnel).
+  void relay(std::string_view bytes) { fill(take_slot(), bytes); }
+
+  void close(std::string_view why = {}) {
+    if (closed_) return;
+    closed_ = true;
+    if (!why.empty()) log_line(fmt::format("ddprun-store-proxy: closing worker connection: {}", why));
+    boost::system::error_code ec;
+    socket_.close(ec);
+    if (tunnel_) tunnel_->close(ec);
+    if (pending_blocking_) drop_waiter(pending_blocking_);
+    pending_blocking_.reset();
+    if (core_->stats.downstream_connections > 0) --core_->stats.downstream_connections;
+  }
+  bool closed() const { return closed_; }
+
+  // In the middle of a request, or owed output it does not read: what --idle-timeout bounds.
+  // A worker between requests (blocked in WAIT, idle) is never timed out.
+  bool stalled_since(std::chrono::steady_clock::time_point limit) const {
+    const bool awaiting = (decoder_ && decoder_->mid_request()) || (!decoder_ && !in_.empty()) ||
+                          out_off_ < out_.size();
+    return !closed_ && awaiting && last_progress_ < limit;
+  }
+
+  std::uint64_t last_write_seq = 0;
+  std::shared_ptr<Entry> pending_blocking_;
+  std::uint64_t pending_blocking_slot_ = 0;
+
+  void drop_waiter(const std::shared_ptr<Entry>& e) {
+    for (auto* list : {&e->waiters, &e->late}) {
+      for (auto it = list->begin(); it != list->end(); ++it) {
+        if (it->conn.lock().get() == this && it->slot == pending_blocking_slot_) {
+          list->erase(it);
+          break;
+        }
+      }
+    }
+    fill(pending_blocking_slot_, "");
+    if (e->cmd.op == Op::Wait) {
+      if (e->waiters.empty() && e->late.empty()) {
+        if (e->waiting_upstream) {
+          // The root still holds the registration: that connection cannot be reused.
+          if (auto link = e->link.lock()) core_->link_done(link, false);
+          e->waiting_upstream = false;
+        }
+        if (!e->check) core_->end_group(e);  // else the CHECK's answer ends it
+      }
+      return;
+    }
+    auto& w = e->waiters;
+    if (w.empty()) {
+      if (!e->sent) {
+        core_->unreleased_waits.erase(e->coalesce_key);
+      } else if (auto link = e->link.lock()) {
+        // The root still holds the registration: that connection cannot be reused.
+        core_->link_done(link, false);
+      }
+    }
+  }
+
+ private:
+  void arm_read() {
+    if (closed_ || reading_) return;
+    // Back-pressure: a worker that does not read its replies, or has too many requests
+    // outstanding, is not read from until that drains (resumes in flush / fill).
+    if (out_.size() - out_off_ > core_->opts.limits.max_pending_output_bytes) return;
+    if (slots_.size() > kMaxOutstandingRequests) return;
+    reading_ = true;
+    socket_.async_read_some(asio::buffer(buf_), [self = shared_from_this()](const boost::system::error_code& ec,
+                                                                          std::size_t n) {
+      self->reading_ = false;
+      if (self->closed_) return;
+      self->last_progress_ = std::chrono::steady_clock::now();
+      if (ec) {
+        self->close();
+        return;
+      }
+      self->on_bytes(std::string_view(self->buf_.data(), n));
+      self->arm_read();
+    });
+  }
+
+  void on_bytes(std::string_view data) {
+    if (!decoder_) {
+      in_.append(data);
+      const auto kind = classify_connection(in_);
+      if (kind == ConnectionKind::Undetermined) return;
+      gen_ = kind == ConnectionKind::G2 ? Generation::G2 : Generation::G1;
+      decoder_.emplace(gen_, core_->opts.limits);
+      std::string held = std::move(in_);
+      in_.clear();
+      decode(held);
+      return;
+    }
+    decode(data);
+  }
+
+  void decode(std::string_view data) {
+    while (!data.empty() && !closed_) {
+      const auto step = decoder_->feed(data);
+      data.remove_prefix(step.consumed);
+      if (step.status == DecodeStatus::NeedMore) return;
+      if (step.status == DecodeStatus::Bad) {
+        close(decoder_->error());
+        return;
+      }
+      handle(decoder_->take());
+    }
+  }
+
+  void handle(Command&& cmd);
+
+  void flush() {
+    if (closed_ || writing_ || out_off_ == out_.size()) return;
+    writing_ = true;
+    asio::async_write(socket_, asio::buffer(out_.data() + out_off_, out_.size() - out_off_),
+                      [self = shared_from_this()](const boost::system::error_code& ec, std::size_t n) {
+                        self->writing_ = false;
+                        if (self->closed_) return;
+                        if (ec) {
+                          self->close();
+                          return;
+                        }
+                        self->out_off_ += n;
+                        self->last_progress_ = std::chrono::steady_clock::now();
+                        if (self->out_off_ == self->out_.size()) {
+                          self->out_.clear();
+                          self->out_off_ = 0;
+                        }
+                        self->flush();
+                        self->arm_read();
+                      });
+  }
+
+  void start_tunnel(Command&& first);
+  void tunnel_read();
+
+  tcp::socket socket_;
+  std::shared_ptr<StoreProxy::Core> core_;
+  std::array<char, 65536> buf_{};
+  std::string in_;
+  Generation gen_ = Generation::G2;
+  std::optional<RequestDecoder> decoder_;
+  bool first_request_ = true;
+  std::deque<std::optional<std::string>> slots_;
+  std::uint64_t slot_base_ = 0;
+  std::string out_;
+  std::size_t out_off_ = 0;
+  bool writing_ = false;
+  bool reading_ = false;
+  bool closed_ = false;
+  std::chrono::steady_clock::time_point last_progress_ = std::chrono::steady_clock::now();
+  // G1 watch connections are tunnelled to the root as they are.
+  std::unique_ptr<tcp::socket> tunnel_;
+  std::array<char, 16384> tunnel_buf_{};
+};
+
+// A dedicated upstream connection for one WAIT or BARRIER at a time.
+class BlockingLink : public std::enable_shared_from_this<BlockingLink> {
+ public:
+  BlockingLink(std::shared_ptr<StoreProxy::Core> core) : core_(std::move(core)), socket_(core_->io) {}
+
+  void connect_and_send(const std::shared_ptr<Entry>& e) {
+    entry_ = e;
+    const std::string request = encode_request(Generation::G2, e->cmd);
+    ++core_->stats.upstream_requests;
+    if (connected_) {
+      write(request);
+      return;
+    }
+    ++core_->stats.upstream_connections_opened;
+    tcp::resolver resolver(core_->io);
+    boost::system::error_code ec;
+    auto endpoints = resolver.resolve(core_->opts.upstream_host, std::to_string(core_->opts.upstream_port), ec);
+    if (ec) return fail("cannot resolve the root store: " + ec.message());
+    asio::async_connect(socket_, endpoints,
+                        [self = shared_from_this(), request](const boost::system::error_code& cec, const tcp::endpoint&) {
+                          if (cec) return self->fail("cannot reach the root store: " + cec.message());
+                          self->socket_.set_option(tcp::no_delay(true));
+                          self->connected_ = true;
+                          std::string hello;
+                          put_u8(hello, wire_from_op(Generation::G2, Op::Validate));
+                          put_u32(hello, kValidateMagic);
+                          self->write(hello + request);
+                          self->read();
+                        });
+  }
+
+  void close() {
+    boost::system::error_code ec;
+    socket_.close(ec);
+    closed_ = true;
+  }
+
+ private:
+  void write(std::string bytes) {
+    auto buf = std::make_shared<std::string>(std::move(bytes));
+    asio::async_write(socket_, asio::buffer(*buf),
+                      [self = shared_from_this(), buf](const boost::system::error_code& ec, std::size_t) {
+                        if (ec) self->fail("root store connection lost: " + ec.message());
+                      });
+  }
+  void read() {
+    socket_.async_read_some(asio::buffer(byte_), [self = shared_from_this()](const boost::system::error_code& ec,
+                                                                           std::size_t n) {
+      if (ec || n == 0) {
+        if (self->closed_) return;
+        return self->fail("root store connection lost: " + (ec ? ec.message() : std::string("EOF")));
+      }
+      auto e = std::move(self->entry_);
+      self->entry_.reset();
+      if (!e) return self->fail("unexpected bytes from the root store");
+      self->core_->answer(e, std::string_view(self->byte_.data(), 1));
+      self->core_->link_done(self, true);
+      if (!self->closed_) self->read();
+    });
+  }
+  void fail(const std::string& why) {
+    if (closed_) return;
+    close();
+    if (entry_) {
+      auto e = std::move(entry_);
+      entry_.reset();
+      auto waiters = std::move(e->waiters);
+      auto late = std::move(e->late);
+      e->waiters.clear();
+      e->late.clear();
+      e->waiting_upstream = false;
+      // The group is over: a later WAIT on the same keys starts afresh.
+      if (e->cmd.op == Op::Wait) core_->end_group(e);
+      for (auto* list : {&waiters, &late})
+        for (auto& w : *list)
+          if (auto d = w.conn.lock()) d->close(why);
+    }
+  }
+
+  std::shared_ptr<StoreProxy::Core> core_;
+  tcp::socket socket_;
+  bool connected_ = false;
+  bool closed_ = false;
+  std::shared_ptr<Entry> entry_;
+  std::array<char, 1> byte_{};
+};
+
+// ----------------------------------------------------------------------------------------------
+void Downstream::handle(Command&& cmd) {
+  ++core_->stats.downstream_requests;
+  const auto self = shared_from_this();
+  if (tunnel_) {
+    auto buf = std::make_shared<std::string>(encode_request(Generation::G1, cmd));
+    asio::async_write(*tunnel_, asio::buffer(*buf), [self, buf](const boost::system::error_code& ec, std::size_t) {
+      if (ec) self->close("root store connection lost");
+    });
+    return;
+  }
+  if (gen_ == Generation::G2 && first_request_ && cmd.op != Op::Validate) {
+    close("G2 connection did not start with VALIDATE");
+    return;
+  }
+  if (cmd.op == Op::Validate) {
+    if (!first_request_) close("second VALIDATE");
+    first_request_ = false;
+    return;
+  }
+  first_request_ = false;
+  // A 1.13 client only sends again after its WAIT timed out: forget that WAIT (docs/protocol.md).
+  if (gen_ == Generation::G1 && pending_blocking_) {
+    auto e = std::move(pending_blocking_);
+    pending_blocking_.reset();
+    drop_waiter(e);
+  }
+  switch (cmd.op) {
+    case Op::Ping: {
+      std::string reply;
+      put_u32(reply, cmd.word);
+      fill(take_slot(), reply);
+      return;
+    }
+    case Op::CancelWait: {
+      if (pending_blocking_) {
+        auto e = std::move(pending_blocking_);
+        pending_blocking_.reset();
+        drop_waiter(e);
+      }
+      std::string reply;
+      put_u8(reply, kWaitCanceled);
+      fill(take_slot(), reply);
+      return;
+    }
+    case Op::WatchKey:
+      start_tunnel(std::move(cmd));
+      return;
+    case Op::Wait:
+    case Op::Barrier: {
+      const auto slot = take_slot();
+      pending_blocking_slot_ = slot;
+      if (cmd.op == Op::Wait) {
+        core_->submit_wait(self, std::move(cmd), slot);
+      } else {
+        core_->submit_blocking(self, std::move(cmd), slot);
+      }
+      return;
+    }
+    default: {
+      std::optional<std::uint64_t> slot;
+      if (reply_shape(cmd.op) != ReplyShape::None) slot = take_slot();
+      core_->submit(self, std::move(cmd), slot);
+      return;
+    }
+  }
+}
+
+void Downstream::start_tunnel(Command&& first) {
+  tunnel_ = std::make_unique<tcp::socket>(core_->io);
+  ++core_->stats.upstream_connections_opened;
+  ++core_->stats.upstream_requests;
+  tcp::resolver resolver(core_->io);
+  boost::system::error_code ec;
+  auto endpoints = resolver.resolve(core_->opts.upstream_host, std::to_string(core_->opts.upstream_port), ec);
+  if (ec) return close("cannot resolve the root store");
+  auto request = std::make_shared<std::string>(encode_request(Generation::G1, first));
+  asio::async_connect(*tunnel_, endpoints,
+                      [self = shared_from_this(), request](const boost::system::error_code& cec, const tcp::endpoint&) {
+                        if (self->closed_) return;
+                        if (cec) return self->close("cannot reach the root store");
+                        asio::async_write(*self->tunnel_, asio::buffer(*request),
+                                          [self, request](const boost::system::error_code& wec, std::size_t) {
+                                            if (wec) self->close("root store connection lost");
+                                          });
+                        self->tunnel_read();
+                      });
+}
+
+void Downstream::tunnel_read() {
+  tunnel_->async_read_some(asio::buffer(tunnel_buf_), [self = shared_from_this()](const boost::system::error_code& ec,
+                                                                                std::size_t n) {
+    if (self->closed_) return;
+    if (ec) return self->close();
+    self->relay(std::string_view(self->tunnel_buf_.data(), n));
+    self->tunnel_read();
+  });
+}
+
+// ----------------------------------------------------------------------------------------------
+void StoreProxy::Core::accept() {
+  acceptor.async_accept([self = shared_from_this()](const boost::system::error_code& ec, tcp::socket socket) {
+    if (self->stopped) return;
+    if (!ec) {
+      if (self->stats.downstream_connections >= self->opts.limits.max_connections) {
+        boost::system::error_code ignored;
+        socket.close(ignored);
+      } else {
+        boost::system::error_code ignored;
+        socket.set_option(tcp::no_delay(true), ignored);
+        auto d = std::make_shared<Downstream>(std::move(socket), self);
+        ++self->stats.downstream_connections;
+        std::erase_if(self->downstreams, [](const auto& w) { return w.expired(); });
+        self->downstreams.push_back(d);
+        d->start();
+      }
+    }
+    self->accept();
+  });
+}
+
+void StoreProxy::Core::arm_sweep() {
+  const auto idle = opts.limits.idle_timeout;
+  if (idle.count() <= 0 || stopped) return;
+  sweep_timer.expires_after(std::clamp(idle / 4, std::chrono::milliseconds(25), std::chrono::milliseconds(1000)));
+  sweep_timer.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+    if (ec || self->stopped) return;
+    const auto limit = std::chrono::steady_clock::now() - self->opts.limits.idle_timeout;
+    std::erase_if(self->downstreams, [](const auto& w) { return w.expired(); });
+    for (auto& w : self->downstreams) {
+      if (auto d = w.lock(); d && d->stalled_since(limit)) d->close("no progress for --idle-timeout");
+    }
+    self->arm_sweep();
+  });
+}
+
+void StoreProxy::Core::submit(const std::shared_ptr<Downstream>& d, Command&& cmd, std::optional<std::uint64_t> slot) {
+  // Coalescing: join an identical request not yet sent, placed after every write of this caller.
+  if (slot && (cmd.op == Op::Get || cmd.op == Op::MultiGet || cmd.op == Op::Add)) {
+    auto& table = cmd.op == Op::Add ? unsent_adds : unsent_reads;
+    const std::string key = coalesce_key_of(cmd);
+    auto it = table.find(key);
+    if (it != table.end() && !it->second->sent && d->last_write_seq <= it->second->seq) {
+      auto& e = it->second;
+      e->waiters.push_back(Waiter{d, *slot, cmd.number});
+      if (cmd.op == Op::Add) {
+        e->cmd.number = static_cast<std::int64_t>(static_cast<std::uint64_t>(e->cmd.number) +
+                                                  static_cast<std::uint64_t>(cmd.number));
+        d->last_write_seq = e->seq;
+      }
+      ++stats.coalesced_requests;
+      return;
+    }
+    if (cmd.op != Op::Add) {
+      auto f = inflight_reads.find(key);
+      if (f != inflight_reads.end()) {
+        auto& held = f->second->held_next;
+        if (!held) {
+          held = std::make_shared<Entry>();
+          held->coalesce_key = key;
+          held->cmd = std::move(cmd);
+        } else {
+          ++stats.coalesced_requests;
+        }
+        held->waiters.push_back(Waiter{d, *slot, 0});
+        return;
+      }
+    }
+    auto e = std::make_shared<Entry>();
+    e->coalesce_key = key;
+    e->waiters.push_back(Waiter{d, *slot, cmd.number});
+    e->cmd = std::move(cmd);
+    enqueue_main(e);
+    table[key] = e;
+    if (e->cmd.op == Op::Add) d->last_write_seq = e->seq;
+    return;
+  }
+  auto e = std::make_shared<Entry>();
+  if (slot) e->waiters.push_back(Waiter{d, *slot, 0});
+  e->cmd = std::move(cmd);
+  enqueue_main(e);
+  if (is_write(e->cmd.op)) d->last_write_seq = e->seq;
+}
+
+void StoreProxy::Core::submit_blocking(const std::shared_ptr<Downstream>& d, Command&& cmd, std::uint64_t slot) {
+  const bool coalescible = false;  // BARRIER: forwarded as is (each call counts)
+  const std::string key = coalescible ? coalesce_key_of(cmd) : std::string();
+  if (coalescible) {
+    auto it = unreleased_waits.find(key);
+    if (it != unreleased_waits.end()) {
+      auto& e = it->second;
+      const bool writes_covered =
+          e->has_fence ? d->last_write_seq < e->fence_seq : d->last_write_seq <= completed_seq;
+      if (!e->sent && writes_covered) {
+        e->waiters.push_back(Waiter{d, slot, 0});
+        d->pending_blocking_ = e;
+        ++stats.coalesced_requests;
+        return;
+      }
+    }
+  }
+  auto e = std::make_shared<Entry>();
+  e->coalesce_key = key;
+  e->cmd = std::move(cmd);
+  e->waiters.push_back(Waiter{d, slot, 0});
+  d->pending_blocking_ = e;
+  if (coalescible) unreleased_waits[key] = e;
+  if (d->last_write_seq > completed_seq) {
+    // Some of this caller's writes may not have reached the root yet: a PING on the main link
+    // answered means they have (one connection, processed in order).
+    if (!open_fence || open_fence->sent) {
+      open_fence = std::make_shared<Entry>();
+      open_fence->cmd.op = Op::Ping;
+      open_fence->cmd.word = 0x00FF0000u;
+      enqueue_main(open_fence);
+    }
+    e->has_fence = true;
+    e->fence_seq = open_fence->seq;
+    open_fence->released_by_fence.push_back(e);
+  } else {
+    // Released at the end of this turn, so that identical WAITs read in the same turn share it.
+    asio::post(io, [self = shared_from_this(), e] { self->release_blocking(e); });
+  }
+}
+
+void StoreProxy::Core::release_blocking(const std::shared_ptr<Entry>& e) {
+  if (e->sent || stopped) return;
+  if (!e->coalesce_key.empty()) {
+    auto it = unreleased_waits.find(e->coalesce_key);
+    if (it != unreleased_waits.end() && it->second == e) unreleased_waits.erase(it);
+  }
+  if (e->waiters.empty()) return;  // everyone cancelled
+  e->sent = true;
+  auto link = take_link();
+  e->link = link;
+  link->connect_and_send(e);
+}
+
+std::shared_ptr<BlockingLink> StoreProxy::Core::take_link() {
+  if (!idle_links.empty()) {
+    auto link = idle_links.back();
+    idle_links.pop_back();
+    return link;
+  }
+  return std::make_shared<BlockingLink>(shared_from_this());
+}
+
+void StoreProxy::Core::link_done(const std::shared_ptr<BlockingLink>& link, bool reusable) {
+  if (reusable && !stopped && idle_links.size() < opts.max_idle_blocking_connections) {
+    idle_links.push_back(link);
+  } else {
+    link->close();
+  }
+}
+
+// WAIT: a CHECK on the main link first. It is behind every write its callers sent before (one
+// connection, in order), so READY answers them at once, NOT_READY sends one WAIT on a link for
+// everyone waiting on the same keys. See docs/rendezvous.md, "Store proxy".
+void StoreProxy::Core::submit_wait(const std::shared_ptr<Downstream>& d, Command&& cmd, std::uint64_t slot) {
+  const std::string key = coalesce_key_of(cmd);
+  d->pending_blocking_.reset();
+  auto it = wait_groups.find(key);
+  if (it != wait_groups.end()) {
+    auto& g = it->second;
+    const bool early = g->check && !g->check->sent && d->last_write_seq < g->check->seq;
+    (early ? g->waiters : g->late).push_back(Waiter{d, slot, 0});
+    d->pending_blocking_ = g;
+    ++stats.coalesced_requests;
+    return;
+  }
+  auto g = std::make_shared<Entry>();
+  g->coalesce_key = key;
+  g->cmd = std::move(cmd);
+  g->waiters.push_back(Waiter{d, slot, 0});
+  d->pending_blocking_ = g;
+  wait_groups[key] = g;
+  start_check(g);
+}
+
+void StoreProxy::Core::start_check(const std::shared_ptr<Entry>& g) {
+  auto c = std::make_shared<Entry>();
+  c->cmd.op = Op::Check;
+  c->cmd.keys = g->cmd.keys;
+  c->group = g;
+  g->check = c;
+  enqueue_main(c);
+}
+
+void StoreProxy::Core::on_check(const std::shared_ptr<Entry>& g, bool ready) {
+  g->check.reset();
+  if (stopped) return;
+  if (ready) {
+    std::string stop;
+    put_u8(stop, kStopWaiting);
+    for (auto& w : g->waiters)
+      if (auto d = w.conn.lock()) {
+        if (d->pending_blocking_ == g) d->pending_blocking_.reset();
+        d->fill(w.slot, stop);
+      }
+    g->waiters = std::move(g->late);
+    g->late.clear();
+    if (g->waiters.empty()) return end_group(g);
+    return start_check(g);
+  }
+  // Not ready: everyone here now waits on one upstream WAIT sent after their arrival, except
+  // callers whose own writes may not have reached the root yet (they need a CHECK behind them).
+  std::vector<Waiter> still_late;
+  for (auto& w : g->late) {
+    auto d = w.conn.lock();
+    if (!d) continue;
+    if (d->last_write_seq <= completed_seq) {
+      g->waiters.push_back(w);
+    } else {
+      still_late.push_back(w);
+    }
+  }
+  g->late = std::move(still_late);
+  if (g->waiters.empty()) {
+    if (g->late.empty()) return end_group(g);
+    g->waiters = std::move(g->late);
+    g->late.clear();
+    return start_check(g);
+  }
+  g->waiting_upstream = true;
+  g->sent = false;
+  auto link = take_link();
+  g->link = link;
+  g->sent = true;
+  link->connect_and_send(g);
+}
+
+void StoreProxy::Core::on_wait_answered(const std::shared_ptr<Entry>& g) {
+  g->waiting_upstream = false;
+  std::string stop;
+  put_u8(stop, kStopWaiting);
+  for (auto& w : g->waiters)
+    if (auto d = w.conn.lock()) {
+      if (d->pending_blocking_ == g) d->pending_blocking_.reset();
+      d->fill(w.slot, stop);
+    }
+  g->waiters = std::move(g->late);
+  g->late.clear();
+  if (g->waiters.empty()) return end_group(g);
+  start_check(g);
+}
+
+void StoreProxy::Core::end_group(const std::shared_ptr<Entry>& g) {
+  auto it = wait_groups.find(g->coalesce_key);
+  if (it != wait_groups.end() && it->second == g) wait_groups.erase(it);
+}
+
+void StoreProxy::Core::enqueue_main(const std::shared_ptr<Entry>& e) {
+  e->seq = next_seq++;
+  unsent.push_back(e);
+  schedule_flush();
+}
+
+void StoreProxy::Core::schedule_flush() {
+  if (flush_posted || main_writing) return;
+  flush_posted = true;
+  // At the end of this turn: requests read in the same turn may still join what is queued.
+  asio::post(io, [self = shared_from_this()] {
+    self->flush_posted = false;
+    self->flush_main();
+  });
+}
+
+void StoreProxy::Core::flush_main() {
+  if (stopped || main_writing || unsent.empty()) return;
+  if (!main_connected) {
+    connect_main();
+    return;
+  }
+  main_out.clear();
+  for (auto& e : unsent) {
+    e->sent = true;
+    main_out += encode_request(Generation::G2, e->cmd);
+    ++stats.upstream_requests;
+    // Requests without a reply count as applied once a later reply arrives (FIFO link).
+    if (reply_shape(e->cmd.op) != ReplyShape::None) inflight.push_back(e);
+  }
+  for (auto& [key, e] : unsent_reads) inflight_reads[key] = e;
+  unsent.clear();
+  unsent_reads.clear();
+  unsent_adds.clear();
+  main_writing = true;
+  asio::async_write(*main_socket, asio::buffer(main_out),
+                    [self = shared_from_this()](const boost::system::error_code& ec, std::size_t) {
+                      self->main_writing = false;
+                      if (ec) return self->main_failed("root store connection lost: " + ec.message());
+                      self->flush_main();
+                    });
+}
+
+void StoreProxy::Core::connect_main() {
+  if (main_connecting) return;
+  main_connecting = true;
+  main_socket.emplace(io);
+  ++stats.upstream_connections_opened;
+  tcp::resolver resolver(io);
+  boost::system::error_code ec;
+  auto endpoints = resolver.resolve(opts.upstream_host, std::to_string(opts.upstream_port), ec);
+  if (ec) return main_failed("cannot resolve the root store " + opts.upstream_host + ": " + ec.message());
+  asio::async_connect(*main_socket, endpoints,
+                      [self = shared_from_this()](const boost::system::error_code& cec, const tcp::endpoint&) {
+                        self->main_connecting = false;
+                        if (cec) return self->main_failed("cannot reach the root store: " + cec.message());
+                        boost::system::error_code ignored;
+                        self->main_socket->set_option(tcp::no_delay(true), ignored);
+                        self->main_connected = true;
+                        // VALIDATE goes first in the same write as the queued requests.
+                        auto v = std::make_shared<Entry>();
+                        v->cmd.op = Op::Validate;
+                        v->cmd.word = kValidateMagic;
+                        v->seq = 0;
+                        self->unsent.insert(self->unsent.begin(), v);
+                        self->read_main();
+                        self->flush_main();
+                      });
+}
+
+void StoreProxy::Core::read_main() {
+  main_socket->async_read_some(asio::buffer(main_read_buf), [self = shared_from_this()](
+                                                                const boost::system::error_code& ec, std::size_t n) {
+    if (self->stopped) return;
+    if (ec) return self->main_failed("root store connection lost: " + ec.message());
+    self->main_in.append(self->main_read_buf.data(), n);
+    self->on_main_bytes();
+    if (self->main_connected) self->read_main();
+  });
+}
+
+void StoreProxy::Core::on_main_bytes() {
+  std::size_t off = 0;
+  while (!inflight.empty()) {
+    auto e = inflight.front();
+    std::optional<std::size_t> size;
+    try {
+      size = complete_reply_size(reply_shape(e->cmd.op), e->cmd.keys.size(),
+                                 std::string_view(main_in).substr(off), opts.limits.max_reply_bytes);
+    } catch (const std::length_error& err) {
+      return main_failed(err.what());
+    }
+    if (!size) break;
+    inflight.pop_front();
+    completed_seq = std::max(completed_seq, e->seq);
+    if (auto g = e->group.lock(); g && e->cmd.op == Op::Check) {
+      on_check(g, main_in[off] == static_cast<char>(kCheckReady));
+    } else {
+      answer(e, std::string_view(main_in).substr(off, *size));
+      if (e->cmd.op == Op::Get || e->cmd.op == Op::MultiGet) {
+        auto f = inflight_reads.find(e->coalesce_key);
+        if (f != inflight_reads.end() && f->second == e) inflight_reads.erase(f);
+        if (auto held = std::move(e->held_next)) {
+          // Sent now, after every caller in it arrived: they share its answer (rule 2).
+          enqueue_main(held);
+          unsent_reads[held->coalesce_key] = held;
+        }
+      }
+    }
+    off += *size;
+    for (auto& b : e->released_by_fence) release_blocking(b);
+  }
+  main_in.erase(0, off);
+  if (inflight.empty() && !main_in.empty()) main_failed("unexpected bytes from the root store");
+}
+
+void StoreProxy::Core::answer(const std::shared_ptr<Entry>& e, std::string_view reply) {
+  if (e->cmd.op == Op::Wait) {
+    on_wait_answered(e);
+    return;
+  }
+  if (e->cmd.op == Op::Add && reply.size() == 8) {
+    // One upstream ADD of the sum S answered R: caller i, in arrival order, gets
+    // R - S + (d1 + ... + di), as if the ADDs had run back to back at the root.
+    std::uint64_t value = static_cast<std::uint64_t>(get_i64(reply.data())) - static_cast<std::uint64_t>(e->cmd.number);
+    for (auto& w : e->waiters) {
+      value += static_cast<std::uint64_t>(w.delta);
+      std::string mine;
+      put_i64(mine, static_cast<std::int64_t>(value));
+      if (auto d = w.conn.lock()) d->fill(w.slot, mine);
+    }
+    return;
+  }
+  for (auto& w : e->waiters) {
+    if (auto d = w.conn.lock()) {
+      if ((e->cmd.op == Op::Wait || e->cmd.op == Op::Barrier) && d->pending_blocking_ == e) d->pending_blocking_.reset();
+      d->fill(w.slot, reply);
+    }
+  }
+}
+
+void StoreProxy::Core::main_failed(const std::string& why) {
+  log_line("ddprun-store-proxy: " + why + "; closing the workers' connections");
+  boost::system::error_code ignored;
+  if (main_socket) main_socket->close(ignored);
+  main_connected = false;
+  main_connecting = false;
+  main_in.clear();
+  inflight.clear();
+  unsent.clear();
+  unsent_reads.clear();
+  unsent_adds.clear();
+  inflight_reads.clear();
+  unreleased_waits.clear();
+  wait_groups.clear();
+  open_fence.reset();
+  // The workers see what they would see if the store itself went away.
+  close_all(why);
+}
+
+void StoreProxy::Core::close_all(const std::string& why) {
+  for (auto& w : downstreams)
+    if (auto d = w.lock()) d->close(why);
+  downstreams.clear();
+  for (auto& l : idle_links) l->close();
+  idle_links.clear();
+}
+
+// ----------------------------------------------------------------------------------------------
+StoreProxy::StoreProxy(asio::io_context& io, const StoreProxyOptions& opts)
+    : core_(std::make_shared<Core>(io, opts)) {
+  boost::system::error_code ec;
+  const auto address = asio::ip::make_address(opts.bind_address, ec);
+  if (ec) throw std::runtime_error("bad --proxy address '" + opts.bind_address + "'");
+  const tcp::endpoint ep(address, opts.port);
+  core_->acceptor.open(ep.protocol(), ec);
+  if (!ec) core_->acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) core_->acceptor.bind(ep, ec);
+  if (!ec) core_->acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    throw std::runtime_error(fmt::format("cannot listen on {}:{}: {}", opts.bind_address, opts.port, ec.message()));
+  }
+}
+
+StoreProxy::~StoreProxy() { stop(); }
+
+std::uint16_t StoreProxy::port() const { return core_->acceptor.local_endpoint().port(); }
+
+void StoreProxy::start() {
+  core_->accept();
+  core_->arm_sweep();
+}
+
+void StoreProxy::stop() {
+  if (core_->stopped) return;
+  core_->stopped = true;
+  boost::system::error_code ec;
+  core_->acceptor.close(ec);
+  core_->sweep_timer.cancel();
+  if (core_->main_socket) core_->main_socket->close(ec);
+  core_->close_all("");
+}
+
+StoreProxyStats StoreProxy::stats() const { return core_->stats; }
+
+}  // namespace ddp::rdzv::proxy

@@ -1,0 +1,63 @@
+#pragma once
+
+// The node-local store proxy: serves one node's workers (torch 1.13 = G1 and 2.x = G2 clients)
+// on loopback and forwards to the root store over a few G2 connections, however many ranks it
+// serves. Linearizable as seen by the workers; the coalescing rules and why each is safe are in
+// docs/rendezvous.md ("Store proxy"):
+//   * identical GET / MULTI_GET / WAIT requests not yet sent upstream share one upstream request;
+//   * ADDs to one key not yet sent upstream become one ADD of the sum, each caller getting the
+//     value it would have seen had the ADDs run back to back;
+//   * everything else is forwarded as is, in arrival order, on one pipelined connection;
+//     WAIT and BARRIER (whose replies may come late) each use a connection of their own, sent
+//     only once everything their callers wrote before has been applied by the root.
+// One single-threaded boost::asio::io_context runs it.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <boost/asio/io_context.hpp>
+
+#include "rendezvous/store_limits.hpp"
+
+namespace ddp::rdzv::proxy {
+
+struct StoreProxyOptions {
+  std::string bind_address = "127.0.0.1";
+  std::uint16_t port = 0;  // 0: the kernel picks one
+  std::string upstream_host = "127.0.0.1";
+  std::uint16_t upstream_port = 0;
+  StoreLimits limits;  // applied to the workers' requests and to the root's replies
+  // Connections used for WAIT/BARRIER that are kept open for reuse once answered.
+  std::size_t max_idle_blocking_connections = 16;
+};
+
+struct StoreProxyStats {
+  std::size_t downstream_connections = 0;  // open now
+  std::size_t downstream_requests = 0;     // requests received from workers
+  std::size_t upstream_requests = 0;       // requests sent to the root (fences included)
+  std::size_t upstream_connections_opened = 0;
+  std::size_t coalesced_requests = 0;  // worker requests answered by another's upstream request
+};
+
+class StoreProxy {
+ public:
+  // Binds and listens immediately (port() is valid); throws std::runtime_error naming the address.
+  StoreProxy(boost::asio::io_context& io, const StoreProxyOptions& opts);
+  ~StoreProxy();
+  StoreProxy(const StoreProxy&) = delete;
+  StoreProxy& operator=(const StoreProxy&) = delete;
+
+  std::uint16_t port() const;
+  void start();
+  void stop();  // idempotent: closes every connection
+  StoreProxyStats stats() const;
+
+  struct Core;
+
+ private:
+  std::shared_ptr<Core> core_;
+};
+
+}  // namespace ddp::rdzv::proxy
