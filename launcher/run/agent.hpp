@@ -105,6 +105,8 @@ class Agent {
   Result<Ok> open_store();
   void start_attempt(int attempt);
   void on_joined(int attempt, const JobRendezvous::JoinResult& result);
+  /// Single node, before attempt k > 0: the workers' keys of attempt k-1 leave the hosted store.
+  void clear_last_attempts_keys();
   void launch_workers(int attempt);
   /// A worker of this node failed: the attempt's root cause here, and (multi-node) the job-wide
   /// stop reason offered to the other nodes.
