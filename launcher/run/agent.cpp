@@ -243,6 +243,8 @@ void Agent::clear_last_attempts_keys() {
 void Agent::launch_workers(int attempt) {
   attempt_ = attempt;
   phase_ = Phase::Running;
+  own_failures_in_a_row_ = failed_here_ ? own_failures_in_a_row_ + 1 : 0;
+  failed_here_ = false;
   root_cause_.reset();
   oom_kills_at_start_ = read_oom_kill_count();
   const auto& c = setup_.config;
@@ -515,6 +517,10 @@ void Agent::finish_attempt() {
 bool Agent::end_with(RunEnd cause) { return offer(end_, std::move(cause)); }
 
 void Agent::after_attempt() {
+  if (quarantined_) {  // the others re-form without this node
+    finish_run();
+    return;
+  }
   if (end_ && end_->kind == RunEndKind::Rescale && !interrupted_) {
     begin_reform();
     return;
