@@ -136,13 +136,13 @@ def test_losing_the_agent_that_hosts_the_store_is_74_naming_it(tmp):
 
 def test_node_failure_limit_2_quarantines_the_failing_node(tmp):
     store = Store()
-    conf = FAST + ",node_failure_limit=2"
     nodes = []
     try:
         for k in range(3):
             env = mn.clean_env(DDP_FAIL_HERE="1") if k == 2 else None
             args = ["--rdzv_backend", "c10d", "--rdzv_endpoint", f"127.0.0.1:{store.port}", "--rdzv_id", "nf",
-                    "--nnodes", "2:3", "--nproc_per_node", 1, "--max_restarts", 5, "--rdzv_conf", conf,
+                    "--nnodes", "2:3", "--nproc_per_node", 1, "--max_restarts", 5, "--rdzv_conf", FAST,
+                    "--node-failure-limit", 2,
                     mn.WORKER, "fail_here:9"]
             nodes.append(mn.Node(tmp, f"agent{k}", args, env=env))
         bad, good = nodes[2], nodes[:2]
