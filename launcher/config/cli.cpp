@@ -46,10 +46,6 @@ constexpr OptionSpec kOptions[] = {
      "Single-node job: free port, fresh run id"},
     {"--max-restarts,--max_restarts", "N", "PET_MAX_RESTARTS", &RawOptions::max_restarts, nullptr,
      nullptr, "Restarts of the worker group after a failure (default 0)"},
-    {"--max-rescales,--max_rescales", "N", nullptr, &RawOptions::max_rescales, nullptr, nullptr,
-     "c10d MIN:MAX: membership changes allowed (default 100; = --rdzv_conf max_rescales=N)"},
-    {"--node-failure-limit,--node_failure_limit", "K", nullptr, &RawOptions::node_failure_limit, nullptr,
-     nullptr, "c10d MIN:MAX: quarantine a node whose workers fail K attempts in a row (default 0: off)"},
     {"--monitor-interval,--monitor_interval", "SECONDS", "PET_MONITOR_INTERVAL",
      &RawOptions::monitor_interval, nullptr, nullptr,
      "Accepted for compatibility; ddprun reacts to exits at once"},
@@ -141,6 +137,10 @@ constexpr OptionSpec kOptions[] = {
     {"--store-only,--store_only", nullptr, nullptr, nullptr, &RawOptions::store_only, nullptr,
      "Serve only the job's TCP store at --master_addr (default 127.0.0.1):--master_port (default "
      "29500; 0 = a free port, printed first) until SIGINT/SIGTERM; no program"},
+    {"--max-rescales,--max_rescales", "N", nullptr, &RawOptions::max_rescales, nullptr, nullptr,
+     "c10d MIN:MAX: membership changes allowed (default 100; = --rdzv_conf max_rescales=N)"},
+    {"--node-failure-limit,--node_failure_limit", "K", nullptr, &RawOptions::node_failure_limit, nullptr,
+     nullptr, "c10d MIN:MAX: quarantine a node whose workers fail K attempts in a row (default 0: off)"},
 };
 
 std::vector<std::string> split_words(const char* text) {

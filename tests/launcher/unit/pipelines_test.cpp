@@ -80,9 +80,8 @@ TEST_CASE("abbreviations: unambiguous prefixes expand, ambiguous ones name the c
   REQUIRE_FALSE(amb.ok());
   CHECK(amb.error().exit_code == 2);
   CHECK(amb.error().message ==
-        "ambiguous option: --no could match --node-failure-limit, --node_failure_limit, --no-python, "
-        "--no_python, --node-rank, --node_rank, "
-        "--no-prefix, --no_prefix");
+        "ambiguous option: --no could match --no-python, --no_python, --node-rank, --node_rank, "
+        "--no-prefix, --no_prefix, --node-failure-limit, --node_failure_limit");
   auto after_separator = expand_abbreviations({"--", "--no"});
   CHECK(after_separator.ok());
 }
