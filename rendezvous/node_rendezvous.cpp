@@ -28,6 +28,8 @@ using namespace std::chrono_literals;
 //                                            the one key the exit barrier WAITs on
 //   .../left                                 ADD counter: nodes that left the round
 //   .../all_left                             "1", set by the last node to leave
+//   .../workers_cleared                      "<n>", set by node 0 once the previous attempt's
+//                                            workers' keys (n of them) are gone
 std::string key_prefix(const NodeRendezvousOptions& o) { return fmt::format("ddprun/{}/{}/", o.run_id, o.round); }
 
 std::string host_name() {
@@ -341,6 +343,31 @@ void leave_round(StoreClient& client, const NodeRendezvousOptions& round, const 
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - RdzvClock::now());
     if (left <= std::chrono::milliseconds::zero() || !keep_waiting()) return;
     if (wait_for(client, prefix + "all_left", std::min(left, slice))) return;
+  }
+}
+
+bool is_worker_key(std::string_view key) { return !key.starts_with(kAgentKeySpace); }
+
+std::size_t clear_worker_keys(StoreClient& client) {
+  std::size_t deleted = 0;
+  for (const std::string& key : client.list_keys()) {
+    if (is_worker_key(key) && client.delete_key(key)) ++deleted;
+  }
+  return deleted;
+}
+
+void clear_previous_attempt(StoreClient& client, const NodeRendezvousOptions& round,
+                            const RendezvousResult& joined, std::chrono::milliseconds timeout) {
+  if (round.round == 0) return;
+  const std::string cleared = key_prefix(round) + "workers_cleared";
+  if (joined.node_rank == 0) {
+    client.set(cleared, std::to_string(clear_worker_keys(client)));
+    return;
+  }
+  if (!wait_for(client, cleared, timeout)) {
+    throw RendezvousError(fmt::format(
+        "rendezvous '{}' round {}: node 0 did not clear the previous attempt's worker keys within {} ms",
+        round.run_id, round.round, timeout.count()));
   }
 }
 

@@ -13,6 +13,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <thread>
 
 #include "rendezvous/rank_assignment.hpp"
@@ -131,5 +132,22 @@ ExitBarrierResult exit_barrier(StoreClient& client, const NodeRendezvousOptions&
 void leave_round(StoreClient& client, const NodeRendezvousOptions& round, const RendezvousResult& joined,
                  bool wait_for_others, std::chrono::milliseconds budget, std::chrono::milliseconds slice,
                  const std::function<bool()>& keep_waiting);
+
+// The workers' keys: everything on the store outside ddprun's own key space. torch 1.13 workers put
+// their init keys under /worker/attempt_<n>, but torch 2.x (2.15 included) key them by process
+// group only ("default_pg/0/..."), so a restarted or re-formed attempt would read the previous
+// attempt's gloo addresses ("connectFullMesh ... Connection refused"). torchrun 2.15 shares one
+// store across rounds and has the same fault; ddprun deletes those keys between attempts instead.
+inline constexpr std::string_view kAgentKeySpace = "ddprun/";
+bool is_worker_key(std::string_view key);  // `key` without the client's leading "/"
+// Deletes every worker key (the client must hold the token where there is one); returns how many.
+std::size_t clear_worker_keys(StoreClient& client);
+
+// Every node calls this after joining round > 0, before starting workers. Every node of the round
+// reaped its previous workers before joining, so none of them can still write: node 0 clears
+// their keys and marks the round; the others wait (at most `timeout`) for the mark, so that no
+// worker of the new attempt starts while old keys are there. Throws RendezvousError on timeout.
+void clear_previous_attempt(StoreClient& client, const NodeRendezvousOptions& round,
+                            const RendezvousResult& joined, std::chrono::milliseconds timeout);
 
 }  // namespace ddp::rdzv

@@ -141,6 +141,10 @@ constexpr OptionSpec kOptions[] = {
     {"--store-only,--store_only", nullptr, nullptr, nullptr, &RawOptions::store_only, nullptr,
      "Serve only the job's TCP store at --master_addr (default 127.0.0.1):--master_port (default "
      "29500; 0 = a free port, printed first) until SIGINT/SIGTERM; no program"},
+    {"--max-rescales,--max_rescales", "N", nullptr, &RawOptions::max_rescales, nullptr, nullptr,
+     "c10d MIN:MAX: membership changes allowed (default 100; = --rdzv_conf max_rescales=N)"},
+    {"--node-failure-limit,--node_failure_limit", "K", nullptr, &RawOptions::node_failure_limit, nullptr,
+     nullptr, "c10d MIN:MAX: quarantine a node whose workers fail K attempts in a row (default 0: off)"},
 };
 
 std::vector<std::string> split_words(const char* text) {

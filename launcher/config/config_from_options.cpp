@@ -10,6 +10,7 @@
 #include "launcher/config/cuda_devices.hpp"
 #include "launcher/config/node_plan.hpp"
 #include "launcher/config/rdzv_conf_keys.hpp"
+#include <tuple>
 
 namespace ddp::launcher {
 namespace {
@@ -176,6 +177,14 @@ Result<ConfiguredLaunch> config_from_options(const RawOptions& raw, const HostFa
       continue;
     }
     c.rdzv_conf[key] = unquoted(value);
+  }
+  // The elastic flags are spellings of their --rdzv_conf keys (the flag wins): one parser for both.
+  for (const auto& [flag, key, value] : {std::tuple{"--max-rescales", "max_rescales", &raw.max_rescales},
+                                         std::tuple{"--node-failure-limit", "node_failure_limit", &raw.node_failure_limit}}) {
+    if (value->empty()) continue;
+    auto n = parse_integer(flag, *value, 0, 1'000'000);
+    if (!n) return n.error();
+    c.rdzv_conf[key] = std::to_string(*n);
   }
   c.run_id = nodes.rdzv_id ? nodes.rdzv_id->value : "none";
   c.rdzv_endpoint = raw.rdzv_endpoint;

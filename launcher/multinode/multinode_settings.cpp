@@ -83,7 +83,8 @@ Result<MultiNodeSettings> multinode_settings(const LaunchConfig& c,
     if (!known_rdzv_conf_keys().count(key)) {  // config_from_options() already dropped these
       return usage(fmt::format("--rdzv_conf: unknown key '{}' (known: join_timeout, "
                                "last_call_timeout, close_timeout, read_timeout, token, "
-                               "heartbeat_interval, heartbeat_timeout, store_bind, refused_timeout, max_rescales)", key));
+                               "heartbeat_interval, heartbeat_timeout, store_bind, refused_timeout, max_rescales, "
+                               "node_failure_limit)", key));
     }
     if (key == "token") {
       s.token = value;
@@ -95,6 +96,12 @@ Result<MultiNodeSettings> multinode_settings(const LaunchConfig& c,
       auto n = parse_integer("--rdzv_conf max_rescales", value, 0, 1'000'000);
       if (!n) return n.error();
       s.max_rescales = static_cast<int>(*n);
+      continue;
+    }
+    if (key == "node_failure_limit") {
+      auto n = parse_integer("--rdzv_conf node_failure_limit", value, 0, 1'000'000);
+      if (!n) return n.error();
+      s.node_failure_limit = static_cast<int>(*n);
       continue;
     }
     auto seconds = parse_seconds("--rdzv_conf " + key, value);

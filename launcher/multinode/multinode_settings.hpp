@@ -58,6 +58,9 @@ struct MultiNodeSettings {
   rdzv::AgreedSettings must_agree;
   /// c10d MIN:MAX: membership changes (re-forms after a lost node) allowed in the whole job.
   int max_rescales = 100;
+  /// c10d MIN:MAX: a node whose workers failed this many attempts in a row leaves the job (it is
+  /// quarantined) and the others re-form without it. 0: off. --rdzv_conf node_failure_limit.
+  int node_failure_limit = 0;
 };
 
 /// The settings of `config` and `settings` that every node must share, by their flag names.

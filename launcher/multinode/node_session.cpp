@@ -160,8 +160,11 @@ void NodeSession::join(int round, const RoundPlan& plan, std::function<void(Join
           watching, round_, *joined_,
           rdzv::NodeMonitor::Options{settings_.heartbeat_interval, settings_.heartbeat_timeout},
           std::move(callbacks));
+      // torch 2.x workers do not prefix their keys per attempt: the last attempt's must go first.
+      rdzv::clear_previous_attempt(*client_, round_, *joined_, round_.join_timeout);
       result = *joined_;
     } catch (const std::exception& e) {
+      monitor_.reset();
       joined_.reset();
       result = std::string(e.what());
     }

@@ -16,6 +16,7 @@
 #include "launcher/common/exit_codes.hpp"
 #include "launcher/run/agent_events.hpp"
 #include "launcher/run/worker_streams.hpp"
+#include "rendezvous/node_rendezvous.hpp"
 #include "rendezvous/store_server.hpp"
 
 namespace ddp::launcher {
@@ -213,6 +214,7 @@ void Agent::start_attempt(int attempt) {
     return;
   }
   if (!session_) {
+    if (attempt > 0 && store_) clear_last_attempts_keys();
     launch_workers(attempt);
     return;
   }
@@ -222,9 +224,27 @@ void Agent::start_attempt(int attempt) {
   });
 }
 
+void Agent::clear_last_attempts_keys() {
+  // Every worker of the last attempt is reaped, so none can write any more (multi-node: the
+  // rendezvous does the same for the whole job once a round has formed, see NodeSession::join).
+  rdzv::StoreClientOptions own;
+  own.host = setup_.store.connect_host;
+  own.port = static_cast<std::uint16_t>(setup_.master_port);
+  own.connect_timeout = own.timeout = std::chrono::seconds(5);
+  try {
+    rdzv::StoreClient client(own);
+    rdzv::clear_worker_keys(client);
+  } catch (const std::exception& e) {
+    say(fmt::format("could not clear the last attempt's keys from the store at {}:{}: {} (torch 2.x "
+                    "workers may read stale addresses)", own.host, own.port, e.what()));
+  }
+}
+
 void Agent::launch_workers(int attempt) {
   attempt_ = attempt;
   phase_ = Phase::Running;
+  own_failures_in_a_row_ = failed_here_ ? own_failures_in_a_row_ + 1 : 0;
+  failed_here_ = false;
   root_cause_.reset();
   oom_kills_at_start_ = read_oom_kill_count();
   const auto& c = setup_.config;
@@ -501,6 +521,10 @@ void Agent::finish_attempt() {
 bool Agent::end_with(RunEnd cause) { return offer(end_, std::move(cause)); }
 
 void Agent::after_attempt() {
+  if (quarantined_) {  // the others re-form without this node
+    finish_run();
+    return;
+  }
   if (end_ && end_->kind == RunEndKind::Rescale && !interrupted_) {
     begin_reform();
     return;

@@ -106,6 +106,8 @@ class Agent {
   Result<Ok> open_store();
   void start_attempt(int attempt);
   void on_joined(int attempt, const JobRendezvous::JoinResult& result);
+  /// Single node, before attempt k > 0: the workers' keys of attempt k-1 leave the hosted store.
+  void clear_last_attempts_keys();
   void launch_workers(int attempt);
   /// A worker of this node failed: the attempt's root cause here, and (multi-node) the job-wide
   /// stop reason offered to the other nodes.
@@ -181,6 +183,9 @@ class Agent {
   std::set<int> lost_nodes_;           // node ranks of this round known to be gone
   int restarts_used_ = 0;              // worker failures restarted (--max_restarts)
   int rescales_used_ = 0;              // membership changes (max_rescales)
+  int own_failures_in_a_row_ = 0;      // earlier attempts in a row whose workers failed here
+  bool failed_here_ = false;           // a worker of this attempt failed on this node
+  bool quarantined_ = false;           // node_failure_limit reached: this node leaves the job
   int restart_from_nodes_ = 0;         // nodes of the round a pending restart left (0: none)
   struct Reform {                      // a re-form in progress, reported once the round formed
     std::string reason;

@@ -132,6 +132,21 @@ void Agent::on_local_failure(Worker& w) {
   const int node_rank = session_ && layout_ ? layout_->node_rank : -1;
   RunEnd cause = worker_failed(w.outcome, node_rank, setup_.host);
   const bool first = end_with(cause);
+  failed_here_ = true;
+  if (first && session_ && layout_ && round_) {
+    const LossDecision q = decide_quarantine(elastic_policy(), round_->assignment.nodes, node_rank,
+                                             own_failures_in_a_row_ + 1, setup_.multinode->node_failure_limit,
+                                             rescales_used_);
+    if (q.rescale) {
+      // The others re-form without this node (as for a loss); it leaves with its workers' code.
+      quarantined_ = true;
+      events_.emit("excluded", {{"node_rank", node_rank}, {"host", setup_.host},
+                                {"reason", "node_failure_limit"}, {"message", q.text}});
+      say(fmt::format("{}; this node leaves the job", q.text));
+      session_->broadcast_stop(StopReason{cause.exit_code, node_rank, q.text, q.survivors});
+      return;
+    }
+  }
   // Multi-node: the first local failure is offered as the job-wide stop reason, unless the job
   // was already stopped from elsewhere (then the store holds a reason and this one would lose).
   if (first && session_ && layout_) session_->broadcast_stop(StopReason{cause.exit_code, node_rank, cause.text, {}});

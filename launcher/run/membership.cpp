@@ -43,6 +43,18 @@ LossDecision decide_loss(const ElasticPolicy& policy, const std::vector<rdzv::No
   return d;
 }
 
+LossDecision decide_quarantine(const ElasticPolicy& policy, const std::vector<rdzv::NodeAssignment>& round,
+                               int node_rank, int failed_in_a_row, int limit, int rescales_used) {
+  if (limit <= 0 || failed_in_a_row < limit) return {};
+  LossDecision d = decide_loss(policy, round, {node_rank}, rescales_used);
+  if (!d.rescale) return {};
+  d.text = fmt::format("node {} quarantined: its workers failed {} attempt{} in a row (node_failure_limit {}); "
+                       "re-forming with {} node{}: {}", describe_nodes(round, {node_rank}), failed_in_a_row,
+                       failed_in_a_row == 1 ? "" : "s", limit, d.survivors.size(), d.survivors.size() == 1 ? "" : "s",
+                       describe_nodes(round, d.survivors));
+  return d;
+}
+
 std::optional<RoundPlan> reform_plan(const std::vector<int>& survivors, int old_rank) {
   auto it = std::find(survivors.begin(), survivors.end(), old_rank);
   if (it == survivors.end()) return std::nullopt;

@@ -34,6 +34,13 @@ struct LossDecision {
 LossDecision decide_loss(const ElasticPolicy& policy, const std::vector<rdzv::NodeAssignment>& round,
                          const std::set<int>& lost, int rescales_used);
 
+/// This node's (`node_rank`'s) workers failed `failed_in_a_row` attempts in a row, the current
+/// one included. At `limit` (0: never) the node is quarantined if the others can go on without
+/// it (as decide_loss says for its loss): they re-form and it leaves the job. Otherwise
+/// (`rescale` false, empty text) the failure takes the usual way: a restart or the end.
+LossDecision decide_quarantine(const ElasticPolicy& policy, const std::vector<rdzv::NodeAssignment>& round,
+                               int node_rank, int failed_in_a_row, int limit, int rescales_used);
+
 /// How this node joins the round that re-forms the job from `survivors` (old node ranks, in
 /// order): the survivors keep their relative order and take the ranks 0..S-1, and the round is
 /// complete as soon as all S have joined (no last-call wait). Empty plan when this node

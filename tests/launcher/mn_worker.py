@@ -7,6 +7,8 @@
   done:R      rank R exits 0 at once; the others sleep 60 s
   until:PATH  exit 0 once PATH exists (at most 60 s)
   sleep_once  attempt 0 sleeps 60 s (until stopped); later attempts exit 0 (elastic tests)
+  fail_here:C where DDP_FAIL_HERE is set: exit C after 0.5 s, every attempt; elsewhere attempts
+              0 and 1 sleep 60 s (until stopped) and later ones exit 0 (node_failure_limit)
 Every rank also prints whether the rendezvous token reached it (it must not)."""
 import os
 import sys
@@ -28,6 +30,12 @@ elif mode.startswith("fail:"):
         time.sleep(0.5)
         sys.exit(int(code))
     time.sleep(60)
+elif mode.startswith("fail_here:"):
+    if "DDP_FAIL_HERE" in env:
+        time.sleep(0.5)
+        sys.exit(int(mode.split(":")[1]))
+    if restart < 2:
+        time.sleep(60)
 elif mode.startswith("until:"):
     deadline = time.monotonic() + 60
     while not os.path.exists(mode[len("until:"):]) and time.monotonic() < deadline:

@@ -260,3 +260,52 @@ TEST_CASE("end of a round: the exit barrier waits for every node, a stop ends it
   round.round = 3;
   leave_round(a, round, ra, true, 100ms, 50ms, always);  // b never leaves round 3: returns after 100 ms
 }
+
+TEST_CASE("between attempts node 0 clears the workers' keys and keeps ddprun's; the others wait for it") {
+  TestServer server;
+  StoreClient worker(server.client_options());
+  // What torch 2.x workers leave behind: init keys with no attempt in them.
+  worker.set("default_pg/0//cpu//0/rank_0", "127.0.0.1:4242");
+  worker.set("my/user/key", "x");
+  auto round0 = join_all(server, {node("a", 1, 0, 2, 2), node("b", 1, 1, 2, 2)});
+  for (auto& f : round0) f.get();
+  StoreClient agent(server.client_options());
+  const auto ours_before = agent.list_keys().size() - 2;
+  CHECK(ours_before > 0);
+  CHECK(is_worker_key("default_pg/0//cpu//0/rank_0"));
+  CHECK_FALSE(is_worker_key("ddprun/job/0/assignment"));
+
+  auto a = node("a", 1, 0, 2, 2), b = node("b", 1, 1, 2, 2);
+  a.round = b.round = 1;
+  auto round1 = join_all(server, {a, b});
+  auto joined_a = round1[0].get(), joined_b = round1[1].get();
+  // Node 1 comes first and must not go on before node 0 has cleared.
+  auto waiting = std::async(std::launch::async, [&] {
+    StoreClient c(server.client_options());
+    clear_previous_attempt(c, b, joined_b, 10s);
+    return c.check({"default_pg/0//cpu//0/rank_0"});
+  });
+  CHECK(waiting.wait_for(200ms) == std::future_status::timeout);
+  clear_previous_attempt(agent, a, joined_a, 10s);
+  CHECK_FALSE(waiting.get());  // by the time node 1 goes on, the stale address is gone
+  CHECK_FALSE(agent.check({"my/user/key"}));
+  for (const auto& key : agent.list_keys()) CHECK_FALSE(is_worker_key(key));
+  CHECK(agent.get("ddprun/job/1/workers_cleared") == "2");
+
+  // Round 0 clears nothing (another job's or a user's keys on a shared store stay).
+  worker.set("default_pg/0//cpu//0/rank_0", "127.0.0.1:4243");
+  clear_previous_attempt(agent, node("a", 1, 0, 2, 2), joined_a, 1s);
+  CHECK(agent.check({"default_pg/0//cpu//0/rank_0"}));
+}
+
+TEST_CASE("between attempts: node 0 never clearing ends the wait with a named error") {
+  TestServer server;
+  auto o = node("b", 1, 1, 2, 2);
+  o.round = 1;
+  RendezvousResult joined;
+  joined.node_rank = 1;
+  StoreClient c(server.client_options());
+  CHECK_THROWS_WITH_AS(clear_previous_attempt(c, o, joined, 200ms),
+                       doctest::Contains("node 0 did not clear the previous attempt's worker keys"),
+                       RendezvousError);
+}

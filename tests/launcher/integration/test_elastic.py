@@ -134,5 +134,35 @@ def test_losing_the_agent_that_hosts_the_store_is_74_naming_it(tmp):
         assert "lost the store" in err or "could not re-form" in err, n
 
 
+def test_node_failure_limit_2_quarantines_the_failing_node(tmp):
+    store = Store()
+    nodes = []
+    try:
+        for k in range(3):
+            env = mn.clean_env(DDP_FAIL_HERE="1") if k == 2 else None
+            args = ["--rdzv_backend", "c10d", "--rdzv_endpoint", f"127.0.0.1:{store.port}", "--rdzv_id", "nf",
+                    "--nnodes", "2:3", "--nproc_per_node", 1, "--max_restarts", 5, "--rdzv_conf", FAST,
+                    "--node-failure-limit", 2,
+                    mn.WORKER, "fail_here:9"]
+            nodes.append(mn.Node(tmp, f"agent{k}", args, env=env))
+        bad, good = nodes[2], nodes[:2]
+        assert bad.wait(120) == 9, bad
+        assert mn.finish(good, timeout=120) == [0, 0], good
+    finally:
+        mn.finish(nodes)
+        store.close()
+    excluded = events(bad, "excluded")
+    assert len(excluded) == 1 and excluded[0]["reason"] == "node_failure_limit", bad
+    assert "quarantined: its workers failed 2 attempts in a row (node_failure_limit 2)" in bad.text()[1], bad
+    assert len(events(bad, "restart")) == 1, bad  # attempt 0 restarted; attempt 1 quarantined it
+    for node in good:
+        rescale = events(node, "rescale")
+        assert len(rescale) == 1 and rescale[0]["old_world_size"] == 3 and rescale[0]["new_world_size"] == 2, node
+        assert "quarantined" in rescale[0]["reason"], node
+        last = [mn.fields(l) for l in mn.worker_lines(node) if mn.fields(l)["restart"] == "2"]
+        assert len(last) == 1 and last[0]["world"] == "2", node
+
+
 if __name__ == "__main__":
     main(globals())
+

@@ -469,3 +469,51 @@ TEST_CASE("elastic: a restart whose round formed without a node gives the restar
   CHECK(run.events("rescale").size() == 1);
   CHECK(run.events("summary")[0]["membership_changes"].size() == 1);
 }
+
+TEST_CASE("elastic: node_failure_limit 2 quarantines this node at its second failed attempt in a row") {
+  MultiNodeRun run;
+  run.settings = elastic(2, 3);
+  run.settings.node_failure_limit = 2;
+  run.config.max_restarts = 5;
+  run.script.join = [](int, const RoundPlan&) { return round_of(1, 3, 2); };
+  run.workers = [](const EnvMap& env) {
+    FakeBehaviour b;
+    if (rank_of(env) == 2) b.exits_with = ExitStatus::exited(9);  // this node's local rank 0, always
+    return b;
+  };
+  CHECK(run.run() == 9);
+  auto& r = *run.rendezvous;
+  CHECK(r.joins == std::vector<int>{0, 1});  // one restart, then it leaves instead of a third attempt
+  REQUIRE(r.broadcasts.size() == 2);
+  CHECK(r.broadcasts[0].survivors.empty());  // the first failure: an ordinary restart
+  CHECK(r.broadcasts[1].survivors == std::vector<int>{0, 2});
+  CHECK(r.broadcasts[1].node_rank == 1);
+  CHECK(r.broadcasts[1].text.find("quarantined: its workers failed 2 attempts in a row") != std::string::npos);
+  auto excluded = run.events("excluded");
+  REQUIRE(excluded.size() == 1);
+  CHECK(excluded[0]["reason"] == "node_failure_limit");
+  CHECK(excluded[0]["node_rank"] == 1);
+  CHECK(r.barriers.empty());
+}
+
+TEST_CASE("elastic: failures that are not in a row do not quarantine") {
+  MultiNodeRun run;
+  run.settings = elastic(2, 3);
+  run.settings.node_failure_limit = 2;
+  run.config.max_restarts = 3;
+  run.script.join = [](int, const RoundPlan&) { return round_of(1, 3, 2); };
+  run.script.on_round = [](FakeJobRendezvous& r, int round) {
+    // Round 1 fails elsewhere: this node's streak ends there.
+    if (round == 1) r.deliver_stop(StopReason{4, 0, "node 0 (a): rank 0 (pid 7) failed with exit code 4", {}});
+  };
+  run.workers = [](const EnvMap& env) {
+    FakeBehaviour b;
+    const int attempt = attempt_of(env);
+    if (rank_of(env) == 2 && (attempt == 0 || attempt == 2)) b.exits_with = ExitStatus::exited(9);
+    if (attempt == 3) b.exits_with = ExitStatus::exited(0);
+    return b;
+  };
+  CHECK(run.run() == 0);
+  CHECK(run.events("excluded").empty());
+  CHECK(run.rendezvous->joins == std::vector<int>{0, 1, 2, 3});
+}

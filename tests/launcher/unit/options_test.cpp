@@ -191,3 +191,18 @@ TEST_CASE("every bad input gives one line and its exit code") {
   check_error({"--bind-gpu", "prog"}, 2, "no GPU is visible");
   check_error({"--nproc_per_node"}, 2, "");  // CLI11: missing value
 }
+
+TEST_CASE("--max-rescales and --node-failure-limit are spellings of their --rdzv_conf keys; the flag wins") {
+  auto r = configure({"--rdzv_backend", "c10d", "--rdzv_endpoint", "h:1", "--nnodes", "2:3", "--rdzv_conf",
+                      "max_rescales=7,node_failure_limit=1", "--max-rescales", "3", "--node_failure_limit", "2",
+                      "train"});
+  REQUIRE(r.ok());
+  CHECK(r->config.rdzv_conf.at("max_rescales") == "3");
+  CHECK(r->config.rdzv_conf.at("node_failure_limit") == "2");
+  auto conf_only = configure({"--rdzv_conf", "max_rescales=7", "train"});
+  REQUIRE(conf_only.ok());
+  CHECK(conf_only->config.rdzv_conf.at("max_rescales") == "7");
+  CHECK_FALSE(conf_only->config.rdzv_conf.count("node_failure_limit"));
+  check_error({"--max-rescales", "many", "train"}, 2, "--max-rescales");
+  check_error({"--node-failure-limit", "-1", "train"}, 2, "--node-failure-limit");
+}

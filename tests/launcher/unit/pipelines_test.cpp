@@ -81,7 +81,7 @@ TEST_CASE("abbreviations: unambiguous prefixes expand, ambiguous ones name the c
   CHECK(amb.error().exit_code == 2);
   CHECK(amb.error().message ==
         "ambiguous option: --no could match --no-python, --no_python, --node-rank, --node_rank, "
-        "--no-prefix, --no_prefix");
+        "--no-prefix, --no_prefix, --node-failure-limit, --node_failure_limit");
   auto after_separator = expand_abbreviations({"--", "--no"});
   CHECK(after_separator.ok());
 }
