@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Style checks: clang-format (.clang-format) must leave every C++ file unchanged, and clang-tidy
+# (.clang-tidy) must report nothing. Changes nothing.
+#   scripts/lint.sh                 all tracked C++ files
+#   scripts/lint.sh FILE...         just these files
+#   scripts/lint.sh --format-only   skip clang-tidy (fast; no build needed)
+# clang-tidy needs a compilation database: build/compile_commands.json (scripts/build.sh writes it;
+# set DDPRUN_LINT_BUILD_DIR for another build directory). Exit 0 when clean, 1 otherwise.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+BUILD_DIR="${DDPRUN_LINT_BUILD_DIR:-build}"
+JOBS="${DDPRUN_JOBS:-$(nproc)}"
+
+tidy=1
+files=()
+for arg in "$@"; do
+  case "$arg" in
+    --format-only) tidy=0 ;;
+    -*) echo "usage: scripts/lint.sh [--format-only] [FILE...]" >&2; exit 2 ;;
+    *) files+=("$arg") ;;
+  esac
+done
+if ((${#files[@]} == 0)); then
+  mapfile -t files < <(git ls-files '*.cpp' '*.hpp' '*.h' '*.cc')
+fi
+
+for tool in clang-format clang-tidy; do
+  if [[ $tool == clang-tidy && $tidy == 0 ]]; then continue; fi
+  command -v "$tool" >/dev/null || { echo "lint: $tool not found (apt-get install clang-format clang-tidy)" >&2; exit 2; }
+done
+
+status=0
+echo "lint: clang-format on ${#files[@]} files"
+clang-format --dry-run -Werror "${files[@]}" || status=1
+
+if [[ $tidy == 1 ]]; then
+  if [[ ! -f $BUILD_DIR/compile_commands.json ]]; then
+    echo "lint: $BUILD_DIR/compile_commands.json is missing; run scripts/build.sh first" >&2
+    exit 2
+  fi
+  # clang-tidy checks translation units: the .cpp files the build compiles (headers through them).
+  mapfile -t units < <(python3 - "$BUILD_DIR/compile_commands.json" "${files[@]}" <<'PY'
+import json, os, sys
+compiled = {os.path.realpath(e["file"]) for e in json.load(open(sys.argv[1]))}
+for f in sys.argv[2:]:
+    if os.path.realpath(f) in compiled:
+        print(f)
+PY
+)
+  echo "lint: clang-tidy on ${#units[@]} translation units"
+  if ((${#units[@]})); then
+    printf '%s\0' "${units[@]}" |
+      xargs -0 -n 4 -P "$JOBS" clang-tidy -p "$BUILD_DIR" --quiet --warnings-as-errors='*' || status=1
+  fi
+fi
+if [[ $status == 0 ]]; then echo "lint: clean"; else echo "lint: problems found (see above)"; fi
+exit $status
