@@ -1,22 +1,46 @@
 #!/usr/bin/env bash
-# Installs every system and Python package ddprun needs, and nothing that is already there.
+# Installs the system and Python packages ddprun needs, and nothing that is already there.
 # Idempotent and quiet when all is present. Needs root (or sudo) for apt-get.
+#   scripts/setup.sh --minimal   what the main job needs: build ddprun and the worker, train
+#                                (scripts/demo.sh)
+#   scripts/setup.sh             everything: the minimal set plus what the tests, the packaging
+#                                checks and the benchmarks use (scripts/test.sh)
 set -euo pipefail
 
-# Debian packages: build toolchain deps, LibTorch 1.13 (CPU, Gloo), Python torch 1.13 for /usr/bin/python3,
-# the Fashion-MNIST data, a real Slurm + Open MPI for the cluster tests, and the benchmark tools.
-DEB_PACKAGES=(
+MODE=full
+case "${1:-}" in
+  --minimal) MODE=minimal ;;
+  "") ;;
+  *) echo "usage: scripts/setup.sh [--minimal]" >&2; exit 2 ;;
+esac
+
+# Build tools, the header-only libraries (Boost.Asio/Beast/UUID, CLI11, fmt, nlohmann/json),
+# OpenSSL (the store's token HMAC), Debian's LibTorch 1.13 (CPU, Gloo) and the Fashion-MNIST data.
+MINIMAL_DEB_PACKAGES=(
   build-essential cmake pkg-config zlib1g-dev
-  libboost1.81-all-dev libcli11-dev libfmt-dev nlohmann-json3-dev doctest-dev libssl-dev
-  python3-torch libtorch-dev libgloo-dev
+  libboost1.81-dev libcli11-dev libfmt-dev nlohmann-json3-dev libssl-dev
+  libtorch-dev libgloo-dev
   dataset-fashion-mnist
+)
+# The tests: doctest, Python torch 1.13 for /usr/bin/python3, a real Slurm + Open MPI for the
+# cluster tests, network namespaces; man pages and packaging checks (help2man, man-db, dpkg-dev);
+# benchmark tools.
+FULL_DEB_PACKAGES=(
+  doctest-dev python3-torch
   slurmctld slurmd slurm-client munge openmpi-bin libopenmpi-dev
-  iproute2 procps hyperfine time
+  iproute2 procps
+  help2man man-db dpkg-dev
+  hyperfine time
   jq  # the pipelines test consumes `ddprun --events -` with jq
 )
-# torch 2.x from PyPI for the python3 on PATH (the G2 store dialect and the CUDA LibTorch build).
+# torch 2.x from PyPI for the python3 on PATH (the G2 store dialect and the CUDA LibTorch build),
+# and the wheel's build backend (the packaging test builds the wheel without build isolation).
 TORCH2_VERSION="2.15.0"
 NUMPY_VERSION="2.4.6"  # torch warns on every import without numpy
+SCIKIT_BUILD_CORE_VERSION="1.1.2"  # keep equal to pyproject.toml's build-system.requires
+
+DEB_PACKAGES=("${MINIMAL_DEB_PACKAGES[@]}")
+if [[ $MODE == full ]]; then DEB_PACKAGES+=("${FULL_DEB_PACKAGES[@]}"); fi
 
 SUDO=""
 if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
@@ -36,12 +60,22 @@ if ((${#missing[@]})); then
     "${missing[@]}" >/dev/null
 fi
 
+if [[ $MODE == minimal ]]; then exit 0; fi
+
 PY2="${DDPRUN_PYTHON2:-python3}"
+pip_install() {
+  "$PY2" -m pip install -q --disable-pip-version-check --root-user-action=ignore "$@"
+}
 if ! "$PY2" -c "import torch, sys; sys.exit(0 if torch.__version__.split('+')[0] == '$TORCH2_VERSION' else 1)" \
     >/dev/null 2>&1; then
   echo "setup: installing torch==$TORCH2_VERSION for $(command -v "$PY2") from PyPI"
-  "$PY2" -m pip install -q --disable-pip-version-check --root-user-action=ignore "torch==$TORCH2_VERSION"
+  pip_install "torch==$TORCH2_VERSION"
 fi
 if ! "$PY2" -c "import numpy" >/dev/null 2>&1; then
-  "$PY2" -m pip install -q --disable-pip-version-check --root-user-action=ignore "numpy==$NUMPY_VERSION"
+  pip_install "numpy==$NUMPY_VERSION"
+fi
+if ! "$PY2" -c "import scikit_build_core, sys; sys.exit(scikit_build_core.__version__ != '$SCIKIT_BUILD_CORE_VERSION')" \
+    >/dev/null 2>&1; then
+  echo "setup: installing scikit-build-core==$SCIKIT_BUILD_CORE_VERSION for $(command -v "$PY2") from PyPI"
+  pip_install "scikit-build-core==$SCIKIT_BUILD_CORE_VERSION"
 fi
