@@ -372,10 +372,14 @@ def test_signals_to_handle_matches_torchrun(launcher, tmp):
         return
     # SIGUSR1 listed: the launcher passes it to every worker and stops the job with a failure.
     script = "trap 'echo line-got-usr1-$RANK; exit 7' USR1; echo ready; while :; do sleep 0.05; done"
-    args = ["--nproc-per-node=2", "--tee=3", "--log-line-prefix-template=R${rank}:",
-            "--signals-to-handle=SIGTERM,SIGINT,SIGUSR1", "--no-python", "sh", "-c", script]
     seen = {}
     for who in ("torchrun", "ddprun"):
+        # The workers' own log files are compared: torchrun's --tee tailer may stop before it has
+        # copied the workers' last lines to its console (its race, seen here as no line at all).
+        log_dir = os.path.join(tmp, "signals-" + who)
+        args = ["--nproc-per-node=2", "--tee=3", "--log-line-prefix-template=R${rank}:",
+                f"--log-dir={log_dir}",
+                "--signals-to-handle=SIGTERM,SIGINT,SIGUSR1", "--no-python", "sh", "-c", script]
         cmd = (TORCHRUN if who == "torchrun" else [DDPRUN]) + args
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 env=clean_env(), start_new_session=True)
@@ -390,9 +394,19 @@ def test_signals_to_handle_matches_torchrun(launcher, tmp):
                 os.killpg(proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        lines = sorted(line for line in out.splitlines() if "line-" in line)
-        seen[who] = (lines, proc.returncode != 0)
-    assert seen["torchrun"] == seen["ddprun"] == (["R0:line-got-usr1-0", "R1:line-got-usr1-1"], True), seen
+        lines = []
+        for root, _, files in os.walk(log_dir):
+            for name in files:
+                if name == "stdout.log":
+                    with open(os.path.join(root, name)) as f:
+                        lines += [line.strip() for line in f if "line-" in line]
+        seen[who] = (sorted(lines), proc.returncode != 0)
+    # torchrun 2.15 stops its workers nondeterministically after passing the signal (here, under
+    # load, often before a worker's trap has written its line): its lines must be a subset, and it
+    # must fail; ddprun must deliver the signal to every worker and let each handler finish.
+    expected = ["line-got-usr1-0", "line-got-usr1-1"]
+    assert seen["ddprun"] == (expected, True), seen
+    assert seen["torchrun"][1] and set(seen["torchrun"][0]) <= set(expected), seen
 
 
 def main():
