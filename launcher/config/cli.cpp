@@ -110,6 +110,37 @@ void add_launch_options(CLI::App& app, RawOptions& raw) {
     auto* flag = app.add_flag(spec.names, raw.*(spec.field), spec.help);
     if (spec.env != nullptr) flag->envname(spec.env);
   }
+  // Health (docs/health.md): members of RawOptions::health, so not in the tables above.
+  struct HealthOptionSpec {
+    const char* names;
+    const char* env;
+    std::string health::RawHealthOptions::*field;
+    const char* help;
+  };
+  static constexpr HealthOptionSpec kHealthOptions[] = {
+      {"--hang-timeout,--hang_timeout", "PET_HANG_TIMEOUT", &health::RawHealthOptions::hang_timeout,
+       "Seconds without progress from any rank (heartbeat, else output line, else timer request) "
+       "after which the job is hung: stacks saved, stopped, exit 75 (default 0: off)"},
+      {"--no-progress-restarts,--no_progress_restarts", "PET_NO_PROGRESS_RESTARTS",
+       &health::RawHealthOptions::no_progress_restarts,
+       "Stop restarting after K restarts in a row that reached no new step (default 2; 0: off)"},
+      {"--straggler-ratio,--straggler_ratio", "PET_STRAGGLER_RATIO",
+       &health::RawHealthOptions::straggler_ratio,
+       "Report a rank whose step rate stays below R x the median for a minute (default 0.5; 0: off)"},
+      {"--status-port,--status_port", "PET_STATUS_PORT", &health::RawHealthOptions::status_port,
+       "Serve /healthz, /status, /metrics on this port (0: a free one; default "
+       "TORCHELASTIC_HEALTH_CHECK_PORT, else none)"},
+      {"--status-addr,--status_addr", "PET_STATUS_ADDR", &health::RawHealthOptions::status_addr,
+       "Address of the status endpoint (default 127.0.0.1)"},
+  };
+  for (const auto& spec : kHealthOptions) {
+    app.add_option(spec.names, raw.health.*(spec.field), spec.help)
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)
+        ->envname(spec.env);
+  }
+  app.add_flag("--file-timer,--file_timer", raw.health.file_timer,
+               "Serve torchrun's watchdog timers (as TORCHELASTIC_ENABLE_FILE_TIMER=1)")
+      ->envname("PET_FILE_TIMER");
   app.set_version_flag("--version", "ddprun " DDPRUN_VERSION);
   // Everything from the program on is passed through: `ddprun train.py --lr 3` never parses --lr.
   app.prefix_command();

@@ -13,6 +13,7 @@
 #include "launcher/common/result.hpp"
 #include "launcher/config/raw_options.hpp"
 #include "launcher/config/value_parsers.hpp"
+#include "launcher/health/health_settings.hpp"
 #include "launcher/scheduler/plan.hpp"
 
 namespace ddp::launcher {
@@ -57,6 +58,7 @@ struct LaunchConfig {
   std::string events;  // "", "-" or a path
   bool dry_run = false;
   bool bind_gpu = false;
+  health::HealthSettings health;  // hangs, watchdog timers, status endpoint (docs/health.md)
   std::vector<std::string> gpus;  // the devices this node sees (for --bind-gpu)
 
   /// TORCHELASTIC_USE_AGENT_STORE. False while worker rank 0 hosts PyTorch's own TCPStore; it

@@ -1,7 +1,11 @@
 // SPDX-License-Identifier: MIT
 #include "launcher/health/health_monitor.hpp"
 
+#include <sys/un.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <algorithm>
 #include <fmt/format.h>
@@ -55,10 +59,20 @@ Result<Ok> HealthMonitor::open(const std::string& socket_dir, int nproc_per_node
                                const std::string& host) {
   nnodes_ = nnodes;
   host_ = host;
+  std::string dir = socket_dir;
+  if (dir.size() + 32 > sizeof(sockaddr_un::sun_path)) {
+    // A deep --log-dir: socket paths must fit in sun_path, so they go to a short directory.
+    std::string tmpl = "/tmp/ddprun-hb-XXXXXX";
+    if (::mkdtemp(tmpl.data()) == nullptr) {
+      return Error{70, fmt::format("cannot create a directory for the heartbeat sockets: {}",
+                                   std::strerror(errno))};
+    }
+    own_socket_dir_ = dir = tmpl;
+  }
   for (int r = 0; r < nproc_per_node; ++r) {
     auto socket = std::make_unique<HeartbeatSocket>(
         io_, [this, r](size_t count, std::optional<long long> step) { on_heartbeat(r, count, step); });
-    auto opened = socket->open(fmt::format("{}/heartbeat-{}.sock", socket_dir, r));
+    auto opened = socket->open(fmt::format("{}/heartbeat-{}.sock", dir, r));
     if (!opened) return opened.error();
     heartbeats_.push_back(std::move(socket));
   }
@@ -315,6 +329,10 @@ void HealthMonitor::finish(bool succeeded) {
   for (auto& h : heartbeats_) h->close();
   if (timer_server_) timer_server_->close();
   if (status_server_) status_server_->close();
+  if (!own_socket_dir_.empty()) {
+    ::rmdir(own_socket_dir_.c_str());
+    own_socket_dir_.clear();
+  }
 }
 
 HttpAnswer HealthMonitor::answer(const std::string& target) const {

@@ -122,6 +122,7 @@ class HealthMonitor {
   boost::asio::steady_timer hang_timer_;
   boost::asio::steady_timer straggler_timer_;
   int status_port_ = 0;
+  std::string own_socket_dir_;  // made for the sockets (deep --log-dir); removed at the end
   bool stack_dump_started_ = false;  // one dump per attempt
 
   // Counters for /metrics.

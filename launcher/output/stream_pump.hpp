@@ -29,6 +29,7 @@ struct StreamRoute {
   OutputSink* fallback_console = nullptr;
   /// Told once about a failed log file: its path and errno (on the loop).
   std::function<void(const std::string& path, int error)> on_file_error;
+  std::function<void()> on_line;      // called for each read that completes a line (progress)
 };
 
 class StreamPump : public std::enable_shared_from_this<StreamPump> {

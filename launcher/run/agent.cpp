@@ -133,7 +133,8 @@ Result<Ok> Agent::prepare() {
       keep_run_dir_ = true;
     }
   }
-  auto dir = RunDirectory::create(c.log_dir, c.run_id, keep_run_dir_);
+  const bool may_save_stacks = c.health.hang_timeout.count() > 0 || c.health.file_timer;
+  auto dir = RunDirectory::create(c.log_dir, c.run_id, keep_run_dir_ || may_save_stacks);
   if (!dir) return dir.error();
   run_dir_ = std::move(*dir);
   if (keep_run_dir_ && run_dir_->temporary()) say(fmt::format("worker logs: {}", run_dir_->path()));
@@ -141,8 +142,12 @@ Result<Ok> Agent::prepare() {
   // directory that nobody asked to keep.
   const std::string scratch = keep_run_dir_ ? std::string() : run_dir_->temporary_base();
   for (const auto& warning : control_->begin_supervision(token_, scratch)) say(warning);
-  return open_store();
+  auto store = open_store();
+  if (!store) return store;
+  health_ = make_health_monitor();
+  return health_->open(run_dir_->path(), c.nproc_per_node, c.nnodes.max, setup_.host);
 }
+
 
 int Agent::run() {
   start_time_ = std::chrono::system_clock::now();
@@ -266,6 +271,15 @@ void Agent::launch_workers(int attempt) {
     if (phase_ != Phase::Running) break;  // a worker could not start: the others stop
   }
   for (auto& w : workers_) confirm_exec(w);
+  health_notes_.clear();
+  if (phase_ == Phase::Running) {
+    std::vector<health::MonitoredWorker> monitored;
+    for (const auto& w : workers_) {
+      monitored.push_back({w.outcome.rank, w.outcome.local_rank, w.outcome.pid,
+                           run_dir_->rank_dir(attempt, w.outcome.local_rank)});
+    }
+    health_->attempt_started(attempt, monitored);
+  }
   after_worker_exit();  // every worker may already be gone (start failures)
 }
 
@@ -308,11 +322,13 @@ void Agent::start_worker(Worker& w, int attempt) {
       };
     }
     plans[s].route.keep_tail = s == 1;
+    plans[s].route.on_line = health_->output_hook(r);
   }
 
   WorkerSlot slot{r, attempt, setup_.master_port, w.outcome.error_file};
   EnvMap env = worker_environment(c, slot, setup_.parent_env, layout_);
   env[OrphanGuard::kTokenVariable] = token_;
+  for (auto& [key, value] : health_->worker_environment(r)) env[key] = value;
   SpawnRequest request{setup_.executable, setup_.argv, to_envp_strings(env), plans[0].pipe[1],
                        plans[1].pipe[1]};
   auto started = control_->start(request);
@@ -406,6 +422,7 @@ void Agent::on_worker_exit(Worker& w, const ExitStatus& status) {
                  {"terminated_by_ddprun", w.outcome.terminated_by_ddprun},
                  {"oom_killed", w.outcome.oom_killed}});
   events_.emit("worker_exit", fields);
+  health_->worker_exited(w.outcome.local_rank, status, w.outcome.terminated_by_ddprun);
   if (!status.success() && phase_ == Phase::Running && !root_cause_) {
     root_cause_ = static_cast<size_t>(&w - workers_.data());
     announce_failure(w);
@@ -444,6 +461,7 @@ void Agent::on_shutdown_signal(int sig) {
 void Agent::stop_workers(int sig) {
   const bool first = phase_ == Phase::Running;
   phase_ = Phase::Stopping;
+  health_->stopping();
   for (auto& w : workers_) {
     if (w.alive && w.exec_report_fd >= 0) {
       continue;  // not started yet: confirm_exec() stops it once its exec is confirmed
@@ -544,7 +562,8 @@ void Agent::finish_attempt() {
     outcome.workers.push_back(w.outcome);
   }
   history_.push_back(std::move(outcome));
-  const bool failed = root_cause_.has_value() || job_stop_.has_value() || !lost_message_.empty();
+  const bool failed = root_cause_.has_value() || job_stop_.has_value() || !lost_message_.empty() ||
+                      hung_attempt_ == attempt_;
   if (session_ && !failed && shutdown_signal_ == 0 && internal_error_ == 0) {
     // This node is done; the job is done when every node is (another may still fail).
     phase_ = Phase::Finishing;
@@ -566,6 +585,14 @@ void Agent::finish_attempt() {
 }
 
 void Agent::after_attempt(bool failed) {
+  if (failed && attempt_ < setup_.config.max_restarts && shutdown_signal_ == 0) {
+    if (auto why = health_->attempt_failed()) {
+      say(*why);
+      health_notes_.push_back(*why);
+      finish_run();
+      return;
+    }
+  }
   // A lost node ends the job: the survivors cannot form the same world again.
   if (failed && shutdown_signal_ == 0 && internal_error_ == 0 && lost_message_.empty() &&
       attempt_ < setup_.config.max_restarts) {
@@ -588,6 +615,7 @@ int Agent::exit_code() const {
   if (shutdown_signal_ != 0) return exit_codes::kSignalBase + shutdown_signal_;
   if (job_stop_ && job_stop_->text != own_stop_text_) return job_stop_->exit_code;
   if (!lost_message_.empty()) return multinode_exit_codes::kNodeLost;
+  if (!history_.empty() && history_.back().attempt == hung_attempt_) return exit_codes::kHung;
   if (!history_.empty() && history_.back().root_cause) {
     const auto& w = history_.back().workers[*history_.back().root_cause];
     if (w.status) return shell_exit_code(*w.status);
@@ -603,8 +631,10 @@ void Agent::finish_run() {
   cleanup_timer_.cancel();
   const int code = exit_code();
   RunSummaryInput summary{setup_.config.program, setup_.host, setup_.config.max_restarts,
-                          start_time_, history_, shutdown_signal_, code, {}, log_errors_};
+                          start_time_, history_, shutdown_signal_, code, {}, log_errors_, {}};
   if (session_) summary.job_root_cause = job_stop_ ? job_stop_->text : lost_message_;
+  summary.health_notes = health_notes_;
+  if (health_) health_->finish(code == 0);
   if (code != 0) stderr_sink_.write_all(format_failure_summary(summary));
   nlohmann::json attempts = nlohmann::json::array();
   for (const auto& a : history_) {
@@ -624,6 +654,8 @@ void Agent::finish_run() {
   if (shutdown_signal_) fields["signal"] = signal_name(shutdown_signal_);
   if (!summary.job_root_cause.empty()) fields["job_root_cause"] = summary.job_root_cause;
   if (!log_errors_.empty()) fields["log_errors"] = log_errors_;
+  if (!health_notes_.empty()) fields["health"] = health_notes_;
+  if (!history_.empty() && history_.back().attempt == hung_attempt_) fields["hung"] = true;
   events_.emit("summary", fields);
   // After a lost node or store there is nobody to tell and perhaps no store to tell it through.
   if (session_ && !session_->busy() && lost_message_.empty()) {

@@ -35,6 +35,7 @@
 
 #include "launcher/config/launch_config.hpp"
 #include "launcher/env/worker_env.hpp"
+#include "launcher/health/health_monitor.hpp"
 #include "launcher/multinode/multinode_settings.hpp"
 #include "launcher/multinode/node_session.hpp"
 #include "launcher/output/output_sink.hpp"
@@ -122,6 +123,10 @@ class Agent {
   void finish_run();
   int exit_code() const;
   Worker* find_worker(pid_t pid);
+  /// Health (docs/health.md): the monitor saved the stacks; now stop as for a failure.
+  void on_hung(const health::HealthStop& stop);
+  void on_timer_expired(pid_t pid, int sig, const health::HealthStop& stop);
+  std::unique_ptr<health::HealthMonitor> make_health_monitor();
   bool any_alive() const;
 
   AgentSetup setup_;
@@ -160,6 +165,10 @@ class Agent {
   std::string own_stop_text_;               // what this node broadcast, if anything
   std::string lost_message_;                // a node or the store vanished
   int rendezvous_error_ = 0;
+
+  std::unique_ptr<health::HealthMonitor> health_;
+  int hung_attempt_ = -1;                 // the attempt judged hung (exit 75 if it is the last)
+  std::vector<std::string> health_notes_;  // this attempt's hang / timer_expired, for the summary
 };
 
 }  // namespace ddp::launcher

@@ -1,0 +1,55 @@
+// SPDX-License-Identifier: MIT
+// The Agent's side of health (docs/health.md): making the HealthMonitor and acting on what it
+// found. The monitor decides when and saves the stacks; the Agent stops the job as for a failure.
+#include <fmt/format.h>
+#include <signal.h>
+
+#include "launcher/run/agent.hpp"
+#include "rendezvous/store_server.hpp"
+
+namespace ddp::launcher {
+
+std::unique_ptr<health::HealthMonitor> Agent::make_health_monitor() {
+  health::HealthMonitor::Hooks hooks;
+  hooks.say = [this](const std::string& line) { say(line); };
+  hooks.emit = [this](const char* event, nlohmann::json fields) { events_.emit(event, std::move(fields)); };
+  hooks.on_hung = [this](const health::HealthStop& stop) { on_hung(stop); };
+  hooks.on_timer_expired = [this](pid_t pid, int sig, const health::HealthStop& stop) {
+    on_timer_expired(pid, sig, stop);
+  };
+  hooks.extra_gauges = [this] {
+    std::vector<std::tuple<std::string, std::string, double>> gauges;
+    if (!store_) return gauges;
+    auto stats = store_->stats();
+    gauges.emplace_back("ddprun_store_connections", "Open connections to the hosted store",
+                        static_cast<double>(stats.connections));
+    gauges.emplace_back("ddprun_store_keys", "Keys in the hosted store", static_cast<double>(stats.keys));
+    gauges.emplace_back("ddprun_store_pending_waits", "Clients blocked in wait/get on the hosted store",
+                        static_cast<double>(stats.pending_waits));
+    return gauges;
+  };
+  auto path = setup_.parent_env.find("PATH");
+  return std::make_unique<health::HealthMonitor>(io_, setup_.config.health, std::move(hooks),
+                                                 path == setup_.parent_env.end() ? "/usr/bin:/bin" : path->second);
+}
+
+void Agent::on_hung(const health::HealthStop& stop) {
+  if (phase_ != Phase::Running) return;
+  hung_attempt_ = attempt_;
+  health_notes_.push_back(stop.text);
+  health_notes_.insert(health_notes_.end(), stop.details.begin(), stop.details.end());
+  keep_run_dir_ = true;  // the stacks are the evidence
+  if (run_dir_->temporary()) say(fmt::format("worker logs and stacks: {}", run_dir_->path()));
+  stop_workers(SIGTERM);
+}
+
+void Agent::on_timer_expired(pid_t pid, int sig, const health::HealthStop& stop) {
+  health_notes_.push_back(stop.text);
+  health_notes_.insert(health_notes_.end(), stop.details.begin(), stop.details.end());
+  keep_run_dir_ = true;
+  // As torchrun's FileTimerServer: the pid that asked, with the signal it asked for. Its exit is
+  // then the root cause like any failure.
+  control_->signal_process(pid, sig);
+}
+
+}  // namespace ddp::launcher
