@@ -121,6 +121,9 @@ void add_launch_options(CLI::App& app, RawOptions& raw) {
       {"--hang-timeout,--hang_timeout", "PET_HANG_TIMEOUT", &health::RawHealthOptions::hang_timeout,
        "Seconds without progress from any rank (heartbeat, else output line, else timer request) "
        "after which the job is hung: stacks saved, stopped, exit 75 (default 0: off)"},
+      {"--hang-startup-timeout,--hang_startup_timeout", "PET_HANG_STARTUP_TIMEOUT",
+       &health::RawHealthOptions::hang_startup_timeout,
+       "The hang timeout until an attempt's first progress, if longer (default 60)"},
       {"--no-progress-restarts,--no_progress_restarts", "PET_NO_PROGRESS_RESTARTS",
        &health::RawHealthOptions::no_progress_restarts,
        "Stop restarting after K restarts in a row that reached no new step (default 2; 0: off)"},

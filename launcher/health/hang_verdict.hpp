@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: MIT
 #pragma once
 /// The hang verdict (--hang-timeout): the job is hung when no rank has made progress (see
-/// ProgressTracker) for the timeout. Pure.
+/// ProgressTracker) for the timeout. Until the first progress of an attempt the startup timeout
+/// applies instead (importing torch and meeting the other ranks take seconds before the first
+/// line or heartbeat). Pure.
 
 #include <chrono>
 #include <optional>
@@ -18,10 +20,17 @@ struct HangVerdict {
 };
 
 /// nullopt while some rank made progress within `timeout` (or no rank is alive).
-std::optional<HangVerdict> judge_hang(const ProgressTracker& tracker,
-                                      std::chrono::milliseconds timeout, Clock::time_point now);
+struct HangTimeouts {
+  std::chrono::milliseconds steady{0};   // --hang-timeout
+  std::chrono::milliseconds startup{0};  // before the attempt's first progress
+  /// The one in force.
+  std::chrono::milliseconds applying(const ProgressTracker& tracker) const;
+};
+
+std::optional<HangVerdict> judge_hang(const ProgressTracker& tracker, const HangTimeouts& timeouts,
+                                      Clock::time_point now);
 
 /// When the verdict could first be reached if nothing happens until then.
-Clock::time_point next_hang_check(const ProgressTracker& tracker, std::chrono::milliseconds timeout);
+Clock::time_point next_hang_check(const ProgressTracker& tracker, const HangTimeouts& timeouts);
 
 }  // namespace ddp::launcher::health

@@ -117,7 +117,7 @@ std::map<std::string, std::string> HealthMonitor::worker_environment(int local_r
 
 std::function<void()> HealthMonitor::output_hook(int local_rank) {
   return [this, local_rank] {
-    if (phase_ == Phase::Running) tracker_.record(local_rank, ProgressSource::Output, Clock::now());
+    if (phase_ == Phase::Running) record_progress(local_rank, ProgressSource::Output, std::nullopt);
   };
 }
 
@@ -138,7 +138,14 @@ void HealthMonitor::attempt_started(int attempt, const std::vector<MonitoredWork
 void HealthMonitor::on_heartbeat(int local_rank, size_t count, std::optional<long long> step) {
   heartbeats_total_ += static_cast<long long>(count);
   if (phase_ != Phase::Running) return;
-  tracker_.record(static_cast<size_t>(local_rank), ProgressSource::Heartbeat, Clock::now(), step);
+  record_progress(local_rank, ProgressSource::Heartbeat, step);
+}
+
+void HealthMonitor::record_progress(int local_rank, ProgressSource source, std::optional<long long> step) {
+  const bool first = !tracker_.active_source();
+  tracker_.record(static_cast<size_t>(local_rank), source, Clock::now(), step);
+  // The first progress ends the startup timeout: the verdict may now come much sooner.
+  if (first) schedule_hang_check();
 }
 
 int HealthMonitor::local_rank_of(pid_t pid) const {
@@ -156,7 +163,7 @@ int HealthMonitor::local_rank_of(pid_t pid) const {
 void HealthMonitor::on_timer_request(const TimerRequest& request) {
   if (phase_ != Phase::Running) return;
   int local = local_rank_of(request.pid);
-  if (local >= 0) tracker_.record(static_cast<size_t>(local), ProgressSource::Timer, Clock::now());
+  if (local >= 0) record_progress(local, ProgressSource::Timer, std::nullopt);
 }
 
 void HealthMonitor::on_timers_expired(const std::vector<ExpiredTimer>& expired) {
@@ -193,7 +200,7 @@ void HealthMonitor::on_timers_expired(const std::vector<ExpiredTimer>& expired) 
 
 void HealthMonitor::schedule_hang_check() {
   if (settings_.hang_timeout.count() <= 0 || phase_ != Phase::Running) return;
-  hang_timer_.expires_at(next_hang_check(tracker_, settings_.hang_timeout));
+  hang_timer_.expires_at(next_hang_check(tracker_, hang_timeouts()));
   hang_timer_.async_wait([this](const boost::system::error_code& ec) {
     if (!ec) check_hang();
   });
@@ -202,7 +209,7 @@ void HealthMonitor::schedule_hang_check() {
 void HealthMonitor::check_hang() {
   if (phase_ != Phase::Running) return;
   const auto now = Clock::now();
-  auto verdict = judge_hang(tracker_, settings_.hang_timeout, now);
+  auto verdict = judge_hang(tracker_, hang_timeouts(), now);
   if (!verdict) {
     schedule_hang_check();
     return;
@@ -211,9 +218,11 @@ void HealthMonitor::check_hang() {
   ++hang_verdicts_;
   const auto source = tracker_.active_source();
   HealthStop stop;
-  stop.text = fmt::format("hung: no progress ({}) from any rank for {:.1f} s (--hang-timeout {:.3g})",
+  stop.text = fmt::format("hung: no progress ({}) from any rank for {:.1f} s ({} {:.3g})",
                           source ? source_name(*source) : "none since the start",
-                          verdict->idle.count() / 1000.0, settings_.hang_timeout.count() / 1000.0);
+                          verdict->idle.count() / 1000.0,
+                          source ? "--hang-timeout" : "--hang-startup-timeout",
+                          hang_timeouts().applying(tracker_).count() / 1000.0);
   nlohmann::json suspects = nlohmann::json::array();
   for (size_t i = 0; i < verdict->oldest_first.size(); ++i) {
     const size_t local = verdict->oldest_first[i];

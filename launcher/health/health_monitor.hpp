@@ -94,8 +94,10 @@ class HealthMonitor {
   static const char* phase_name(Phase phase);
 
   void on_heartbeat(int local_rank, size_t count, std::optional<long long> step);
+  void record_progress(int local_rank, ProgressSource source, std::optional<long long> step);
   void on_timer_request(const TimerRequest& request);
   void on_timers_expired(const std::vector<ExpiredTimer>& expired);
+  HangTimeouts hang_timeouts() const { return {settings_.hang_timeout, settings_.hang_startup_timeout}; }
   void schedule_hang_check();
   void check_hang();
   void schedule_straggler_tick();

@@ -24,6 +24,10 @@ Result<HealthSettings> health_settings_from(const RawHealthOptions& raw,
     return Error{exit_codes::kUsage, "--hang-timeout: at least 0.1 seconds (0 turns it off)"};
   }
   s.hang_timeout = std::chrono::milliseconds(static_cast<long long>(*hang * 1000.0));
+  auto startup = parse_seconds("--hang-startup-timeout", raw.hang_startup_timeout);
+  if (!startup) return startup.error();
+  if (*startup > 86400.0 * 365) return Error{exit_codes::kUsage, "--hang-startup-timeout: more than a year"};
+  s.hang_startup_timeout = std::chrono::milliseconds(static_cast<long long>(*startup * 1000.0));
   auto restarts = parse_integer("--no-progress-restarts", raw.no_progress_restarts, 0, 1'000'000);
   if (!restarts) return restarts.error();
   s.no_progress_restarts = static_cast<int>(*restarts);

@@ -15,6 +15,7 @@ namespace ddp::launcher::health {
 struct RawHealthOptions {
   bool file_timer = false;
   std::string hang_timeout = "0";
+  std::string hang_startup_timeout = "60";
   std::string no_progress_restarts = "2";
   std::string straggler_ratio = "0.5";
   std::string status_port;  // empty: TORCHELASTIC_HEALTH_CHECK_PORT, else no endpoint

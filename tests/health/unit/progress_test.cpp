@@ -17,20 +17,36 @@ const Clock::time_point t0 = Clock::time_point{} + 1000s;
 TEST_CASE("nothing but the start: hung exactly at the timeout, every rank a suspect") {
   ProgressTracker p;
   p.start_attempt({0, 1, 2}, t0);
-  CHECK_FALSE(judge_hang(p, 5s, t0 + 4999ms));
-  auto v = judge_hang(p, 5s, t0 + 5s);
+  CHECK_FALSE(judge_hang(p, {5s, 0s}, t0 + 4999ms));
+  auto v = judge_hang(p, {5s, 0s}, t0 + 5s);
   REQUIRE(v);
   CHECK(v->idle == 5s);
   CHECK(v->oldest_first.size() == 3);
-  CHECK(next_hang_check(p, 5s) == t0 + 5s);
+  CHECK(next_hang_check(p, {5s, 0s}) == t0 + 5s);
+}
+
+TEST_CASE("the startup timeout applies until the attempt's first progress") {
+  ProgressTracker p;
+  p.start_attempt({0, 1}, t0);
+  const HangTimeouts t{5s, 60s};
+  CHECK_FALSE(judge_hang(p, t, t0 + 59s));
+  CHECK(next_hang_check(p, t) == t0 + 60s);
+  CHECK(judge_hang(p, t, t0 + 60s));
+  p.record(1, ProgressSource::Output, t0 + 10s);
+  CHECK(next_hang_check(p, t) == t0 + 15s);
+  CHECK(judge_hang(p, t, t0 + 15s));
+  // A steady timeout longer than the startup one wins.
+  ProgressTracker q;
+  q.start_attempt({0}, t0);
+  CHECK_FALSE(judge_hang(q, {90s, 60s}, t0 + 80s));
 }
 
 TEST_CASE("one progressing rank keeps the job alive; the stuck one is named first") {
   ProgressTracker p;
   p.start_attempt({4, 5}, t0);
   for (int i = 1; i <= 10; ++i) p.record(0, ProgressSource::Output, t0 + i * 1s);
-  CHECK_FALSE(judge_hang(p, 5s, t0 + 12s));
-  auto v = judge_hang(p, 5s, t0 + 15s);
+  CHECK_FALSE(judge_hang(p, {5s, 0s}, t0 + 12s));
+  auto v = judge_hang(p, {5s, 0s}, t0 + 15s);
   REQUIRE(v);
   CHECK(v->oldest_first == std::vector<size_t>{1, 0});
   CHECK(p.ranks()[v->oldest_first[0]].rank == 5);
@@ -46,7 +62,7 @@ TEST_CASE("once heartbeats come, output lines no longer count as progress") {
   // A logging thread runs on while the training loop is stuck.
   for (int i = 3; i < 30; ++i) p.record(0, ProgressSource::Output, t0 + i * 1s);
   CHECK(p.last_progress(0) == t0 + 2s);
-  CHECK(judge_hang(p, 10s, t0 + 12s));
+  CHECK(judge_hang(p, {10s, 0s}, t0 + 12s));
 }
 
 TEST_CASE("timer requests count only while there is nothing better") {
@@ -65,7 +81,7 @@ TEST_CASE("a slow but steady heartbeat is never hung") {
   for (int i = 1; i <= 100; ++i) {
     p.record(0, ProgressSource::Heartbeat, t0 + i * 4s, i);
     p.record(1, ProgressSource::Heartbeat, t0 + i * 4s + 1s, i);
-    CHECK_FALSE(judge_hang(p, 5s, t0 + i * 4s + 3s));
+    CHECK_FALSE(judge_hang(p, {5s, 0s}, t0 + i * 4s + 3s));
   }
   CHECK(p.best_step() == 100);
 }
@@ -74,12 +90,12 @@ TEST_CASE("an exit counts as progress, and the dead are not suspects") {
   ProgressTracker p;
   p.start_attempt({0, 1}, t0);
   p.record_exit(0, t0 + 4s);
-  CHECK_FALSE(judge_hang(p, 5s, t0 + 8s));
-  auto v = judge_hang(p, 5s, t0 + 9s);
+  CHECK_FALSE(judge_hang(p, {5s, 0s}, t0 + 8s));
+  auto v = judge_hang(p, {5s, 0s}, t0 + 9s);
   REQUIRE(v);
   CHECK(v->oldest_first == std::vector<size_t>{1});
   p.record_exit(1, t0 + 10s);
-  CHECK_FALSE(judge_hang(p, 5s, t0 + 100s));  // nobody alive: nothing to judge
+  CHECK_FALSE(judge_hang(p, {5s, 0s}, t0 + 100s));  // nobody alive: nothing to judge
 }
 
 TEST_CASE("a new attempt forgets the old one") {
