@@ -375,7 +375,7 @@ std::string HealthMonitor::status_json() const {
                    {"restarts", attempt_},
                    {"nodes", nnodes_},
                    {"host", host_},
-                   {"progress_source", source ? source_name(*source) : nullptr},
+                   {"progress_source", source ? nlohmann::json(source_name(*source)) : nlohmann::json()},
                    {"hang_timeout_s", settings_.hang_timeout.count() / 1000.0},
                    {"hang_verdicts", hang_verdicts_},
                    {"timer_expirations", timer_expirations_},
