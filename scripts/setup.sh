@@ -12,10 +12,12 @@ DEB_PACKAGES=(
   dataset-fashion-mnist
   slurmctld slurmd slurm-client munge openmpi-bin libopenmpi-dev
   iproute2 procps hyperfine time
+  elfutils prometheus  # eu-stack for native stacks of hung workers; Prometheus + promtool for the status tests
 )
 # torch 2.x from PyPI for the python3 on PATH (the G2 store dialect and the CUDA LibTorch build).
 TORCH2_VERSION="2.15.0"
 NUMPY_VERSION="2.4.6"  # torch warns on every import without numpy
+PYSPY_VERSION="0.4.3"  # Python stacks of hung workers (docs/health.md)
 
 SUDO=""
 if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
@@ -43,4 +45,8 @@ if ! "$PY2" -c "import torch, sys; sys.exit(0 if torch.__version__.split('+')[0]
 fi
 if ! "$PY2" -c "import numpy" >/dev/null 2>&1; then
   "$PY2" -m pip install -q --disable-pip-version-check --root-user-action=ignore "numpy==$NUMPY_VERSION"
+fi
+if ! command -v py-spy >/dev/null 2>&1; then
+  echo "setup: installing py-spy==$PYSPY_VERSION from PyPI"
+  "$PY2" -m pip install -q --disable-pip-version-check --root-user-action=ignore "py-spy==$PYSPY_VERSION"
 fi
