@@ -15,7 +15,7 @@ import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "launcher", "integration"))
-from harness import main, read_events, run, start, stop, wait_until  # noqa: E402
+from harness import clean_env, main, read_events, run, start, stop, wait_until  # noqa: E402
 
 JOBS = os.path.join(HERE, "jobs")
 
@@ -169,6 +169,30 @@ def test_restarts_that_progress_use_every_restart(tmp):
     ev = read_events(events)
     assert len([e for e in ev if e["event"] == "restart"]) == 3, ev
     assert not [e for e in ev if e["event"] == "no_progress_restarts"], ev
+
+
+def test_a_slow_rank_is_reported_as_a_straggler(tmp):
+    script = os.path.join(tmp, "uneven.py")
+    with open(script, "w") as f:
+        f.write("import os, socket, time\n"
+                "rank = int(os.environ['RANK'])\n"
+                "s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)\n"
+                "every = 0.4 if rank == 2 else 0.05\n"
+                "step = 0\n"
+                "end = time.monotonic() + 6\n"
+                "while time.monotonic() < end:\n"
+                "    step += 1\n"
+                "    s.sendto(b'step %d' % step, os.environ['DDPRUN_HEARTBEAT_SOCKET'])\n"
+                "    time.sleep(every)\n")
+    events = os.path.join(tmp, "events.jsonl")
+    # A 2 s window instead of a minute (DDPRUN_STRAGGLER_WINDOW exists for this).
+    r = run(["--nproc-per-node", "3", "--events", events, script], timeout=60,
+            env=clean_env(DDPRUN_STRAGGLER_WINDOW="2"))
+    assert r.rc == 0, r
+    found = [e for e in read_events(events) if e["event"] == "straggler"]
+    assert found and {e["rank"] for e in found} == {2}, found
+    assert found[0]["steps_per_s"] < 0.5 * found[0]["median_steps_per_s"], found
+    assert "rank 2 is a straggler" in r.err, r
 
 
 def test_bad_health_flags_are_one_line_and_exit_2(tmp):
