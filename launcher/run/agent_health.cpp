@@ -5,7 +5,6 @@
 #include <signal.h>
 
 #include "launcher/run/agent.hpp"
-#include "rendezvous/store_server.hpp"
 
 namespace ddp::launcher {
 
@@ -16,17 +15,6 @@ std::unique_ptr<health::HealthMonitor> Agent::make_health_monitor() {
   hooks.on_hung = [this](const health::HealthStop& stop) { on_hung(stop); };
   hooks.on_timer_expired = [this](pid_t pid, int sig, const health::HealthStop& stop) {
     on_timer_expired(pid, sig, stop);
-  };
-  hooks.extra_gauges = [this] {
-    std::vector<std::tuple<std::string, std::string, double>> gauges;
-    if (!store_) return gauges;
-    auto stats = store_->stats();
-    gauges.emplace_back("ddprun_store_connections", "Open connections to the hosted store",
-                        static_cast<double>(stats.connections));
-    gauges.emplace_back("ddprun_store_keys", "Keys in the hosted store", static_cast<double>(stats.keys));
-    gauges.emplace_back("ddprun_store_pending_waits", "Clients blocked in wait/get on the hosted store",
-                        static_cast<double>(stats.pending_waits));
-    return gauges;
   };
   auto path = setup_.parent_env.find("PATH");
   return std::make_unique<health::HealthMonitor>(io_, setup_.config.health, std::move(hooks),
