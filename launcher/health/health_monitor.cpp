@@ -245,6 +245,18 @@ void HealthMonitor::check_hang() {
   });
 }
 
+void HealthMonitor::hung_elsewhere(const std::string& text,
+                                   std::function<void(const HealthStop&)> then) {
+  if (phase_ != Phase::Running) return;
+  phase_ = Phase::Hung;
+  hang_timer_.cancel();
+  ++hang_verdicts_;
+  hooks_.emit("hang", {{"attempt", attempt_}, {"source", "another node"}, {"reason", text}});
+  dump_stacks("hang on another node", [text, then](std::vector<std::string> saved) {
+    then(HealthStop{text, std::move(saved)});
+  });
+}
+
 void HealthMonitor::dump_stacks(const std::string& reason,
                                 std::function<void(std::vector<std::string>)> then) {
   std::vector<StackTarget> targets;

@@ -79,6 +79,9 @@ class HealthMonitor {
   void worker_exited(int local_rank, const ExitStatus& status, bool terminated_by_ddprun);
   /// The Agent is stopping the workers (failure, signal); /healthz answers 503 from now on.
   void stopping();
+  /// Multi-node: another node judged the job hung. Saves the local stacks (as for a local
+  /// verdict), then calls `then` with what to put in the summary.
+  void hung_elsewhere(const std::string& text, std::function<void(const HealthStop&)> then);
   /// The attempt ended in failure. Returns why no restart should be made (no progress), if so.
   std::optional<std::string> attempt_failed();
   /// The run is over (`succeeded` or not). Closes everything.

@@ -126,6 +126,9 @@ class Agent {
   /// Health (docs/health.md): the monitor saved the stacks; now stop as for a failure.
   void on_hung(const health::HealthStop& stop);
   void on_timer_expired(pid_t pid, int sig, const health::HealthStop& stop);
+  /// Multi-node: another node judged the job hung; save the stacks here, then stop. False when
+  /// `reason` is not a hang (or this node is not running workers).
+  bool stop_for_hang_elsewhere(const StopReason& reason);
   std::unique_ptr<health::HealthMonitor> make_health_monitor();
   bool any_alive() const;
 

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <signal.h>
 
+#include "launcher/common/exit_codes.hpp"
 #include "launcher/run/agent.hpp"
 
 namespace ddp::launcher {
@@ -28,7 +29,28 @@ void Agent::on_hung(const health::HealthStop& stop) {
   health_notes_.insert(health_notes_.end(), stop.details.begin(), stop.details.end());
   keep_run_dir_ = true;  // the stacks are the evidence
   if (run_dir_->temporary()) say(fmt::format("worker logs and stacks: {}", run_dir_->path()));
+  if (session_ && layout_ && !job_stop_) {
+    // The other nodes save their stacks too, then stop with the same exit code (75).
+    StopReason reason{exit_codes::kHung,
+                      fmt::format("node {} ({}): {}", layout_->node_rank, setup_.host, stop.text)};
+    own_stop_text_ = reason.text;
+    job_stop_ = reason;
+    session_->broadcast_stop(reason);
+  }
   stop_workers(SIGTERM);
+}
+
+bool Agent::stop_for_hang_elsewhere(const StopReason& reason) {
+  if (reason.exit_code != exit_codes::kHung || phase_ != Phase::Running) return false;
+  say(fmt::format("the job is hung ({}); saving the stacks here before stopping", reason.text));
+  health_->hung_elsewhere(reason.text, [this](const health::HealthStop& stop) {
+    health_notes_.push_back(stop.text);
+    health_notes_.insert(health_notes_.end(), stop.details.begin(), stop.details.end());
+    keep_run_dir_ = true;
+    if (run_dir_->temporary()) say(fmt::format("worker logs and stacks: {}", run_dir_->path()));
+    if (phase_ == Phase::Running) stop_workers(SIGTERM);
+  });
+  return true;
 }
 
 void Agent::on_timer_expired(pid_t pid, int sig, const health::HealthStop& stop) {

@@ -104,6 +104,7 @@ void Agent::on_job_stop(const StopReason& reason) {
   // every node names the same root cause and exits with the same code.
   job_stop_ = reason;
   events_.emit("job_stop", {{"reason", reason.text}, {"exit_code", reason.exit_code}});
+  if (stop_for_hang_elsewhere(reason)) return;  // stacks first (docs/health.md)
   if (phase_ == Phase::Running) {
     say(fmt::format("stopping the workers: the job failed on another node: {}", reason.text));
     stop_workers(SIGTERM);
