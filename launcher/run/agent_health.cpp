@@ -58,7 +58,9 @@ void Agent::on_timer_expired(pid_t pid, int sig, const health::HealthStop& stop)
   health_notes_.insert(health_notes_.end(), stop.details.begin(), stop.details.end());
   keep_run_dir_ = true;
   // As torchrun's FileTimerServer: the pid that asked, with the signal it asked for. Its exit is
-  // then the root cause like any failure.
+  // then the root cause like any failure. Only while this attempt's workers run: after that the
+  // pid may be gone (and its number reused).
+  if (phase_ != Phase::Running) return;
   control_->signal_process(pid, sig);
 }
 
