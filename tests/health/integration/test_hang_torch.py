@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "launcher", "integration"))
@@ -72,9 +73,10 @@ def test_rank_sleeping_forever_is_a_hang_with_stacks_and_exit_75(tmp):
 
 
 def test_logging_job_that_never_hangs_runs_to_the_end(tmp):
-    # 12 steps of 0.5 s: longer than the timeout in total, never idle for it.
-    r = run(python_args() + ["--nproc-per-node", "2", "--hang-timeout", "3",
-             os.path.join(JOBS, "gloo_steps.py"), "--steps", "12", "--step-seconds", "0.5", "--log"],
+    # 20 steps of 0.5 s: longer than the timeout in total, never idle for it. (The timeout leaves
+    # room for the seconds a loaded machine takes to tear torch down after the last line.)
+    r = run(python_args() + ["--nproc-per-node", "2", "--hang-timeout", "8",
+             os.path.join(JOBS, "gloo_steps.py"), "--steps", "20", "--step-seconds", "0.5", "--log"],
             timeout=120)
     assert r.rc == 0, r
     assert "hung" not in r.err, r
@@ -141,4 +143,7 @@ if __name__ == "__main__":
     if not have_torch():
         print(f"SKIP: no torch for {PYTHON}")
         sys.exit(77)
-    main(globals())
+    # Kept run directories (the stacks of hung jobs) go to a scratch TMPDIR removed at the end.
+    with tempfile.TemporaryDirectory(prefix="ddprun_health_") as scratch:
+        os.environ["TMPDIR"] = scratch
+        main(globals())

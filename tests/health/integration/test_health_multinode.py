@@ -3,6 +3,7 @@
 (The verdict itself is per node; see docs/health.md, Multi-node.)"""
 import os
 import sys
+import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "launcher", "integration"))
@@ -56,4 +57,7 @@ def test_hang_on_node_1_ends_both_with_75_and_stacks_on_both(tmp):
 
 
 if __name__ == "__main__":
-    main(globals())
+    # Kept run directories (the stacks of hung jobs) go to a scratch TMPDIR removed at the end.
+    with tempfile.TemporaryDirectory(prefix="ddprun_health_") as scratch:
+        os.environ["TMPDIR"] = scratch
+        main(globals())

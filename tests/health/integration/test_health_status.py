@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -205,4 +206,7 @@ def test_bad_health_flags_are_one_line_and_exit_2(tmp):
 
 
 if __name__ == "__main__":
-    main(globals())
+    # Kept run directories (the stacks of hung jobs) go to a scratch TMPDIR removed at the end.
+    with tempfile.TemporaryDirectory(prefix="ddprun_health_") as scratch:
+        os.environ["TMPDIR"] = scratch
+        main(globals())

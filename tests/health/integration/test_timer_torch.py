@@ -5,6 +5,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -95,4 +96,7 @@ if __name__ == "__main__":
     except ImportError:
         print("SKIP: torch 2.x with torch.distributed.elastic.timer not available")
         sys.exit(77)
-    main(globals())
+    # Kept run directories (the stacks of hung jobs) go to a scratch TMPDIR removed at the end.
+    with tempfile.TemporaryDirectory(prefix="ddprun_health_") as scratch:
+        os.environ["TMPDIR"] = scratch
+        main(globals())
