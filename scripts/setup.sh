@@ -32,12 +32,14 @@ FULL_DEB_PACKAGES=(
   help2man man-db dpkg-dev
   hyperfine time
   jq  # the pipelines test consumes `ddprun --events -` with jq
+  elfutils prometheus  # eu-stack for native stacks of hung workers; Prometheus + promtool for the status tests
 )
 # torch 2.x from PyPI for the python3 on PATH (the G2 store dialect and the CUDA LibTorch build),
 # and the wheel's build backend (the packaging test builds the wheel without build isolation).
 TORCH2_VERSION="2.15.0"
 NUMPY_VERSION="2.4.6"  # torch warns on every import without numpy
 SCIKIT_BUILD_CORE_VERSION="1.1.2"  # keep equal to pyproject.toml's build-system.requires
+PYSPY_VERSION="0.4.3"  # Python stacks of hung workers (docs/health.md)
 
 DEB_PACKAGES=("${MINIMAL_DEB_PACKAGES[@]}")
 if [[ $MODE == full ]]; then DEB_PACKAGES+=("${FULL_DEB_PACKAGES[@]}"); fi
@@ -78,4 +80,8 @@ if ! "$PY2" -c "import scikit_build_core, sys; sys.exit(scikit_build_core.__vers
     >/dev/null 2>&1; then
   echo "setup: installing scikit-build-core==$SCIKIT_BUILD_CORE_VERSION for $(command -v "$PY2") from PyPI"
   pip_install "scikit-build-core==$SCIKIT_BUILD_CORE_VERSION"
+fi
+if ! command -v py-spy >/dev/null 2>&1; then
+  echo "setup: installing py-spy==$PYSPY_VERSION from PyPI"
+  pip_install "py-spy==$PYSPY_VERSION"
 fi

@@ -13,6 +13,8 @@ inline constexpr int kInternal = 70;
 /// Every worker succeeded, but a log or events file could not be written (ENOSPC, EIO...):
 /// sysexits' EX_CANTCREAT. Any worker failure or signal keeps its own code.
 inline constexpr int kLogWriteFailed = 73;
+/// The job was judged hung (--hang-timeout): sysexits' EX_TEMPFAIL, "a restart may help".
+inline constexpr int kHung = 75;
 /// The program (or the Python interpreter) cannot be found or executed, as in the shell.
 inline constexpr int kNotExecutable = 127;
 /// ddprun itself was stopped by signal N: 128 + N (130 SIGINT, 143 SIGTERM, 129 SIGHUP, 131 SIGQUIT).

@@ -14,7 +14,8 @@ namespace ddp::launcher {
 namespace {
 
 /// One table row per option: spellings, metavar, PET_ variable, target field and help (style R4).
-/// Exactly one of `text` and `flag` is set.
+/// Exactly one of `text`, `flag`, `health_text` and `health_flag` is set (the health options are
+/// members of RawOptions::health, docs/health.md).
 struct OptionSpec {
   const char* names;    // CLI11 name list
   const char* metavar;  // nullptr for flags
@@ -23,6 +24,8 @@ struct OptionSpec {
   bool RawOptions::*flag;
   const char* choices;  // space-separated, or nullptr
   const char* help;
+  std::string health::RawHealthOptions::*health_text = nullptr;
+  bool health::RawHealthOptions::*health_flag = nullptr;
 };
 
 // torchrun 2.15's flags in its --help order, then ddprun's own. The five node options have no
@@ -145,6 +148,30 @@ constexpr OptionSpec kOptions[] = {
      "c10d MIN:MAX: membership changes allowed (default 100; = --rdzv_conf max_rescales=N)"},
     {"--node-failure-limit,--node_failure_limit", "K", nullptr, &RawOptions::node_failure_limit, nullptr,
      nullptr, "c10d MIN:MAX: quarantine a node whose workers fail K attempts in a row (default 0: off)"},
+    // Health (docs/health.md). ddprun's own flags: no PET_ variable (torchrun's
+    // TORCHELASTIC_ENABLE_FILE_TIMER and TORCHELASTIC_HEALTH_CHECK_PORT are read in health_options).
+    {"--hang-timeout,--hang_timeout", "SECONDS", nullptr, nullptr, nullptr, nullptr,
+     "Seconds without progress from any rank (heartbeat, else output line, else timer request) "
+     "after which the job is hung: stacks saved, stopped, exit 75 (default 0: off)",
+     &health::RawHealthOptions::hang_timeout},
+    {"--hang-startup-timeout,--hang_startup_timeout", "SECONDS", nullptr, nullptr,
+     nullptr, nullptr, "The hang timeout until an attempt's first progress, if longer (default 60)",
+     &health::RawHealthOptions::hang_startup_timeout},
+    {"--no-progress-restarts,--no_progress_restarts", "K", nullptr, nullptr, nullptr,
+     nullptr, "Stop restarting after K restarts in a row that reached no new step (default 2; 0: off)",
+     &health::RawHealthOptions::no_progress_restarts},
+    {"--straggler-ratio,--straggler_ratio", "R", nullptr, nullptr, nullptr, nullptr,
+     "Report a rank whose step rate stays below R x the median for a minute (default 0.5; 0: off)",
+     &health::RawHealthOptions::straggler_ratio},
+    {"--status-port,--status_port", "PORT", nullptr, nullptr, nullptr, nullptr,
+     "Serve /healthz, /status, /metrics on this port (0: a free one; default "
+     "TORCHELASTIC_HEALTH_CHECK_PORT, else none)",
+     &health::RawHealthOptions::status_port},
+    {"--status-addr,--status_addr", "ADDR", nullptr, nullptr, nullptr, nullptr,
+     "Address of the status endpoint (default 127.0.0.1)", &health::RawHealthOptions::status_addr},
+    {"--file-timer,--file_timer", nullptr, nullptr, nullptr, nullptr, nullptr,
+     "Serve torchrun's watchdog timers (as TORCHELASTIC_ENABLE_FILE_TIMER=1)", nullptr,
+     &health::RawHealthOptions::file_timer},
 };
 
 std::vector<std::string> split_words(const char* text) {
@@ -168,7 +195,7 @@ std::vector<CliOption> build_table() {
         option.short_name = name;
       }
     }
-    option.takes_value = spec.text != nullptr;
+    option.takes_value = spec.text != nullptr || spec.health_text != nullptr;
     option.metavar = spec.metavar ? spec.metavar : "";
     option.choices = split_words(spec.choices);
     option.help = spec.help;
@@ -198,13 +225,15 @@ const std::vector<CliOption>& launch_option_table() {
 void add_launch_options(CLI::App& app, RawOptions& raw) {
   for (const auto& spec : kOptions) {
     CLI::Option* option = nullptr;
-    if (spec.text != nullptr) {
+    if (spec.text != nullptr || spec.health_text != nullptr) {
+      std::string& target = spec.text != nullptr ? raw.*(spec.text) : raw.health.*(spec.health_text);
       // Like argparse (torchrun), a repeated option takes its last value.
-      option = app.add_option(spec.names, raw.*(spec.text), spec.help)
+      option = app.add_option(spec.names, target, spec.help)
                    ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)
                    ->type_name(spec.metavar);
     } else {
-      option = app.add_flag(spec.names, raw.*(spec.flag), spec.help);
+      bool& target = spec.flag != nullptr ? raw.*(spec.flag) : raw.health.*(spec.health_flag);
+      option = app.add_flag(spec.names, target, spec.help);
     }
     if (spec.env != nullptr) option->envname(spec.env);
   }

@@ -328,6 +328,9 @@ Result<ConfiguredLaunch> config_from_options(const RawOptions& raw, const HostFa
   c.duplicate_stdout_filters = comma_list(raw.duplicate_stdout_filters);
   c.duplicate_stderr_filters = comma_list(raw.duplicate_stderr_filters);
   c.dry_run = raw.dry_run;
+  auto health = health::health_settings_from(raw.health, host.environment);
+  if (!health) return health.error();
+  c.health = *health;
 
   c.default_omp_threads = !host.omp_num_threads_set && c.nproc_per_node > 1;
   if (c.default_omp_threads) {

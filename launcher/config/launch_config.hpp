@@ -16,6 +16,7 @@
 #include "launcher/config/raw_options.hpp"
 #include "launcher/config/numa_binding.hpp"
 #include "launcher/config/value_parsers.hpp"
+#include "launcher/health/health_settings.hpp"
 #include "launcher/output/line_prefix.hpp"
 #include "launcher/scheduler/plan.hpp"
 
@@ -73,6 +74,7 @@ struct LaunchConfig {
   std::vector<NumaPlacement> numa_placements;  // one per local rank when numa_binding is set
   bool dry_run = false;
   bool bind_gpu = false;
+  health::HealthSettings health;  // hangs, watchdog timers, status endpoint (docs/health.md)
   std::vector<std::string> gpus;  // the devices this node sees (for --bind-gpu)
 
   /// TORCHELASTIC_USE_AGENT_STORE. False while worker rank 0 hosts PyTorch's own TCPStore; it

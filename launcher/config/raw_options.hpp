@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "launcher/health/health_options.hpp"
+
 namespace ddp::launcher {
 
 struct RawOptions {
@@ -59,6 +61,7 @@ struct RawOptions {
   std::string scheduler = "auto";  // auto, none or one detector (slurm, openmpi, ...)
   bool print_env_detect = false;   // print the scheduler detection report and exit
   bool store_only = false;         // serve only the store at master_addr:master_port
+  health::RawHealthOptions health;  // --hang-timeout, --status-port, ... (docs/health.md)
 
   /// The program and everything after it, untouched.
   std::vector<std::string> program_and_args;

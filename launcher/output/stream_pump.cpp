@@ -98,6 +98,7 @@ void StreamPump::to_console(std::string_view chunk) {
 }
 
 void StreamPump::deliver(std::string_view chunk) {
+  if (route_.on_line && chunk.find('\n') != std::string_view::npos) route_.on_line();
   if (route_.file && !route_.file->failed()) {
     route_.file->write_all(chunk);
   } else if (route_.file && !route_.console && route_.fallback_console) {

@@ -38,6 +38,8 @@ struct StreamRoute {
   /// Told once about a failed log file: its path and errno (on the loop).
   std::function<void(const std::string& path, int error)> on_file_error;
   DuplicateRoute duplicate;
+  /// Called for each read that completes one line or more (progress, docs/health.md).
+  std::function<void()> on_line;
 };
 
 class StreamPump : public std::enable_shared_from_this<StreamPump> {

@@ -119,7 +119,10 @@ Result<Ok> Agent::prepare() {
       keep_run_dir_ = true;
     }
   }
-  auto dir = RunDirectory::create(c.log_dir, c.run_id, keep_run_dir_);
+  // A hang verdict or an expired timer keeps the directory (the stacks are saved there), so it
+  // must not be one that the orphan guard removes if ddprun is killed.
+  const bool may_save_stacks = c.health.hang_timeout.count() > 0 || c.health.file_timer;
+  auto dir = RunDirectory::create(c.log_dir, c.run_id, keep_run_dir_ || may_save_stacks);
   if (!dir) return dir.error();
   run_dir_ = std::move(*dir);
   if (keep_run_dir_ && run_dir_->temporary()) say(fmt::format("worker logs: {}", run_dir_->path()));
@@ -127,7 +130,10 @@ Result<Ok> Agent::prepare() {
   // directory that nobody asked to keep.
   const std::string scratch = keep_run_dir_ ? std::string() : run_dir_->temporary_base();
   for (const auto& warning : control_->begin_supervision(token_, scratch)) say(warning);
-  return open_store();
+  auto store = open_store();
+  if (!store) return store;
+  health_ = make_health_monitor();
+  return health_->open(run_dir_->path(), c.nproc_per_node, c.nnodes.max, setup_.host);
 }
 
 int Agent::run() {
@@ -269,6 +275,15 @@ void Agent::launch_workers(int attempt) {
     if (phase_ != Phase::Running) break;  // a worker could not start: the others stop
   }
   for (auto& w : workers_) confirm_exec(w);
+  health_notes_.clear();
+  if (phase_ == Phase::Running) {
+    std::vector<health::MonitoredWorker> monitored;
+    for (const auto& w : workers_) {
+      monitored.push_back({w.outcome.rank, w.outcome.local_rank, w.outcome.pid,
+                           run_dir_->rank_dir(attempt, w.outcome.local_rank)});
+    }
+    health_->attempt_started(attempt, monitored);
+  }
   after_worker_exit();  // every worker may already be gone (start failures)
 }
 
@@ -282,6 +297,7 @@ void Agent::start_worker(Worker& w, int attempt) {
     record_start_failure(w, streams.error());
     return;
   }
+  streams->on_line(health_->output_hook(r));
   WorkerSlot slot{r, attempt, setup_.master_port, w.outcome.error_file};
   if (proxy_) {
     slot.master_addr = "127.0.0.1";
@@ -289,6 +305,7 @@ void Agent::start_worker(Worker& w, int attempt) {
   }
   EnvMap env = worker_environment(c, slot, setup_.parent_env, layout_);
   env[OrphanGuard::kTokenVariable] = token_;
+  for (auto& [key, value] : health_->worker_environment(r)) env[key] = value;
   SpawnRequest request{setup_.executable, setup_.argv, to_envp_strings(env), streams->worker_stdout(),
                        streams->worker_stderr()};
   if (r < static_cast<int>(c.numa_placements.size())) {  // --numa-binding
@@ -371,6 +388,7 @@ void Agent::on_worker_exit(Worker& w, const ExitStatus& status) {
     w.outcome.oom_killed = read_oom_kill_count() > oom_kills_at_start_;
   }
   events_.emit("worker_exit", worker_exit_fields(w.outcome, attempt_));
+  health_->worker_exited(w.outcome.local_rank, status, w.outcome.terminated_by_ddprun);
   if (!status.success() && phase_ == Phase::Running && !root_cause_) {
     on_local_failure(w);
     if (any_alive()) {
@@ -409,6 +427,7 @@ void Agent::on_shutdown_signal(int sig) {
 void Agent::stop_workers(int sig) {
   const bool first = phase_ == Phase::Running;
   phase_ = Phase::Stopping;
+  health_->stopping();
   for (auto& w : workers_) {
     if (w.alive && w.exec_report_fd >= 0) {
       continue;  // not started yet: confirm_exec() stops it once its exec is confirmed
@@ -530,6 +549,12 @@ void Agent::after_attempt() {
     return;
   }
   if (end_ && restartable(*end_) && !interrupted_ && restarts_used_ < setup_.config.max_restarts) {
+    if (auto why = health_->attempt_failed()) {  // --no-progress-restarts: restarts do not help
+      say(*why);
+      health_notes_.push_back(*why);
+      finish_run();
+      return;
+    }
     ++restarts_used_;
     say(fmt::format("{}; restarting the workers{} (restart {} of {})", end_->text,
                     session_ ? " on every node" : "", restarts_used_, setup_.config.max_restarts));
@@ -563,13 +588,20 @@ void Agent::finish_run() {
   const int code = exit_code();
   const int signal = end_ && end_->kind == RunEndKind::Interrupted ? end_->signal : 0;
   RunSummaryInput summary{setup_.config.program, setup_.host, setup_.config.max_restarts,
-                          start_time_, history_, signal, code, {}, log_errors_};
+                          start_time_, history_, signal, code, {}, log_errors_, health_notes_};
   const bool job_wide = end_ && (end_->kind == RunEndKind::WorkerFailed ||
-                                 end_->kind == RunEndKind::JobStopped || end_->kind == RunEndKind::NodeLost);
+                                 end_->kind == RunEndKind::Hung || end_->kind == RunEndKind::JobStopped ||
+                                 end_->kind == RunEndKind::NodeLost);
   if (session_ && job_wide) summary.job_root_cause = end_->text;
+  if (health_) health_->finish(code == 0);
   if (code != 0) stderr_sink_.write_all(format_failure_summary(summary));
   nlohmann::json fields = summary_fields(code, history_, end_, summary.job_root_cause);
   if (!log_errors_.empty()) fields["log_errors"] = log_errors_;
+  if (!health_notes_.empty()) fields["health"] = health_notes_;
+  // Hung here, or stopped by another node's hang verdict (the same code on every node).
+  const bool hung_elsewhere = end_ && end_->kind == RunEndKind::JobStopped &&
+                              end_->exit_code == exit_codes::kHung;
+  if (end_ && (end_->kind == RunEndKind::Hung || hung_elsewhere)) fields["hung"] = true;
   if (!membership_changes_.empty()) fields["membership_changes"] = membership_changes_;
   events_.emit("summary", fields);
   // After a lost node or store there is nobody to tell and perhaps no store to tell it through.

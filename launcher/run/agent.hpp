@@ -41,6 +41,7 @@
 
 #include "launcher/config/launch_config.hpp"
 #include "launcher/env/worker_env.hpp"
+#include "launcher/health/health_monitor.hpp"
 #include "launcher/multinode/multinode_settings.hpp"
 #include "launcher/multinode/job_rendezvous.hpp"
 #include "launcher/output/output_sink.hpp"
@@ -143,6 +144,17 @@ class Agent {
   int exit_code() const;
   Worker* find_worker(pid_t pid);
   bool any_alive() const;
+  // Health (agent_health.cpp, docs/health.md).
+  std::unique_ptr<health::HealthMonitor> make_health_monitor();
+  /// The monitor judged the job hung and saved the stacks: a RunEnd of kind Hung, then stop as
+  /// for a failure (multi-node: offered to the other nodes as the job's stop, exit 75).
+  void on_hung(const health::HealthStop& stop);
+  void on_timer_expired(pid_t pid, int sig, const health::HealthStop& stop);
+  /// Multi-node: another node judged the job hung (its stop stands as this attempt's end); save
+  /// the stacks here, then stop. False when `reason` is not a hang or no worker runs here.
+  bool stop_for_hang_elsewhere(const StopReason& reason);
+  /// A hang verdict or an expired timer: its lines go to the summary; the stacks are evidence.
+  void record_health_stop(const health::HealthStop& stop);
 
   AgentSetup setup_;
   boost::asio::io_context io_{1};
@@ -195,6 +207,9 @@ class Agent {
   };
   std::optional<Reform> reform_;
   std::vector<std::string> membership_changes_;  // for the summary
+
+  std::unique_ptr<health::HealthMonitor> health_;
+  std::vector<std::string> health_notes_;  // this attempt's hang / timer_expired, for the summary
 };
 
 }  // namespace ddp::launcher

@@ -167,6 +167,7 @@ void Agent::on_job_stop(const StopReason& reason) {
     return;
   }
   events_.emit("job_stop", {{"reason", reason.text}, {"exit_code", reason.exit_code}, {"node_rank", reason.node_rank}});
+  if (stop_for_hang_elsewhere(reason)) return;  // the stacks first (docs/health.md)
   if (phase_ == Phase::Running) {
     say(fmt::format("stopping the workers: the job failed on another node: {}", reason.text));
     stop_workers(SIGTERM);

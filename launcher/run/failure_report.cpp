@@ -84,6 +84,11 @@ std::string format_failure_summary(const RunSummaryInput& in) {
     out += kThin;
     out += fmt::format("Root cause (whole job): {}\n", in.job_root_cause);
   }
+  if (!in.health_notes.empty()) {
+    out += kThin;
+    out += fmt::format("Health: {}\n", in.health_notes.front());
+    for (size_t i = 1; i < in.health_notes.size(); ++i) out += "  " + in.health_notes[i] + "\n";
+  }
   const AttemptOutcome* last = in.attempts.empty() ? nullptr : &in.attempts.back();
   if (last && last->root_cause) {
     const WorkerOutcome& w = last->workers[*last->root_cause];

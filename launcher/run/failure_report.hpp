@@ -56,6 +56,9 @@ struct RunSummaryInput {
   std::string job_root_cause;
   /// Log files, the events file or stdout that could not be written ("<path>: <error> (...)").
   std::vector<std::string> log_errors;
+  /// The hang verdict or expired watchdog timer of the last attempt and where the stacks are
+  /// (docs/health.md), one line each; empty when none.
+  std::vector<std::string> health_notes;
 };
 
 /// The boxed summary printed on stderr when the run failed or was interrupted.

@@ -32,6 +32,11 @@ RunEnd worker_failed(const WorkerOutcome& worker, int node_rank, const std::stri
   return end;
 }
 
+RunEnd hung(const std::string& what, int node_rank, const std::string& host) {
+  return make(RunEndKind::Hung, exit_codes::kHung,
+              node_rank >= 0 ? fmt::format("node {} ({}): {}", node_rank, host, what) : what, node_rank);
+}
+
 RunEnd job_stopped(const StopReason& reason) {
   RunEnd end = make(RunEndKind::JobStopped, reason.exit_code, reason.text, reason.node_rank);
   end.from_store = true;
@@ -73,7 +78,8 @@ bool replaces(const RunEnd& incoming, const RunEnd& current) {
   if (incoming.kind == RunEndKind::Internal) return true;
   if (current.kind == RunEndKind::Interrupted) return false;
   if (incoming.kind == RunEndKind::Interrupted) return true;
-  const bool current_is_local = current.kind == RunEndKind::WorkerFailed || current.kind == RunEndKind::NodeLost ||
+  const bool current_is_local = current.kind == RunEndKind::WorkerFailed ||
+                                current.kind == RunEndKind::Hung || current.kind == RunEndKind::NodeLost ||
                                 (current.kind == RunEndKind::Rescale && !current.from_store);
   if (incoming.from_store) return current_is_local;
   const bool store_lost = incoming.kind == RunEndKind::NodeLost && incoming.node_rank < 0;
@@ -87,7 +93,8 @@ bool offer(std::optional<RunEnd>& end, RunEnd incoming) {
 }
 
 bool restartable(const RunEnd& end) {
-  return end.kind == RunEndKind::WorkerFailed || end.kind == RunEndKind::JobStopped;
+  return end.kind == RunEndKind::WorkerFailed || end.kind == RunEndKind::Hung ||
+         end.kind == RunEndKind::JobStopped;
 }
 
 bool is_own_stop(const StopReason& reason, int this_node_rank) {
@@ -97,6 +104,7 @@ bool is_own_stop(const StopReason& reason, int this_node_rank) {
 const char* kind_name(RunEndKind kind) {
   switch (kind) {
     case RunEndKind::WorkerFailed: return "worker_failed";
+    case RunEndKind::Hung: return "hung";
     case RunEndKind::JobStopped: return "job_stopped";
     case RunEndKind::NodeLost: return "node_lost";
     case RunEndKind::Rescale: return "rescale";

@@ -18,6 +18,7 @@ namespace ddp::launcher {
 
 enum class RunEndKind {
   WorkerFailed,  // a worker of this node failed (or could not start)
+  Hung,          // this node judged the job hung (--hang-timeout, docs/health.md): exit 75
   JobStopped,    // another node's failure stopped the job (the store's first stop reason)
   NodeLost,      // another node, or the store's host, vanished, and the job cannot go on
   Rescale,       // a node vanished and the survivors re-form without it (elastic; not a failure)
@@ -39,6 +40,9 @@ struct RunEnd {
 /// `node_rank` >= 0 (multi-node): the text names the node ("node 1 (host-b): rank 3 ...") so
 /// that every node reports the same words.
 RunEnd worker_failed(const WorkerOutcome& worker, int node_rank, const std::string& host);
+/// This node's health monitor judged the job hung (`what`: its one line). Named after the node
+/// as worker_failed() does when `node_rank` >= 0.
+RunEnd hung(const std::string& what, int node_rank, const std::string& host);
 /// Another node's broadcast: a failure (JobStopped) or a re-form (Rescale).
 RunEnd job_stopped(const StopReason& reason);
 /// This node decided that the job re-forms from `survivors` (see membership.hpp).
@@ -54,7 +58,7 @@ RunEnd internal_error(int exit_code, const std::string& message);
 ///  2. A shutdown signal replaces any cause but an internal error: whoever sent it (a user, a
 ///     scheduler's time limit) must see 128+N, as from any interrupted program.
 ///  3. A stop or re-form from another node (the store's first reason) replaces this node's own
-///     failure, a lost node and this node's own re-form: the store's first reason is the job's,
+///     failure or hang verdict, a lost node and this node's own re-form: the store's first reason is the job's,
 ///     and every node must act on the same one (same root cause, same survivors).
 ///  4. A lost store replaces a re-form: nothing can re-form without the store.
 ///  5. Otherwise the first cause stands.
@@ -63,8 +67,9 @@ bool replaces(const RunEnd& incoming, const RunEnd& current);
 /// Offers a cause; returns true when it became (or replaced) the end of the attempt.
 bool offer(std::optional<RunEnd>& end, RunEnd incoming);
 
-/// A cause that a restart can cure (with restarts left): a worker failure here or elsewhere.
-/// Losing a node, the rendezvous, a signal or an internal error end the run.
+/// A cause that a restart can cure (with restarts left): a worker failure or a hang, here or
+/// elsewhere (--no-progress-restarts may still refuse it). Losing a node, the rendezvous, a
+/// signal or an internal error end the run.
 bool restartable(const RunEnd& end);
 
 /// Whether a stop broadcast is this node's own (it already acted on it): decided by node rank.

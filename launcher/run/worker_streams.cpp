@@ -90,6 +90,10 @@ WorkerStreams::~WorkerStreams() {
   }
 }
 
+void WorkerStreams::on_line(const std::function<void()>& hook) {
+  for (auto& route : route_) route.on_line = hook;
+}
+
 WorkerStreams::Pumps WorkerStreams::start(boost::asio::io_context& io, const LinePrefixStyle& style,
                                           ColorMode color_mode, const PrefixFields& fields,
                                           const std::optional<std::string>& no_color_env) {

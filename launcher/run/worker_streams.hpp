@@ -40,6 +40,10 @@ class WorkerStreams {
   int worker_stdout() const { return write_fd_[0]; }
   int worker_stderr() const { return write_fd_[1]; }
 
+  /// Before start(): `hook` is called for each read of either stream that completes a line
+  /// (the health monitor's output progress, docs/health.md). Empty: none.
+  void on_line(const std::function<void()>& hook);
+
   struct Pumps {
     std::shared_ptr<StreamPump> out;
     std::shared_ptr<StreamPump> err;

@@ -18,8 +18,10 @@ dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
 t = torch.ones(1) * (rank + 1)
 dist.all_reduce(t)
-print(f"GLOO attempt={attempt} rank={rank} world={world} sum={int(t.item())}", flush=True)
+# After the barrier: once every rank's line is out, no rank still needs its peers (a test that
+# kills an agent on seeing the lines must not break a barrier still under way).
 dist.barrier()
+print(f"GLOO attempt={attempt} rank={rank} world={world} sum={int(t.item())}", flush=True)
 if attempt == 0:
     if mode == "fail_once" and rank == 1:
         os._exit(3)

@@ -81,7 +81,12 @@ TEST_CASE("abbreviations: unambiguous prefixes expand, ambiguous ones name the c
   CHECK(amb.error().exit_code == 2);
   CHECK(amb.error().message ==
         "ambiguous option: --no could match --no-python, --no_python, --node-rank, --node_rank, "
-        "--no-prefix, --no_prefix, --node-failure-limit, --node_failure_limit");
+        "--no-prefix, --no_prefix, --node-failure-limit, --node_failure_limit, --no-progress-restarts, "
+        "--no_progress_restarts");
+  // The health flags are in the table too (docs/health.md).
+  auto h = expand_abbreviations({"--hang-t", "5", "--status_p=0", "--file-t", "prog"});
+  REQUIRE(h.ok());
+  CHECK(*h == std::vector<std::string>{"--hang-timeout", "5", "--status_port=0", "--file-timer", "prog"});
   auto after_separator = expand_abbreviations({"--", "--no"});
   CHECK(after_separator.ok());
 }
@@ -100,11 +105,14 @@ TEST_CASE("every torchrun 2.15 flag is in the table") {
 TEST_CASE("PET_ variables only for torchrun's flags") {
   ::setenv("PET_DRY_RUN", "1", 1);
   ::setenv("PET_VIRTUAL_LOCAL_RANK", "1", 1);
+  ::setenv("PET_HANG_TIMEOUT", "5", 1);
   auto r = configure({"prog"});
+  ::unsetenv("PET_HANG_TIMEOUT");
   ::unsetenv("PET_DRY_RUN");
   ::unsetenv("PET_VIRTUAL_LOCAL_RANK");
   REQUIRE(r.ok());
   CHECK_FALSE(r->config.dry_run);
+  CHECK(r->config.health.hang_timeout.count() == 0);
   CHECK(r->config.virtual_local_rank);
 }
 

@@ -98,3 +98,50 @@ TEST_CASE("a stop is this node's own by node rank, never by its words") {
   CHECK_FALSE(is_own_stop(StopReason{1, 1, "anything", {}}, 2));
   CHECK_FALSE(is_own_stop(StopReason{1, -1, "node 2 ...", {}}, 2));  // unknown node: not ours
 }
+
+TEST_CASE("a hang verdict ends with 75 and names the node as a worker failure does") {
+  RunEnd single = hung("hung: no progress (output) for 5.0 s", -1, "a");
+  CHECK(single.kind == RunEndKind::Hung);
+  CHECK(single.exit_code == 75);
+  CHECK(single.text == "hung: no progress (output) for 5.0 s");
+  CHECK(single.node_rank == -1);
+  RunEnd multi = hung("hung: no progress (heartbeat) for 5.0 s", 1, "b");
+  CHECK(multi.text == "node 1 (b): hung: no progress (heartbeat) for 5.0 s");
+  CHECK(multi.node_rank == 1);
+  CHECK_FALSE(multi.from_store);
+  CHECK(std::string(kind_name(RunEndKind::Hung)) == "hung");
+}
+
+TEST_CASE("a hang verdict is this node's own cause: first stands, the store's stop replaces it") {
+  std::optional<RunEnd> end;
+  CHECK(offer(end, hung("hung: x", 1, "b")));
+  // The workers it stops then fail, and a lost node may follow: the verdict stands.
+  CHECK_FALSE(offer(end, local_failure()));
+  CHECK_FALSE(offer(end, loss()));
+  CHECK(end->exit_code == 75);
+  // Another node's stop came first in the store: every node reports that one.
+  CHECK(offer(end, other_stop()));
+  CHECK(end->kind == RunEndKind::JobStopped);
+  CHECK(end->exit_code == 9);
+
+  // A worker that failed before the verdict stays the cause.
+  std::optional<RunEnd> failed = local_failure();
+  CHECK_FALSE(offer(failed, hung("hung: x", 1, "b")));
+  CHECK(failed->kind == RunEndKind::WorkerFailed);
+
+  // A signal and an internal error replace a hang verdict.
+  std::optional<RunEnd> signaled = hung("hung: x", -1, "a");
+  CHECK(offer(signaled, interrupted(SIGTERM)));
+  CHECK(signaled->exit_code == 128 + SIGTERM);
+  std::optional<RunEnd> internal = hung("hung: x", -1, "a");
+  CHECK(offer(internal, internal_error(70, "fork")));
+  CHECK(internal->exit_code == 70);
+}
+
+TEST_CASE("a hang, here or broadcast by another node (exit 75), is worth a restart") {
+  CHECK(restartable(hung("hung: x", -1, "a")));
+  RunEnd elsewhere = job_stopped(StopReason{75, 0, "node 0 (a): hung: x", {}});
+  CHECK(elsewhere.kind == RunEndKind::JobStopped);
+  CHECK(elsewhere.exit_code == 75);
+  CHECK(restartable(elsewhere));
+}

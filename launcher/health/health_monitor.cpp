@@ -1,0 +1,433 @@
+// SPDX-License-Identifier: MIT
+#include "launcher/health/health_monitor.hpp"
+
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <algorithm>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <boost/asio/post.hpp>
+#include <set>
+
+#include "launcher/run/failure_report.hpp"
+
+#include "launcher/health/prometheus_text.hpp"
+
+namespace ddp::launcher::health {
+namespace {
+
+constexpr auto kStragglerTick = std::chrono::seconds(5);
+// The summary names at most this many suspects.
+constexpr size_t kSuspectsNamed = 4;
+
+double seconds_between(Clock::time_point from, Clock::time_point to) {
+  return std::chrono::duration<double>(to - from).count();
+}
+
+}  // namespace
+
+const char* HealthMonitor::phase_name(Phase phase) {
+  switch (phase) {
+    case Phase::Starting: return "starting";
+    case Phase::Running: return "running";
+    case Phase::Hung: return "hung";
+    case Phase::Stopping: return "stopping";
+    case Phase::Succeeded: return "succeeded";
+    case Phase::Failed: return "failed";
+  }
+  return "?";
+}
+
+HealthMonitor::HealthMonitor(boost::asio::io_context& io, HealthSettings settings, Hooks hooks,
+                             const std::string& path_variable)
+    : io_(io),
+      settings_(std::move(settings)),
+      hooks_(std::move(hooks)),
+      stacks_(io, StackTools::find(path_variable), settings_.stack_dump_limit),
+      stragglers_(settings_.straggler_ratio, settings_.straggler_window),
+      restarts_policy_(settings_.no_progress_restarts),
+      hang_timer_(io),
+      straggler_timer_(io) {}
+
+HealthMonitor::~HealthMonitor() { finish(false); }
+
+Result<Ok> HealthMonitor::open(const std::string& socket_dir, int nproc_per_node, int nnodes,
+                               const std::string& host) {
+  nnodes_ = nnodes;
+  host_ = host;
+  std::string dir = socket_dir;
+  if (dir.size() + 32 > sizeof(sockaddr_un::sun_path)) {
+    // A deep --log-dir: socket paths must fit in sun_path, so they go to a short directory.
+    std::string tmpl = "/tmp/ddprun-hb-XXXXXX";
+    if (::mkdtemp(tmpl.data()) == nullptr) {
+      return Error{70, fmt::format("cannot create a directory for the heartbeat sockets: {}",
+                                   std::strerror(errno))};
+    }
+    own_socket_dir_ = dir = tmpl;
+  }
+  for (int r = 0; r < nproc_per_node; ++r) {
+    auto socket = std::make_unique<HeartbeatSocket>(
+        io_, [this, r](size_t count, std::optional<long long> step) { on_heartbeat(r, count, step); });
+    auto opened = socket->open(fmt::format("{}/heartbeat-{}.sock", dir, r));
+    if (!opened) return opened.error();
+    heartbeats_.push_back(std::move(socket));
+  }
+  if (settings_.file_timer) {
+    FileTimerServer::Handlers handlers;
+    handlers.on_request = [this](const TimerRequest& r) { on_timer_request(r); };
+    handlers.on_expired = [this](const std::vector<ExpiredTimer>& e) { on_timers_expired(e); };
+    handlers.on_bad_line = [this](const std::string& why) {
+      hooks_.say(fmt::format("warning: ignoring a line in the timer pipe: {}", why));
+    };
+    timer_server_ = std::make_unique<FileTimerServer>(io_, std::move(handlers));
+    std::string path = settings_.timer_file.empty() ? socket_dir + "/watchdog_timer" : settings_.timer_file;
+    auto opened = timer_server_->open(path);
+    if (!opened) return opened.error();
+    hooks_.emit("file_timer", {{"path", path}});
+  }
+  if (settings_.status_port) {
+    status_server_ = std::make_unique<StatusServer>(
+        io_, [this](const std::string& target) { return answer(target); });
+    auto port = status_server_->open(settings_.status_addr, *settings_.status_port);
+    if (!port) return port.error();
+    status_port_ = *port;
+    hooks_.emit("status", {{"address", settings_.status_addr}, {"port", status_port_},
+                            {"url", fmt::format("http://{}:{}/status", settings_.status_addr, status_port_)}});
+    hooks_.say(fmt::format("status endpoint: http://{}:{}/ (healthz, status, metrics)",
+                           settings_.status_addr.find(':') == std::string::npos
+                               ? settings_.status_addr
+                               : "[" + settings_.status_addr + "]",
+                           status_port_));
+  }
+  return Ok{};
+}
+
+std::map<std::string, std::string> HealthMonitor::worker_environment(int local_rank) const {
+  std::map<std::string, std::string> env;
+  if (local_rank >= 0 && static_cast<size_t>(local_rank) < heartbeats_.size()) {
+    env["DDPRUN_HEARTBEAT_SOCKET"] = heartbeats_[local_rank]->path();
+  }
+  if (timer_server_) env["TORCHELASTIC_TIMER_FILE"] = timer_server_->path();
+  return env;
+}
+
+std::function<void()> HealthMonitor::output_hook(int local_rank) {
+  return [this, local_rank] {
+    if (phase_ == Phase::Running) record_progress(local_rank, ProgressSource::Output, std::nullopt);
+  };
+}
+
+void HealthMonitor::attempt_started(int attempt, const std::vector<MonitoredWorker>& workers) {
+  attempt_ = attempt;
+  workers_ = workers;
+  phase_ = Phase::Running;
+  stack_dump_started_ = false;
+  std::vector<int> ranks;
+  for (const auto& w : workers) ranks.push_back(w.rank);
+  tracker_.start_attempt(ranks, Clock::now());
+  stragglers_.reset();
+  if (timer_server_) timer_server_->forget_all();
+  schedule_hang_check();
+  schedule_straggler_tick();
+}
+
+void HealthMonitor::on_heartbeat(int local_rank, size_t count, std::optional<long long> step) {
+  heartbeats_total_ += static_cast<long long>(count);
+  if (phase_ != Phase::Running) return;
+  record_progress(local_rank, ProgressSource::Heartbeat, step);
+}
+
+void HealthMonitor::record_progress(int local_rank, ProgressSource source, std::optional<long long> step) {
+  const bool first = !tracker_.active_source();
+  tracker_.record(static_cast<size_t>(local_rank), source, Clock::now(), step);
+  // The first progress ends the startup timeout: the verdict may now come much sooner.
+  if (first) schedule_hang_check();
+}
+
+int HealthMonitor::local_rank_of(pid_t pid) const {
+  for (const auto& w : workers_) {
+    if (w.pid == pid) return w.local_rank;
+  }
+  // A process the worker started (a DataLoader worker, a subprocess): its process group.
+  pid_t group = ::getpgid(pid);
+  for (const auto& w : workers_) {
+    if (group > 0 && w.pid == group) return w.local_rank;
+  }
+  return -1;
+}
+
+void HealthMonitor::on_timer_request(const TimerRequest& request) {
+  if (phase_ != Phase::Running) return;
+  int local = local_rank_of(request.pid);
+  if (local >= 0) record_progress(local, ProgressSource::Timer, std::nullopt);
+}
+
+void HealthMonitor::on_timers_expired(const std::vector<ExpiredTimer>& expired) {
+  for (const auto& e : expired) {
+    const int local = local_rank_of(e.pid);
+    const int rank = local >= 0 ? workers_[local].rank : -1;
+    nlohmann::json fields{{"pid", e.pid}, {"scope", e.scope}, {"deadline", e.deadline},
+                          {"signal", e.signal}, {"scopes", e.all_scopes}, {"attempt", attempt_}};
+    if (local >= 0) {
+      fields["rank"] = rank;
+      fields["local_rank"] = local;
+    }
+    hooks_.emit("timer_expired", fields);
+    ++timer_expirations_;
+    if (e.signal <= 0) {  // as torch: nobody asked for a signal, nobody is reaped
+      hooks_.say(fmt::format("watchdog timer '{}' of pid {} expired; it asked for no signal", e.scope, e.pid));
+      continue;
+    }
+    HealthStop stop;
+    stop.text = fmt::format("timer_expired: {}pid {}, scope '{}', deadline {}", 
+                            rank >= 0 ? fmt::format("rank {}, ", rank) : std::string(), e.pid, e.scope,
+                            format_utc(std::chrono::system_clock::time_point(
+                                std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                                    std::chrono::duration<double>(e.deadline)))));
+    hooks_.say(fmt::format("{}; saving stacks, then {}", stop.text, signal_name(e.signal)));
+    const pid_t pid = e.pid;
+    const int sig = e.signal;
+    dump_stacks("timer_expired", [this, pid, sig, stop](std::vector<std::string> saved) mutable {
+      stop.details = std::move(saved);
+      hooks_.on_timer_expired(pid, sig, stop);
+    });
+  }
+}
+
+void HealthMonitor::schedule_hang_check() {
+  if (settings_.hang_timeout.count() <= 0 || phase_ != Phase::Running) return;
+  hang_timer_.expires_at(next_hang_check(tracker_, hang_timeouts()));
+  hang_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (!ec) check_hang();
+  });
+}
+
+void HealthMonitor::check_hang() {
+  if (phase_ != Phase::Running) return;
+  const auto now = Clock::now();
+  auto verdict = judge_hang(tracker_, hang_timeouts(), now);
+  if (!verdict) {
+    schedule_hang_check();
+    return;
+  }
+  phase_ = Phase::Hung;
+  ++hang_verdicts_;
+  const auto source = tracker_.active_source();
+  HealthStop stop;
+  stop.text = fmt::format("hung: no progress ({}) from any rank for {:.1f} s ({} {:.3g})",
+                          source ? source_name(*source) : "none since the start",
+                          verdict->idle.count() / 1000.0,
+                          source ? "--hang-timeout" : "--hang-startup-timeout",
+                          hang_timeouts().applying(tracker_).count() / 1000.0);
+  nlohmann::json suspects = nlohmann::json::array();
+  for (size_t i = 0; i < verdict->oldest_first.size(); ++i) {
+    const size_t local = verdict->oldest_first[i];
+    const auto& r = tracker_.ranks()[local];
+    const double age = seconds_between(tracker_.last_progress(local), now);
+    nlohmann::json s{{"rank", r.rank}, {"local_rank", local}, {"last_progress_age_s", age}};
+    if (r.step) s["last_step"] = *r.step;
+    suspects.push_back(s);
+    if (i < kSuspectsNamed) {
+      stop.details.push_back(fmt::format("rank {} (local_rank {}): last progress {:.1f} s ago{}", r.rank,
+                                         local, age, r.step ? fmt::format(", step {}", *r.step) : ""));
+    }
+  }
+  hooks_.emit("hang", {{"attempt", attempt_}, {"idle_s", verdict->idle.count() / 1000.0},
+                        {"source", source ? source_name(*source) : "start"}, {"suspects", suspects}});
+  hooks_.say(fmt::format("{}; saving every worker's stacks before stopping the job", stop.text));
+  dump_stacks("hang", [this, stop](std::vector<std::string> saved) mutable {
+    stop.details.insert(stop.details.end(), saved.begin(), saved.end());
+    hooks_.on_hung(stop);
+  });
+}
+
+void HealthMonitor::hung_elsewhere(const std::string& text,
+                                   std::function<void(const HealthStop&)> then) {
+  if (phase_ != Phase::Running) return;
+  phase_ = Phase::Hung;
+  hang_timer_.cancel();
+  ++hang_verdicts_;
+  hooks_.emit("hang", {{"attempt", attempt_}, {"source", "another node"}, {"reason", text}});
+  dump_stacks("hang on another node", [text, then](std::vector<std::string> saved) {
+    then(HealthStop{text, std::move(saved)});
+  });
+}
+
+void HealthMonitor::dump_stacks(const std::string& reason,
+                                std::function<void(std::vector<std::string>)> then) {
+  std::vector<StackTarget> targets;
+  for (const auto& w : workers_) {
+    const auto& ranks = tracker_.ranks();
+    if (static_cast<size_t>(w.local_rank) < ranks.size() && !ranks[w.local_rank].alive) continue;
+    targets.push_back(StackTarget{w.rank, w.pid, w.log_dir + "/stacks.txt"});
+  }
+  if (stack_dump_started_ || stacks_.busy() || targets.empty()) {
+    // The stacks of this attempt are saved already (or being saved): act now.
+    boost::asio::post(io_, [then] { then({}); });
+    return;
+  }
+  stack_dump_started_ = true;
+  const auto started = Clock::now();
+  stacks_.dump(targets, reason, [this, then, started](std::vector<StackResult> results) {
+    std::vector<std::string> saved;
+    nlohmann::json files = nlohmann::json::array();
+    for (const auto& r : results) {
+      saved.push_back(fmt::format("rank {} stacks: {}{}{}", r.rank, r.output_path,
+                                  r.tool.empty() ? " (no tool)" : " (" + r.tool + ")",
+                                  r.timed_out ? " [tool timed out]" : ""));
+      files.push_back({{"rank", r.rank}, {"pid", r.pid}, {"path", r.output_path}, {"tool", r.tool},
+                       {"timed_out", r.timed_out}});
+    }
+    hooks_.emit("stacks_saved", {{"attempt", attempt_}, {"files", files},
+                                  {"seconds", seconds_between(started, Clock::now())}});
+    then(std::move(saved));
+  });
+}
+
+void HealthMonitor::schedule_straggler_tick() {
+  if (settings_.straggler_ratio <= 0) return;
+  straggler_timer_.expires_after(std::min<Clock::duration>(kStragglerTick, settings_.straggler_window / 4));
+  straggler_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec || phase_ != Phase::Running) return;
+    std::vector<std::optional<long long>> steps;
+    for (const auto& r : tracker_.ranks()) steps.push_back(r.alive ? r.step : std::nullopt);
+    for (const auto& s : stragglers_.evaluate(steps, Clock::now())) {
+      ++stragglers_found_;
+      const int rank = tracker_.ranks()[s.local_rank].rank;
+      hooks_.emit("straggler", {{"rank", rank}, {"local_rank", s.local_rank}, {"attempt", attempt_},
+                                 {"steps_per_s", s.rate}, {"median_steps_per_s", s.median_rate}});
+      hooks_.say(fmt::format("rank {} is a straggler: {:.3g} steps/s against a median of {:.3g} "
+                             "(--straggler-ratio {:.3g}); no action taken",
+                             rank, s.rate, s.median_rate, settings_.straggler_ratio));
+    }
+    schedule_straggler_tick();
+  });
+}
+
+void HealthMonitor::worker_exited(int local_rank, const ExitStatus& status, bool terminated_by_ddprun) {
+  if (local_rank < 0 || static_cast<size_t>(local_rank) >= tracker_.ranks().size()) return;
+  tracker_.record_exit(static_cast<size_t>(local_rank), Clock::now());
+  std::string cause = status.success() ? "success"
+                      : terminated_by_ddprun ? "stopped_by_ddprun"
+                      : status.kind == ExitStatus::Kind::Signaled ? "signal"
+                                                                   : "exit_code";
+  ++exits_by_cause_[cause];
+  if (timer_server_ && static_cast<size_t>(local_rank) < workers_.size()) {
+    timer_server_->forget(workers_[local_rank].pid);
+  }
+}
+
+void HealthMonitor::stopping() {
+  if (phase_ == Phase::Running) phase_ = Phase::Stopping;
+  hang_timer_.cancel();
+  straggler_timer_.cancel();
+}
+
+std::optional<std::string> HealthMonitor::attempt_failed() {
+  const auto best = tracker_.best_step();
+  if (!restarts_policy_.attempt_failed(best)) return std::nullopt;
+  std::string why = fmt::format(
+      "{} restart(s) in a row reached no step beyond {} (--no-progress-restarts {}); not restarting",
+      restarts_policy_.in_a_row(),
+      restarts_policy_.job_best() ? std::to_string(*restarts_policy_.job_best()) : "none",
+      settings_.no_progress_restarts);
+  hooks_.emit("no_progress_restarts", {{"attempt", attempt_}, {"in_a_row", restarts_policy_.in_a_row()},
+                                        {"best_step", restarts_policy_.job_best() ? nlohmann::json(*restarts_policy_.job_best()) : nlohmann::json()}});
+  return why;
+}
+
+void HealthMonitor::finish(bool succeeded) {
+  if (phase_ != Phase::Succeeded && phase_ != Phase::Failed) {
+    phase_ = succeeded ? Phase::Succeeded : Phase::Failed;
+  }
+  hang_timer_.cancel();
+  straggler_timer_.cancel();
+  stacks_.cancel();
+  for (auto& h : heartbeats_) h->close();
+  if (timer_server_) timer_server_->close();
+  if (status_server_) status_server_->close();
+  if (!own_socket_dir_.empty()) {
+    ::rmdir(own_socket_dir_.c_str());
+    own_socket_dir_.clear();
+  }
+}
+
+HttpAnswer HealthMonitor::answer(const std::string& target) const {
+  if (target == "/healthz") {
+    if (phase_ == Phase::Running || phase_ == Phase::Starting) return {200, "text/plain; charset=utf-8", "ok\n"};
+    return {503, "text/plain; charset=utf-8", fmt::format("{}\n", phase_name(phase_))};
+  }
+  if (target == "/status") return {200, "application/json", status_json()};
+  if (target == "/metrics") return {200, "text/plain; version=0.0.4; charset=utf-8", metrics_text()};
+  if (target == "/") {
+    return {200, "text/plain; charset=utf-8", "ddprun status endpoint: /healthz /status /metrics\n"};
+  }
+  return {404, "text/plain; charset=utf-8", "not found\n"};
+}
+
+std::string HealthMonitor::status_json() const {
+  const auto now = Clock::now();
+  nlohmann::json ranks = nlohmann::json::array();
+  const auto& tr = tracker_.ranks();
+  for (size_t i = 0; i < workers_.size() && i < tr.size(); ++i) {
+    nlohmann::json r{{"rank", tr[i].rank}, {"local_rank", i}, {"pid", workers_[i].pid},
+                     {"state", tr[i].alive ? "running" : "exited"},
+                     {"last_progress_age_s", seconds_between(tracker_.last_progress(i), now)},
+                     {"heartbeats", tr[i].heartbeats}};
+    r["last_step"] = tr[i].step ? nlohmann::json(*tr[i].step) : nlohmann::json();
+    ranks.push_back(r);
+  }
+  const auto source = tracker_.active_source();
+  nlohmann::json j{{"phase", phase_name(phase_)},
+                   {"attempt", attempt_},
+                   {"restarts", attempt_},
+                   {"nodes", nnodes_},
+                   {"host", host_},
+                   {"progress_source", source ? nlohmann::json(source_name(*source)) : nlohmann::json()},
+                   {"hang_timeout_s", settings_.hang_timeout.count() / 1000.0},
+                   {"hang_verdicts", hang_verdicts_},
+                   {"timer_expirations", timer_expirations_},
+                   {"ranks", ranks}};
+  return j.dump() + "\n";
+}
+
+std::string HealthMonitor::metrics_text() const {
+  const auto now = Clock::now();
+  PrometheusText m;
+  m.family("ddprun_up", "gauge", "1 while ddprun runs and its workers make progress").sample(
+      {}, phase_ == Phase::Running || phase_ == Phase::Starting ? 1 : 0);
+  m.family("ddprun_attempt", "gauge", "Current attempt (0: the first)").sample({}, attempt_);
+  m.family("ddprun_restarts_total", "counter", "Restarts of the worker group").sample({}, attempt_);
+  auto& exits = m.family("ddprun_worker_exits_total", "counter", "Worker exits by cause");
+  for (const char* cause : {"success", "exit_code", "signal", "stopped_by_ddprun"}) {
+    auto it = exits_by_cause_.find(cause);
+    exits.sample({{"cause", cause}}, it == exits_by_cause_.end() ? 0 : static_cast<double>(it->second));
+  }
+  m.family("ddprun_hang_verdicts_total", "counter", "Hang verdicts (--hang-timeout)").sample({}, hang_verdicts_);
+  m.family("ddprun_timer_expirations_total", "counter", "Expired watchdog timers").sample({}, timer_expirations_);
+  m.family("ddprun_stragglers_total", "counter", "Straggler notices").sample({}, stragglers_found_);
+  m.family("ddprun_heartbeats_total", "counter", "Heartbeat datagrams received").sample({}, heartbeats_total_);
+  const auto& tr = tracker_.ranks();
+  auto& age = m.family("ddprun_rank_last_progress_age_seconds", "gauge", "Seconds since each rank last made progress");
+  for (size_t i = 0; i < tr.size(); ++i) {
+    age.sample({{"rank", std::to_string(tr[i].rank)}, {"local_rank", std::to_string(i)}},
+               seconds_between(tracker_.last_progress(i), now));
+  }
+  auto& step = m.family("ddprun_rank_step", "gauge", "Last step number each rank's heartbeat carried");
+  for (size_t i = 0; i < tr.size(); ++i) {
+    if (tr[i].step) {
+      step.sample({{"rank", std::to_string(tr[i].rank)}, {"local_rank", std::to_string(i)}},
+                  static_cast<double>(*tr[i].step));
+    }
+  }
+  if (hooks_.extra_gauges) {
+    for (const auto& [name, help, value] : hooks_.extra_gauges()) m.family(name, "gauge", help).sample({}, value);
+  }
+  return m.str();
+}
+
+}  // namespace ddp::launcher::health

@@ -1,0 +1,141 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+/// HealthMonitor: everything the Agent needs to know about the health of its workers, on the
+/// Agent's loop, behind a few calls. It owns the heartbeat sockets, torchrun's file timer server,
+/// the stack dumper and the status endpoint, and applies the pure decisions (ProgressTracker and
+/// the hang verdict, stragglers, no-progress restarts, timer deadlines).
+///
+/// It never signals a worker itself: it saves the stacks, then tells the Agent what to do
+/// (Hooks::on_hung, Hooks::on_timer_expired), and the Agent stops the job as for a failure.
+
+#include <sys/types.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "launcher/common/result.hpp"
+#include "launcher/health/file_timer_server.hpp"
+#include "launcher/health/hang_verdict.hpp"
+#include "launcher/health/health_settings.hpp"
+#include "launcher/health/heartbeat_socket.hpp"
+#include "launcher/health/no_progress_restarts.hpp"
+#include "launcher/health/progress_tracker.hpp"
+#include "launcher/health/stack_dumper.hpp"
+#include "launcher/health/status_server.hpp"
+#include "launcher/health/straggler_detector.hpp"
+#include <nlohmann/json.hpp>
+#include "launcher/status/exit_status.hpp"
+
+namespace ddp::launcher::health {
+
+/// A local worker as the monitor sees it.
+struct MonitoredWorker {
+  int rank = 0;
+  int local_rank = 0;
+  pid_t pid = 0;
+  std::string log_dir;  // stacks.txt goes here
+};
+
+/// What the summary says about a hang or an expired timer.
+struct HealthStop {
+  std::string text;              // one line: what happened
+  std::vector<std::string> details;  // suspects, stack files
+};
+
+class HealthMonitor {
+ public:
+  struct Hooks {
+    std::function<void(const std::string&)> say;  // one "ddprun: ..." line
+    std::function<void(const char* event, nlohmann::json fields)> emit;  // an --events line
+    /// The job is hung; its stacks are saved. Stop it as failed (exit 75).
+    std::function<void(const HealthStop&)> on_hung;
+    /// A watchdog timer of `pid` expired; stacks are saved. Signal it with `sig`, as torchrun.
+    std::function<void(pid_t pid, int sig, const HealthStop&)> on_timer_expired;
+    /// Extra gauges for /metrics (name, help, value), e.g. the store's connections.
+    std::function<std::vector<std::tuple<std::string, std::string, double>>()> extra_gauges;
+  };
+
+  HealthMonitor(boost::asio::io_context& io, HealthSettings settings, Hooks hooks,
+                const std::string& path_variable);
+  ~HealthMonitor();
+  HealthMonitor(const HealthMonitor&) = delete;
+  HealthMonitor& operator=(const HealthMonitor&) = delete;
+
+  /// Before the first worker: the heartbeat sockets (one per local rank) in `socket_dir`, the
+  /// timer FIFO and the status endpoint. `nnodes` and `host` are for /status.
+  Result<Ok> open(const std::string& socket_dir, int nproc_per_node, int nnodes, const std::string& host);
+  /// The variables each worker gets: DDPRUN_HEARTBEAT_SOCKET, TORCHELASTIC_TIMER_FILE.
+  std::map<std::string, std::string> worker_environment(int local_rank) const;
+  /// Called by a worker's output pump for each chunk that ends one line or more.
+  std::function<void()> output_hook(int local_rank);
+
+  void attempt_started(int attempt, const std::vector<MonitoredWorker>& workers);
+  void worker_exited(int local_rank, const ExitStatus& status, bool terminated_by_ddprun);
+  /// The Agent is stopping the workers (failure, signal); /healthz answers 503 from now on.
+  void stopping();
+  /// Multi-node: another node judged the job hung. Saves the local stacks (as for a local
+  /// verdict), then calls `then` with what to put in the summary.
+  void hung_elsewhere(const std::string& text, std::function<void(const HealthStop&)> then);
+  /// The attempt ended in failure. Returns why no restart should be made (no progress), if so.
+  std::optional<std::string> attempt_failed();
+  /// The run is over (`succeeded` or not). Closes everything.
+  void finish(bool succeeded);
+
+  // For /status, /metrics and tests.
+  const ProgressTracker& progress() const { return tracker_; }
+  int status_port() const { return status_port_; }
+  HttpAnswer answer(const std::string& target) const;
+
+ private:
+  enum class Phase { Starting, Running, Hung, Stopping, Succeeded, Failed };
+  static const char* phase_name(Phase phase);
+
+  void on_heartbeat(int local_rank, size_t count, std::optional<long long> step);
+  void record_progress(int local_rank, ProgressSource source, std::optional<long long> step);
+  void on_timer_request(const TimerRequest& request);
+  void on_timers_expired(const std::vector<ExpiredTimer>& expired);
+  HangTimeouts hang_timeouts() const { return {settings_.hang_timeout, settings_.hang_startup_timeout}; }
+  void schedule_hang_check();
+  void check_hang();
+  void schedule_straggler_tick();
+  void dump_stacks(const std::string& reason, std::function<void(std::vector<std::string>)> then);
+  int local_rank_of(pid_t pid) const;
+  std::string status_json() const;
+  std::string metrics_text() const;
+
+  boost::asio::io_context& io_;
+  HealthSettings settings_;
+  Hooks hooks_;
+  Phase phase_ = Phase::Starting;
+  int attempt_ = 0;
+  int nnodes_ = 1;
+  std::string host_;
+  std::vector<MonitoredWorker> workers_;
+  std::vector<std::unique_ptr<HeartbeatSocket>> heartbeats_;
+  std::unique_ptr<FileTimerServer> timer_server_;
+  std::unique_ptr<StatusServer> status_server_;
+  StackDumper stacks_;
+  ProgressTracker tracker_;
+  StragglerDetector stragglers_;
+  NoProgressRestarts restarts_policy_;
+  boost::asio::steady_timer hang_timer_;
+  boost::asio::steady_timer straggler_timer_;
+  int status_port_ = 0;
+  std::string own_socket_dir_;  // made for the sockets (deep --log-dir); removed at the end
+  bool stack_dump_started_ = false;  // one dump per attempt
+
+  // Counters for /metrics.
+  long long hang_verdicts_ = 0;
+  long long timer_expirations_ = 0;
+  long long stragglers_found_ = 0;
+  long long heartbeats_total_ = 0;
+  std::map<std::string, long long> exits_by_cause_;
+};
+
+}  // namespace ddp::launcher::health

@@ -1,0 +1,33 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+/// What the health features are asked to do (part of LaunchConfig; see docs/health.md).
+
+#include <chrono>
+#include <optional>
+#include <string>
+
+namespace ddp::launcher::health {
+
+struct HealthSettings {
+  /// torchrun's file-based watchdog: TORCHELASTIC_ENABLE_FILE_TIMER=1 or --file-timer.
+  bool file_timer = false;
+  /// TORCHELASTIC_TIMER_FILE when ddprun was given one; else a FIFO in the run directory.
+  std::string timer_file;
+  /// --hang-timeout; zero: no hang verdict.
+  std::chrono::milliseconds hang_timeout{0};
+  /// --hang-startup-timeout: the hang timeout until an attempt's first progress.
+  std::chrono::milliseconds hang_startup_timeout{60'000};
+  /// --no-progress-restarts K (0: off).
+  int no_progress_restarts = 2;
+  /// --straggler-ratio R (0: off).
+  double straggler_ratio = 0.5;
+  /// --status-port (0: a free port) or TORCHELASTIC_HEALTH_CHECK_PORT; nullopt: no endpoint.
+  std::optional<int> status_port;
+  std::string status_addr = "127.0.0.1";
+  /// Time one stack tool may take for one process.
+  std::chrono::milliseconds stack_dump_limit{10'000};
+  /// Straggler window (a minute; shorter in tests through DDPRUN_STRAGGLER_WINDOW).
+  std::chrono::milliseconds straggler_window{60'000};
+};
+
+}  // namespace ddp::launcher::health

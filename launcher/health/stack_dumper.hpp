@@ -1,0 +1,74 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+/// StackDumper: saves where each worker is stuck before ddprun kills it. For each process it
+/// runs one tool (concurrently for all processes, each bounded in time) with its output appended
+/// to the worker's stacks.txt:
+///   - a Python process (its executable's name starts with "python") and py-spy on PATH:
+///     `py-spy dump --pid P` (Python frames with file and line);
+///   - otherwise `eu-stack -p P` (elfutils), else `gdb -p P -batch -ex "thread apply all bt"`.
+/// Completion is seen through a pidfd on the loop (the Agent reaps every child, so waitpid is
+/// not ours to call); a tool still running at the limit is SIGKILLed through the same pidfd.
+/// Nothing here blocks the loop.
+
+#include <sys/types.h>
+
+#include <boost/asio/io_context.hpp>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace ddp::launcher::health {
+
+struct StackTools {
+  std::string py_spy;    // full paths; empty: not installed
+  std::string eu_stack;
+  std::string gdb;
+  /// Looks the tools up in a PATH value.
+  static StackTools find(const std::string& path_variable);
+};
+
+struct StackTarget {
+  int rank = 0;
+  pid_t pid = 0;
+  std::string output_path;  // stacks.txt
+};
+
+struct StackResult {
+  int rank = 0;
+  pid_t pid = 0;
+  std::string output_path;
+  std::string tool;        // "py-spy", "eu-stack", "gdb" or "" (none could run)
+  bool timed_out = false;  // killed at the limit (the file has what it wrote until then)
+};
+
+class StackDumper {
+ public:
+  using Done = std::function<void(std::vector<StackResult>)>;
+
+  StackDumper(boost::asio::io_context& io, StackTools tools, std::chrono::milliseconds limit);
+  ~StackDumper();
+  StackDumper(const StackDumper&) = delete;
+  StackDumper& operator=(const StackDumper&) = delete;
+
+  /// Dumps every target; `done` runs on the loop once all tools ended or were killed. `reason`
+  /// goes into each file's header line. One dump at a time: a second call while one runs waits
+  /// for nothing and reports every target without a tool.
+  void dump(const std::vector<StackTarget>& targets, const std::string& reason, Done done);
+  bool busy() const { return running_ != nullptr; }
+  /// Kills every tool still running (ddprun is leaving). `done` is not called.
+  void cancel();
+
+ private:
+  struct Run;
+  boost::asio::io_context& io_;
+  StackTools tools_;
+  std::chrono::milliseconds limit_;
+  std::shared_ptr<Run> running_;
+};
+
+/// True when /proc/PID/exe names a Python interpreter.
+bool is_python_process(pid_t pid);
+
+}  // namespace ddp::launcher::health

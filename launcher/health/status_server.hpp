@@ -1,0 +1,62 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+/// StatusServer (--status-port): a small HTTP/1.1 server on the agent's loop (Boost.Beast) for
+/// GET /healthz, /status and /metrics. What each path answers is the owner's (a Provider); this
+/// file only speaks HTTP and keeps hostile clients from costing anything:
+///   - at most `max_connections` at once (further ones are closed at accept);
+///   - a request's header (and body) at most `max_request_bytes`;
+///   - every connection closed after `idle_timeout` without a complete request or response
+///     (slow-loris clients included), keep-alive or not.
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "launcher/common/result.hpp"
+
+namespace ddp::launcher::health {
+
+struct HttpAnswer {
+  int status = 200;
+  std::string content_type = "text/plain; charset=utf-8";
+  std::string body;
+};
+
+struct StatusServerLimits {
+  size_t max_connections = 16;
+  size_t max_request_bytes = 8192;
+  std::chrono::milliseconds idle_timeout{5000};
+};
+
+class StatusServer {
+ public:
+  /// Answers a GET (or HEAD) for `target` (the path, query string removed).
+  using Provider = std::function<HttpAnswer(const std::string& target)>;
+
+  StatusServer(boost::asio::io_context& io, Provider provider, StatusServerLimits limits = {});
+  ~StatusServer();
+  StatusServer(const StatusServer&) = delete;
+  StatusServer& operator=(const StatusServer&) = delete;
+
+  /// Listens on address:port (0: a free port). Returns the port. Error: exit 2 for a bad
+  /// address, 69 (EX_UNAVAILABLE) when the port cannot be bound.
+  Result<int> open(const std::string& address, int port);
+  void close();
+  size_t connections() const { return *active_; }
+
+ private:
+  class Session;
+  void accept();
+
+  boost::asio::io_context& io_;
+  boost::asio::ip::tcp::acceptor acceptor_;
+  Provider provider_;
+  StatusServerLimits limits_;
+  std::shared_ptr<size_t> active_ = std::make_shared<size_t>(0);
+  std::shared_ptr<bool> closed_ = std::make_shared<bool>(false);
+};
+
+}  // namespace ddp::launcher::health

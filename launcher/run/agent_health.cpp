@@ -1,0 +1,69 @@
+// SPDX-License-Identifier: MIT
+// The Agent's side of health (docs/health.md): making the HealthMonitor and acting on what it
+// found. The monitor decides when and saves the stacks; the Agent ends the attempt with a RunEnd
+// of kind Hung (run_end.hpp) and stops the job as for a failure.
+#include <fmt/format.h>
+#include <signal.h>
+
+#include "launcher/common/exit_codes.hpp"
+#include "launcher/run/agent.hpp"
+
+namespace ddp::launcher {
+
+std::unique_ptr<health::HealthMonitor> Agent::make_health_monitor() {
+  health::HealthMonitor::Hooks hooks;
+  hooks.say = [this](const std::string& line) { say(line); };
+  hooks.emit = [this](const char* event, nlohmann::json fields) { events_.emit(event, std::move(fields)); };
+  hooks.on_hung = [this](const health::HealthStop& stop) { on_hung(stop); };
+  hooks.on_timer_expired = [this](pid_t pid, int sig, const health::HealthStop& stop) {
+    on_timer_expired(pid, sig, stop);
+  };
+  auto path = setup_.parent_env.find("PATH");
+  const std::string path_variable = path == setup_.parent_env.end() ? "/usr/bin:/bin" : path->second;
+  return std::make_unique<health::HealthMonitor>(io_, setup_.config.health, std::move(hooks),
+                                                 path_variable);
+}
+
+void Agent::record_health_stop(const health::HealthStop& stop) {
+  health_notes_.push_back(stop.text);
+  health_notes_.insert(health_notes_.end(), stop.details.begin(), stop.details.end());
+  if (!keep_run_dir_ && run_dir_->temporary()) {
+    say(fmt::format("worker logs and stacks: {}", run_dir_->path()));
+  }
+  keep_run_dir_ = true;  // the stacks are the evidence
+}
+
+void Agent::on_hung(const health::HealthStop& stop) {
+  if (phase_ != Phase::Running) return;
+  record_health_stop(stop);
+  const int node_rank = session_ && layout_ ? layout_->node_rank : -1;
+  const RunEnd cause = hung(stop.text, node_rank, setup_.host);
+  // Multi-node: offered as the job's stop (unless another node's stop already stands); the
+  // other nodes save their stacks too, then stop with the same exit code (75).
+  if (end_with(cause) && session_ && layout_) {
+    session_->broadcast_stop(StopReason{cause.exit_code, node_rank, cause.text, {}});
+  }
+  stop_workers(SIGTERM);
+}
+
+bool Agent::stop_for_hang_elsewhere(const StopReason& reason) {
+  if (reason.exit_code != exit_codes::kHung || phase_ != Phase::Running) return false;
+  say(fmt::format("the job is hung ({}); saving the stacks here before stopping", reason.text));
+  health_->hung_elsewhere(reason.text, [this](const health::HealthStop& stop) {
+    record_health_stop(stop);
+    // A worker that failed meanwhile has already stopped the others.
+    if (phase_ == Phase::Running) stop_workers(SIGTERM);
+  });
+  return true;
+}
+
+void Agent::on_timer_expired(pid_t pid, int sig, const health::HealthStop& stop) {
+  record_health_stop(stop);
+  // As torchrun's FileTimerServer: the pid that asked, with the signal it asked for. Its exit is
+  // then the root cause like any failure. Only while this attempt's workers run: after that the
+  // pid may be gone (and its number reused).
+  if (phase_ != Phase::Running) return;
+  control_->signal_process(pid, sig);
+}
+
+}  // namespace ddp::launcher

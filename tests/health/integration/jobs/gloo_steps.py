@@ -1,0 +1,56 @@
+# SPDX-License-Identifier: MIT
+"""A gloo job of N steps, one all_reduce each, for the hang tests (torch 1.13 and 2.x).
+Options: --steps N, --step-seconds T (sleep per step), --log (print each step),
+--heartbeat (send "step N" to DDPRUN_HEARTBEAT_SOCKET), --hang-rank R --hang-step S (rank R sleeps
+forever at step S, inside the epoch, while the others wait in all_reduce), --pid-dir D (each rank
+writes its pid there)."""
+import argparse
+import os
+import socket
+import time
+
+import torch
+import torch.distributed as dist
+
+p = argparse.ArgumentParser()
+p.add_argument("--steps", type=int, default=10)
+p.add_argument("--step-seconds", type=float, default=0.0)
+p.add_argument("--log", action="store_true")
+p.add_argument("--heartbeat", action="store_true")
+p.add_argument("--hang-rank", type=int, default=-1)
+p.add_argument("--hang-step", type=int, default=3)
+p.add_argument("--pid-dir", default="")
+args = p.parse_args()
+
+rank = int(os.environ["RANK"])
+if args.pid_dir:
+    with open(os.path.join(args.pid_dir, f"rank{rank}.pid"), "w") as f:
+        f.write(str(os.getpid()))
+dist.init_process_group("gloo")
+heartbeat = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+heartbeat_path = os.environ["DDPRUN_HEARTBEAT_SOCKET"]
+
+
+def sleep_forever_inside_epoch():
+    while True:
+        time.sleep(3600)
+
+
+def train_one_epoch():
+    for step in range(1, args.steps + 1):
+        if rank == args.hang_rank and step == args.hang_step:
+            sleep_forever_inside_epoch()
+        t = torch.ones(4) * rank
+        dist.all_reduce(t)
+        if args.step_seconds:
+            time.sleep(args.step_seconds)
+        if args.log:
+            print(f"step {step} sum {t[0].item()}", flush=True)
+        if args.heartbeat:
+            heartbeat.sendto(f"step {step}".encode(), heartbeat_path)
+
+
+train_one_epoch()
+dist.barrier()
+dist.destroy_process_group()
+print("done", flush=True)

@@ -1,0 +1,145 @@
+// SPDX-License-Identifier: MIT
+// StackDumper against real processes with the real tools (skipped per tool when not installed).
+#include <doctest/doctest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
+
+#include "launcher/health/stack_dumper.hpp"
+#include "loop_helpers.hpp"
+
+using namespace ddp::launcher::health;
+using ddp::testing::run_until;
+
+namespace {
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+pid_t start(const std::vector<std::string>& argv) {
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    std::vector<char*> args;
+    for (auto& a : const_cast<std::vector<std::string>&>(argv)) args.push_back(a.data());
+    args.push_back(nullptr);
+    ::execvp(args[0], args.data());
+    ::_exit(127);
+  }
+  return pid;
+}
+
+void stop(pid_t pid) {
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, nullptr, 0);
+}
+
+// The Agent reaps every child; here the test plays that part for the tools.
+void reap_tools() {
+  while (::waitpid(-1, nullptr, WNOHANG) > 0) {
+  }
+}
+
+std::string temp_dir() {
+  char tmpl[] = "/tmp/ddprun-stacks-XXXXXX";
+  REQUIRE(::mkdtemp(tmpl) != nullptr);
+  return tmpl;
+}
+
+}  // namespace
+
+TEST_CASE("native stacks of a non-Python process (eu-stack or gdb)") {
+  StackTools tools = StackTools::find(std::getenv("PATH"));
+  tools.py_spy.clear();
+  if (tools.eu_stack.empty() && tools.gdb.empty()) {
+    MESSAGE("neither eu-stack nor gdb installed; skipped");
+    return;
+  }
+  boost::asio::io_context io;
+  StackDumper dumper(io, tools, std::chrono::seconds(30));
+  const std::string dir = temp_dir();
+  pid_t sleeper = start({"sleep", "60"});
+  ::usleep(100'000);  // let it exec
+  std::optional<std::vector<StackResult>> results;
+  dumper.dump({{3, sleeper, dir + "/stacks.txt"}}, "test", [&](std::vector<StackResult> r) { results = r; });
+  CHECK(dumper.busy());
+  CHECK(run_until(io, [&] { reap_tools(); return results.has_value(); }));
+  CHECK_FALSE(dumper.busy());
+  REQUIRE(results->size() == 1);
+  CHECK((*results)[0].tool == (tools.eu_stack.empty() ? "gdb" : "eu-stack"));
+  CHECK_FALSE((*results)[0].timed_out);
+  std::string text = read_file(dir + "/stacks.txt");
+  CHECK(text.find("# ddprun: stacks of rank 3 (pid " + std::to_string(sleeper) + ")") != std::string::npos);
+  // Both tools name the frames of a sleeping process: nanosleep / clock_nanosleep.
+  CHECK(text.find("nanosleep") != std::string::npos);
+  stop(sleeper);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("Python stacks through py-spy name the sleeping line") {
+  StackTools tools = StackTools::find(std::getenv("PATH"));
+  if (tools.py_spy.empty()) {
+    MESSAGE("py-spy not installed; skipped");
+    return;
+  }
+  boost::asio::io_context io;
+  StackDumper dumper(io, tools, std::chrono::seconds(30));
+  const std::string dir = temp_dir();
+  std::ofstream(dir + "/sleepy.py") << "import time\ndef stuck_here():\n    time.sleep(60)\nprint('ready', flush=True)\nstuck_here()\n";
+  pid_t py = start({"python3", dir + "/sleepy.py"});
+  ::usleep(500'000);
+  std::optional<std::vector<StackResult>> results;
+  dumper.dump({{0, py, dir + "/stacks.txt"}}, "test", [&](std::vector<StackResult> r) { results = r; });
+  CHECK(run_until(io, [&] { reap_tools(); return results.has_value(); }));
+  REQUIRE(results->size() == 1);
+  CHECK((*results)[0].tool == "py-spy");
+  std::string text = read_file(dir + "/stacks.txt");
+  CHECK(text.find("stuck_here") != std::string::npos);
+  CHECK(text.find("sleepy.py:3") != std::string::npos);
+  stop(py);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a tool that overruns the limit is killed and the dump still completes") {
+  // A stand-in "tool" that never ends: the limit must end it.
+  const std::string dir = temp_dir();
+  const std::string fake = dir + "/eu-stack";
+  std::ofstream(fake) << "#!/bin/sh\necho partial\nexec sleep 600\n";
+  std::filesystem::permissions(fake, std::filesystem::perms::owner_all);
+  StackTools tools;
+  tools.eu_stack = fake;
+  boost::asio::io_context io;
+  StackDumper dumper(io, tools, std::chrono::milliseconds(300));
+  pid_t sleeper = start({"sleep", "60"});
+  std::optional<std::vector<StackResult>> results;
+  dumper.dump({{1, sleeper, dir + "/stacks.txt"}}, "test", [&](std::vector<StackResult> r) { results = r; });
+  CHECK(run_until(io, [&] { reap_tools(); return results.has_value(); }));
+  REQUIRE(results->size() == 1);
+  CHECK((*results)[0].timed_out);
+  std::string text = read_file(dir + "/stacks.txt");
+  CHECK(text.find("partial") != std::string::npos);
+  CHECK(text.find("did not finish in time; killed") != std::string::npos);
+  stop(sleeper);
+  reap_tools();
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("no tool at all: the file says so and the dump completes") {
+  boost::asio::io_context io;
+  StackDumper dumper(io, StackTools{}, std::chrono::seconds(1));
+  const std::string dir = temp_dir();
+  std::optional<std::vector<StackResult>> results;
+  dumper.dump({{0, ::getpid(), dir + "/stacks.txt"}}, "test", [&](std::vector<StackResult> r) { results = r; });
+  CHECK(run_until(io, [&] { return results.has_value(); }));
+  CHECK(read_file(dir + "/stacks.txt").find("no stack tool found") != std::string::npos);
+  std::filesystem::remove_all(dir);
+}
