@@ -15,9 +15,9 @@
 #include "launcher/config/cuda_devices.hpp"
 #include "launcher/config/node_plan.hpp"
 #include "launcher/config/program.hpp"
-#include "launcher/output/output_sink.hpp"
 #include "launcher/multinode/multinode_settings.hpp"
 #include "launcher/multinode/store_only.hpp"
+#include "launcher/output/output_sink.hpp"
 #include "launcher/run/agent.hpp"
 #include "launcher/run/dry_run.hpp"
 #include "launcher/scheduler/detection.hpp"
@@ -63,8 +63,8 @@ int print_env_detect(const RawOptions& raw) {
     return fail(plan.error());
   }
   auto resolved = resolve_launch_master(*plan);
-  write_fully(STDOUT_FILENO, scheduler::render_detection_report(plan->detection, plan->settings,
-                                                                plan->master));
+  write_fully(STDOUT_FILENO,
+              scheduler::render_detection_report(plan->detection, plan->settings, plan->master));
   if (!resolved) return fail(resolved.error());
   return exit_codes::kSuccess;
 }
@@ -89,9 +89,9 @@ int run_main(int argc, char** argv) {
   // Listing /dev costs milliseconds; only gpu/auto, --bind-gpu, --virtual-local-rank and
   // --numa-binding need the driver's count.
   const auto& nproc = parsed->raw.nproc_per_node;
-  if (!host.cuda_visible_devices && (nproc == "gpu" || nproc == "auto" || parsed->raw.bind_gpu ||
-                                     parsed->raw.virtual_local_rank ||
-                                     !parsed->raw.numa_binding.empty())) {
+  if (!host.cuda_visible_devices &&
+      (nproc == "gpu" || nproc == "auto" || parsed->raw.bind_gpu ||
+       parsed->raw.virtual_local_rank || !parsed->raw.numa_binding.empty())) {
     host.driver_gpu_count = count_driver_gpus();
   }
   host.cpu_count = static_cast<int>(std::thread::hardware_concurrency());
@@ -138,14 +138,14 @@ int run_main(int argc, char** argv) {
   }
   EnvMap parent_env = current_environment();
   if (config.dry_run) {
-    std::string text = format_dry_run(config, worker_args, parent_env, master_port,
-                                      config.events_on_stdout());
+    std::string text =
+        format_dry_run(config, worker_args, parent_env, master_port, config.events_on_stdout());
     write_fully(STDOUT_FILENO, text);
     return exit_codes::kSuccess;
   }
 
-  Agent agent(AgentSetup{config, executable.value(), worker_args, std::move(parent_env), host_name(),
-                         master_port, plan_store(config), multinode});
+  Agent agent(AgentSetup{config, executable.value(), worker_args, std::move(parent_env),
+                         host_name(), master_port, plan_store(config), multinode});
   return agent.run();
 }
 

@@ -8,8 +8,8 @@
 #include <optional>
 
 #include "rendezvous/codec.hpp"
-#include "rendezvous/store_limits.hpp"
 #include "rendezvous/command_handler.hpp"
+#include "rendezvous/store_limits.hpp"
 #include "rendezvous/store_model.hpp"
 
 namespace ddp::rdzv {
@@ -19,9 +19,10 @@ class AccessPolicy {
   virtual ~AccessPolicy() = default;
   // Called for every request except a G2 connection's first (VALIDATE, checked by the handler).
   // nullopt lets the request through; an Outcome (an answer of the policy's own, or a close)
-  // replaces the handler's. An answer of the policy's own keeps within `limits` as the handler does.
-  virtual std::optional<Outcome> screen(const StoreModel& model, ClientId client, const Command& cmd,
-                                        const StoreLimits& limits) = 0;
+  // replaces the handler's. An answer of the policy's own keeps within `limits` as the handler
+  // does.
+  virtual std::optional<Outcome> screen(const StoreModel& model, ClientId client,
+                                        const Command& cmd, const StoreLimits& limits) = 0;
   // The connection closed: drop what the policy kept about it.
   virtual void forget(ClientId client) = 0;
 };

@@ -20,7 +20,8 @@ namespace ddp::rdzv {
 namespace {
 
 int remaining_ms(BlockingSocket::Clock::time_point deadline) {
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - BlockingSocket::Clock::now());
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - BlockingSocket::Clock::now());
   if (left.count() <= 0) return 0;
   return left.count() > 1'000'000'000 ? 1'000'000'000 : static_cast<int>(left.count());
 }
@@ -44,7 +45,8 @@ std::string errno_text(int err) {
 
 // Non-blocking connect to one address, bounded by the deadline. Returns fd or -1 with `err` set.
 int connect_one(const addrinfo& ai, BlockingSocket::Clock::time_point deadline, int& err) {
-  const int fd = ::socket(ai.ai_family, ai.ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai.ai_protocol);
+  const int fd =
+      ::socket(ai.ai_family, ai.ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai.ai_protocol);
   if (fd < 0) {
     err = errno;
     return -1;
@@ -74,7 +76,8 @@ int connect_one(const addrinfo& ai, BlockingSocket::Clock::time_point deadline, 
 
 }  // namespace
 
-BlockingSocket BlockingSocket::connect(const std::string& host, std::uint16_t port, Clock::time_point deadline) {
+BlockingSocket BlockingSocket::connect(const std::string& host, std::uint16_t port,
+                                       Clock::time_point deadline) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -85,10 +88,12 @@ BlockingSocket BlockingSocket::connect(const std::string& host, std::uint16_t po
   }
   int err = ECONNREFUSED;
   int fd = -1;
-  for (const addrinfo* ai = list; ai != nullptr && fd < 0; ai = ai->ai_next) fd = connect_one(*ai, deadline, err);
+  for (const addrinfo* ai = list; ai != nullptr && fd < 0; ai = ai->ai_next)
+    fd = connect_one(*ai, deadline, err);
   ::freeaddrinfo(list);
   if (fd < 0) {
-    const std::string what = fmt::format("cannot connect to {}:{}: {}", host, port, errno_text(err));
+    const std::string what =
+        fmt::format("cannot connect to {}:{}: {}", host, port, errno_text(err));
     if (err == ECONNREFUSED) throw StoreRefusedError(what);
     throw StoreError(what);
   }
@@ -97,7 +102,8 @@ BlockingSocket BlockingSocket::connect(const std::string& host, std::uint16_t po
 
 BlockingSocket::~BlockingSocket() { close(); }
 
-BlockingSocket::BlockingSocket(BlockingSocket&& other) noexcept : fd_(other.fd_), broken_(other.broken_) {
+BlockingSocket::BlockingSocket(BlockingSocket&& other) noexcept
+    : fd_(other.fd_), broken_(other.broken_) {
   other.fd_ = -1;
 }
 
@@ -155,7 +161,8 @@ void BlockingSocket::recv_exact(char* dst, std::size_t n, Clock::time_point dead
     if (got == 0) fail("store closed the connection");
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      if (poll_one(fd_, POLLIN, deadline) == 0) fail_timeout("timed out waiting for the store's reply");
+      if (poll_one(fd_, POLLIN, deadline) == 0)
+        fail_timeout("timed out waiting for the store's reply");
       continue;
     }
     fail(fmt::format("store connection lost while receiving: {}", errno_text(errno)));
@@ -184,7 +191,8 @@ std::string BlockingSocket::recv_bytes(Clock::time_point deadline, std::size_t m
   char b[8];
   recv_exact(b, 8, deadline);
   const std::uint64_t len = get_u64(b);
-  if (len > max_bytes) fail(fmt::format("store sent a {}-byte value, more than the {} allowed", len, max_bytes));
+  if (len > max_bytes)
+    fail(fmt::format("store sent a {}-byte value, more than the {} allowed", len, max_bytes));
   std::string value(static_cast<std::size_t>(len), '\0');
   recv_exact(value.data(), value.size(), deadline);
   return value;

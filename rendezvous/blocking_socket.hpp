@@ -18,7 +18,8 @@ class BlockingSocket {
 
   // One connection attempt to every address `host` resolves to, bounded by `deadline`.
   // Throws StoreError with the OS reason.
-  static BlockingSocket connect(const std::string& host, std::uint16_t port, Clock::time_point deadline);
+  static BlockingSocket connect(const std::string& host, std::uint16_t port,
+                                Clock::time_point deadline);
 
   BlockingSocket() = default;
   ~BlockingSocket();

@@ -111,7 +111,8 @@ bool RequestDecoder::decode_whole(std::string_view in, std::size_t& pos) {
         if (n > limits_->max_keys_per_request) return false;
         const bool pairs = plan_[t] == Token::PairList;
         // Reserve only for as many items as the bytes at hand could hold.
-        const auto plausible = static_cast<std::size_t>(std::min<std::uint64_t>(n, (size - pos) / (pairs ? 16 : 8)));
+        const auto plausible =
+            static_cast<std::size_t>(std::min<std::uint64_t>(n, (size - pos) / (pairs ? 16 : 8)));
         cmd_.keys.reserve(plausible);
         if (pairs) cmd_.values.reserve(plausible);
         for (std::uint64_t i = 0; i < n; ++i) {
@@ -191,7 +192,8 @@ RequestDecoder::Step RequestDecoder::feed(std::string_view in) {
         if (n == field_left_ && field_->empty()) {
           field_->assign(in.data() + pos, n);  // common case: the whole field is here
         } else {
-          if (field_->empty() && field_left_ <= kReserveWholeFieldBytes) field_->reserve(field_left_);
+          if (field_->empty() && field_left_ <= kReserveWholeFieldBytes)
+            field_->reserve(field_left_);
           field_->append(in.data() + pos, n);
         }
         field_left_ -= n;
@@ -302,7 +304,8 @@ void RequestDecoder::scalar_done(const char* bytes) {
       const std::uint64_t len = get_u64(bytes);
       const std::size_t cap = field_is_key_ ? limits_->max_key_bytes : limits_->max_value_bytes;
       if (len > cap) {
-        fail(fmt::format("{} length {} exceeds limit {}", field_is_key_ ? "key" : "value", len, cap));
+        fail(fmt::format("{} length {} exceeds limit {}", field_is_key_ ? "key" : "value", len,
+                         cap));
         return;
       }
       request_bytes_ += static_cast<std::size_t>(len);
@@ -377,7 +380,8 @@ ConnectionKind classify_connection(std::string_view first_bytes) {
   if (first_bytes.empty()) return ConnectionKind::Undetermined;
   if (first_bytes[0] != 0) return ConnectionKind::G1;
   if (first_bytes.size() < 5) return ConnectionKind::Undetermined;
-  return get_u32(first_bytes.data() + 1) == kValidateMagic ? ConnectionKind::G2 : ConnectionKind::G1;
+  return get_u32(first_bytes.data() + 1) == kValidateMagic ? ConnectionKind::G2
+                                                           : ConnectionKind::G1;
 }
 
 void put_u8(std::string& out, std::uint8_t v) { out.push_back(static_cast<char>(v)); }
@@ -397,7 +401,6 @@ void put_bytes(std::string& out, std::string_view bytes) {
   out.append(bytes);
 }
 
-
 std::string encode_request(Generation gen, const Command& cmd) {
   if (!has_op(gen, cmd.op)) {
     throw std::invalid_argument(
@@ -405,8 +408,8 @@ std::string encode_request(Generation gen, const Command& cmd) {
   }
   auto require = [&](std::size_t keys, std::size_t values) {
     if (cmd.keys.size() != keys || cmd.values.size() != values) {
-      throw std::invalid_argument(fmt::format("{} needs {} key(s) and {} value(s)",
-                                              op_name(cmd.op), keys, values));
+      throw std::invalid_argument(
+          fmt::format("{} needs {} key(s) and {} value(s)", op_name(cmd.op), keys, values));
     }
   };
   std::string out;
@@ -466,8 +469,8 @@ std::string encode_request(Generation gen, const Command& cmd) {
   return out;
 }
 
-std::string encode_watch_event(WatchEventType type, std::string_view key, std::string_view old_value,
-                               std::string_view new_value) {
+std::string encode_watch_event(WatchEventType type, std::string_view key,
+                               std::string_view old_value, std::string_view new_value) {
   std::string out;
   put_u8(out, static_cast<std::uint8_t>(type));
   put_bytes(out, key);

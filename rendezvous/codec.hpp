@@ -103,9 +103,9 @@ class RequestDecoder {
   bool field_is_key_ = false;
   std::string* field_ = nullptr;  // destination of the field being read
   std::size_t field_left_ = 0;
-  std::uint64_t list_left_ = 0;     // list items (keys or pairs) still to come
-  bool pair_value_next_ = false;    // PairList: the key of the current pair has been read
-  std::size_t request_bytes_ = 0;   // announced field bytes of this request
+  std::uint64_t list_left_ = 0;    // list items (keys or pairs) still to come
+  bool pair_value_next_ = false;   // PairList: the key of the current pair has been read
+  std::size_t request_bytes_ = 0;  // announced field bytes of this request
   std::size_t held_ = 0;
   std::string error_;
 };
@@ -156,7 +156,7 @@ inline std::int64_t get_i64(const char* p) { return static_cast<std::int64_t>(ge
 std::string encode_request(Generation gen, const Command& cmd);
 
 // G1 watch notification: u8 type | str key | bytes old | bytes new.
-std::string encode_watch_event(WatchEventType type, std::string_view key, std::string_view old_value,
-                               std::string_view new_value);
+std::string encode_watch_event(WatchEventType type, std::string_view key,
+                               std::string_view old_value, std::string_view new_value);
 
 }  // namespace ddp::rdzv

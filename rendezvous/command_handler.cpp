@@ -18,7 +18,8 @@ struct Growth {
   std::size_t bytes = 0;
 };
 
-void grow_by_write(const StoreModel& model, const std::string& key, std::size_t new_size, Growth& g) {
+void grow_by_write(const StoreModel& model, const std::string& key, std::size_t new_size,
+                   Growth& g) {
   if (const std::string* old = model.get(key)) {
     if (new_size > old->size()) g.bytes += new_size - old->size();
   } else {
@@ -36,7 +37,8 @@ Growth growth_of(const StoreModel& model, const Command& cmd) {
       grow_by_write(model, cmd.keys[0], cmd.values[0].size(), g);
       break;
     case Op::MultiSet:
-      for (std::size_t i = 0; i < cmd.keys.size(); ++i) grow_by_write(model, cmd.keys[i], cmd.values[i].size(), g);
+      for (std::size_t i = 0; i < cmd.keys.size(); ++i)
+        grow_by_write(model, cmd.keys[i], cmd.values[i].size(), g);
       break;
     case Op::Append: {
       const std::string* old = model.get(cmd.keys[0]);
@@ -88,7 +90,8 @@ Growth upper_growth_of(const Command& cmd) {
       break;
     case Op::MultiSet:
       g.keys = cmd.keys.size();
-      for (std::size_t i = 0; i < cmd.keys.size(); ++i) entry(cmd.keys[i].size(), cmd.values[i].size());
+      for (std::size_t i = 0; i < cmd.keys.size(); ++i)
+        entry(cmd.keys[i].size(), cmd.values[i].size());
       break;
     case Op::CompareSet:
       g.keys = 1;
@@ -112,7 +115,8 @@ Growth upper_growth_of(const Command& cmd) {
 }
 
 bool fits(const StoreModel& model, const Growth& g, const StoreLimits& limits) {
-  return model.key_count() + g.keys <= limits.max_keys && model.held_bytes() + g.bytes <= limits.max_store_bytes;
+  return model.key_count() + g.keys <= limits.max_keys &&
+         model.held_bytes() + g.bytes <= limits.max_store_bytes;
 }
 
 // Bytes of the reply a request would get, for the requests whose reply is not bounded by one
@@ -131,7 +135,8 @@ std::size_t multi_reply_bytes(const StoreModel& model, const Command& cmd) {
 }
 
 // Why the request must be refused under `limits`, or nullopt when it fits.
-std::optional<std::string> refusal(const StoreModel& model, const Command& cmd, const StoreLimits& limits) {
+std::optional<std::string> refusal(const StoreModel& model, const Command& cmd,
+                                   const StoreLimits& limits) {
   switch (cmd.op) {  // requests that neither grow the store nor get a reply of many values
     case Op::Validate:
     case Op::Ping:
@@ -149,8 +154,8 @@ std::optional<std::string> refusal(const StoreModel& model, const Command& cmd, 
   if (cmd.op == Op::MultiGet || cmd.op == Op::ListKeys) {
     const std::size_t reply = multi_reply_bytes(model, cmd);
     if (reply > limits.max_reply_bytes) {
-      return fmt::format("{} reply of {} bytes exceeds the reply limit of {} bytes", op_name(cmd.op), reply,
-                         limits.max_reply_bytes);
+      return fmt::format("{} reply of {} bytes exceeds the reply limit of {} bytes",
+                         op_name(cmd.op), reply, limits.max_reply_bytes);
     }
     return std::nullopt;
   }
@@ -158,26 +163,27 @@ std::optional<std::string> refusal(const StoreModel& model, const Command& cmd, 
     const std::string* old = model.get(cmd.keys[0]);
     const std::size_t size = (old ? old->size() : 0) + cmd.values[0].size();
     if (size > limits.max_value_bytes) {
-      return fmt::format("APPEND would make a value of {} bytes, over the value limit of {} bytes", size,
-                         limits.max_value_bytes);
+      return fmt::format("APPEND would make a value of {} bytes, over the value limit of {} bytes",
+                         size, limits.max_value_bytes);
     }
   }
   if (cmd.op != Op::Append && fits(model, upper_growth_of(cmd), limits)) return std::nullopt;
   const Growth g = growth_of(model, cmd);
   if (g.keys > 0 && model.key_count() + g.keys > limits.max_keys) {
-    return fmt::format("{} would exceed the store's key limit of {}", op_name(cmd.op), limits.max_keys);
+    return fmt::format("{} would exceed the store's key limit of {}", op_name(cmd.op),
+                       limits.max_keys);
   }
   if (g.bytes > 0 && model.held_bytes() + g.bytes > limits.max_store_bytes) {
-    return fmt::format("{} would take the store past its limit of {} bytes ({} held)", op_name(cmd.op),
-                       limits.max_store_bytes, model.held_bytes());
+    return fmt::format("{} would take the store past its limit of {} bytes ({} held)",
+                       op_name(cmd.op), limits.max_store_bytes, model.held_bytes());
   }
   return std::nullopt;
 }
 
 }  // namespace
 
-Outcome handle_command(StoreModel& model, ClientId client, Generation gen, Command&& cmd, bool first_request,
-                       const StoreLimits& limits) {
+Outcome handle_command(StoreModel& model, ClientId client, Generation gen, Command&& cmd,
+                       bool first_request, const StoreLimits& limits) {
   Outcome out;
   // A 1.13 client sends no CANCEL: a new request while its WAIT is still registered means that
   // wait timed out on the client side. Drop it so no stray STOP_WAITING desynchronises the
@@ -185,13 +191,15 @@ Outcome handle_command(StoreModel& model, ClientId client, Generation gen, Comma
   if (gen == Generation::G1 && model.has_pending_wait(client)) model.cancel_wait(client);
 
   if (gen == Generation::G2 && first_request != (cmd.op == Op::Validate)) {
-    return close_with(first_request ? "first request is not VALIDATE" : "VALIDATE after the first request");
+    return close_with(first_request ? "first request is not VALIDATE"
+                                    : "VALIDATE after the first request");
   }
   if (auto reason = refusal(model, cmd, limits)) return close_with(std::move(*reason));
 
   switch (cmd.op) {
     case Op::Validate:
-      if (cmd.word != kValidateMagic) return close_with(fmt::format("bad VALIDATE magic 0x{:08x}", cmd.word));
+      if (cmd.word != kValidateMagic)
+        return close_with(fmt::format("bad VALIDATE magic 0x{:08x}", cmd.word));
       break;
     case Op::Ping:
       put_u32(out.reply, cmd.word);
@@ -242,7 +250,8 @@ Outcome handle_command(StoreModel& model, ClientId client, Generation gen, Comma
       }
       break;
     case Op::MultiSet:
-      for (std::size_t i = 0; i < cmd.keys.size(); ++i) model.set(cmd.keys[i], std::move(cmd.values[i]), out.effects);
+      for (std::size_t i = 0; i < cmd.keys.size(); ++i)
+        model.set(cmd.keys[i], std::move(cmd.values[i]), out.effects);
       break;
     case Op::CancelWait:
       model.cancel_wait(client);

@@ -24,7 +24,7 @@ struct Outcome {
 // Order of decisions: protocol state (VALIDATE first), then admission (the request fits the
 // store's bounds in `limits`: reply size, value size after APPEND, key count, held bytes),
 // then execution. A refused request closes its connection and changes nothing.
-Outcome handle_command(StoreModel& model, ClientId client, Generation gen, Command&& cmd, bool first_request,
-                       const StoreLimits& limits = StoreLimits{});
+Outcome handle_command(StoreModel& model, ClientId client, Generation gen, Command&& cmd,
+                       bool first_request, const StoreLimits& limits = StoreLimits{});
 
 }  // namespace ddp::rdzv

@@ -36,7 +36,9 @@ struct StderrWriter {
   void write_line(std::string_view line) {
     if (gone) return;
     std::string text = "ddprun-store: ";
-    if (dropped > 0) text += "(" + std::to_string(dropped) + " earlier log lines dropped: stderr was not writable) ";
+    if (dropped > 0)
+      text +=
+          "(" + std::to_string(dropped) + " earlier log lines dropped: stderr was not writable) ";
     text.append(line.substr(0, kMaxLineBytes - text.size() - 1));
     text.push_back('\n');
     pollfd p{STDERR_FILENO, POLLOUT, 0};

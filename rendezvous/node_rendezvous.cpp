@@ -30,7 +30,9 @@ using namespace std::chrono_literals;
 //   .../all_left                             "1", set by the last node to leave
 //   .../workers_cleared                      "<n>", set by node 0 once the previous attempt's
 //                                            workers' keys (n of them) are gone
-std::string key_prefix(const NodeRendezvousOptions& o) { return fmt::format("ddprun/{}/{}/", o.run_id, o.round); }
+std::string key_prefix(const NodeRendezvousOptions& o) {
+  return fmt::format("ddprun/{}/{}/", o.run_id, o.round);
+}
 
 std::string host_name() {
   char buf[256] = {};
@@ -60,15 +62,17 @@ void await_failure_read(StoreClient& client, const std::string& prefix, std::int
   const std::int64_t arrived = client.add(prefix + "arrivals", 0);
   for (std::int64_t seq = 1; seq <= arrived; ++seq) {
     if (seq == own_seq) continue;
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - RdzvClock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(until - RdzvClock::now());
     if (left <= 0ms || !wait_for(client, prefix + "ack/" + std::to_string(seq), left)) return;
   }
 }
 
 Assignment lead(StoreClient& client, const std::string& prefix, const NodeRendezvousOptions& o,
-                const std::string& leader_name, std::int64_t own_seq, RdzvClock::time_point deadline) {
-  Admission admission(AdmissionPolicy{o.min_nodes, o.max_nodes, o.node_rank >= 0, o.must_agree, leader_name,
-                                      o.run_id, o.last_call_timeout});
+                const std::string& leader_name, std::int64_t own_seq,
+                RdzvClock::time_point deadline) {
+  Admission admission(AdmissionPolicy{o.min_nodes, o.max_nodes, o.node_rank >= 0, o.must_agree,
+                                      leader_name, o.run_id, o.last_call_timeout});
   std::int64_t next = 1;
   while (!admission.complete(RdzvClock::now())) {
     const auto now = RdzvClock::now();
@@ -77,18 +81,22 @@ Assignment lead(StoreClient& client, const std::string& prefix, const NodeRendez
       client.set(prefix + "status", status);
       client.set(prefix + "closed", "1");
       await_failure_read(client, prefix, own_seq);
-      throw RendezvousError(fmt::format("rendezvous '{}' timed out after {} s: {}", o.run_id,
-                                        std::chrono::duration_cast<std::chrono::seconds>(o.join_timeout).count(), status));
+      throw RendezvousError(fmt::format(
+          "rendezvous '{}' timed out after {} s: {}", o.run_id,
+          std::chrono::duration_cast<std::chrono::seconds>(o.join_timeout).count(), status));
     }
     auto until = deadline;
     if (auto last_call = admission.last_call_deadline()) until = std::min(until, *last_call);
     const std::string join_key = prefix + "join/" + std::to_string(next);
-    if (!wait_for(client, join_key, std::chrono::duration_cast<std::chrono::milliseconds>(until - now))) continue;
+    if (!wait_for(client, join_key,
+                  std::chrono::duration_cast<std::chrono::milliseconds>(until - now)))
+      continue;
     const std::string verdict_key = prefix + "verdict/" + std::to_string(next);
     auto join = decode_join(client.get(join_key));
     ++next;
     if (!join) {
-      log_line(fmt::format("rendezvous '{}': ignoring malformed join record {}", o.run_id, join_key));
+      log_line(
+          fmt::format("rendezvous '{}': ignoring malformed join record {}", o.run_id, join_key));
       client.set(verdict_key, "refused: malformed join record");
       continue;
     }
@@ -103,8 +111,8 @@ Assignment lead(StoreClient& client, const std::string& prefix, const NodeRendez
       throw RendezvousError(fmt::format("rendezvous '{}': {}", o.run_id, decision.reason));
     }
     if (!decision.admitted) {
-      log_line(fmt::format("rendezvous '{}': refused join #{} from {}: {}", o.run_id, join->seq, join->name,
-                           decision.reason));
+      log_line(fmt::format("rendezvous '{}': refused join #{} from {}: {}", o.run_id, join->seq,
+                           join->name, decision.reason));
       client.set(verdict_key, "refused: " + decision.reason);
     }
     client.set(prefix + "status", admission.describe());
@@ -139,7 +147,8 @@ namespace {
 RendezvousResult join_once(const StoreClientOptions& store, const NodeRendezvousOptions& options);
 }  // namespace
 
-RendezvousResult join_rendezvous(const StoreClientOptions& store, const NodeRendezvousOptions& options) {
+RendezvousResult join_rendezvous(const StoreClientOptions& store,
+                                 const NodeRendezvousOptions& options) {
   try {
     return join_once(store, options);
   } catch (const StoreAuthError& e) {
@@ -158,11 +167,15 @@ RendezvousResult join_once(const StoreClientOptions& store, const NodeRendezvous
   const std::string prefix = key_prefix(o);
   StoreClient client(with_token(store, o.token));
   const std::string leader_key = fmt::format("ddprun/{}/leader", o.run_id);
-  if (o.node_rank > 0 && o.round == 0 && o.leader_timeout > 0ms && !wait_for(client, leader_key, o.leader_timeout)) {
-    throw RendezvousError(fmt::format(
-        "rendezvous '{}': node 0 has not joined on the store at {}:{} within {} s: that store belongs to another "
-        "job (two jobs on one port?) or node 0 failed to start; check node 0's output or pass a free --master_port",
-        o.run_id, store.host, store.port, std::chrono::duration_cast<std::chrono::seconds>(o.leader_timeout).count()));
+  if (o.node_rank > 0 && o.round == 0 && o.leader_timeout > 0ms &&
+      !wait_for(client, leader_key, o.leader_timeout)) {
+    throw RendezvousError(
+        fmt::format("rendezvous '{}': node 0 has not joined on the store at {}:{} within {} s: "
+                    "that store belongs to another "
+                    "job (two jobs on one port?) or node 0 failed to start; check node 0's output "
+                    "or pass a free --master_port",
+                    o.run_id, store.host, store.port,
+                    std::chrono::duration_cast<std::chrono::seconds>(o.leader_timeout).count()));
   }
   if (o.node_rank == 0) client.set(leader_key, o.node_name);
 
@@ -197,9 +210,11 @@ RendezvousResult join_once(const StoreClientOptions& store, const NodeRendezvous
                                         describe_node(join), why.empty() ? "" : ": ", why));
     }
     if (RdzvClock::now() >= deadline) {
-      std::string why = client.check({prefix + "status"}) ? client.get(prefix + "status") : "the leader never answered";
-      throw RendezvousError(fmt::format("rendezvous '{}' timed out after {} s waiting to be admitted: {}", o.run_id,
-                                        std::chrono::duration_cast<std::chrono::seconds>(o.join_timeout).count(), why));
+      std::string why = client.check({prefix + "status"}) ? client.get(prefix + "status")
+                                                          : "the leader never answered";
+      throw RendezvousError(fmt::format(
+          "rendezvous '{}' timed out after {} s waiting to be admitted: {}", o.run_id,
+          std::chrono::duration_cast<std::chrono::seconds>(o.join_timeout).count(), why));
     }
   }
   const std::string verdict = client.get(verdict_key);
@@ -228,7 +243,8 @@ RendezvousResult join_once(const StoreClientOptions& store, const NodeRendezvous
 namespace {
 // The monitor must notice a dead store within the heartbeat timeout, not after the default
 // minutes-long connect and call timeouts.
-StoreClientOptions monitor_client_options(StoreClientOptions store, const NodeMonitor::Options& options) {
+StoreClientOptions monitor_client_options(StoreClientOptions store,
+                                          const NodeMonitor::Options& options) {
   store.connect_timeout = options.heartbeat_timeout;
   store.timeout = options.heartbeat_timeout;
   store.max_backoff = std::min(store.max_backoff, options.heartbeat_interval);
@@ -267,7 +283,8 @@ void NodeMonitor::run() {
     bool reported = false;
   };
   std::vector<std::string> keys;
-  for (const auto& n : joined_.assignment.nodes) keys.push_back(prefix_ + "hb/" + std::to_string(n.node_rank));
+  for (const auto& n : joined_.assignment.nodes)
+    keys.push_back(prefix_ + "hb/" + std::to_string(n.node_rank));
   std::map<int, Seen> seen;
   const std::string my_key = prefix_ + "hb/" + std::to_string(joined_.node_rank);
   bool stop_reported = false;
@@ -310,7 +327,8 @@ void NodeMonitor::run() {
   }
 }
 
-std::string broadcast_stop(StoreClient& client, const NodeRendezvousOptions& round, const std::string& reason) {
+std::string broadcast_stop(StoreClient& client, const NodeRendezvousOptions& round,
+                           const std::string& reason) {
   const std::string prefix = key_prefix(round);
   const std::string in_force = client.compare_set(prefix + "stop", "", reason);
   client.compare_set(prefix + "end", "", "stop");  // wakes every node waiting in the exit barrier
@@ -322,17 +340,20 @@ ExitBarrierResult exit_barrier(StoreClient& client, const NodeRendezvousOptions&
                                const std::function<bool()>& keep_waiting) {
   const std::string prefix = key_prefix(round);
   const std::string end_key = prefix + "end";
-  // The last node to arrive ends the barrier for everyone; a stop broadcast may have ended it first.
+  // The last node to arrive ends the barrier for everyone; a stop broadcast may have ended it
+  // first.
   if (client.add(prefix + "done", 1) >= joined.num_nodes) client.compare_set(end_key, "", "done");
   while (!wait_for(client, end_key, slice)) {
     if (!keep_waiting()) return {ExitBarrierResult::End::Cancelled, {}};
   }
-  if (client.get(end_key) == "stop") return {ExitBarrierResult::End::Stopped, client.get(prefix + "stop")};
+  if (client.get(end_key) == "stop")
+    return {ExitBarrierResult::End::Stopped, client.get(prefix + "stop")};
   return {ExitBarrierResult::End::AllDone, {}};
 }
 
-void leave_round(StoreClient& client, const NodeRendezvousOptions& round, const RendezvousResult& joined,
-                 bool wait_for_others, std::chrono::milliseconds budget, std::chrono::milliseconds slice,
+void leave_round(StoreClient& client, const NodeRendezvousOptions& round,
+                 const RendezvousResult& joined, bool wait_for_others,
+                 std::chrono::milliseconds budget, std::chrono::milliseconds slice,
                  const std::function<bool()>& keep_waiting) {
   const std::string prefix = key_prefix(round);
   const auto deadline = RdzvClock::now() + budget;
@@ -340,7 +361,8 @@ void leave_round(StoreClient& client, const NodeRendezvousOptions& round, const 
   if (!wait_for_others) return;
   // A node that is gone never leaves, hence the budget.
   for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - RdzvClock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - RdzvClock::now());
     if (left <= std::chrono::milliseconds::zero() || !keep_waiting()) return;
     if (wait_for(client, prefix + "all_left", std::min(left, slice))) return;
   }
@@ -365,9 +387,10 @@ void clear_previous_attempt(StoreClient& client, const NodeRendezvousOptions& ro
     return;
   }
   if (!wait_for(client, cleared, timeout)) {
-    throw RendezvousError(fmt::format(
-        "rendezvous '{}' round {}: node 0 did not clear the previous attempt's worker keys within {} ms",
-        round.run_id, round.round, timeout.count()));
+    throw RendezvousError(
+        fmt::format("rendezvous '{}' round {}: node 0 did not clear the previous attempt's worker "
+                    "keys within {} ms",
+                    round.run_id, round.round, timeout.count()));
   }
 }
 

@@ -27,12 +27,12 @@ struct NodeRendezvousOptions {
   // Shared secret (DDPRUN_RDZV_TOKEN / --rdzv_conf token=); empty = none. Every connection
   // proves it to the store (token_auth.hpp), whose policy keeps strangers off the rendezvous keys.
   std::string token;
-  AgreedSettings must_agree;    // checked by the leader against every join (mismatch: all nodes end)
+  AgreedSettings must_agree;  // checked by the leader against every join (mismatch: all nodes end)
   int min_nodes = 1;
   int max_nodes = 1;
-  int node_rank = -1;           // static rendezvous: this node's rank; -1: assigned on arrival (c10d)
+  int node_rank = -1;  // static rendezvous: this node's rank; -1: assigned on arrival (c10d)
   int local_world_size = 1;
-  std::string node_name;        // shown in messages; defaults to the host name
+  std::string node_name;  // shown in messages; defaults to the host name
   std::chrono::milliseconds join_timeout{std::chrono::seconds(600)};
   std::chrono::milliseconds last_call_timeout{std::chrono::seconds(30)};
   // Static rendezvous, first round: a node other than node 0 gives up when node 0 (which hosts
@@ -62,7 +62,8 @@ StoreClientOptions with_token(StoreClientOptions store, const std::string& token
 // Blocks until the job's nodes have met or join_timeout passes. The leader (node rank 0 when
 // static, the first arrival otherwise) admits joins and publishes the assignment; refused
 // joins are logged by the leader and reported to the joiner.
-RendezvousResult join_rendezvous(const StoreClientOptions& store, const NodeRendezvousOptions& options);
+RendezvousResult join_rendezvous(const StoreClientOptions& store,
+                                 const NodeRendezvousOptions& options);
 
 // Heartbeats and job-wide stop after a successful join. Runs one background thread with its own
 // store connection; callbacks run on that thread (each at most once per node / once for stop).
@@ -111,7 +112,8 @@ class NodeMonitor {
 
 // Tells every node of the round to stop; the first reason wins and is returned. Also ends every
 // node's exit barrier.
-std::string broadcast_stop(StoreClient& client, const NodeRendezvousOptions& round, const std::string& reason);
+std::string broadcast_stop(StoreClient& client, const NodeRendezvousOptions& round,
+                           const std::string& reason);
 
 struct ExitBarrierResult {
   enum class End {
@@ -129,8 +131,9 @@ ExitBarrierResult exit_barrier(StoreClient& client, const NodeRendezvousOptions&
 
 // This node is leaving the round. With wait_for_others (the store's host) it then waits, at most
 // `budget`, until every node has left, so nobody loses the store before reading the outcome.
-void leave_round(StoreClient& client, const NodeRendezvousOptions& round, const RendezvousResult& joined,
-                 bool wait_for_others, std::chrono::milliseconds budget, std::chrono::milliseconds slice,
+void leave_round(StoreClient& client, const NodeRendezvousOptions& round,
+                 const RendezvousResult& joined, bool wait_for_others,
+                 std::chrono::milliseconds budget, std::chrono::milliseconds slice,
                  const std::function<bool()>& keep_waiting);
 
 // The workers' keys: everything on the store outside ddprun's own key space. torch 1.13 workers put

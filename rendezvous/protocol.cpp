@@ -6,12 +6,14 @@ namespace ddp::rdzv {
 namespace {
 
 // Index = wire byte.
-constexpr std::array<Op, 9> kG1Ops = {Op::Set,   Op::CompareSet, Op::Get,        Op::Add,      Op::Check,
-                                      Op::Wait,  Op::GetNumKeys, Op::WatchKey,   Op::DeleteKey};
-constexpr std::array<Op, 19> kG2Ops = {
-    Op::Validate, Op::Set,      Op::CompareSet, Op::Get,       Op::Add,       Op::Check,    Op::Wait,
-    Op::GetNumKeys, Op::DeleteKey, Op::Append,  Op::MultiGet,  Op::MultiSet,  Op::CancelWait, Op::Ping,
-    Op::QueuePush, Op::QueuePop, Op::QueueLen,  Op::ListKeys,  Op::Barrier};
+constexpr std::array<Op, 9> kG1Ops = {Op::Set,        Op::CompareSet, Op::Get,
+                                      Op::Add,        Op::Check,      Op::Wait,
+                                      Op::GetNumKeys, Op::WatchKey,   Op::DeleteKey};
+constexpr std::array<Op, 19> kG2Ops = {Op::Validate,   Op::Set,      Op::CompareSet, Op::Get,
+                                       Op::Add,        Op::Check,    Op::Wait,       Op::GetNumKeys,
+                                       Op::DeleteKey,  Op::Append,   Op::MultiGet,   Op::MultiSet,
+                                       Op::CancelWait, Op::Ping,     Op::QueuePush,  Op::QueuePop,
+                                       Op::QueueLen,   Op::ListKeys, Op::Barrier};
 
 template <std::size_t N>
 std::optional<std::uint8_t> find(const std::array<Op, N>& table, Op op) {
@@ -43,26 +45,46 @@ std::uint8_t wire_from_op(Generation gen, Op op) {
 
 std::string_view op_name(Op op) {
   switch (op) {
-    case Op::Validate: return "VALIDATE";
-    case Op::Set: return "SET";
-    case Op::CompareSet: return "COMPARE_SET";
-    case Op::Get: return "GET";
-    case Op::Add: return "ADD";
-    case Op::Check: return "CHECK";
-    case Op::Wait: return "WAIT";
-    case Op::GetNumKeys: return "GETNUMKEYS";
-    case Op::WatchKey: return "WATCH_KEY";
-    case Op::DeleteKey: return "DELETE_KEY";
-    case Op::Append: return "APPEND";
-    case Op::MultiGet: return "MULTI_GET";
-    case Op::MultiSet: return "MULTI_SET";
-    case Op::CancelWait: return "CANCEL_WAIT";
-    case Op::Ping: return "PING";
-    case Op::QueuePush: return "QUEUE_PUSH";
-    case Op::QueuePop: return "QUEUE_POP";
-    case Op::QueueLen: return "QUEUE_LEN";
-    case Op::ListKeys: return "LIST_KEYS";
-    case Op::Barrier: return "BARRIER";
+    case Op::Validate:
+      return "VALIDATE";
+    case Op::Set:
+      return "SET";
+    case Op::CompareSet:
+      return "COMPARE_SET";
+    case Op::Get:
+      return "GET";
+    case Op::Add:
+      return "ADD";
+    case Op::Check:
+      return "CHECK";
+    case Op::Wait:
+      return "WAIT";
+    case Op::GetNumKeys:
+      return "GETNUMKEYS";
+    case Op::WatchKey:
+      return "WATCH_KEY";
+    case Op::DeleteKey:
+      return "DELETE_KEY";
+    case Op::Append:
+      return "APPEND";
+    case Op::MultiGet:
+      return "MULTI_GET";
+    case Op::MultiSet:
+      return "MULTI_SET";
+    case Op::CancelWait:
+      return "CANCEL_WAIT";
+    case Op::Ping:
+      return "PING";
+    case Op::QueuePush:
+      return "QUEUE_PUSH";
+    case Op::QueuePop:
+      return "QUEUE_POP";
+    case Op::QueueLen:
+      return "QUEUE_LEN";
+    case Op::ListKeys:
+      return "LIST_KEYS";
+    case Op::Barrier:
+      return "BARRIER";
   }
   return "?";
 }

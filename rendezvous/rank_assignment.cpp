@@ -21,13 +21,15 @@ std::string setting_value(const AgreedSettings& settings, const std::string& nam
 
 Assignment assign_ranks(std::vector<JoinRequest> admitted) {
   const bool by_request = !admitted.empty() && admitted.front().requested_node_rank >= 0;
-  std::stable_sort(admitted.begin(), admitted.end(), [&](const JoinRequest& a, const JoinRequest& b) {
-    return by_request ? a.requested_node_rank < b.requested_node_rank : a.seq < b.seq;
-  });
+  std::stable_sort(
+      admitted.begin(), admitted.end(), [&](const JoinRequest& a, const JoinRequest& b) {
+        return by_request ? a.requested_node_rank < b.requested_node_rank : a.seq < b.seq;
+      });
   Assignment out;
   for (std::size_t i = 0; i < admitted.size(); ++i) {
     const JoinRequest& j = admitted[i];
-    out.nodes.push_back(NodeAssignment{static_cast<int>(i), j.name, j.local_world_size, out.world_size, j.seq});
+    out.nodes.push_back(
+        NodeAssignment{static_cast<int>(i), j.name, j.local_world_size, out.world_size, j.seq});
     out.world_size += j.local_world_size;
   }
   return out;
@@ -60,8 +62,11 @@ std::optional<JoinRequest> decode_join(std::string_view text) {
 std::string encode_assignment(const Assignment& assignment) {
   Json nodes = Json::array();
   for (const auto& n : assignment.nodes) {
-    nodes.push_back({{"node_rank", n.node_rank}, {"name", n.name}, {"local_world_size", n.local_world_size},
-                     {"base_rank", n.base_rank}, {"seq", n.seq}});
+    nodes.push_back({{"node_rank", n.node_rank},
+                     {"name", n.name},
+                     {"local_world_size", n.local_world_size},
+                     {"base_rank", n.base_rank},
+                     {"seq", n.seq}});
   }
   return Json{{"world_size", assignment.world_size}, {"nodes", nodes}}.dump();
 }
@@ -72,9 +77,10 @@ std::optional<Assignment> decode_assignment(std::string_view text) {
     Assignment out;
     out.world_size = j.at("world_size").get<int>();
     for (const auto& n : j.at("nodes")) {
-      out.nodes.push_back(NodeAssignment{n.at("node_rank").get<int>(), n.at("name").get<std::string>(),
-                                         n.at("local_world_size").get<int>(), n.at("base_rank").get<int>(),
-                                         n.at("seq").get<std::int64_t>()});
+      out.nodes.push_back(
+          NodeAssignment{n.at("node_rank").get<int>(), n.at("name").get<std::string>(),
+                         n.at("local_world_size").get<int>(), n.at("base_rank").get<int>(),
+                         n.at("seq").get<std::int64_t>()});
     }
     return out;
   } catch (const Json::exception&) {
@@ -83,15 +89,18 @@ std::optional<Assignment> decode_assignment(std::string_view text) {
 }
 
 std::string describe_node(const JoinRequest& join) {
-  if (join.requested_node_rank >= 0) return fmt::format("node {} ({})", join.requested_node_rank, join.name);
+  if (join.requested_node_rank >= 0)
+    return fmt::format("node {} ({})", join.requested_node_rank, join.name);
   return fmt::format("{} (arrival #{})", join.name, join.seq);
 }
 
-std::optional<std::string> settings_mismatch(const AgreedSettings& leader, std::string_view leader_name,
-                                             const AgreedSettings& joiner, std::string_view joiner_name) {
+std::optional<std::string> settings_mismatch(const AgreedSettings& leader,
+                                             std::string_view leader_name,
+                                             const AgreedSettings& joiner,
+                                             std::string_view joiner_name) {
   auto differ = [&](const std::string& name, const std::string& ours, const std::string& theirs) {
-    return fmt::format("{} differs between nodes: {} on {} but {} on {}", name, ours, leader_name, theirs,
-                       joiner_name);
+    return fmt::format("{} differs between nodes: {} on {} but {} on {}", name, ours, leader_name,
+                       theirs, joiner_name);
   };
   for (const auto& [name, value] : leader) {
     const std::string theirs = setting_value(joiner, name);
@@ -104,7 +113,8 @@ std::optional<std::string> settings_mismatch(const AgreedSettings& leader, std::
 }
 
 Admission::Decision Admission::offer(const JoinRequest& join, RdzvClock::time_point now) {
-  if (auto mismatch = settings_mismatch(policy_.settings, policy_.leader_name, join.settings, describe_node(join))) {
+  if (auto mismatch = settings_mismatch(policy_.settings, policy_.leader_name, join.settings,
+                                        describe_node(join))) {
     return {false, *mismatch, true};
   }
   if (static_cast<int>(admitted_.size()) >= policy_.max_nodes) {
@@ -117,13 +127,15 @@ Admission::Decision Admission::offer(const JoinRequest& join, RdzvClock::time_po
       return {false, fmt::format("node rank {} is outside 0..{}", r, policy_.max_nodes - 1)};
     }
     for (const auto& a : admitted_) {
-      if (a.requested_node_rank == r) return {false, fmt::format("node rank {} already joined from {}", r, a.name)};
+      if (a.requested_node_rank == r)
+        return {false, fmt::format("node rank {} already joined from {}", r, a.name)};
     }
   } else if (join.requested_node_rank >= 0) {
     return {false, "a fixed node rank was given to a rendezvous that assigns ranks on arrival"};
   }
   admitted_.push_back(join);
-  if (!min_reached_at_ && static_cast<int>(admitted_.size()) >= policy_.min_nodes) min_reached_at_ = now;
+  if (!min_reached_at_ && static_cast<int>(admitted_.size()) >= policy_.min_nodes)
+    min_reached_at_ = now;
   return {true, {}};
 }
 
@@ -146,14 +158,16 @@ std::string Admission::describe() const {
     if (a.requested_node_rank >= 0) arrived += fmt::format(" (node {})", a.requested_node_rank);
   }
   std::string line = fmt::format("{} of {} node(s) arrived: {}", admitted_.size(),
-                                 policy_.min_nodes == policy_.max_nodes ? std::to_string(policy_.max_nodes)
-                                                                        : fmt::format("{}..{}", policy_.min_nodes, policy_.max_nodes),
+                                 policy_.min_nodes == policy_.max_nodes
+                                     ? std::to_string(policy_.max_nodes)
+                                     : fmt::format("{}..{}", policy_.min_nodes, policy_.max_nodes),
                                  arrived.empty() ? "none" : arrived);
   if (policy_.static_ranks) {
     std::string missing;
     for (int r = 0; r < policy_.max_nodes; ++r) {
-      const bool present = std::any_of(admitted_.begin(), admitted_.end(),
-                                       [&](const JoinRequest& a) { return a.requested_node_rank == r; });
+      const bool present =
+          std::any_of(admitted_.begin(), admitted_.end(),
+                      [&](const JoinRequest& a) { return a.requested_node_rank == r; });
       if (!present) missing += fmt::format("{}{}", missing.empty() ? "" : ", ", r);
     }
     if (!missing.empty()) line += fmt::format("; missing node rank(s): {}", missing);

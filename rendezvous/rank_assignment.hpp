@@ -21,11 +21,11 @@ using AgreedSettings = std::vector<std::pair<std::string, std::string>>;
 
 // What an agent announces when it joins.
 struct JoinRequest {
-  std::int64_t seq = 0;         // arrival number handed out by the store (1, 2, ...)
-  std::string name;             // host name (or any label) used in messages
-  int local_world_size = 1;     // workers this node will run
-  int requested_node_rank = -1; // static rendezvous: the node's --node_rank; -1: assign on arrival
-  AgreedSettings settings;      // what this node was started with, compared with the leader's
+  std::int64_t seq = 0;          // arrival number handed out by the store (1, 2, ...)
+  std::string name;              // host name (or any label) used in messages
+  int local_world_size = 1;      // workers this node will run
+  int requested_node_rank = -1;  // static rendezvous: the node's --node_rank; -1: assign on arrival
+  AgreedSettings settings;       // what this node was started with, compared with the leader's
 };
 
 struct NodeAssignment {
@@ -56,8 +56,10 @@ std::string describe_node(const JoinRequest& join);
 
 // nullopt when `joiner` has the leader's settings; else one line naming the first setting that
 // differs, both values and both nodes. A setting one side lacks counts as "(not set)".
-std::optional<std::string> settings_mismatch(const AgreedSettings& leader, std::string_view leader_name,
-                                             const AgreedSettings& joiner, std::string_view joiner_name);
+std::optional<std::string> settings_mismatch(const AgreedSettings& leader,
+                                             std::string_view leader_name,
+                                             const AgreedSettings& joiner,
+                                             std::string_view joiner_name);
 
 struct AdmissionPolicy {
   int min_nodes = 1;

@@ -34,7 +34,8 @@ std::optional<ReplicationFrame> ReplicationFrameParser::next() {
   const std::string_view rest(buffer_.data() + offset_, buffer_.size() - offset_);
   if (rest.size() < 8) return std::nullopt;
   DecodeResult r = decode_request(rest.substr(8), Generation::G2, limits_);
-  if (r.status == DecodeStatus::Bad) throw std::runtime_error("malformed replication frame: " + r.error);
+  if (r.status == DecodeStatus::Bad)
+    throw std::runtime_error("malformed replication frame: " + r.error);
   if (r.status == DecodeStatus::NeedMore) return std::nullopt;
   ReplicationFrame frame{get_u64(rest.data()), std::move(r.command)};
   offset_ += 8 + r.consumed;

@@ -21,13 +21,16 @@ std::string bytes_reply(std::string_view text) {
 }
 }  // namespace
 
-bool ReplicationHub::intercept(StoreSession& session, const Command& cmd, StoreModel& model, const CloseAll& close_all) {
+bool ReplicationHub::intercept(StoreSession& session, const Command& cmd, StoreModel& model,
+                               const CloseAll& close_all) {
   if (role_ == Role::Fenced) {
-    session.close_for_error(fmt::format("this store was fenced: a standby was promoted to epoch {}", epoch_));
+    session.close_for_error(
+        fmt::format("this store was fenced: a standby was promoted to epoch {}", epoch_));
     return true;
   }
   if (cmd.op == Op::Validate || cmd.op == Op::Ping) return false;
-  const std::string_view key = cmd.keys.empty() ? std::string_view{} : std::string_view(cmd.keys[0]);
+  const std::string_view key =
+      cmd.keys.empty() ? std::string_view{} : std::string_view(cmd.keys[0]);
   if (cmd.op == Op::CompareSet && key == kPromoteKey) {
     promote(session, cmd);
     return true;
@@ -41,11 +44,14 @@ bool ReplicationHub::intercept(StoreSession& session, const Command& cmd, StoreM
     return true;
   }
   if (cmd.op == Op::Set && key == kFenceKey) {
-    const auto epoch = parse_epoch(cmd.values.empty() ? std::string_view{} : std::string_view(cmd.values[0]));
+    const auto epoch =
+        parse_epoch(cmd.values.empty() ? std::string_view{} : std::string_view(cmd.values[0]));
     if (role_ == Role::Primary && epoch && *epoch > epoch_) {
       role_ = Role::Fenced;
       epoch_ = *epoch;
-      log_line(fmt::format("fenced: a standby was promoted to epoch {}; refusing every request from now on", epoch_));
+      log_line(fmt::format(
+          "fenced: a standby was promoted to epoch {}; refusing every request from now on",
+          epoch_));
       close_all(fmt::format("this store was fenced: a standby was promoted to epoch {}", epoch_));
     } else {
       session.close_for_error("stale fence request");
@@ -53,8 +59,8 @@ bool ReplicationHub::intercept(StoreSession& session, const Command& cmd, StoreM
     return true;
   }
   if (role_ == Role::Standby) {
-    session.close_for_error(fmt::format("this store is a standby of {}; it serves only after promotion",
-                                        options_.follow));
+    session.close_for_error(fmt::format(
+        "this store is a standby of {}; it serves only after promotion", options_.follow));
     return true;
   }
   return false;
@@ -72,12 +78,14 @@ void ReplicationHub::subscribe(StoreSession& session, StoreModel& model) {
     }
   }
   session.send(frames);
-  log_line(fmt::format("replication: follower connection {} subscribed at sequence {} ({} keys in the snapshot)",
-                       session.id(), sequence_, model.list_keys().size()));
+  log_line(fmt::format(
+      "replication: follower connection {} subscribed at sequence {} ({} keys in the snapshot)",
+      session.id(), sequence_, model.list_keys().size()));
 }
 
 void ReplicationHub::promote(StoreSession& session, const Command& cmd) {
-  const auto proposal = parse_epoch(cmd.values.size() == 2 ? std::string_view(cmd.values[1]) : std::string_view{});
+  const auto proposal =
+      parse_epoch(cmd.values.size() == 2 ? std::string_view(cmd.values[1]) : std::string_view{});
   if (!proposal) {
     session.close_for_error("promote: the proposed epoch is not a positive number");
     return;
@@ -91,8 +99,8 @@ void ReplicationHub::promote(StoreSession& session, const Command& cmd) {
       link_.reset();
       role_ = Role::Primary;
       epoch_ = *proposal;
-      log_line(fmt::format("promoted to primary at epoch {} after applying {} mutations of {}", epoch_, applied,
-                           options_.follow));
+      log_line(fmt::format("promoted to primary at epoch {} after applying {} mutations of {}",
+                           epoch_, applied, options_.follow));
     }
   }
   // The winner and every later proposer learn the epoch in force.
@@ -109,9 +117,10 @@ void ReplicationHub::publish(const Command& mutation) {
     }
     if (session->pending_output_bytes() > options_.max_follower_lag_bytes) {
       it = followers_.erase(it);
-      session->close_for_error(fmt::format("follower is {} bytes behind (--max-follower-lag-bytes {}); dropping it: "
-                                           "that standby is no longer current",
-                                           session->pending_output_bytes(), options_.max_follower_lag_bytes));
+      session->close_for_error(
+          fmt::format("follower is {} bytes behind (--max-follower-lag-bytes {}); dropping it: "
+                      "that standby is no longer current",
+                      session->pending_output_bytes(), options_.max_follower_lag_bytes));
       continue;
     }
     if (frame.empty()) frame = encode_replication_frame(++sequence_, mutation);
@@ -120,15 +129,19 @@ void ReplicationHub::publish(const Command& mutation) {
   }
 }
 
-void ReplicationHub::start_following(boost::asio::io_context& io, const StoreLimits& limits, StoreModel& model) {
+void ReplicationHub::start_following(boost::asio::io_context& io, const StoreLimits& limits,
+                                     StoreModel& model) {
   role_ = Role::Standby;
-  link_ = std::make_shared<StoreFollower>(io, options_.follow, limits, [this, &model, limits](Command&& cmd) {
-    Outcome outcome = handle_command(model, kReplicaClient, Generation::G2, std::move(cmd), false, limits);
-    if (outcome.close_reason) {
-      log_line(fmt::format("standby: a mutation of the primary was refused here ({}); this standby has diverged",
-                           *outcome.close_reason));
-    }
-  });
+  link_ = std::make_shared<StoreFollower>(
+      io, options_.follow, limits, [this, &model, limits](Command&& cmd) {
+        Outcome outcome =
+            handle_command(model, kReplicaClient, Generation::G2, std::move(cmd), false, limits);
+        if (outcome.close_reason) {
+          log_line(fmt::format(
+              "standby: a mutation of the primary was refused here ({}); this standby has diverged",
+              *outcome.close_reason));
+        }
+      });
   link_->connect();
   link_->start();
 }

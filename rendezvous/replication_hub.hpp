@@ -23,8 +23,8 @@ class StoreSession;
 class StoreFollower;
 
 struct ReplicationOptions {
-  std::string follow;        // HOST:PORT of the primary: start as its standby ("" = primary)
-  std::int64_t epoch = 1;    // this store's epoch while primary (a promotion must exceed it)
+  std::string follow;      // HOST:PORT of the primary: start as its standby ("" = primary)
+  std::int64_t epoch = 1;  // this store's epoch while primary (a promotion must exceed it)
   // Frames owed to one follower that does not keep up: past this the follower is dropped (with a
   // log line) instead of growing the primary's memory.
   std::size_t max_follower_lag_bytes = 64 * 1024 * 1024;
@@ -34,14 +34,16 @@ class ReplicationHub {
  public:
   enum class Role { Primary, Standby, Fenced };
 
-  explicit ReplicationHub(ReplicationOptions options) : options_(std::move(options)), epoch_(options_.epoch) {}
+  explicit ReplicationHub(ReplicationOptions options)
+      : options_(std::move(options)), epoch_(options_.epoch) {}
 
   // What the server needs from its owner: close every other connection when fenced.
   using CloseAll = std::function<void(const std::string& reason)>;
 
   // Requests replication answers itself (subscribe, promote, fence) or refuses by role. true:
   // `cmd` was consumed here (replied to, or its connection closed).
-  bool intercept(StoreSession& session, const Command& cmd, StoreModel& model, const CloseAll& close_all);
+  bool intercept(StoreSession& session, const Command& cmd, StoreModel& model,
+                 const CloseAll& close_all);
   // Called once a mutation was applied, before its reply is written (so a primary that dies
   // after replying has already handed the frame to the kernel).
   void publish(const Command& mutation);

@@ -38,7 +38,8 @@ std::uint32_t ping_nonce() {
 
 }  // namespace
 
-StoreClient::StoreClient(StoreClientOptions options) : options_(std::move(options)), timeout_(options_.timeout) {
+StoreClient::StoreClient(StoreClientOptions options)
+    : options_(std::move(options)), timeout_(options_.timeout) {
   std::lock_guard lock(mutex_);
   connected_socket();
 }
@@ -77,21 +78,26 @@ BlockingSocket& StoreClient::connected_socket() {
       Command ping{Op::Ping, {}, {}, 0, nonce};
       sock.send_all(encode_request(kGen, validate) + encode_request(kGen, ping), deadline);
       const std::uint32_t echo = sock.recv_u32(deadline);
-      if (echo != nonce) throw StoreError(fmt::format("store answered PING with {:#x} instead of {:#x}", echo, nonce));
+      if (echo != nonce)
+        throw StoreError(
+            fmt::format("store answered PING with {:#x} instead of {:#x}", echo, nonce));
       if (options_.after_connect) options_.after_connect(sock, deadline);
       socket_ = std::move(sock);
       return socket_;
     } catch (const StoreAuthError& e) {
-      throw StoreAuthError(fmt::format("store at {}:{}: {}", options_.host, options_.port, e.what()));
+      throw StoreAuthError(
+          fmt::format("store at {}:{}: {}", options_.host, options_.port, e.what()));
     } catch (const StoreRefusedError& e) {
       last_error = e.what();
       const auto now = BlockingSocket::Clock::now();
       if (!refused_since) refused_since = now;
-      if (options_.refused_timeout > Duration::zero() && now - *refused_since >= options_.refused_timeout) {
-        throw StoreConnectError(fmt::format(
-            "the store at {}:{} refused every connection for {} ms: nothing listens there (the store's node "
-            "failed to open the port, e.g. another job holds it, or has exited)",
-            options_.host, options_.port, options_.refused_timeout.count()));
+      if (options_.refused_timeout > Duration::zero() &&
+          now - *refused_since >= options_.refused_timeout) {
+        throw StoreConnectError(
+            fmt::format("the store at {}:{} refused every connection for {} ms: nothing listens "
+                        "there (the store's node "
+                        "failed to open the port, e.g. another job holds it, or has exited)",
+                        options_.host, options_.port, options_.refused_timeout.count()));
       }
     } catch (const StoreError& e) {
       last_error = e.what();
@@ -105,8 +111,9 @@ BlockingSocket& StoreClient::connected_socket() {
     std::this_thread::sleep_for(sleep);
     backoff = std::min(backoff * 2, options_.max_backoff);
   }
-  throw StoreConnectError(fmt::format("cannot reach the store at {}:{} within {} ms: {}", options_.host,
-                                      options_.port, options_.connect_timeout.count(), last_error));
+  throw StoreConnectError(fmt::format("cannot reach the store at {}:{} within {} ms: {}",
+                                      options_.host, options_.port,
+                                      options_.connect_timeout.count(), last_error));
 }
 
 template <typename Fn>
@@ -144,7 +151,8 @@ void StoreClient::await_stop_waiting(BlockingSocket& sock, const std::string& re
   }
   if (reply != kWaitCanceled) throw StoreError(fmt::format("unexpected cancel reply {:#x}", reply));
   if (!completed) {
-    throw StoreTimeoutError(fmt::format("wait timed out after {} ms for keys: {}", timeout.count(), join_keys(keys)));
+    throw StoreTimeoutError(
+        fmt::format("wait timed out after {} ms for keys: {}", timeout.count(), join_keys(keys)));
   }
 }
 
@@ -172,7 +180,8 @@ std::int64_t StoreClient::add(const std::string& key, std::int64_t delta) {
   });
 }
 
-std::string StoreClient::compare_set(const std::string& key, const std::string& expected, const std::string& desired) {
+std::string StoreClient::compare_set(const std::string& key, const std::string& expected,
+                                     const std::string& desired) {
   const std::string req = request(Op::CompareSet, {wire_key(key)}, {expected, desired});
   return call(false, [&](BlockingSocket& s) {
     s.send_all(req, deadline_after(timeout_));
@@ -211,8 +220,10 @@ std::vector<std::string> StoreClient::multi_get(const std::vector<std::string>& 
   });
 }
 
-void StoreClient::multi_set(const std::vector<std::string>& keys, const std::vector<std::string>& values) {
-  if (keys.size() != values.size()) throw std::invalid_argument("multi_set: keys and values differ in length");
+void StoreClient::multi_set(const std::vector<std::string>& keys,
+                            const std::vector<std::string>& values) {
+  if (keys.size() != values.size())
+    throw std::invalid_argument("multi_set: keys and values differ in length");
   const std::string req = request(Op::MultiSet, wire_keys(keys), values);
   call(true, [&](BlockingSocket& s) { s.send_all(req, deadline_after(timeout_)); });
 }
@@ -247,7 +258,8 @@ std::vector<std::string> StoreClient::list_keys() {
     std::vector<std::string> keys;
     for (std::int64_t i = 0; i < n; ++i) {
       std::string key = s.recv_bytes(deadline_after(timeout_), options_.max_value_bytes);
-      if (key.starts_with(options_.key_prefix)) keys.push_back(key.substr(options_.key_prefix.size()));
+      if (key.starts_with(options_.key_prefix))
+        keys.push_back(key.substr(options_.key_prefix.size()));
     }
     return keys;
   });
@@ -266,11 +278,13 @@ std::optional<std::string> StoreClient::queue_pop(const std::string& queue, bool
     const auto deadline = deadline_after(timeout_);
     for (;;) {
       if (block) {
-        const auto left = std::chrono::duration_cast<Duration>(deadline - BlockingSocket::Clock::now());
+        const auto left =
+            std::chrono::duration_cast<Duration>(deadline - BlockingSocket::Clock::now());
         await_stop_waiting(s, wait_req, std::max(left, Duration(0)), {queue});
       }
       s.send_all(pop_req, deadline_after(timeout_));
-      if (s.recv_i64(deadline_after(timeout_)) > 0) return s.recv_bytes(deadline_after(timeout_), options_.max_value_bytes);
+      if (s.recv_i64(deadline_after(timeout_)) > 0)
+        return s.recv_bytes(deadline_after(timeout_), options_.max_value_bytes);
       if (!block) return std::nullopt;
       // Another consumer took the item between the wake-up and our pop: wait again.
     }

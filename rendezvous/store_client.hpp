@@ -58,7 +58,8 @@ class StoreClient {
   std::string get(const std::string& key);
   std::int64_t add(const std::string& key, std::int64_t delta);
   // Returns the value now stored, or the current value when `expected` did not match.
-  std::string compare_set(const std::string& key, const std::string& expected, const std::string& desired);
+  std::string compare_set(const std::string& key, const std::string& expected,
+                          const std::string& desired);
   bool check(const std::vector<std::string>& keys);
   void wait(const std::vector<std::string>& keys);
   void wait(const std::vector<std::string>& keys, Duration timeout);

@@ -22,7 +22,8 @@ class StoreFollower : public std::enable_shared_from_this<StoreFollower> {
  public:
   using Apply = std::function<void(Command&&)>;
 
-  StoreFollower(boost::asio::io_context& io, std::string primary, const StoreLimits& limits, Apply apply);
+  StoreFollower(boost::asio::io_context& io, std::string primary, const StoreLimits& limits,
+                Apply apply);
 
   // Blocking: connect, handshake, subscribe. Throws std::runtime_error("cannot follow H:P: ...").
   void connect();

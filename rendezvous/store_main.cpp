@@ -18,12 +18,15 @@ int main(int argc, char** argv) {
   ::signal(SIGPIPE, SIG_IGN);
   ddp::rdzv::StoreServerOptions opts;
   opts.port = 29500;
-  CLI::App app{"ddprun-store: a c10d-compatible TCP store (torch 1.13 and 2.x clients)", "ddprun-store"};
+  CLI::App app{"ddprun-store: a c10d-compatible TCP store (torch 1.13 and 2.x clients)",
+               "ddprun-store"};
   app.add_option("--host", opts.bind_address, "address to listen on")->capture_default_str();
   app.add_option("--port", opts.port, "port to listen on; 0 picks a free one (printed on stdout)")
       ->capture_default_str();
-  app.add_option("--max-key-bytes", opts.limits.max_key_bytes, "largest key accepted")->capture_default_str();
-  app.add_option("--max-value-bytes", opts.limits.max_value_bytes, "largest value accepted")->capture_default_str();
+  app.add_option("--max-key-bytes", opts.limits.max_key_bytes, "largest key accepted")
+      ->capture_default_str();
+  app.add_option("--max-value-bytes", opts.limits.max_value_bytes, "largest value accepted")
+      ->capture_default_str();
   app.add_option("--max-keys-per-request", opts.limits.max_keys_per_request,
                  "most keys in one CHECK/WAIT/MULTI_GET/MULTI_SET")
       ->capture_default_str();
@@ -40,21 +43,28 @@ int main(int argc, char** argv) {
   app.add_option("--max-total-output-bytes", opts.limits.max_total_output_bytes,
                  "output owed to all connections together")
       ->capture_default_str();
-  app.add_option("--max-reply-bytes", opts.limits.max_reply_bytes, "largest single reply (MULTI_GET, LIST_KEYS)")
+  app.add_option("--max-reply-bytes", opts.limits.max_reply_bytes,
+                 "largest single reply (MULTI_GET, LIST_KEYS)")
       ->capture_default_str();
-  app.add_option("--max-keys", opts.limits.max_keys, "most keys (and queues) in the store")->capture_default_str();
-  app.add_option("--max-store-bytes", opts.limits.max_store_bytes,
-                 "most bytes the store holds: keys, values, queue items, WAIT and watch registrations")
+  app.add_option("--max-keys", opts.limits.max_keys, "most keys (and queues) in the store")
+      ->capture_default_str();
+  app.add_option(
+         "--max-store-bytes", opts.limits.max_store_bytes,
+         "most bytes the store holds: keys, values, queue items, WAIT and watch registrations")
       ->capture_default_str();
   double idle_timeout_s = std::chrono::duration<double>(opts.limits.idle_timeout).count();
   app.add_option("--idle-timeout", idle_timeout_s,
-                 "seconds a connection in the middle of a request or owed output may make no progress; 0: never")
+                 "seconds a connection in the middle of a request or owed output may make no "
+                 "progress; 0: never")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  app.add_option("--follow", opts.replication.follow,
-                 "HOST:PORT of a primary ddprun-store: run as its standby (replicates every mutation, answers only "
-                 "PING until promoted by COMPARE_SET /ddprun.replication/promote with a higher epoch)");
-  app.add_option("--epoch", opts.replication.epoch, "this store's epoch as primary (a promotion must exceed it)")
+  app.add_option(
+      "--follow", opts.replication.follow,
+      "HOST:PORT of a primary ddprun-store: run as its standby (replicates every mutation, answers "
+      "only "
+      "PING until promoted by COMPARE_SET /ddprun.replication/promote with a higher epoch)");
+  app.add_option("--epoch", opts.replication.epoch,
+                 "this store's epoch as primary (a promotion must exceed it)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--max-follower-lag-bytes", opts.replication.max_follower_lag_bytes,
@@ -75,7 +85,8 @@ int main(int argc, char** argv) {
     std::cerr << "ddprun-store: " << e.what() << "\n";
     return 2;
   }
-  opts.limits.idle_timeout = std::chrono::milliseconds(static_cast<long long>(idle_timeout_s * 1000));
+  opts.limits.idle_timeout =
+      std::chrono::milliseconds(static_cast<long long>(idle_timeout_s * 1000));
   // The job's token (never a flag: the command line is visible to every user of the machine).
   if (const char* token = std::getenv("DDPRUN_RDZV_TOKEN"); token != nullptr && *token != '\0') {
     opts.access_policy = std::make_shared<ddp::rdzv::TokenAccessPolicy>(token);

@@ -49,7 +49,8 @@ void StoreModel::notify(const std::string& key, WatchEventType type, std::string
                         std::string_view new_value, Effects& fx) const {
   auto it = watchers_.find(key);
   if (it == watchers_.end()) return;
-  fx.events.push_back(WatchEvent{it->second, type, key, std::string(old_value), std::string(new_value)});
+  fx.events.push_back(
+      WatchEvent{it->second, type, key, std::string(old_value), std::string(new_value)});
 }
 
 // Hot (every SET and ADD): inline, the bookkeeping is two additions.
@@ -60,8 +61,8 @@ inline std::string StoreModel::replace_value(std::string& slot, std::string valu
   return old;
 }
 
-inline std::pair<std::unordered_map<std::string, std::string>::iterator, bool> StoreModel::find_or_create(
-    const std::string& key) {
+inline std::pair<std::unordered_map<std::string, std::string>::iterator, bool>
+StoreModel::find_or_create(const std::string& key) {
   auto result = kv_.try_emplace(key);
   if (result.second) held_bytes_ += entry_bytes(key.size(), 0);
   return result;
@@ -114,7 +115,8 @@ void StoreModel::set(const std::string& key, std::string value, Effects& fx) {
   auto [it, created] = find_or_create(key);
   std::string old = replace_value(it->second, std::move(value));
   wake_all(key, fx);
-  notify(key, created ? WatchEventType::KeyCreated : WatchEventType::KeyUpdated, old, it->second, fx);
+  notify(key, created ? WatchEventType::KeyCreated : WatchEventType::KeyUpdated, old, it->second,
+         fx);
 }
 
 const std::string* StoreModel::get(const std::string& key) const {
@@ -130,7 +132,8 @@ void StoreModel::store_counter(const std::string& key, std::int64_t value, bool 
   notify(key, existed ? WatchEventType::KeyUpdated : WatchEventType::KeyCreated, old, slot, fx);
 }
 
-std::optional<std::int64_t> StoreModel::add(const std::string& key, std::int64_t delta, Effects& fx) {
+std::optional<std::int64_t> StoreModel::add(const std::string& key, std::int64_t delta,
+                                            Effects& fx) {
   auto it = kv_.find(key);
   std::int64_t current = 0;
   if (it != kv_.end()) {
@@ -170,7 +173,8 @@ void StoreModel::append(const std::string& key, std::string_view data, Effects& 
   it->second.append(data);
   held_bytes_ += data.size();
   wake_all(key, fx);
-  notify(key, created ? WatchEventType::KeyCreated : WatchEventType::KeyUpdated, old, it->second, fx);
+  notify(key, created ? WatchEventType::KeyCreated : WatchEventType::KeyUpdated, old, it->second,
+         fx);
 }
 
 bool StoreModel::delete_key(const std::string& key, Effects& fx) {

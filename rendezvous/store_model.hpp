@@ -114,7 +114,8 @@ class StoreModel {
   // Replace a map value, keeping held_bytes_ true; returns the old value.
   std::string replace_value(std::string& slot, std::string value);
   // Insert or find `key` in the map; a new key is charged its entry bytes.
-  std::pair<std::unordered_map<std::string, std::string>::iterator, bool> find_or_create(const std::string& key);
+  std::pair<std::unordered_map<std::string, std::string>::iterator, bool> find_or_create(
+      const std::string& key);
   void register_pending(ClientId client, PendingWait pending);
   void drop_pending(std::unordered_map<ClientId, PendingWait>::iterator p);
   void wake_all(const std::string& key, Effects& fx);
@@ -132,7 +133,8 @@ class StoreModel {
   std::unordered_map<ClientId, PendingWait> pending_;
   // key -> watching clients (a client registered twice is notified twice, like 1.13)
   std::unordered_map<std::string, std::vector<ClientId>> watchers_;
-  std::unordered_map<ClientId, std::vector<std::string>> watched_keys_;  // reverse index for cleanup
+  std::unordered_map<ClientId, std::vector<std::string>>
+      watched_keys_;  // reverse index for cleanup
   std::size_t held_bytes_ = 0;
 };
 

@@ -11,7 +11,8 @@
 namespace ddp::rdzv {
 namespace {
 
-// Thousands of clients need thousands of descriptors; the soft limit is often far below the hard one.
+// Thousands of clients need thousands of descriptors; the soft limit is often far below the hard
+// one.
 void raise_fd_limit() {
   rlimit lim{};
   if (::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {

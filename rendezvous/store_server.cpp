@@ -7,12 +7,12 @@
 #include <algorithm>
 #include <cctype>
 #include <new>
-#include <vector>
 #include <unordered_map>
+#include <vector>
 
+#include <fmt/format.h>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <fmt/format.h>
 
 #include "rendezvous/access_policy.hpp"
 #include "rendezvous/command_handler.hpp"
@@ -76,7 +76,8 @@ tcp::endpoint resolve_bind_endpoint(asio::io_context& io, const StoreServerOptio
   return results.begin()->endpoint();
 }
 
-// One line per request for --trace: connection, generation, command, keys (printable part) and sizes.
+// One line per request for --trace: connection, generation, command, keys (printable part) and
+// sizes.
 std::string describe_request(ClientId id, Generation gen, const Command& cmd) {
   std::string line = fmt::format("trace conn={} {} {}", id, generation_name(gen), op_name(cmd.op));
   for (std::size_t i = 0; i < cmd.keys.size() && i < 8; ++i) {
@@ -111,8 +112,8 @@ struct StoreServer::Core : SessionHost, std::enable_shared_from_this<StoreServer
     auto fail = [&](const boost::system::error_code& ec) {
       boost::system::error_code ignored;
       acceptor.close(ignored);
-      throw StoreBindError(fmt::format("cannot listen on {}:{}: {}", options.bind_address, options.port,
-                                       os_reason(ec)));
+      throw StoreBindError(fmt::format("cannot listen on {}:{}: {}", options.bind_address,
+                                       options.port, os_reason(ec)));
     };
     boost::system::error_code ec;
     if (acceptor.open(endpoint.protocol(), ec)) fail(ec);
@@ -127,9 +128,10 @@ struct StoreServer::Core : SessionHost, std::enable_shared_from_this<StoreServer
 
   void accept_next() {
     if (stopped) return;
-    acceptor.async_accept([self = shared_from_this()](const boost::system::error_code& ec, tcp::socket socket) {
-      self->on_accept(ec, std::move(socket));
-    });
+    acceptor.async_accept(
+        [self = shared_from_this()](const boost::system::error_code& ec, tcp::socket socket) {
+          self->on_accept(ec, std::move(socket));
+        });
   }
 
   void on_accept(const boost::system::error_code& ec, tcp::socket socket) {
@@ -142,8 +144,9 @@ struct StoreServer::Core : SessionHost, std::enable_shared_from_this<StoreServer
     if (sessions.size() >= options.limits.max_connections) {
       boost::system::error_code peer_ec;
       auto peer = socket.remote_endpoint(peer_ec);
-      log_closed_for_error(fmt::format("refusing connection from {}:{}: connection limit {} reached",
-                                       peer.address().to_string(), peer.port(), options.limits.max_connections));
+      log_closed_for_error(
+          fmt::format("refusing connection from {}:{}: connection limit {} reached",
+                      peer.address().to_string(), peer.port(), options.limits.max_connections));
       socket.close(peer_ec);
     } else {
       try {
@@ -164,14 +167,17 @@ struct StoreServer::Core : SessionHost, std::enable_shared_from_this<StoreServer
   void retry_accept_later(const boost::system::error_code& ec) {
     const auto now = std::chrono::steady_clock::now();
     ++accept_failures_unlogged;
-    if (accept_log_time == std::chrono::steady_clock::time_point{} || now - accept_log_time >= kAcceptLogInterval) {
-      log_line(fmt::format("accept failed: {} ({} time{} since the last report); backing off up to {} ms", os_reason(ec),
-                           accept_failures_unlogged, accept_failures_unlogged == 1 ? "" : "s",
-                           kAcceptRetryMax.count()));
+    if (accept_log_time == std::chrono::steady_clock::time_point{} ||
+        now - accept_log_time >= kAcceptLogInterval) {
+      log_line(fmt::format(
+          "accept failed: {} ({} time{} since the last report); backing off up to {} ms",
+          os_reason(ec), accept_failures_unlogged, accept_failures_unlogged == 1 ? "" : "s",
+          kAcceptRetryMax.count()));
       accept_log_time = now;
       accept_failures_unlogged = 0;
     }
-    accept_delay = accept_delay.count() == 0 ? kAcceptRetryFirst : std::min(accept_delay * 2, kAcceptRetryMax);
+    accept_delay =
+        accept_delay.count() == 0 ? kAcceptRetryFirst : std::min(accept_delay * 2, kAcceptRetryMax);
     retry_timer.expires_after(accept_delay);
     retry_timer.async_wait([self = shared_from_this()](const boost::system::error_code& timer_ec) {
       if (!timer_ec) self->accept_next();
@@ -186,14 +192,16 @@ struct StoreServer::Core : SessionHost, std::enable_shared_from_this<StoreServer
     }
     // Then replication (standby, promotion, fencing; see replication_hub.hpp), so an access
     // policy screens its reserved keys like any other.
-    if (!screened &&
-        replication.intercept(session, cmd, model, [this](const std::string& reason) { close_all(reason); })) {
+    if (!screened && replication.intercept(session, cmd, model, [this](const std::string& reason) {
+          close_all(reason);
+        })) {
       return;
     }
     std::optional<Command> mutation;
     if (!screened && replication.has_followers()) mutation = replicated_form(cmd);
     Outcome outcome = screened ? std::move(*screened)
-                               : handle_command(model, session.id(), gen, std::move(cmd), first_request, options.limits);
+                               : handle_command(model, session.id(), gen, std::move(cmd),
+                                                first_request, options.limits);
     if (outcome.close_reason) {
       session.close_for_error(*outcome.close_reason);
     } else {
@@ -217,7 +225,8 @@ struct StoreServer::Core : SessionHost, std::enable_shared_from_this<StoreServer
         frame = encode_watch_event(event.type, event.key, event.old_value, event.new_value);
       } catch (const std::bad_alloc&) {
         // The change is made; watchers that cannot be told are closed rather than left stale.
-        for (ClientId id : event.watchers) close_session(id, "out of memory for a watch notification");
+        for (ClientId id : event.watchers)
+          close_session(id, "out of memory for a watch notification");
         continue;
       }
       for (ClientId id : event.watchers) {
@@ -239,26 +248,30 @@ struct StoreServer::Core : SessionHost, std::enable_shared_from_this<StoreServer
   // Server-wide totals: while one is past its limit, close the connection holding the most.
   // Only growth can take a total past its limit, so only growth looks for a victim.
   void input_bytes_changed(StoreSession&, std::ptrdiff_t delta) override {
-    buffered_input_bytes = static_cast<std::size_t>(static_cast<std::ptrdiff_t>(buffered_input_bytes) + delta);
+    buffered_input_bytes =
+        static_cast<std::size_t>(static_cast<std::ptrdiff_t>(buffered_input_bytes) + delta);
     if (delta <= 0) return;
     while (buffered_input_bytes > options.limits.max_total_input_bytes) {
       auto victim = largest(&StoreSession::held_input_bytes);
       if (!victim) break;
-      victim->close_for_error(fmt::format("holds {} bytes of unfinished requests while all connections together "
-                                          "hold more than the limit of {} bytes",
-                                          victim->held_input_bytes(), options.limits.max_total_input_bytes));
+      victim->close_for_error(
+          fmt::format("holds {} bytes of unfinished requests while all connections together "
+                      "hold more than the limit of {} bytes",
+                      victim->held_input_bytes(), options.limits.max_total_input_bytes));
     }
   }
 
   void output_bytes_changed(StoreSession&, std::ptrdiff_t delta) override {
-    buffered_output_bytes = static_cast<std::size_t>(static_cast<std::ptrdiff_t>(buffered_output_bytes) + delta);
+    buffered_output_bytes =
+        static_cast<std::size_t>(static_cast<std::ptrdiff_t>(buffered_output_bytes) + delta);
     if (delta <= 0) return;
     while (buffered_output_bytes > options.limits.max_total_output_bytes) {
       auto victim = largest(&StoreSession::pending_output_bytes);
       if (!victim) break;
-      victim->close_for_error(fmt::format("is owed {} bytes it does not read while all connections together "
-                                          "are owed more than the limit of {} bytes",
-                                          victim->pending_output_bytes(), options.limits.max_total_output_bytes));
+      victim->close_for_error(
+          fmt::format("is owed {} bytes it does not read while all connections together "
+                      "are owed more than the limit of {} bytes",
+                      victim->pending_output_bytes(), options.limits.max_total_output_bytes));
     }
   }
 
@@ -282,8 +295,10 @@ struct StoreServer::Core : SessionHost, std::enable_shared_from_this<StoreServer
   void start_sweeps() {
     const auto idle = options.limits.idle_timeout;
     if (idle.count() <= 0) return;
-    sweep_period = std::clamp(idle / 4, std::chrono::milliseconds(25), std::chrono::milliseconds(1000));
-    idle_ticks = static_cast<std::uint64_t>((idle + sweep_period - std::chrono::milliseconds(1)) / sweep_period);
+    sweep_period =
+        std::clamp(idle / 4, std::chrono::milliseconds(25), std::chrono::milliseconds(1000));
+    idle_ticks = static_cast<std::uint64_t>((idle + sweep_period - std::chrono::milliseconds(1)) /
+                                            sweep_period);
     arm_sweep();
   }
 
@@ -301,7 +316,8 @@ struct StoreServer::Core : SessionHost, std::enable_shared_from_this<StoreServer
     ++tick;
     std::vector<std::shared_ptr<StoreSession>> stalled;
     for (const auto& [id, session] : sessions) {
-      if (session->awaiting_progress() && tick - session->last_progress_tick() > idle_ticks) stalled.push_back(session);
+      if (session->awaiting_progress() && tick - session->last_progress_tick() > idle_ticks)
+        stalled.push_back(session);
     }
     const double seconds = std::chrono::duration<double>(options.limits.idle_timeout).count();
     for (auto& session : stalled) {
@@ -314,8 +330,9 @@ struct StoreServer::Core : SessionHost, std::enable_shared_from_this<StoreServer
     const auto now = std::chrono::steady_clock::now();
     if (now - error_window_start >= std::chrono::seconds(1)) {
       if (error_lines_suppressed > 0) {
-        log_line(fmt::format("{} more connections were closed for errors in the last second (not logged)",
-                             error_lines_suppressed));
+        log_line(fmt::format(
+            "{} more connections were closed for errors in the last second (not logged)",
+            error_lines_suppressed));
       }
       error_window_start = now;
       error_lines_in_window = 0;

@@ -9,7 +9,7 @@ namespace ddp::rdzv {
 namespace {
 constexpr std::size_t kMaxReadsPerWakeup = 8;          // fairness between busy connections
 constexpr std::size_t kKeepCapacityBytes = 64 * 1024;  // idle connections give back larger buffers
-constexpr std::size_t kLargeReadBytes = 4096;          // read buffer of connections with large requests
+constexpr std::size_t kLargeReadBytes = 4096;  // read buffer of connections with large requests
 
 void release_if_large(std::string& buffer) {
   if (buffer.empty() && buffer.capacity() > kKeepCapacityBytes) std::string().swap(buffer);
@@ -39,7 +39,8 @@ void StoreSession::start() {
 }
 
 bool StoreSession::awaiting_progress() const {
-  return !closed_ && ((decoder_ && decoder_->mid_request()) || !in_.empty() || pending_output_bytes() > 0);
+  return !closed_ &&
+         ((decoder_ && decoder_->mid_request()) || !in_.empty() || pending_output_bytes() > 0);
 }
 
 bool StoreSession::output_backlogged() const {
@@ -54,10 +55,10 @@ void StoreSession::arm_read() {
                                         : boost::asio::buffer(first_bytes_);
   // A read (not a bare readiness wait): Asio then keeps the edge-triggered epoll registration
   // as it is, where a wait would cost an epoll_ctl per request.
-  socket_.async_read_some(landing,
-                          [self = shared_from_this()](const boost::system::error_code& ec, std::size_t n) {
-                            self->on_read(ec, n);
-                          });
+  socket_.async_read_some(
+      landing, [self = shared_from_this()](const boost::system::error_code& ec, std::size_t n) {
+        self->on_read(ec, n);
+      });
 }
 
 // The session boundary: nothing thrown while serving this connection reaches the event loop.
@@ -101,7 +102,8 @@ void StoreSession::read_and_process(const boost::system::error_code& ec, std::si
     for (std::size_t i = 0; i < kMaxReadsPerWakeup && !closed_ && !output_backlogged(); ++i) {
       boost::system::error_code read_ec;
       const std::size_t got = socket_.read_some(boost::asio::buffer(scratch), read_ec);
-      if (read_ec == boost::asio::error::would_block || read_ec == boost::asio::error::try_again) break;
+      if (read_ec == boost::asio::error::would_block || read_ec == boost::asio::error::try_again)
+        break;
       if (read_ec) {
         peer_done = true;
         break;
@@ -137,7 +139,8 @@ void StoreSession::process_held_input() {
   if (closed_ || in_.empty()) return;
   if (kind_ == ConnectionKind::Undetermined) {
     kind_ = classify_connection(in_);
-    if (kind_ == ConnectionKind::Undetermined) return;  // 00 seen: VALIDATE (G2) or a G1 SET, decided by 4 more bytes
+    if (kind_ == ConnectionKind::Undetermined)
+      return;  // 00 seen: VALIDATE (G2) or a G1 SET, decided by 4 more bytes
     decoder_.emplace(kind_ == ConnectionKind::G1 ? Generation::G1 : Generation::G2, limits_);
   }
   const std::size_t used = decode(in_);
@@ -172,7 +175,8 @@ void StoreSession::send(std::string_view bytes) {
   if (closed_ || bytes.empty()) return;
   const std::size_t cap = limits_.max_pending_output_bytes;
   if (pending_output_bytes() > cap) {
-    close_for_error(fmt::format("owed more than {} bytes of replies and notifications it does not read", cap));
+    close_for_error(
+        fmt::format("owed more than {} bytes of replies and notifications it does not read", cap));
     return;
   }
   try {
@@ -189,7 +193,8 @@ void StoreSession::flush() {
   // Write straight away on the non-blocking socket: almost every reply fits in the socket
   // buffer, and skipping an async operation per reply is most of the server's per-request cost.
   boost::system::error_code ec;
-  const std::size_t n = socket_.write_some(boost::asio::buffer(out_.data() + out_off_, out_.size() - out_off_), ec);
+  const std::size_t n =
+      socket_.write_some(boost::asio::buffer(out_.data() + out_off_, out_.size() - out_off_), ec);
   if (ec && ec != boost::asio::error::would_block && ec != boost::asio::error::try_again) {
     finish(false);
     return;
@@ -211,7 +216,9 @@ void StoreSession::flush() {
   if (n > 0 || accounted_output_ == 0) last_progress_tick_ = host_->progress_tick();
   write_in_flight_ = true;
   socket_.async_wait(boost::asio::ip::tcp::socket::wait_write,
-                     [self = shared_from_this()](const boost::system::error_code& wait_ec) { self->on_writable(wait_ec); });
+                     [self = shared_from_this()](const boost::system::error_code& wait_ec) {
+                       self->on_writable(wait_ec);
+                     });
   account_output();  // last: the host may close this connection for the server-wide total
 }
 
@@ -242,7 +249,8 @@ void StoreSession::on_writable(const boost::system::error_code& ec) {
 void StoreSession::account_input() {
   const std::size_t now = closed_ ? 0 : in_.size() + (decoder_ ? decoder_->held_bytes() : 0);
   if (now == accounted_input_) return;
-  const auto delta = static_cast<std::ptrdiff_t>(now) - static_cast<std::ptrdiff_t>(accounted_input_);
+  const auto delta =
+      static_cast<std::ptrdiff_t>(now) - static_cast<std::ptrdiff_t>(accounted_input_);
   accounted_input_ = now;
   host_->input_bytes_changed(*this, delta);
 }
@@ -250,7 +258,8 @@ void StoreSession::account_input() {
 void StoreSession::account_output() {
   const std::size_t now = closed_ ? 0 : pending_output_bytes();
   if (now == accounted_output_) return;
-  const auto delta = static_cast<std::ptrdiff_t>(now) - static_cast<std::ptrdiff_t>(accounted_output_);
+  const auto delta =
+      static_cast<std::ptrdiff_t>(now) - static_cast<std::ptrdiff_t>(accounted_output_);
   accounted_output_ = now;
   host_->output_bytes_changed(*this, delta);
 }
@@ -260,11 +269,15 @@ void StoreSession::close() { finish(false); }
 void StoreSession::close_for_error(std::string_view reason) {
   if (closed_) return;
   batching_replies_ = false;
-  flush();  // earlier requests of the same read keep their replies, as if each had been sent at once
+  flush();  // earlier requests of the same read keep their replies, as if each had been sent at
+            // once
   if (closed_) return;
-  const char* gen = kind_ == ConnectionKind::G1 ? "G1" : kind_ == ConnectionKind::G2 ? "G2" : "unclassified";
+  const char* gen = kind_ == ConnectionKind::G1   ? "G1"
+                    : kind_ == ConnectionKind::G2 ? "G2"
+                                                  : "unclassified";
   // The peer is looked up only here: a getpeername per connection is measurable at 16k clients.
-  host_->log_closed_for_error(fmt::format("closing connection from {} ({}): {}", describe_peer(), gen, reason));
+  host_->log_closed_for_error(
+      fmt::format("closing connection from {} ({}): {}", describe_peer(), gen, reason));
   if (pending_output_bytes() > 0) {
     // The peer is not reading what it is owed: reset instead of a graceful close, so the kernel
     // drops the unsent bytes at once rather than trickling them into a closed window.

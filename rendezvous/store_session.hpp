@@ -109,9 +109,9 @@ class StoreSession : public std::enable_shared_from_this<StoreSession> {
   std::size_t accounted_output_ = 0;  // pending_output_bytes(), as last reported
   std::uint64_t last_progress_tick_ = 0;
 
-  std::string out_;               // replies not yet accepted by the socket, from out_off_
+  std::string out_;  // replies not yet accepted by the socket, from out_off_
   std::size_t out_off_ = 0;
-  bool write_in_flight_ = false;  // waiting for the socket to become writable
+  bool write_in_flight_ = false;   // waiting for the socket to become writable
   bool batching_replies_ = false;  // while handling a read: send() queues, the end flushes once
   bool read_armed_ = false;
   bool closed_ = false;

@@ -30,7 +30,9 @@ std::string to_hex(const unsigned char* data, std::size_t n) {
   return out;
 }
 
-bool starts_with(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
+bool starts_with(std::string_view s, std::string_view prefix) {
+  return s.substr(0, prefix.size()) == prefix;
+}
 
 Outcome close_with(std::string reason) {
   Outcome out;
@@ -50,7 +52,8 @@ std::string hmac_sha256_hex(std::string_view key, std::string_view message) {
   unsigned char mac[EVP_MAX_MD_SIZE];
   unsigned int length = 0;
   if (HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
-           reinterpret_cast<const unsigned char*>(message.data()), message.size(), mac, &length) == nullptr) {
+           reinterpret_cast<const unsigned char*>(message.data()), message.size(), mac,
+           &length) == nullptr) {
     throw std::runtime_error("OpenSSL HMAC-SHA256 failed");
   }
   return to_hex(mac, length);
@@ -74,18 +77,22 @@ bool is_rendezvous_key(std::string_view wire_key) {
   return starts_with(wire_key, kRendezvousKeyPrefix) || starts_with(wire_key, kAuthKeyPrefix);
 }
 
-void prove_token(BlockingSocket& socket, std::string_view token, BlockingSocket::Clock::time_point deadline) {
+void prove_token(BlockingSocket& socket, std::string_view token,
+                 BlockingSocket::Clock::time_point deadline) {
   Command get{Op::Get, {std::string(kAuthChallengeKey)}, {}, 0, 0};
   socket.send_all(encode_request(kGen, get), deadline);
   std::string challenge;
   try {
     challenge = socket.recv_bytes(deadline, kMaxHandshakeReply);
   } catch (const StoreError& e) {
-    throw StoreAuthError(fmt::format("the store did not answer ddprun's token challenge ({}); is it a ddprun "
-                                     "store started with the job's token?", e.what()));
+    throw StoreAuthError(
+        fmt::format("the store did not answer ddprun's token challenge ({}); is it a ddprun "
+                    "store started with the job's token?",
+                    e.what()));
   }
   if (challenge.empty()) {
-    throw StoreAuthError("the store has no rendezvous token (it was started without one) but this node has one");
+    throw StoreAuthError(
+        "the store has no rendezvous token (it was started without one) but this node has one");
   }
   get.keys = {fmt::format("{}{}", kAuthResponsePrefix, challenge_response(token, challenge))};
   socket.send_all(encode_request(kGen, get), deadline);
@@ -93,19 +100,23 @@ void prove_token(BlockingSocket& socket, std::string_view token, BlockingSocket:
   try {
     verdict = socket.recv_bytes(deadline, kMaxHandshakeReply);
   } catch (const StoreError&) {
-    throw StoreAuthError("the store refused this node's rendezvous token (wrong or missing rendezvous token)");
+    throw StoreAuthError(
+        "the store refused this node's rendezvous token (wrong or missing rendezvous token)");
   }
-  if (verdict != kAuthAccepted) throw StoreAuthError(fmt::format("unexpected token verdict '{}'", verdict));
+  if (verdict != kAuthAccepted)
+    throw StoreAuthError(fmt::format("unexpected token verdict '{}'", verdict));
 }
 
-std::function<void(BlockingSocket&, BlockingSocket::Clock::time_point)> token_prover(std::string token) {
-  return [token = std::move(token)](BlockingSocket& socket, BlockingSocket::Clock::time_point deadline) {
+std::function<void(BlockingSocket&, BlockingSocket::Clock::time_point)> token_prover(
+    std::string token) {
+  return [token = std::move(token)](BlockingSocket& socket,
+                                    BlockingSocket::Clock::time_point deadline) {
     prove_token(socket, token, deadline);
   };
 }
 
-std::optional<Outcome> TokenAccessPolicy::screen(const StoreModel& model, ClientId client, const Command& cmd,
-                                                 const StoreLimits& limits) {
+std::optional<Outcome> TokenAccessPolicy::screen(const StoreModel& model, ClientId client,
+                                                 const Command& cmd, const StoreLimits& limits) {
   if (cmd.op == Op::Get && cmd.keys.size() == 1) {
     const std::string& key = cmd.keys[0];
     if (key == kAuthChallengeKey) {
@@ -115,7 +126,8 @@ std::optional<Outcome> TokenAccessPolicy::screen(const StoreModel& model, Client
     }
     if (starts_with(key, kAuthResponsePrefix)) {
       auto it = clients_.find(client);
-      if (it == clients_.end() || it->second.challenge.empty()) return close_with("token response without a challenge");
+      if (it == clients_.end() || it->second.challenge.empty())
+        return close_with("token response without a challenge");
       const std::string expected = challenge_response(token_, it->second.challenge);
       it->second.challenge.clear();  // one guess per challenge
       if (!same_secret(std::string_view(key).substr(kAuthResponsePrefix.size()), expected)) {
@@ -125,15 +137,17 @@ std::optional<Outcome> TokenAccessPolicy::screen(const StoreModel& model, Client
       return reply_bytes(kAuthAccepted);
     }
   }
-  if (auto it = clients_.find(client); it != clients_.end() && it->second.proven) return std::nullopt;
+  if (auto it = clients_.find(client); it != clients_.end() && it->second.proven)
+    return std::nullopt;
   for (const auto& key : cmd.keys) {
     if (is_rendezvous_key(key)) return close_with("rendezvous key without the job's token");
   }
   if (cmd.op == Op::ListKeys || cmd.op == Op::GetNumKeys) {
     // The same bound as the handler's LIST_KEYS (the filtered reply is never larger).
     if (cmd.op == Op::ListKeys && model.list_keys_bytes() > limits.max_reply_bytes) {
-      return close_with(fmt::format("LIST_KEYS reply of {} bytes exceeds the reply limit of {} bytes",
-                                    model.list_keys_bytes(), limits.max_reply_bytes));
+      return close_with(
+          fmt::format("LIST_KEYS reply of {} bytes exceeds the reply limit of {} bytes",
+                      model.list_keys_bytes(), limits.max_reply_bytes));
     }
     std::vector<std::string> visible;
     for (auto& key : model.list_keys()) {

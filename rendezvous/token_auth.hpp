@@ -39,9 +39,11 @@ bool is_rendezvous_key(std::string_view wire_key);
 // --- client side --------------------------------------------------------------------------
 // Runs the handshake on a fresh connection (after VALIDATE + PING). Throws StoreAuthError when
 // the store refuses the token or does not speak the handshake; StoreError when the link fails.
-void prove_token(BlockingSocket& socket, std::string_view token, BlockingSocket::Clock::time_point deadline);
+void prove_token(BlockingSocket& socket, std::string_view token,
+                 BlockingSocket::Clock::time_point deadline);
 // For StoreClientOptions::after_connect.
-std::function<void(BlockingSocket&, BlockingSocket::Clock::time_point)> token_prover(std::string token);
+std::function<void(BlockingSocket&, BlockingSocket::Clock::time_point)> token_prover(
+    std::string token);
 
 // --- store side ---------------------------------------------------------------------------
 // Answers the handshake; before it succeeds a connection may not name a rendezvous key (it is

@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: MIT
 #include "ddprun/worker/checkpoint.hpp"
 
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+#include <torch/serialize.h>
 #include <atomic>
 #include <cstdio>
 #include <sstream>
 #include <stdexcept>
-#include <torch/nn/module.h>
-#include <torch/optim/optimizer.h>
-#include <torch/serialize.h>
 
 namespace ddp::worker {
 namespace {
@@ -32,7 +32,8 @@ std::string serialize(const torch::nn::Module& module, const torch::optim::Optim
   return bytes;
 }
 
-void deserialize(const std::string& payload, torch::nn::Module& module, torch::optim::Optimizer& optimizer) {
+void deserialize(const std::string& payload, torch::nn::Module& module,
+                 torch::optim::Optimizer& optimizer) {
   // Load straight onto the model's device (cuda:LOCAL_RANK under NCCL), so parameters keep
   // their device and identity.
   const auto params = module.parameters();
@@ -48,12 +49,13 @@ void deserialize(const std::string& payload, torch::nn::Module& module, torch::o
 }
 
 /// Rank 0's verdict as the store carries it: "<action> <epoch> <step> <payload bytes>\n<line>".
-std::string encode_plan(const ResumePlan& plan, const CheckpointHeader& header, std::size_t payload_bytes) {
+std::string encode_plan(const ResumePlan& plan, const CheckpointHeader& header,
+                        std::size_t payload_bytes) {
   const char* action = plan.action == ResumePlan::Action::Resume ? "resume"
                        : plan.action == ResumePlan::Action::Fail ? "fail"
                                                                  : "fresh";
-  return std::string(action) + " " + std::to_string(header.epoch) + " " + std::to_string(header.step) +
-         " " + std::to_string(payload_bytes) + "\n" + plan.line;
+  return std::string(action) + " " + std::to_string(header.epoch) + " " +
+         std::to_string(header.step) + " " + std::to_string(payload_bytes) + "\n" + plan.line;
 }
 
 struct AgreedPlan {
@@ -70,9 +72,10 @@ AgreedPlan decode_plan(const std::string& text) {
   unsigned long long bytes = 0;
   head >> action >> out.progress.epoch >> out.progress.step >> bytes;
   if (!head || (action != "resume" && action != "fail" && action != "fresh")) {
-    throw std::runtime_error("checkpoint: rank 0's resume decision is unreadable: " + text.substr(0, 80));
+    throw std::runtime_error("checkpoint: rank 0's resume decision is unreadable: " +
+                             text.substr(0, 80));
   }
-  out.plan.action = action == "resume"   ? ResumePlan::Action::Resume
+  out.plan.action = action == "resume" ? ResumePlan::Action::Resume
                     : action == "fail" ? ResumePlan::Action::Fail
                                        : ResumePlan::Action::Fresh;
   out.plan.line = newline == std::string::npos ? "" : text.substr(newline + 1);
@@ -105,7 +108,8 @@ void save_checkpoint(const std::string& path, const torch::nn::Module& module,
   if (communicator.rank() == 0) {
     reclaim_stale_temp_files(path);
     const std::string payload = serialize(module, optimizer, progress);
-    write_file_atomically(path, encode_checkpoint({identity, progress.epoch, progress.step}, payload));
+    write_file_atomically(path,
+                          encode_checkpoint({identity, progress.epoch, progress.step}, payload));
   }
   communicator.barrier();
 }
@@ -122,8 +126,8 @@ ResumeOutcome resume_from_checkpoint(const std::string& path, torch::nn::Module&
   if (communicator.rank() == 0) {
     reclaim_stale_temp_files(path);
     CheckpointProbe probe;
-    const bool looks = policy == ResumePolicy::Always ||
-                       (policy == ResumePolicy::OnRestart && restart_count > 0);
+    const bool looks =
+        policy == ResumePolicy::Always || (policy == ResumePolicy::OnRestart && restart_count > 0);
     if (looks) {
       try {
         if (auto bytes = read_whole_file(path)) {
@@ -144,7 +148,8 @@ ResumeOutcome resume_from_checkpoint(const std::string& path, torch::nn::Module&
     agreed = decode_plan(text);
   } else {
     KeyValueStore* store = communicator.store();
-    if (store == nullptr) throw std::logic_error("resume_from_checkpoint: a multi-rank communicator without a store");
+    if (store == nullptr)
+      throw std::logic_error("resume_from_checkpoint: a multi-rank communicator without a store");
     agreed = decode_plan(store->get(key));
   }
   if (agreed.plan.action == ResumePlan::Action::Fail) throw CheckpointError(agreed.plan.line);
@@ -154,13 +159,17 @@ ResumeOutcome resume_from_checkpoint(const std::string& path, torch::nn::Module&
 
   if (communicator.size() > 1) {
     // The bytes travel through the process group (rank 0's file only).
-    at::Tensor bytes = communicator.rank() == 0
-                           ? torch::from_blob(payload.data(), {static_cast<int64_t>(payload.size())}, torch::kUInt8).clone()
-                           : torch::empty({static_cast<int64_t>(agreed.payload_bytes)}, torch::kUInt8);
+    at::Tensor bytes =
+        communicator.rank() == 0
+            ? torch::from_blob(payload.data(), {static_cast<int64_t>(payload.size())},
+                               torch::kUInt8)
+                  .clone()
+            : torch::empty({static_cast<int64_t>(agreed.payload_bytes)}, torch::kUInt8);
     bytes = bytes.to(communicator.device());
     communicator.broadcast(bytes, 0);
     bytes = bytes.cpu().contiguous();
-    payload.assign(reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>()), static_cast<std::size_t>(bytes.numel()));
+    payload.assign(reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>()),
+                   static_cast<std::size_t>(bytes.numel()));
   }
   deserialize(payload, module, optimizer);
   outcome.resumed = true;

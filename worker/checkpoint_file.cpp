@@ -35,14 +35,22 @@ std::array<std::uint64_t, 256> make_crc_table() {
 
 std::string errno_name(int error) {
   switch (error) {
-    case ENOSPC: return "ENOSPC";
-    case EIO: return "EIO";
-    case EDQUOT: return "EDQUOT";
-    case EACCES: return "EACCES";
-    case EROFS: return "EROFS";
-    case ENOENT: return "ENOENT";
-    case EFBIG: return "EFBIG";
-    default: return "errno " + std::to_string(error);
+    case ENOSPC:
+      return "ENOSPC";
+    case EIO:
+      return "EIO";
+    case EDQUOT:
+      return "EDQUOT";
+    case EACCES:
+      return "EACCES";
+    case EROFS:
+      return "EROFS";
+    case ENOENT:
+      return "ENOENT";
+    case EFBIG:
+      return "EFBIG";
+    default:
+      return "errno " + std::to_string(error);
   }
 }
 
@@ -147,10 +155,11 @@ std::optional<std::string> identity_mismatch(const CheckpointIdentity& file,
   auto differs = [](const std::string& what, const std::string& theirs, const std::string& ours) {
     return what + " '" + printable_utf8(theirs) + "' (this job: '" + printable_utf8(ours) + "')";
   };
-  if (!ignore_run_id && file.run_id != job.run_id) return differs("run id", file.run_id, job.run_id);
+  if (!ignore_run_id && file.run_id != job.run_id)
+    return differs("run id", file.run_id, job.run_id);
   if (file.world_size != job.world_size) {
-    return "world size " + std::to_string(file.world_size) + " (this job: " +
-           std::to_string(job.world_size) + ")";
+    return "world size " + std::to_string(file.world_size) +
+           " (this job: " + std::to_string(job.world_size) + ")";
   }
   if (file.data_fingerprint != job.data_fingerprint) {
     return differs("data", file.data_fingerprint, job.data_fingerprint);
@@ -169,13 +178,14 @@ ResumePlan plan_resume(ResumePolicy policy, int restart_count, const CheckpointP
   if (policy == ResumePolicy::OnRestart && restart_count == 0) return {Action::Fresh, ""};
   switch (probe.state) {
     case CheckpointProbe::State::Missing:
-      return {Action::Fresh,
-              policy == ResumePolicy::Always ? "no checkpoint at " + name + "; starting from scratch"
-                                             : ""};
+      return {Action::Fresh, policy == ResumePolicy::Always
+                                 ? "no checkpoint at " + name + "; starting from scratch"
+                                 : ""};
     case CheckpointProbe::State::Unreadable:
       // Never train over a file that may be this job's progress: the user decides.
-      return {Action::Fail, probe.problem + "; not resuming from it (move it away, or pass "
-                                            "--no-resume to start from scratch and overwrite it)"};
+      return {Action::Fail, probe.problem +
+                                "; not resuming from it (move it away, or pass "
+                                "--no-resume to start from scratch and overwrite it)"};
     case CheckpointProbe::State::Valid:
       break;
   }
@@ -195,7 +205,8 @@ std::optional<std::string> read_whole_file(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ENOENT) return std::nullopt;
-    throw CheckpointError("cannot read checkpoint " + printable_utf8(path) + ": " + std::strerror(errno));
+    throw CheckpointError("cannot read checkpoint " + printable_utf8(path) + ": " +
+                          std::strerror(errno));
   }
   std::string out;
   char buffer[1 << 16];
@@ -205,7 +216,8 @@ std::optional<std::string> read_whole_file(const std::string& path) {
     if (n < 0) {
       const int error = errno;
       ::close(fd);
-      throw CheckpointError("cannot read checkpoint " + printable_utf8(path) + ": " + std::strerror(error));
+      throw CheckpointError("cannot read checkpoint " + printable_utf8(path) + ": " +
+                            std::strerror(error));
     }
     if (n == 0) break;
     out.append(buffer, static_cast<std::size_t>(n));

@@ -162,9 +162,15 @@ class C10dCommunicator final : public Communicator {
     std::vector<at::Tensor> tensors{tensor};
     c10d::AllreduceOptions options;
     switch (op) {
-      case ReduceOp::Sum: options.reduceOp = c10d::ReduceOp::SUM; break;
-      case ReduceOp::Max: options.reduceOp = c10d::ReduceOp::MAX; break;
-      case ReduceOp::Min: options.reduceOp = c10d::ReduceOp::MIN; break;
+      case ReduceOp::Sum:
+        options.reduceOp = c10d::ReduceOp::SUM;
+        break;
+      case ReduceOp::Max:
+        options.reduceOp = c10d::ReduceOp::MAX;
+        break;
+      case ReduceOp::Min:
+        options.reduceOp = c10d::ReduceOp::MIN;
+        break;
       case ReduceOp::Avg:
         // Gloo has no AVG (and NCCL's needs 2.10+): sum, then divide, on every backend alike.
         require_floating_for_avg(tensor);
@@ -187,7 +193,8 @@ class C10dCommunicator final : public Communicator {
     if (input.dim() == 0 || input.size(0) % size_ != 0) {
       throw std::invalid_argument("reduce_scatter: dim 0 of the input (" +
                                   std::to_string(input.dim() == 0 ? 0 : input.size(0)) +
-                                  ") must be a multiple of the group size " + std::to_string(size_));
+                                  ") must be a multiple of the group size " +
+                                  std::to_string(size_));
     }
     // LibTorch 1.13's Gloo has no reduce-scatter: reduce everything, keep this rank's slice.
     at::Tensor reduced = input.clone();
@@ -244,7 +251,8 @@ std::shared_ptr<Communicator> make_gloo(const WorkerEnv& env, c10::intrusive_ptr
   options->devices.push_back(is_loopback(env.master_addr)
                                  ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
                                  : c10d::ProcessGroupGloo::createDefaultDevice());
-  auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, env.rank, env.world_size, options);
+  auto group =
+      c10::make_intrusive<c10d::ProcessGroupGloo>(store, env.rank, env.world_size, options);
   return std::make_shared<C10dCommunicator<c10d::ProcessGroupGloo>>(
       std::move(group), store, c10::Device(c10::kCPU), "gloo", env.rank, env.world_size);
 }
@@ -256,9 +264,10 @@ std::shared_ptr<Communicator> make_nccl(const WorkerEnv& env, c10::intrusive_ptr
   c10::cuda::set_device(device.index());
   auto options = c10d::ProcessGroupNCCL::Options::create();
   options->timeout = timeout;
-  auto group = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, env.rank, env.world_size, options);
-  return std::make_shared<C10dCommunicator<c10d::ProcessGroupNCCL>>(std::move(group), store, device,
-                                                                    "nccl", env.rank, env.world_size);
+  auto group =
+      c10::make_intrusive<c10d::ProcessGroupNCCL>(store, env.rank, env.world_size, options);
+  return std::make_shared<C10dCommunicator<c10d::ProcessGroupNCCL>>(
+      std::move(group), store, device, "nccl", env.rank, env.world_size);
 }
 #endif
 
@@ -307,7 +316,8 @@ std::shared_ptr<Communicator> connect_communicator(const WorkerEnv& env,
                                          shm_segment_tag(env), options.timeout, rendezvous));
   } catch (const ShmUnavailable& e) {
     // Every rank got the same verdict: all continue on Gloo alone.
-    if (env.rank == 0) std::fprintf(stderr, "worker: %s; small all-reduces go over gloo\n", e.what());
+    if (env.rank == 0)
+      std::fprintf(stderr, "worker: %s; small all-reduces go over gloo\n", e.what());
     return gloo;
   }
 }

@@ -39,7 +39,8 @@ struct ReducerState {
   bool in_backward = false;
   DdpStats stats;
 
-  void on_gradient(std::size_t index, const at::Tensor& grad, const std::weak_ptr<ReducerState>& self);
+  void on_gradient(std::size_t index, const at::Tensor& grad,
+                   const std::weak_ptr<ReducerState>& self);
   void launch_in_order();
   void finalize();
   /// Waits for every bucket and adds this iteration's busy and exposed communication time.
@@ -64,8 +65,9 @@ void ReducerState::on_gradient(std::size_t index, const at::Tensor& grad,
   }
   Slot& slot = slots[index];
   if (slot.ready) {
-    throw std::logic_error("DistributedDataParallel: a parameter received two gradients in one "
-                           "backward pass (reentrant backward is not supported)");
+    throw std::logic_error(
+        "DistributedDataParallel: a parameter received two gradients in one "
+        "backward pass (reentrant backward is not supported)");
   }
   at::NoGradGuard no_grad;
   // The hook sees the gradient before AccumulateGrad adds it to .grad(): reduce the sum, which
@@ -175,7 +177,8 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
   for (std::size_t k = state.params.size(); k-- > 0;) {
     const at::Tensor& param = state.params[k];
     const std::size_t bytes = static_cast<std::size_t>(param.numel()) * param.element_size();
-    const std::size_t cap = groups.size() <= 1 ? options.first_bucket_bytes : options.bucket_cap_bytes;
+    const std::size_t cap =
+        groups.size() <= 1 ? options.first_bucket_bytes : options.bucket_cap_bytes;
     bool new_group = groups.empty();
     if (!new_group) {
       const at::Tensor& first = state.params[groups.back().front()];
@@ -254,6 +257,8 @@ DistributedDataParallel::NoSyncGuard::NoSyncGuard(DistributedDataParallel& ddp)
   ddp_.impl_->state->require_sync = false;
 }
 
-DistributedDataParallel::NoSyncGuard::~NoSyncGuard() { ddp_.impl_->state->require_sync = previous_; }
+DistributedDataParallel::NoSyncGuard::~NoSyncGuard() {
+  ddp_.impl_->state->require_sync = previous_;
+}
 
 }  // namespace ddp::worker

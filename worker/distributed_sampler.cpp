@@ -4,10 +4,10 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
-#include <stdexcept>
-#include <string>
 #include <torch/serialize/archive.h>
 #include <torch/types.h>
+#include <stdexcept>
+#include <string>
 
 namespace ddp::worker {
 
@@ -19,7 +19,8 @@ DistributedSampler::DistributedSampler(int64_t dataset_size, int num_replicas, i
       shuffle_(shuffle),
       seed_(seed),
       drop_last_(drop_last) {
-  if (num_replicas < 1) throw std::invalid_argument("DistributedSampler: num_replicas must be >= 1");
+  if (num_replicas < 1)
+    throw std::invalid_argument("DistributedSampler: num_replicas must be >= 1");
   if (rank < 0 || rank >= num_replicas) {
     throw std::invalid_argument("DistributedSampler: invalid rank " + std::to_string(rank) +
                                 ", rank should be in the interval [0, " +
@@ -44,7 +45,8 @@ std::vector<int64_t> DistributedSampler::indices() const {
   order.reserve(static_cast<std::size_t>(dataset_size_));
   if (shuffle_) {
     // Same generator and algorithm as torch.randperm(n, generator=g) after g.manual_seed(s).
-    at::Generator generator = at::detail::createCPUGenerator(seed_ + static_cast<uint64_t>(*epoch_));
+    at::Generator generator =
+        at::detail::createCPUGenerator(seed_ + static_cast<uint64_t>(*epoch_));
     const at::Tensor perm = at::randperm(dataset_size_, generator, at::TensorOptions(at::kLong));
     const int64_t* data = perm.data_ptr<int64_t>();
     order.assign(data, data + dataset_size_);
@@ -62,7 +64,8 @@ std::vector<int64_t> DistributedSampler::indices() const {
   }
   std::vector<int64_t> mine;
   mine.reserve(static_cast<std::size_t>(num_samples_));
-  for (int64_t i = rank_; i < total; i += num_replicas_) mine.push_back(order[static_cast<std::size_t>(i)]);
+  for (int64_t i = rank_; i < total; i += num_replicas_)
+    mine.push_back(order[static_cast<std::size_t>(i)]);
   return mine;
 }
 

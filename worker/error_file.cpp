@@ -23,8 +23,8 @@ namespace {
 
 std::string demangle(const char* mangled) {
   int status = 0;
-  std::unique_ptr<char, void (*)(void*)> name(abi::__cxa_demangle(mangled, nullptr, nullptr, &status),
-                                              std::free);
+  std::unique_ptr<char, void (*)(void*)> name(
+      abi::__cxa_demangle(mangled, nullptr, nullptr, &status), std::free);
   return status == 0 && name ? std::string(name.get()) : std::string(mangled);
 }
 
@@ -82,11 +82,11 @@ std::string printable_utf8(std::string_view text) {
 
 std::string error_file_json(std::string_view message, std::string_view callstack,
                             long long unix_seconds) {
-  nlohmann::json data = {
-      {"message",
-       {{"message", printable_utf8(message)},
-        {"extraInfo",
-         {{"py_callstack", printable_utf8(callstack)}, {"timestamp", std::to_string(unix_seconds)}}}}}};
+  nlohmann::json data = {{"message",
+                          {{"message", printable_utf8(message)},
+                           {"extraInfo",
+                            {{"py_callstack", printable_utf8(callstack)},
+                             {"timestamp", std::to_string(unix_seconds)}}}}}};
   return data.dump();
 }
 
@@ -99,7 +99,8 @@ bool write_error_file(const std::string& path, std::string_view message,
     const std::string text = error_file_json(message, callstack, seconds);
     const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
-      std::fprintf(stderr, "worker: cannot write error file %s: %s\n", tmp.c_str(), std::strerror(errno));
+      std::fprintf(stderr, "worker: cannot write error file %s: %s\n", tmp.c_str(),
+                   std::strerror(errno));
       return false;
     }
     std::size_t done = 0;

@@ -57,9 +57,7 @@ void reduce_slots(T* out, const unsigned char* slots, std::size_t slot_bytes, in
   }
 }
 
-std::size_t element_size(ShmElement element) {
-  return element == ShmElement::Float32 ? 4 : 8;
-}
+std::size_t element_size(ShmElement element) { return element == ShmElement::Float32 ? 4 : 8; }
 
 }  // namespace
 
@@ -77,7 +75,9 @@ struct SharedMemoryAllReduce::Layout {
   Header header;  // then world_size Flags, then world_size slots
 
   static std::size_t flags_offset() { return sizeof(Header); }
-  static std::size_t slots_offset(int world) { return round_up(flags_offset() + world * sizeof(Flag)); }
+  static std::size_t slots_offset(int world) {
+    return round_up(flags_offset() + world * sizeof(Flag));
+  }
   static std::size_t bytes(int world, std::size_t slot_bytes) {
     return slots_offset(world) + static_cast<std::size_t>(world) * slot_bytes;
   }
@@ -85,7 +85,8 @@ struct SharedMemoryAllReduce::Layout {
     return reinterpret_cast<Flag*>(reinterpret_cast<unsigned char*>(this) + flags_offset())[r];
   }
   unsigned char* slots() {
-    return reinterpret_cast<unsigned char*>(this) + slots_offset(static_cast<int>(header.world_size));
+    return reinterpret_cast<unsigned char*>(this) +
+           slots_offset(static_cast<int>(header.world_size));
   }
 };
 
@@ -133,9 +134,10 @@ int reclaim_stale_segments() {
 }
 
 int SharedMemoryAllReduce::peer_pid(const Rendezvous& rendezvous, int peer) {
-  if (setup_pids_[static_cast<std::size_t>(peer)] >= 0) return setup_pids_[static_cast<std::size_t>(peer)];
+  if (setup_pids_[static_cast<std::size_t>(peer)] >= 0)
+    return setup_pids_[static_cast<std::size_t>(peer)];
   const std::string key = kKeyPrefix + "pid/" + std::to_string(peer);
-  if (!rendezvous.check(key)) return 0;  // not published yet: ask again on the next check
+  if (!rendezvous.check(key)) return 0;           // not published yet: ask again on the next check
   const std::string value = rendezvous.get(key);  // "<scope> <pid>"
   const auto space = value.rfind(' ');
   int pid = 0;
@@ -150,15 +152,15 @@ int SharedMemoryAllReduce::peer_pid(const Rendezvous& rendezvous, int peer) {
   return pid;
 }
 
-std::string SharedMemoryAllReduce::wait_for_key(const Rendezvous& rendezvous, const std::string& key,
-                                                 int peer) {
+std::string SharedMemoryAllReduce::wait_for_key(const Rendezvous& rendezvous,
+                                                const std::string& key, int peer) {
   const auto started = SteadyClock::now();
   auto pause = std::chrono::microseconds(50);
   while (!rendezvous.check(key)) {
     const int pid = peer_pid(rendezvous, peer);
     if (pid > 0 && process_is_dead(pid)) {
-      throw PeerDiedError("shared-memory all-reduce setup: rank " + std::to_string(peer) + " (pid " +
-                          std::to_string(pid) + ") died");
+      throw PeerDiedError("shared-memory all-reduce setup: rank " + std::to_string(peer) +
+                          " (pid " + std::to_string(pid) + ") died");
     }
     if (SteadyClock::now() - started > timeout_) {
       throw PeerDiedError("shared-memory all-reduce setup: timed out after " +
@@ -182,7 +184,8 @@ SharedMemoryAllReduce::SharedMemoryAllReduce(int rank, int world_size, std::size
       setup_pids_(static_cast<std::size_t>(world_size), -1) {
   mapped_bytes_ = Layout::bytes(world_size_, slot_bytes_);
   // Peers check each other's liveness by pid while they wait for one another's keys.
-  rendezvous.set(kKeyPrefix + "pid/" + std::to_string(rank_), pid_scope() + " " + std::to_string(::getpid()));
+  rendezvous.set(kKeyPrefix + "pid/" + std::to_string(rank_),
+                 pid_scope() + " " + std::to_string(::getpid()));
 
   // The name stays linked only between creation and the verdict: every path out unlinks it.
   std::string name;
@@ -218,8 +221,8 @@ SharedMemoryAllReduce::SharedMemoryAllReduce(int rank, int world_size, std::size
     // The tag names the job; pid namespace and pid let a later run reclaim it, the random
     // suffix keeps two jobs on one host apart.
     std::random_device random;
-    name = "/" + kSegmentPrefix + tag + "-" + pid_namespace() + "-" + std::to_string(::getpid()) + "-" +
-           std::to_string(random() % 1000000);
+    name = "/" + kSegmentPrefix + tag + "-" + pid_namespace() + "-" + std::to_string(::getpid()) +
+           "-" + std::to_string(random() % 1000000);
     const int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
     if (fd < 0) {
       problem = "shm_open(" + name + "): " + errno_text();
@@ -243,8 +246,10 @@ SharedMemoryAllReduce::SharedMemoryAllReduce(int rank, int world_size, std::size
     rendezvous.set(kKeyPrefix + "name", problem.empty() ? name : "!" + problem);
     std::string verdict = problem.empty() ? "ok" : "rank 0: " + problem;
     for (int peer = 1; peer < world_size_; ++peer) {
-      const std::string status = wait_for_key(rendezvous, kKeyPrefix + "mapped/" + std::to_string(peer), peer);
-      if (status != "ok" && verdict == "ok") verdict = "rank " + std::to_string(peer) + ": " + status;
+      const std::string status =
+          wait_for_key(rendezvous, kKeyPrefix + "mapped/" + std::to_string(peer), peer);
+      if (status != "ok" && verdict == "ok")
+        verdict = "rank " + std::to_string(peer) + ": " + status;
     }
     if (!name.empty()) ::shm_unlink(name.c_str());  // every rank has reported: nothing stays behind
     name.clear();
@@ -270,8 +275,9 @@ SharedMemoryAllReduce::SharedMemoryAllReduce(int rank, int world_size, std::size
       }
       ::close(fd);
     }
-    if (problem.empty() && (layout_->header.magic != kMagic ||
-                            layout_->header.world_size != static_cast<std::uint32_t>(world_size_))) {
+    if (problem.empty() &&
+        (layout_->header.magic != kMagic ||
+         layout_->header.world_size != static_cast<std::uint32_t>(world_size_))) {
       problem = "segment " + published + " does not match this job";
     }
     if (problem.empty()) layout_->flag(rank_).pid = static_cast<std::int32_t>(::getpid());
@@ -294,7 +300,8 @@ void SharedMemoryAllReduce::check_peer(int peer, SteadyClock::time_point started
   }
   if (SteadyClock::now() - started > timeout_) {
     throw PeerDiedError("shared-memory all-reduce: timed out after " +
-                        std::to_string(timeout_.count()) + " ms waiting for rank " + std::to_string(peer));
+                        std::to_string(timeout_.count()) + " ms waiting for rank " +
+                        std::to_string(peer));
   }
 }
 
@@ -327,7 +334,8 @@ void SharedMemoryAllReduce::wait_for_all(std::uint64_t target) {
   }
 }
 
-void SharedMemoryAllReduce::all_reduce(void* data, std::size_t count, ShmElement element, ShmOp op) {
+void SharedMemoryAllReduce::all_reduce(void* data, std::size_t count, ShmElement element,
+                                       ShmOp op) {
   const std::size_t bytes = count * element_size(element);
   if (bytes > slot_bytes_) {
     throw std::invalid_argument("shared-memory all-reduce: " + std::to_string(bytes) +

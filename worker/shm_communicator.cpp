@@ -4,8 +4,8 @@
 #include <ATen/ATen.h>
 
 #include <cctype>
-#include <stdexcept>
 #include <cstdlib>
+#include <stdexcept>
 #include <string>
 
 namespace ddp::worker {
@@ -59,9 +59,12 @@ class ShmCommunicator final : public Communicator {
       throw std::invalid_argument("all_reduce AVG needs a floating-point tensor, got " +
                                   std::string(c10::toString(tensor.scalar_type())));
     }
-    const ShmOp shm_op = op == ReduceOp::Max ? ShmOp::Max : op == ReduceOp::Min ? ShmOp::Min : ShmOp::Sum;
+    const ShmOp shm_op = op == ReduceOp::Max   ? ShmOp::Max
+                         : op == ReduceOp::Min ? ShmOp::Min
+                                               : ShmOp::Sum;
     if (tensor.is_contiguous()) {
-      shm_->all_reduce(tensor.data_ptr(), static_cast<std::size_t>(tensor.numel()), *element, shm_op);
+      shm_->all_reduce(tensor.data_ptr(), static_cast<std::size_t>(tensor.numel()), *element,
+                       shm_op);
     } else {
       at::Tensor dense = tensor.contiguous();
       shm_->all_reduce(dense.data_ptr(), static_cast<std::size_t>(dense.numel()), *element, shm_op);
@@ -72,7 +75,9 @@ class ShmCommunicator final : public Communicator {
   }
 
   void broadcast(at::Tensor& tensor, int root) override { inner_->broadcast(tensor, root); }
-  std::vector<at::Tensor> all_gather(const at::Tensor& input) override { return inner_->all_gather(input); }
+  std::vector<at::Tensor> all_gather(const at::Tensor& input) override {
+    return inner_->all_gather(input);
+  }
   at::Tensor reduce_scatter(const at::Tensor& input, ReduceOp op) override {
     return inner_->reduce_scatter(input, op);
   }
@@ -82,10 +87,14 @@ class ShmCommunicator final : public Communicator {
  private:
   static std::optional<ShmElement> element_of(const at::Tensor& tensor) {
     switch (tensor.scalar_type()) {
-      case at::kFloat: return ShmElement::Float32;
-      case at::kDouble: return ShmElement::Float64;
-      case at::kLong: return ShmElement::Int64;
-      default: return std::nullopt;
+      case at::kFloat:
+        return ShmElement::Float32;
+      case at::kDouble:
+        return ShmElement::Float64;
+      case at::kLong:
+        return ShmElement::Int64;
+      default:
+        return std::nullopt;
     }
   }
 

@@ -58,8 +58,8 @@ struct SyncBatchNormFunction : public torch::autograd::Function<SyncBatchNormFun
         grad_out, input, weight, mean, var, {}, {}, false, eps, {true, true, true});
     if (ctx->needs_input_grad(0)) {
       const torch::Tensor invstd = (var + eps).rsqrt();
-      // Training form: dx = (dy - mean(dy) - (x - mean) * invstd^2 * mean(dy * (x - mean))) * w * invstd
-      // with the means over the global batch = eval form + x * a + c, a and c per channel.
+      // Training form: dx = (dy - mean(dy) - (x - mean) * invstd^2 * mean(dy * (x - mean))) * w *
+      // invstd with the means over the global batch = eval form + x * a + c, a and c per channel.
       torch::Tensor sums = torch::cat({grad_bias, grad_weight / invstd});
       comm->all_reduce_sum(sums);
       const int64_t channels = input.size(1);
@@ -74,8 +74,8 @@ struct SyncBatchNormFunction : public torch::autograd::Function<SyncBatchNormFun
     }
     if (!has_weight) grad_weight = torch::Tensor();
     if (!ctx->saved_data["has_bias"].toBool()) grad_bias = torch::Tensor();
-    return {grad_input, grad_weight, grad_bias, torch::Tensor(), torch::Tensor(), torch::Tensor(),
-            torch::Tensor(), torch::Tensor()};
+    return {grad_input,      grad_weight,     grad_bias,       torch::Tensor(),
+            torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -112,8 +112,8 @@ torch::Tensor SyncBatchNormImpl::forward(const torch::Tensor& input) {
       num_batches_tracked += 1;
       if (!options.momentum().has_value()) momentum = 1.0 / num_batches_tracked.item<double>();
     }
-    return torch::batch_norm(input, weight, bias, running_mean, running_var, use_batch_stats, momentum,
-                             options.eps(), at::globalContext().userEnabledCuDNN());
+    return torch::batch_norm(input, weight, bias, running_mean, running_var, use_batch_stats,
+                             momentum, options.eps(), at::globalContext().userEnabledCuDNN());
   }
   if (!use_batch_stats) {
     return torch::batch_norm(input, weight, bias, running_mean, running_var, false, 0.0,
@@ -131,10 +131,11 @@ torch::Tensor SyncBatchNormImpl::forward(const torch::Tensor& input) {
     const auto [local_mean, local_var] = at::batch_norm_update_stats(x, {}, {}, 0.0);
     const double n = static_cast<double>(input.numel() / channels);
     const torch::Tensor local_mean_d = local_mean.to(torch::kDouble);
-    torch::Tensor stats = torch::cat({local_mean_d * n,
-                                      (local_var.to(torch::kDouble) + local_mean_d * local_mean_d) * n,
-                                      torch::full({1}, n, local_mean_d.options())})
-                              .to(x.device());
+    torch::Tensor stats =
+        torch::cat({local_mean_d * n,
+                    (local_var.to(torch::kDouble) + local_mean_d * local_mean_d) * n,
+                    torch::full({1}, n, local_mean_d.options())})
+            .to(x.device());
     communicator_->all_reduce_sum(stats);
     stats = stats.cpu();
     global_count = static_cast<int64_t>(stats[2 * channels].item<double>() + 0.5);
@@ -149,7 +150,8 @@ torch::Tensor SyncBatchNormImpl::forward(const torch::Tensor& input) {
       const double momentum = options.momentum().has_value()
                                   ? *options.momentum()
                                   : 1.0 / num_batches_tracked.item<double>();
-      const torch::Tensor unbiased = var_d * (static_cast<double>(global_count) / (global_count - 1));
+      const torch::Tensor unbiased =
+          var_d * (static_cast<double>(global_count) / (global_count - 1));
       running_mean.mul_(1 - momentum).add_(mean_d.to(running_mean.options()), momentum);
       running_var.mul_(1 - momentum).add_(unbiased.to(running_var.options()), momentum);
     }
@@ -167,8 +169,10 @@ std::shared_ptr<SyncBatchNormImpl> try_convert(const std::shared_ptr<torch::nn::
   if (bn == nullptr) return nullptr;
   const auto& o = bn->options;
   torch::nn::BatchNormOptions options(o.num_features());
-  options.eps(o.eps()).momentum(o.momentum()).affine(o.affine()).track_running_stats(
-      o.track_running_stats());
+  options.eps(o.eps())
+      .momentum(o.momentum())
+      .affine(o.affine())
+      .track_running_stats(o.track_running_stats());
   auto sync = std::make_shared<SyncBatchNormImpl>(options, comm);
   // Same dtype and device as the module it replaces (a double model stays double).
   const torch::Tensor& like = o.affine() ? bn->weight : bn->running_mean;
@@ -210,8 +214,10 @@ void check_convertible(const torch::nn::Module& module, const std::string& path)
     if (is_torch_batch_norm(*item.value()) && !sequential) {
       throw std::invalid_argument(
           "convert_sync_batchnorm: '" + child_path + "' (" + item.value()->name() + " in " +
-          module.name() + ") is a torch::nn BatchNorm outside a Sequential; C++ calls it through a "
-          "typed member or cast that cannot be redirected. Declare it as ddp::worker::SyncBatchNorm "
+          module.name() +
+          ") is a torch::nn BatchNorm outside a Sequential; C++ calls it through a "
+          "typed member or cast that cannot be redirected. Declare it as "
+          "ddp::worker::SyncBatchNorm "
           "(it is BatchNorm until converted)");
     }
     check_convertible(*item.value(), child_path);
@@ -245,8 +251,9 @@ int convert_tree(torch::nn::Module& module, const std::shared_ptr<Communicator>&
 int convert_sync_batchnorm(torch::nn::Module& module, std::shared_ptr<Communicator> communicator) {
   if (!communicator) throw std::invalid_argument("convert_sync_batchnorm: communicator is null");
   if (is_torch_batch_norm(module)) {
-    throw std::invalid_argument("convert_sync_batchnorm: the root module is itself a torch::nn BatchNorm; "
-                                "use ddp::worker::SyncBatchNorm in its place");
+    throw std::invalid_argument(
+        "convert_sync_batchnorm: the root module is itself a torch::nn BatchNorm; "
+        "use ddp::worker::SyncBatchNorm in its place");
   }
   check_convertible(module, "");
   return convert_tree(module, communicator);

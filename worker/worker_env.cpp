@@ -21,8 +21,8 @@ long long parse_integer(std::string_view name, const std::string& value, long lo
     throw WorkerEnvError(describe(name, value, "is not an integer"));
   }
   if (out < min || out > max) {
-    throw WorkerEnvError(describe(name, value, "is out of range [" + std::to_string(min) + ", " +
-                                                   std::to_string(max) + "]"));
+    throw WorkerEnvError(describe(
+        name, value, "is out of range [" + std::to_string(min) + ", " + std::to_string(max) + "]"));
   }
   return out;
 }
@@ -58,24 +58,25 @@ WorkerEnv parse_worker_env(const EnvLookup& lookup) {
     return *v;
   };
   env.launched = true;
-  env.world_size = static_cast<int>(parse_integer("WORLD_SIZE", require("WORLD_SIZE", world), 1,
-                                                  kMaxWorld));
+  env.world_size =
+      static_cast<int>(parse_integer("WORLD_SIZE", require("WORLD_SIZE", world), 1, kMaxWorld));
   env.rank = static_cast<int>(parse_integer("RANK", require("RANK", rank), 0, env.world_size - 1));
   env.master_addr = require("MASTER_ADDR", addr);
   if (env.master_addr.empty()) throw WorkerEnvError("MASTER_ADDR is empty");
-  env.master_port =
-      static_cast<std::uint16_t>(parse_integer("MASTER_PORT", require("MASTER_PORT", port), 1, 65535));
+  env.master_port = static_cast<std::uint16_t>(
+      parse_integer("MASTER_PORT", require("MASTER_PORT", port), 1, 65535));
 
   const auto local_world = lookup("LOCAL_WORLD_SIZE");
   env.local_world_size_set = local_world.has_value();
   env.local_world_size =
-      local_world ? static_cast<int>(parse_integer("LOCAL_WORLD_SIZE", *local_world, 1,
-                                                   env.world_size))
-                  : env.world_size;
+      local_world
+          ? static_cast<int>(parse_integer("LOCAL_WORLD_SIZE", *local_world, 1, env.world_size))
+          : env.world_size;
   const auto local_rank = lookup("LOCAL_RANK");
-  env.local_rank = local_rank ? static_cast<int>(parse_integer("LOCAL_RANK", *local_rank, 0,
-                                                               env.local_world_size - 1))
-                              : env.rank % env.local_world_size;
+  env.local_rank =
+      local_rank
+          ? static_cast<int>(parse_integer("LOCAL_RANK", *local_rank, 0, env.local_world_size - 1))
+          : env.rank % env.local_world_size;
   if (const auto restarts = lookup("TORCHELASTIC_RESTART_COUNT")) {
     env.restart_count =
         static_cast<int>(parse_integer("TORCHELASTIC_RESTART_COUNT", *restarts, 0, 1 << 30));

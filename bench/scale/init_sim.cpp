@@ -3,7 +3,8 @@
 //   1. connect, G2 handshake (VALIDATE + PING, echo awaited)
 //   2. the store-based barrier: ADD barrier 1; the rank whose ADD returns N SETs the release key;
 //      everyone WAITs on it
-//   3. the NCCL/Gloo unique id: rank 0 SETs it (128 bytes); every other rank WAITs for it, then GETs it
+//   3. the NCCL/Gloo unique id: rank 0 SETs it (128 bytes); every other rank WAITs for it, then
+//   GETs it
 //   4. Gloo's address exchange: every rank SETs its own address (64 bytes) and WAITs + GETs the
 //      addresses of --gloo-peers peers (ring neighbours). Gloo's full mesh reads all N-1 addresses
 //      per rank (N^2 requests: 10^10 at 100k), which no store serves in seconds; the peer count
@@ -67,20 +68,32 @@ Args parse(int argc, char** argv) {
         if (comma == std::string::npos) break;
         pos = comma + 1;
       }
-    } else if (f == "--world") a.world = std::stol(v);
-    else if (f == "--rank-begin") a.rank_begin = std::stol(v);
-    else if (f == "--rank-end") a.rank_end = std::stol(v);
-    else if (f == "--ranks-per-agent") a.ranks_per_agent = std::stoi(v);
-    else if (f == "--gloo-peers") a.gloo_peers = std::stoi(v);
-    else if (f == "--source-ips") a.source_ips = std::stoi(v);
-    else if (f == "--connect-window") a.connect_window = std::stoi(v);
-    else if (f == "--timeout") a.timeout = std::stod(v);
-    else if (f == "--tag") a.tag = v;
-    else throw std::runtime_error("unknown flag " + f);
+    } else if (f == "--world")
+      a.world = std::stol(v);
+    else if (f == "--rank-begin")
+      a.rank_begin = std::stol(v);
+    else if (f == "--rank-end")
+      a.rank_end = std::stol(v);
+    else if (f == "--ranks-per-agent")
+      a.ranks_per_agent = std::stoi(v);
+    else if (f == "--gloo-peers")
+      a.gloo_peers = std::stoi(v);
+    else if (f == "--source-ips")
+      a.source_ips = std::stoi(v);
+    else if (f == "--connect-window")
+      a.connect_window = std::stoi(v);
+    else if (f == "--timeout")
+      a.timeout = std::stod(v);
+    else if (f == "--tag")
+      a.tag = v;
+    else
+      throw std::runtime_error("unknown flag " + f);
   }
-  if (a.ports.empty() || a.world <= 0) throw std::runtime_error("usage: init_sim --ports P[,P...] --world N ...");
+  if (a.ports.empty() || a.world <= 0)
+    throw std::runtime_error("usage: init_sim --ports P[,P...] --world N ...");
   if (a.rank_end < 0) a.rank_end = a.world;
-  if (a.rank_begin < 0 || a.rank_end > a.world || a.rank_begin >= a.rank_end) throw std::runtime_error("bad rank range");
+  if (a.rank_begin < 0 || a.rank_end > a.world || a.rank_begin >= a.rank_end)
+    throw std::runtime_error("bad rank range");
   if (a.ranks_per_agent < 1 || a.gloo_peers < 0 || a.source_ips < 1 || a.source_ips > 250) {
     throw std::runtime_error("bad --ranks-per-agent, --gloo-peers or --source-ips");
   }
@@ -88,7 +101,17 @@ Args parse(int argc, char** argv) {
 }
 
 // Where a rank is in its script; each step sends its requests and awaits `expect` reply bytes.
-enum class Step : std::uint8_t { Connecting, Handshake, BarrierAdd, BarrierWait, IdWait, IdGet, PeerWait, PeerGet, Done };
+enum class Step : std::uint8_t {
+  Connecting,
+  Handshake,
+  BarrierAdd,
+  BarrierWait,
+  IdWait,
+  IdGet,
+  PeerWait,
+  PeerGet,
+  Done
+};
 
 struct Rank {
   int fd = -1;
@@ -102,8 +125,8 @@ struct Rank {
   bool want_write = false;
 };
 
-constexpr std::size_t kIdBytes = 128;    // ncclUniqueId
-constexpr std::size_t kAddrBytes = 64;   // a Gloo pair address
+constexpr std::size_t kIdBytes = 128;   // ncclUniqueId
+constexpr std::size_t kAddrBytes = 64;  // a Gloo pair address
 
 class Sim {
  public:
@@ -114,7 +137,8 @@ class Sim {
     id_key_ = "/" + a.tag + "/nccl_unique_id";
   }
   ~Sim() {
-    for (auto& r : ranks_) if (r.fd >= 0) ::close(r.fd);
+    for (auto& r : ranks_)
+      if (r.fd >= 0) ::close(r.fd);
     ::close(ep_);
   }
 
@@ -128,14 +152,16 @@ class Sim {
     epoll_event events[512];
     while (done_ < ranks_.size()) {
       if (Clock::now() > deadline) {
-        throw std::runtime_error(fmt::format("timed out with {} of {} ranks done", done_, ranks_.size()));
+        throw std::runtime_error(
+            fmt::format("timed out with {} of {} ranks done", done_, ranks_.size()));
       }
       const int n = ::epoll_wait(ep_, events, 512, 100);
       for (int i = 0; i < n; ++i) {
         Rank& r = ranks_[events[i].data.u32];
         if (events[i].events & (EPOLLERR | EPOLLHUP)) {
-          throw std::runtime_error(fmt::format("rank {}: {}", r.rank,
-                                               r.step == Step::Connecting ? "connect failed" : "connection closed"));
+          throw std::runtime_error(
+              fmt::format("rank {}: {}", r.rank,
+                          r.step == Step::Connecting ? "connect failed" : "connection closed"));
         }
         if (events[i].events & EPOLLOUT) {
           if (r.step == Step::Connecting) {
@@ -158,8 +184,8 @@ class Sim {
 
  private:
   std::string addr_key(long rank) const { return fmt::format("/{}/gloo/{}", a_.tag, rank); }
-  std::string req(Op op, std::vector<std::string> keys, std::vector<std::string> values = {}, std::int64_t n = 0,
-                  std::uint32_t word = 0) {
+  std::string req(Op op, std::vector<std::string> keys, std::vector<std::string> values = {},
+                  std::int64_t n = 0, std::uint32_t word = 0) {
     ++requests_;
     return encode_request(Generation::G2, Command{op, std::move(keys), std::move(values), n, word});
   }
@@ -168,7 +194,8 @@ class Sim {
     Rank& r = ranks_[index];
     r.rank = a_.rank_begin + static_cast<long>(index);
     r.fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (r.fd < 0) throw std::runtime_error(fmt::format("socket: {} (fd limit?)", std::strerror(errno)));
+    if (r.fd < 0)
+      throw std::runtime_error(fmt::format("socket: {} (fd limit?)", std::strerror(errno)));
     const int one = 1;
     ::setsockopt(r.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     // Each 127.0.0.x source address has its own ephemeral port range.
@@ -181,9 +208,11 @@ class Sim {
     }
     sockaddr_in dst{};
     dst.sin_family = AF_INET;
-    dst.sin_port = htons(a_.ports[static_cast<std::size_t>(r.rank / a_.ranks_per_agent) % a_.ports.size()]);
+    dst.sin_port =
+        htons(a_.ports[static_cast<std::size_t>(r.rank / a_.ranks_per_agent) % a_.ports.size()]);
     dst.sin_addr.s_addr = htonl(0x7F000001u);
-    if (::connect(r.fd, reinterpret_cast<sockaddr*>(&dst), sizeof dst) != 0 && errno != EINPROGRESS) {
+    if (::connect(r.fd, reinterpret_cast<sockaddr*>(&dst), sizeof dst) != 0 &&
+        errno != EINPROGRESS) {
       throw std::runtime_error(fmt::format("connect: {}", std::strerror(errno)));
     }
     epoll_event ev{};
@@ -210,7 +239,8 @@ class Sim {
 
   void flush(Rank& r) {
     while (r.out_off < r.out.size()) {
-      const ssize_t n = ::send(r.fd, r.out.data() + r.out_off, r.out.size() - r.out_off, MSG_NOSIGNAL);
+      const ssize_t n =
+          ::send(r.fd, r.out.data() + r.out_off, r.out.size() - r.out_off, MSG_NOSIGNAL);
       if (n > 0) {
         r.out_off += static_cast<std::size_t>(n);
         continue;
@@ -229,7 +259,8 @@ class Sim {
   void read(Rank& r) {
     char buf[4096];
     const ssize_t n = ::recv(r.fd, buf, sizeof buf, 0);
-    if (n == 0) throw std::runtime_error(fmt::format("rank {}: connection closed by the server", r.rank));
+    if (n == 0)
+      throw std::runtime_error(fmt::format("rank {}: connection closed by the server", r.rank));
     if (n < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK) return;
       throw std::runtime_error(fmt::format("recv: {}", std::strerror(errno)));
@@ -245,7 +276,9 @@ class Sim {
 
   void handshake(Rank& r) {
     send(r, Step::Handshake,
-         req(Op::Validate, {}, {}, 0, kValidateMagic) + req(Op::Ping, {}, {}, 0, static_cast<std::uint32_t>(r.rank)), 4);
+         req(Op::Validate, {}, {}, 0, kValidateMagic) +
+             req(Op::Ping, {}, {}, 0, static_cast<std::uint32_t>(r.rank)),
+         4);
   }
 
   long peer_rank(const Rank& r, int i) const {
@@ -342,10 +375,12 @@ int main(int argc, char** argv) {
     const double start = wall_now();
     sim.run();
     const double end = wall_now();
-    fmt::print("{{\"ranks\":{},\"world\":{},\"start\":{:.6f},\"end\":{:.6f},\"init_s\":{:.3f},\"requests\":{},"
-               "\"connections\":{},\"gloo_peers\":{}}}\n",
-               a.rank_end - a.rank_begin, a.world, start, end, end - start, sim.requests(), sim.connections(),
-               a.gloo_peers);
+    fmt::print(
+        "{{\"ranks\":{},\"world\":{},\"start\":{:.6f},\"end\":{:.6f},\"init_s\":{:.3f},"
+        "\"requests\":{},"
+        "\"connections\":{},\"gloo_peers\":{}}}\n",
+        a.rank_end - a.rank_begin, a.world, start, end, end - start, sim.requests(),
+        sim.connections(), a.gloo_peers);
     return 0;
   } catch (const std::exception& e) {
     fmt::print("{{\"error\":\"{}\"}}\n", e.what());

@@ -21,7 +21,8 @@ int main(int argc, char** argv) {
   std::vector<std::uint16_t> ports;
   for (int i = 2; i < argc; ++i) ports.push_back(static_cast<std::uint16_t>(std::atoi(argv[i])));
   if (world <= 0 || static_cast<int>(ports.size()) != world) {
-    std::fprintf(stderr, "proxy_init_ranks: give one port per rank (%d ranks, %zu ports)\n", world, ports.size());
+    std::fprintf(stderr, "proxy_init_ranks: give one port per rank (%d ranks, %zu ports)\n", world,
+                 ports.size());
     return 2;
   }
   std::vector<std::unique_ptr<ddp::rdzv::StoreClient>> clients;

@@ -11,9 +11,9 @@
 #include <thread>
 #include <vector>
 
+#include <fmt/format.h>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
-#include <fmt/format.h>
 
 #include "rendezvous/node_rendezvous.hpp"
 #include "rendezvous/store_server.hpp"
@@ -80,8 +80,8 @@ int main(int argc, char** argv) {
       std::vector<double> ms;
       for (int r = 0; r < repeats; ++r) ms.push_back(one_round(server.port(), n, dynamic, round++));
       std::sort(ms.begin(), ms.end());
-      fmt::print("| {} | {} | {:.2f} | {:.2f} |\n", n, dynamic ? "dynamic (MAX reached)" : "static", ms[ms.size() / 2],
-                 ms.back());
+      fmt::print("| {} | {} | {:.2f} | {:.2f} |\n", n, dynamic ? "dynamic (MAX reached)" : "static",
+                 ms[ms.size() / 2], ms.back());
     }
   }
   boost::asio::post(io, [&] {

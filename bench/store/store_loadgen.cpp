@@ -5,7 +5,8 @@
 //                 [--pipeline 0|1]
 //       closed loop per client: SET k (value) + GET k, then ADD counter; prints ops/s.
 //       --pipeline 1 sends all three at once (one round trip, two replies, per cycle)
-//   store_loadgen barrier --port P --proto g1|g2 --clients N [--source-ips 8] [--connect-window 1024]
+//   store_loadgen barrier --port P --proto g1|g2 --clients N [--source-ips 8] [--connect-window
+//   1024]
 //                 [--timeout 120]
 //       N connections; each ADDs a barrier key, the last arrival SETs a release key, everyone
 //       WAITs on it; prints connect time and time from the first ADD to the last release
@@ -54,22 +55,34 @@ struct Args {
 };
 
 Args parse(int argc, char** argv) {
-  if (argc < 2) throw std::runtime_error("usage: store_loadgen throughput|barrier --port P --proto g1|g2 ...");
+  if (argc < 2)
+    throw std::runtime_error("usage: store_loadgen throughput|barrier --port P --proto g1|g2 ...");
   Args a;
   a.mode = argv[1];
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string f = argv[i], v = argv[i + 1];
-    if (f == "--port") a.port = static_cast<std::uint16_t>(std::stoi(v));
-    else if (f == "--proto") a.gen = v == "g1" ? Generation::G1 : Generation::G2;
-    else if (f == "--clients") a.clients = std::stoi(v);
-    else if (f == "--seconds") a.seconds = std::stod(v);
-    else if (f == "--value-bytes") a.value_bytes = std::stoul(v);
-    else if (f == "--source-ips") a.source_ips = std::stoi(v);
-    else if (f == "--timeout") a.timeout = std::stod(v);
-    else if (f == "--connect-window") a.connect_window = std::stoi(v);
-    else if (f == "--pipeline") a.pipeline = v == "1" || v == "on";
-    else if (f == "--server-pid") a.server_pid = std::stoi(v);
-    else throw std::runtime_error("unknown flag " + f);
+    if (f == "--port")
+      a.port = static_cast<std::uint16_t>(std::stoi(v));
+    else if (f == "--proto")
+      a.gen = v == "g1" ? Generation::G1 : Generation::G2;
+    else if (f == "--clients")
+      a.clients = std::stoi(v);
+    else if (f == "--seconds")
+      a.seconds = std::stod(v);
+    else if (f == "--value-bytes")
+      a.value_bytes = std::stoul(v);
+    else if (f == "--source-ips")
+      a.source_ips = std::stoi(v);
+    else if (f == "--timeout")
+      a.timeout = std::stod(v);
+    else if (f == "--connect-window")
+      a.connect_window = std::stoi(v);
+    else if (f == "--pipeline")
+      a.pipeline = v == "1" || v == "on";
+    else if (f == "--server-pid")
+      a.server_pid = std::stoi(v);
+    else
+      throw std::runtime_error("unknown flag " + f);
   }
   if (a.port == 0) throw std::runtime_error("--port is required");
   return a;
@@ -85,8 +98,8 @@ struct Conn {
   std::string out;
   std::size_t out_off = 0;
   std::string in;
-  std::size_t expect = 0;                              // reply bytes awaited (0 = none)
-  Callback on_reply = nullptr;                         // called with exactly `expect` bytes
+  std::size_t expect = 0;       // reply bytes awaited (0 = none)
+  Callback on_reply = nullptr;  // called with exactly `expect` bytes
   bool want_write = false;
 };
 
@@ -94,7 +107,8 @@ class Loop {
  public:
   explicit Loop(const Args& args) : args_(args), ep_(::epoll_create1(EPOLL_CLOEXEC)) {}
   ~Loop() {
-    for (auto& c : conns_) if (c.fd >= 0) ::close(c.fd);
+    for (auto& c : conns_)
+      if (c.fd >= 0) ::close(c.fd);
     ::close(ep_);
   }
 
@@ -164,7 +178,8 @@ class Loop {
     ::setsockopt(c.fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof one);
     sockaddr_in src{};
     src.sin_family = AF_INET;
-    src.sin_addr.s_addr = htonl(0x7F000001u + static_cast<std::uint32_t>(c.index % args_.source_ips));
+    src.sin_addr.s_addr =
+        htonl(0x7F000001u + static_cast<std::uint32_t>(c.index % args_.source_ips));
     if (::bind(c.fd, reinterpret_cast<sockaddr*>(&src), sizeof src) != 0) {
       throw std::runtime_error(fmt::format("bind source: {}", std::strerror(errno)));
     }
@@ -172,7 +187,8 @@ class Loop {
     dst.sin_family = AF_INET;
     dst.sin_port = htons(args_.port);
     dst.sin_addr.s_addr = htonl(0x7F000001u);
-    if (::connect(c.fd, reinterpret_cast<sockaddr*>(&dst), sizeof dst) != 0 && errno != EINPROGRESS) {
+    if (::connect(c.fd, reinterpret_cast<sockaddr*>(&dst), sizeof dst) != 0 &&
+        errno != EINPROGRESS) {
       throw std::runtime_error(fmt::format("connect: {}", std::strerror(errno)));
     }
     epoll_event ev{};
@@ -191,7 +207,8 @@ class Loop {
 
   void flush(Conn& c) {
     while (c.out_off < c.out.size()) {
-      const ssize_t n = ::send(c.fd, c.out.data() + c.out_off, c.out.size() - c.out_off, MSG_NOSIGNAL);
+      const ssize_t n =
+          ::send(c.fd, c.out.data() + c.out_off, c.out.size() - c.out_off, MSG_NOSIGNAL);
       if (n > 0) {
         c.out_off += static_cast<std::size_t>(n);
         continue;
@@ -212,7 +229,8 @@ class Loop {
   void read(Conn& c) {
     char buf[16384];
     const ssize_t n = ::recv(c.fd, buf, sizeof buf, 0);
-    if (n == 0) throw std::runtime_error(fmt::format("connection {} closed by the server", c.index));
+    if (n == 0)
+      throw std::runtime_error(fmt::format("connection {} closed by the server", c.index));
     if (n < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK) return;
       throw std::runtime_error(fmt::format("recv: {}", std::strerror(errno)));
@@ -237,8 +255,8 @@ class Loop {
   std::function<void(Conn&)> on_connected_;
 };
 
-std::string req(Generation gen, Op op, std::vector<std::string> keys, std::vector<std::string> values = {},
-                std::int64_t number = 0) {
+std::string req(Generation gen, Op op, std::vector<std::string> keys,
+                std::vector<std::string> values = {}, std::int64_t number = 0) {
   return encode_request(gen, Command{op, std::move(keys), std::move(values), number, 0});
 }
 
@@ -254,7 +272,9 @@ double other_process_cpu_seconds(int pid) {
   const char* p = std::strrchr(buf, ')');
   unsigned long utime = 0, stime = 0;
   // Fields after the command: state(3) ... utime(14) stime(15).
-  if (!p || std::sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &utime, &stime) != 2) return 0;
+  if (!p || std::sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &utime,
+                        &stime) != 2)
+    return 0;
   return static_cast<double>(utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
 }
 
@@ -272,7 +292,7 @@ struct Run {
   int clients = 0;
   int handshaken = 0;
   // throughput
-  std::vector<std::string> set_get;  // per connection: SET k v + GET k, sent together
+  std::vector<std::string> set_get;      // per connection: SET k v + GET k, sent together
   std::vector<std::string> set_get_add;  // --pipeline: all three requests of a cycle at once
   std::string add;
   bool pipeline = false;
@@ -295,7 +315,9 @@ void handshake(Conn& c) {
   }
   const std::string hs =
       encode_request(g_run.gen, Command{Op::Validate, {}, {}, 0, kValidateMagic}) +
-      encode_request(g_run.gen, Command{Op::Ping, {}, {}, 0, 0x00FF0000u + static_cast<std::uint32_t>(c.index)});
+      encode_request(
+          g_run.gen,
+          Command{Op::Ping, {}, {}, 0, 0x00FF0000u + static_cast<std::uint32_t>(c.index)});
   g_run.loop->send(c, hs, 4, [](Conn&, std::string_view) { ++g_run.handshaken; });
 }
 
@@ -314,10 +336,11 @@ void on_pipelined_replies(Conn& c, std::string_view) {
 }
 void throughput_cycle(Conn& c) {
   if (g_run.pipeline) {
-    g_run.loop->send(c, g_run.set_get_add[static_cast<std::size_t>(c.index)], g_run.get_reply_bytes + 8,
-                     on_pipelined_replies);
+    g_run.loop->send(c, g_run.set_get_add[static_cast<std::size_t>(c.index)],
+                     g_run.get_reply_bytes + 8, on_pipelined_replies);
   } else {
-    g_run.loop->send(c, g_run.set_get[static_cast<std::size_t>(c.index)], g_run.get_reply_bytes, on_get_reply);
+    g_run.loop->send(c, g_run.set_get[static_cast<std::size_t>(c.index)], g_run.get_reply_bytes,
+                     on_get_reply);
   }
 }
 
@@ -353,16 +376,19 @@ int run_throughput(const Args& a) {
   const auto ops = g_run.ops;
   // loadgen_cpu_us_per_op: the generator's own CPU per op; if it is not below the server's, the
   // generator (not the server) limits the measurement.
-  fmt::print("{{\"mode\":\"throughput\",\"clients\":{},\"value_bytes\":{},\"pipeline\":{},\"ops\":{},"
-             "\"seconds\":{:.3f},\"ops_per_s\":{:.0f},\"loadgen_cpu_us_per_op\":{:.2f},\"server_cpu_us_per_op\":{:.2f}}}\n",
-             a.clients, a.value_bytes, a.pipeline, ops, secs, static_cast<double>(ops) / secs,
-             cpu * 1e6 / static_cast<double>(std::max<std::uint64_t>(ops, 1)),
-             server_cpu * 1e6 / static_cast<double>(std::max<std::uint64_t>(ops, 1)));
+  fmt::print(
+      "{{\"mode\":\"throughput\",\"clients\":{},\"value_bytes\":{},\"pipeline\":{},\"ops\":{},"
+      "\"seconds\":{:.3f},\"ops_per_s\":{:.0f},\"loadgen_cpu_us_per_op\":{:.2f},\"server_cpu_us_"
+      "per_op\":{:.2f}}}\n",
+      a.clients, a.value_bytes, a.pipeline, ops, secs, static_cast<double>(ops) / secs,
+      cpu * 1e6 / static_cast<double>(std::max<std::uint64_t>(ops, 1)),
+      server_cpu * 1e6 / static_cast<double>(std::max<std::uint64_t>(ops, 1)));
   return 0;
 }
 
 void on_released(Conn&, std::string_view reply) {
-  if (reply[0] != static_cast<char>(kStopWaiting)) throw std::runtime_error("unexpected WAIT reply");
+  if (reply[0] != static_cast<char>(kStopWaiting))
+    throw std::runtime_error("unexpected WAIT reply");
   if (g_run.released++ == 0) g_run.first_released = Clock::now();
 }
 void on_barrier_add(Conn& c, std::string_view reply) {
@@ -381,7 +407,8 @@ int run_barrier(const Args& a) {
   loop.run_until([&] { return g_run.handshaken == a.clients; });
   const double connect_s = std::chrono::duration<double>(Clock::now() - t_connect).count();
   // Keys unique to this run, so repeated runs against one server do not see old counters.
-  const std::string run = fmt::format("/bench/{}-{}", ::getpid(), Clock::now().time_since_epoch().count());
+  const std::string run =
+      fmt::format("/bench/{}-{}", ::getpid(), Clock::now().time_since_epoch().count());
   const std::string add = req(a.gen, Op::Add, {run + "/barrier"}, {}, 1);
   g_run.wait = req(a.gen, Op::Wait, {run + "/released"});
   g_run.release_and_wait = req(a.gen, Op::Set, {run + "/released"}, {"1"}) + g_run.wait;
@@ -394,13 +421,17 @@ int run_barrier(const Args& a) {
   const double release_s = std::chrono::duration<double>(t_end - t0).count();
   // Phases: until the last arrival sent the release SET (all ADDs answered), then the fan-out of
   // STOP_WAITING to everyone (first and last one received).
-  auto since = [](Clock::time_point from, Clock::time_point to) { return std::chrono::duration<double>(to - from).count(); };
-  fmt::print("{{\"mode\":\"barrier\",\"clients\":{},\"connect_s\":{:.3f},\"release_s\":{:.3f},"
-             "\"arrivals_s\":{:.3f},\"first_release_s\":{:.3f},\"fanout_s\":{:.3f},\"loadgen_cpu_s\":{:.3f},"
-             "\"server_cpu_s\":{:.3f}}}\n",
-             a.clients, connect_s, release_s, since(t0, g_run.release_sent), since(t0, g_run.first_released),
-             since(g_run.release_sent, t_end), process_cpu_seconds() - cpu0,
-             other_process_cpu_seconds(a.server_pid) - server_cpu0);
+  auto since = [](Clock::time_point from, Clock::time_point to) {
+    return std::chrono::duration<double>(to - from).count();
+  };
+  fmt::print(
+      "{{\"mode\":\"barrier\",\"clients\":{},\"connect_s\":{:.3f},\"release_s\":{:.3f},"
+      "\"arrivals_s\":{:.3f},\"first_release_s\":{:.3f},\"fanout_s\":{:.3f},\"loadgen_cpu_s\":{:."
+      "3f},"
+      "\"server_cpu_s\":{:.3f}}}\n",
+      a.clients, connect_s, release_s, since(t0, g_run.release_sent),
+      since(t0, g_run.first_released), since(g_run.release_sent, t_end),
+      process_cpu_seconds() - cpu0, other_process_cpu_seconds(a.server_pid) - server_cpu0);
   return 0;
 }
 

@@ -3,6 +3,7 @@
 // process group from the launcher's environment, a model with SyncBatchNorm in DDP, a
 // DistributedSampler driving torch::data::make_data_loader, all_gather, a checkpoint.
 // Run it under ddprun: `ddprun --nproc_per_node=2 consumer [checkpoint path]`.
+#include <torch/torch.h>
 #include <ddprun/worker/checkpoint.hpp>
 #include <ddprun/worker/communicator.hpp>
 #include <ddprun/worker/ddp.hpp>
@@ -10,7 +11,6 @@
 #include <ddprun/worker/error_file.hpp>
 #include <ddprun/worker/sync_batch_norm.hpp>
 #include <ddprun/worker/worker_env.hpp>
-#include <torch/torch.h>
 
 #include <cstdio>
 
@@ -51,7 +51,8 @@ int main(int argc, char** argv) {
     // Every rank's final loss, gathered; the parameters are the same everywhere (DDP).
     const auto losses = comm->all_gather(torch::tensor({loss_value}, torch::kDouble));
     if (argc > 1) {
-      const ddp::worker::CheckpointIdentity identity{env.run_id, comm->size(), "consumer synthetic 64",
+      const ddp::worker::CheckpointIdentity identity{env.run_id, comm->size(),
+                                                     "consumer synthetic 64",
                                                      ddp::worker::model_fingerprint(*model)};
       ddp::worker::save_checkpoint(argv[1], *model, optimizer, {3, 0}, identity, *comm);
     }

@@ -20,19 +20,21 @@
 #include <thread>
 #include <vector>
 
-#include "rendezvous/store_client.hpp"
-#include "rendezvous/store_server.hpp"
 #include "ddprun/worker/error_file.hpp"
 #include "ddprun/worker/worker_env.hpp"
+#include "rendezvous/store_client.hpp"
+#include "rendezvous/store_server.hpp"
 
 namespace {
 
 void check_cuda(cudaError_t status, const char* what) {
-  if (status != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(status));
+  if (status != cudaSuccess)
+    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(status));
 }
 
 void check_nccl(ncclResult_t status, const char* what) {
-  if (status != ncclSuccess) throw std::runtime_error(std::string(what) + ": " + ncclGetErrorString(status));
+  if (status != ncclSuccess)
+    throw std::runtime_error(std::string(what) + ": " + ncclGetErrorString(status));
 }
 
 /// Rank 0's store when the launcher hosts none: an io_context thread serving ddprun's server.
@@ -66,7 +68,8 @@ struct Options {
   int iters = 20;
 };
 
-ncclUniqueId exchange_unique_id(const ddp::worker::WorkerEnv& env, std::unique_ptr<HostedStore>& hosted) {
+ncclUniqueId exchange_unique_id(const ddp::worker::WorkerEnv& env,
+                                std::unique_ptr<HostedStore>& hosted) {
   ddp::rdzv::StoreClientOptions client;
   client.host = env.master_addr;
   client.port = env.master_port;
@@ -89,7 +92,8 @@ ncclUniqueId exchange_unique_id(const ddp::worker::WorkerEnv& env, std::unique_p
   // Rank 0 keeps hosting until every rank has read the id.
   store.add("nccl_allreduce/read", 1);
   if (env.rank == 0) {
-    while (store.add("nccl_allreduce/read", 0) < env.world_size) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    while (store.add("nccl_allreduce/read", 0) < env.world_size)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   return id;
 }
@@ -114,13 +118,17 @@ int run(const Options& options, const ddp::worker::WorkerEnv& env) {
 
   // Correctness first: every rank contributes rank+1, so each element must become n(n+1)/2.
   std::vector<float> host(max_count, static_cast<float>(env.rank + 1));
-  check_cuda(cudaMemcpy(buffer, host.data(), max_count * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy");
-  check_nccl(ncclAllReduce(buffer, buffer, max_count, ncclFloat, ncclSum, comm, stream), "ncclAllReduce");
+  check_cuda(cudaMemcpy(buffer, host.data(), max_count * sizeof(float), cudaMemcpyHostToDevice),
+             "cudaMemcpy");
+  check_nccl(ncclAllReduce(buffer, buffer, max_count, ncclFloat, ncclSum, comm, stream),
+             "ncclAllReduce");
   check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
-  check_cuda(cudaMemcpy(host.data(), buffer, max_count * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy");
+  check_cuda(cudaMemcpy(host.data(), buffer, max_count * sizeof(float), cudaMemcpyDeviceToHost),
+             "cudaMemcpy");
   const float expected = static_cast<float>(env.world_size * (env.world_size + 1) / 2);
   for (std::size_t i = 0; i < max_count; i += 4099) {
-    if (host[i] != expected) throw std::runtime_error("all-reduce result wrong at element " + std::to_string(i));
+    if (host[i] != expected)
+      throw std::runtime_error("all-reduce result wrong at element " + std::to_string(i));
   }
 
   cudaEvent_t start = nullptr, stop = nullptr;
@@ -128,20 +136,25 @@ int run(const Options& options, const ddp::worker::WorkerEnv& env) {
   check_cuda(cudaEventCreate(&stop), "cudaEventCreate");
   const double bus_factor = 2.0 * (env.world_size - 1) / env.world_size;
   if (env.rank == 0) {
-    std::printf("# nccl_allreduce: %d ranks, float sum, in place, %d warmup + %d timed iterations\n",
-                env.world_size, options.warmup, options.iters);
-    std::printf("%12s %12s %12s %12s %12s\n", "size(B)", "count", "time(us)", "algbw(GB/s)", "busbw(GB/s)");
+    std::printf(
+        "# nccl_allreduce: %d ranks, float sum, in place, %d warmup + %d timed iterations\n",
+        env.world_size, options.warmup, options.iters);
+    std::printf("%12s %12s %12s %12s %12s\n", "size(B)", "count", "time(us)", "algbw(GB/s)",
+                "busbw(GB/s)");
   }
   double bus_sum = 0;
   int rows = 0;
-  for (std::size_t bytes = options.min_bytes; bytes <= options.max_bytes; bytes *= options.step_factor) {
+  for (std::size_t bytes = options.min_bytes; bytes <= options.max_bytes;
+       bytes *= options.step_factor) {
     const std::size_t count = std::max<std::size_t>(1, bytes / sizeof(float));
     for (int i = 0; i < options.warmup; ++i) {
-      check_nccl(ncclAllReduce(buffer, buffer, count, ncclFloat, ncclSum, comm, stream), "ncclAllReduce");
+      check_nccl(ncclAllReduce(buffer, buffer, count, ncclFloat, ncclSum, comm, stream),
+                 "ncclAllReduce");
     }
     check_cuda(cudaEventRecord(start, stream), "cudaEventRecord");
     for (int i = 0; i < options.iters; ++i) {
-      check_nccl(ncclAllReduce(buffer, buffer, count, ncclFloat, ncclSum, comm, stream), "ncclAllReduce");
+      check_nccl(ncclAllReduce(buffer, buffer, count, ncclFloat, ncclSum, comm, stream),
+                 "ncclAllReduce");
     }
     check_cuda(cudaEventRecord(stop, stream), "cudaEventRecord");
     check_cuda(cudaEventSynchronize(stop), "cudaEventSynchronize");
@@ -152,8 +165,8 @@ int run(const Options& options, const ddp::worker::WorkerEnv& env) {
     bus_sum += algbw * bus_factor;
     ++rows;
     if (env.rank == 0) {
-      std::printf("%12zu %12zu %12.1f %12.2f %12.2f\n", count * sizeof(float), count, seconds * 1e6, algbw,
-                  algbw * bus_factor);
+      std::printf("%12zu %12zu %12.1f %12.2f %12.2f\n", count * sizeof(float), count, seconds * 1e6,
+                  algbw, algbw * bus_factor);
     }
   }
   if (env.rank == 0) std::printf("# Avg bus bandwidth: %.2f GB/s\n", rows ? bus_sum / rows : 0.0);
@@ -167,12 +180,17 @@ int run(const Options& options, const ddp::worker::WorkerEnv& env) {
 
 int main(int argc, char** argv) {
   Options options;
-  CLI::App app{"NCCL all-reduce bandwidth across ddprun's ranks (nccl-tests style)", "nccl_allreduce"};
+  CLI::App app{"NCCL all-reduce bandwidth across ddprun's ranks (nccl-tests style)",
+               "nccl_allreduce"};
   app.add_option("--min-bytes", options.min_bytes, "Smallest message")->capture_default_str();
   app.add_option("--max-bytes", options.max_bytes, "Largest message")->capture_default_str();
-  app.add_option("--step-factor", options.step_factor, "Size multiplier between rows")->check(CLI::Range(2, 1024))->capture_default_str();
+  app.add_option("--step-factor", options.step_factor, "Size multiplier between rows")
+      ->check(CLI::Range(2, 1024))
+      ->capture_default_str();
   app.add_option("--warmup", options.warmup, "Untimed iterations per size")->capture_default_str();
-  app.add_option("--iters", options.iters, "Timed iterations per size")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--iters", options.iters, "Timed iterations per size")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   ddp::worker::WorkerEnv env;
   try {

@@ -3,10 +3,10 @@
 
 #include <zlib.h>
 
+#include <torch/torch.h>
 #include <filesystem>
 #include <memory>
 #include <stdexcept>
-#include <torch/torch.h>
 #include <vector>
 
 namespace ddp::examples {
@@ -40,7 +40,8 @@ uint32_t big_endian_u32(const std::vector<uint8_t>& bytes, std::size_t offset) {
 /// IDX: magic 0x00000800 | type 0x08 (ubyte) << 0 ... | ndims; then ndims big-endian sizes.
 std::vector<int64_t> idx_header(const std::vector<uint8_t>& bytes, uint32_t expected_dims,
                                 const std::string& path) {
-  if (bytes.size() < 4 + 4 * expected_dims || big_endian_u32(bytes, 0) != (0x0800u | expected_dims)) {
+  if (bytes.size() < 4 + 4 * expected_dims ||
+      big_endian_u32(bytes, 0) != (0x0800u | expected_dims)) {
     throw std::runtime_error(path + " is not an IDX file of unsigned bytes with " +
                              std::to_string(expected_dims) + " dimensions");
   }
@@ -70,10 +71,11 @@ LabelledImages load_fashion_mnist(const std::string& dir, const std::string& spl
     throw std::runtime_error(images_path + " and " + labels_path + " hold different counts");
   }
   const int64_t n = image_dims[0];
-  torch::Tensor raw = torch::from_blob(image_bytes.data() + 16, {n, 1, image_dims[1], image_dims[2]},
-                                       torch::kUInt8);
+  torch::Tensor raw = torch::from_blob(image_bytes.data() + 16,
+                                       {n, 1, image_dims[1], image_dims[2]}, torch::kUInt8);
   LabelledImages out;
-  out.images = ((raw.to(torch::kFloat) / 255.0 - kFashionMnistMean) / kFashionMnistStd).contiguous();
+  out.images =
+      ((raw.to(torch::kFloat) / 255.0 - kFashionMnistMean) / kFashionMnistStd).contiguous();
   out.labels = torch::from_blob(label_bytes.data() + 8, {n}, torch::kUInt8).to(torch::kLong);
   return out;
 }
@@ -86,9 +88,9 @@ LabelledImages synthetic_images(int64_t count, uint64_t seed) {
   auto generator = at::detail::createCPUGenerator(seed);
   LabelledImages out;
   out.labels = torch::randint(0, 10, {count}, generator, torch::kLong);
-  out.images = (patterns.index_select(0, out.labels) +
-                1.5 * torch::randn({count, 1, 28, 28}, generator))
-                   .contiguous();
+  out.images =
+      (patterns.index_select(0, out.labels) + 1.5 * torch::randn({count, 1, 28, 28}, generator))
+          .contiguous();
   return out;
 }
 

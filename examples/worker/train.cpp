@@ -5,6 +5,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <torch/torch.h>
 #include <algorithm>
 #include <chrono>
 #include <csignal>
@@ -12,17 +13,16 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <thread>
-#include <torch/torch.h>
 
-#include "examples/worker/fashion_mnist.hpp"
-#include "examples/worker/model.hpp"
-#include "examples/worker/progress.hpp"
 #include "ddprun/worker/checkpoint.hpp"
 #include "ddprun/worker/checkpoint_file.hpp"
 #include "ddprun/worker/communicator.hpp"
 #include "ddprun/worker/ddp.hpp"
 #include "ddprun/worker/distributed_sampler.hpp"
 #include "ddprun/worker/sync_batch_norm.hpp"
+#include "examples/worker/fashion_mnist.hpp"
+#include "examples/worker/model.hpp"
+#include "examples/worker/progress.hpp"
 
 namespace ddp::examples {
 namespace {
@@ -60,8 +60,9 @@ double evaluate(torch::nn::Sequential& model, const LabelledImages& test, Commun
     auto y = test.labels.narrow(0, i, len).to(comm.device());
     correct += model->forward(x).argmax(1).eq(y).sum().item<int64_t>();
   }
-  torch::Tensor counts = torch::tensor({static_cast<double>(correct), static_cast<double>(end - begin)},
-                                       torch::TensorOptions(torch::kDouble).device(comm.device()));
+  torch::Tensor counts =
+      torch::tensor({static_cast<double>(correct), static_cast<double>(end - begin)},
+                    torch::TensorOptions(torch::kDouble).device(comm.device()));
   comm.all_reduce_sum(counts);
   counts = counts.cpu();
   model->train();
@@ -81,10 +82,11 @@ double process_cpu_seconds() {
 /// (labels exactly, images by their sum), and the seed that fixes initial weights and order.
 std::string data_fingerprint(const TrainOptions& options, const LabelledImages& train_set) {
   const torch::Tensor labels = train_set.labels.contiguous();
-  const std::string_view label_bytes(static_cast<const char*>(labels.data_ptr()),
-                                     static_cast<std::size_t>(labels.numel()) * labels.element_size());
-  const std::string source = options.synthetic > 0 ? fmt::format("synthetic {}", options.synthetic)
-                                                   : options.data_dir;
+  const std::string_view label_bytes(
+      static_cast<const char*>(labels.data_ptr()),
+      static_cast<std::size_t>(labels.numel()) * labels.element_size());
+  const std::string source =
+      options.synthetic > 0 ? fmt::format("synthetic {}", options.synthetic) : options.data_dir;
   return fmt::format("{}; {} images; labels crc64 {:016x}; pixel sum {:.6e}; seed {}", source,
                      train_set.size(), worker::crc64(label_bytes),
                      train_set.images.sum(at::kDouble).item<double>(), options.seed);
@@ -130,9 +132,10 @@ int train(const TrainOptions& options, const worker::WorkerEnv& env) {
     test_set = load_fashion_mnist(options.data_dir, "t10k");
   }
   if (chief) {
-    fmt::print("worker: {} ranks, backend {}, device {}, {} threads per rank, {} training images{}\n",
-               comm->size(), comm->backend_name(), device.str(), at::get_num_threads(),
-               train_set.size(), options.synthetic > 0 ? " (synthetic)" : "");
+    fmt::print(
+        "worker: {} ranks, backend {}, device {}, {} threads per rank, {} training images{}\n",
+        comm->size(), comm->backend_name(), device.str(), at::get_num_threads(), train_set.size(),
+        options.synthetic > 0 ? " (synthetic)" : "");
   }
 
   torch::manual_seed(options.seed);  // as the Python baseline: the same initial weights
@@ -154,7 +157,8 @@ int train(const TrainOptions& options, const worker::WorkerEnv& env) {
 
   // Every rank agrees on the resume point (rank 0 reads its checkpoint and sends the bytes)
   // before DDP's first broadcast, so all replicas start from the same state.
-  const worker::CheckpointIdentity identity{env.run_id, comm->size(), data_fingerprint(options, train_set),
+  const worker::CheckpointIdentity identity{env.run_id, comm->size(),
+                                            data_fingerprint(options, train_set),
                                             worker::model_fingerprint(*model)};
   worker::TrainingProgress progress;
   const worker::ResumeOutcome resumed =
@@ -164,9 +168,10 @@ int train(const TrainOptions& options, const worker::WorkerEnv& env) {
   if (resumed.resumed) {
     progress = resumed.progress;
     if (chief) {
-      const std::string attempt = env.restart_count > 0 ? fmt::format("restart {}: ", env.restart_count) : "";
-      fmt::print("worker: {}resumed from {} after epoch {} (step {})\n", attempt, options.checkpoint,
-                 progress.epoch, progress.step);
+      const std::string attempt =
+          env.restart_count > 0 ? fmt::format("restart {}: ", env.restart_count) : "";
+      fmt::print("worker: {}resumed from {} after epoch {} (step {})\n", attempt,
+                 options.checkpoint, progress.epoch, progress.step);
     }
   }
   worker::DdpOptions ddp_options;
@@ -174,7 +179,8 @@ int train(const TrainOptions& options, const worker::WorkerEnv& env) {
   ddp_options.first_bucket_bytes = std::min<std::size_t>(ddp_options.bucket_cap_bytes, 1 << 20);
   worker::DistributedDataParallel ddp(model.ptr(), comm, ddp_options);
 
-  worker::DistributedSampler sampler(train_set.size(), comm->size(), comm->rank(), true, options.seed);
+  worker::DistributedSampler sampler(train_set.size(), comm->size(), comm->rank(), true,
+                                     options.seed);
   ProgressReporter reporter(chief, ::isatty(STDOUT_FILENO) == 1, options.log_every);
   double train_seconds = 0;
   double train_cpu_seconds = 0;  // this rank's
@@ -184,7 +190,8 @@ int train(const TrainOptions& options, const worker::WorkerEnv& env) {
     sampler.set_epoch(epoch);
     const std::vector<int64_t> indices = sampler.indices();
     const torch::Tensor order = torch::tensor(indices, torch::kLong);
-    int64_t steps = (static_cast<int64_t>(indices.size()) + options.batch_size - 1) / options.batch_size;
+    int64_t steps =
+        (static_cast<int64_t>(indices.size()) + options.batch_size - 1) / options.batch_size;
     if (options.max_steps > 0) steps = std::min(steps, options.max_steps);
     reporter.start_epoch(epoch, options.epochs, steps);
     const auto epoch_start = std::chrono::steady_clock::now();
@@ -192,7 +199,8 @@ int train(const TrainOptions& options, const worker::WorkerEnv& env) {
     int64_t epoch_samples = 0;
     for (int64_t step = 0; step < steps; ++step) {
       const int64_t begin = step * options.batch_size;
-      const int64_t len = std::min<int64_t>(options.batch_size, static_cast<int64_t>(indices.size()) - begin);
+      const int64_t len =
+          std::min<int64_t>(options.batch_size, static_cast<int64_t>(indices.size()) - begin);
       const torch::Tensor batch = order.narrow(0, begin, len);
       const torch::Tensor x =
           train_set.images.index_select(0, batch).to(device).contiguous(memory_format);
@@ -223,7 +231,8 @@ int train(const TrainOptions& options, const worker::WorkerEnv& env) {
     }
     if (epoch + 1 == options.fail_after_epoch && env.restart_count == 0 &&
         comm->rank() == comm->size() - 1) {
-      fmt::print(stderr, "worker: rank {} simulating a crash after epoch {}\n", comm->rank(), epoch + 1);
+      fmt::print(stderr, "worker: rank {} simulating a crash after epoch {}\n", comm->rank(),
+                 epoch + 1);
       std::fflush(stderr);
       std::raise(SIGKILL);
     }
@@ -237,25 +246,28 @@ int train(const TrainOptions& options, const worker::WorkerEnv& env) {
         stats.overlap_measured()
             ? fmt::format(", {:.0f}% hidden behind backward", 100 * stats.overlap_fraction())
             : "";
-    fmt::print("worker: trained {} samples in {:.1f} s: {:.0f} samples/s; all-reduce {:.1f} ms/step{}\n",
-               train_samples, train_seconds, train_samples / train_seconds,
-               stats.iterations ? 1000 * stats.comm_busy_s / stats.iterations : 0.0, overlap);
+    fmt::print(
+        "worker: trained {} samples in {:.1f} s: {:.0f} samples/s; all-reduce {:.1f} ms/step{}\n",
+        train_samples, train_seconds, train_samples / train_seconds,
+        stats.iterations ? 1000 * stats.comm_busy_s / stats.iterations : 0.0, overlap);
   }
   if (!options.dump_params.empty()) dump_parameters(options.dump_params, *model, comm->rank());
   if (chief && !options.summary_json.empty()) {
-    nlohmann::json summary = {{"world_size", comm->size()},
-                              {"backend", comm->backend_name()},
-                              {"threads", at::get_num_threads()},
-                              {"train_samples", train_samples},
-                              {"train_seconds", train_seconds},
-                              {"samples_per_second", train_seconds > 0 ? train_samples / train_seconds : 0.0},
-                              {"cpu_ms_per_1k_samples_per_rank",
-                               train_samples > 0 ? 1e6 * train_cpu_seconds / (train_samples / comm->size()) : 0.0},
-                              {"test_accuracy", options.evaluate ? nlohmann::json(last_accuracy) : nlohmann::json()},
-                              {"allreduce_busy_s", stats.comm_busy_s},
-                              {"allreduce_exposed_s", stats.comm_exposed_s},
-                              {"overlap_fraction", stats.overlap_measured() ? nlohmann::json(stats.overlap_fraction()) : nlohmann::json()},
-                              {"buckets", ddp.bucket_count()}};
+    nlohmann::json summary = {
+        {"world_size", comm->size()},
+        {"backend", comm->backend_name()},
+        {"threads", at::get_num_threads()},
+        {"train_samples", train_samples},
+        {"train_seconds", train_seconds},
+        {"samples_per_second", train_seconds > 0 ? train_samples / train_seconds : 0.0},
+        {"cpu_ms_per_1k_samples_per_rank",
+         train_samples > 0 ? 1e6 * train_cpu_seconds / (train_samples / comm->size()) : 0.0},
+        {"test_accuracy", options.evaluate ? nlohmann::json(last_accuracy) : nlohmann::json()},
+        {"allreduce_busy_s", stats.comm_busy_s},
+        {"allreduce_exposed_s", stats.comm_exposed_s},
+        {"overlap_fraction",
+         stats.overlap_measured() ? nlohmann::json(stats.overlap_fraction()) : nlohmann::json()},
+        {"buckets", ddp.bucket_count()}};
     std::ofstream(options.summary_json) << summary.dump(2) << "\n";
   }
   comm->barrier();

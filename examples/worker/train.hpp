@@ -31,11 +31,13 @@ struct TrainOptions {
   int64_t log_every = 100;        ///< Plain-line progress interval (non-TTY).
   std::string dump_params;        ///< Each rank writes its final parameters to <this>.rank<R>.
   std::string summary_json;       ///< Rank 0 writes throughput/accuracy/overlap here.
-  int64_t fail_after_epoch = -1;  ///< Tests: the last rank SIGKILLs itself after this epoch's checkpoint (first attempt only).
+  int64_t fail_after_epoch = -1;  ///< Tests: the last rank SIGKILLs itself after this epoch's
+                                  ///< checkpoint (first attempt only).
   bool evaluate = true;
   bool sync_batch_norm = true;  ///< Convert BatchNorm to SyncBatchNorm (the seed's setup).
-  bool shared_memory = true;    ///< Small CPU all-reduces through shared memory when all ranks are local.
-  bool channels_last = false;   ///< NHWC weights and activations (measured: no gain here).
+  bool shared_memory =
+      true;  ///< Small CPU all-reduces through shared memory when all ranks are local.
+  bool channels_last = false;  ///< NHWC weights and activations (measured: no gain here).
 };
 
 /// Runs the job; returns the process exit code. Throws on errors (reported by main).

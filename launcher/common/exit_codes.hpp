@@ -17,7 +17,8 @@ inline constexpr int kLogWriteFailed = 73;
 inline constexpr int kHung = 75;
 /// The program (or the Python interpreter) cannot be found or executed, as in the shell.
 inline constexpr int kNotExecutable = 127;
-/// ddprun itself was stopped by signal N: 128 + N (130 SIGINT, 143 SIGTERM, 129 SIGHUP, 131 SIGQUIT).
+/// ddprun itself was stopped by signal N: 128 + N (130 SIGINT, 143 SIGTERM, 129 SIGHUP, 131
+/// SIGQUIT).
 inline constexpr int kSignalBase = 128;
 
 }  // namespace ddp::launcher::exit_codes

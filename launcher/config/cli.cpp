@@ -124,8 +124,8 @@ constexpr OptionSpec kOptions[] = {
      "Print worker lines as the workers wrote them (still whole lines, never torn)"},
     {"--color", "WHEN", nullptr, &RawOptions::color, nullptr, "auto always never",
      "Color the rank prefixes: auto (a terminal and no NO_COLOR; default), always or never"},
-    {"--store-proxy,--store_proxy", "on|off|auto", "DDPRUN_STORE_PROXY", &RawOptions::store_proxy, nullptr,
-     "on off auto",
+    {"--store-proxy,--store_proxy", "on|off|auto", "DDPRUN_STORE_PROXY", &RawOptions::store_proxy,
+     nullptr, "on off auto",
      "Serve the workers through a store proxy on this node (fewer root-store connections and "
      "requests): on, off (default) or auto (on for multi-node jobs)"},
     {"--python", "PYTHON", nullptr, &RawOptions::python, nullptr, nullptr,
@@ -146,19 +146,21 @@ constexpr OptionSpec kOptions[] = {
      "29500; 0 = a free port, printed first) until SIGINT/SIGTERM; no program"},
     {"--max-rescales,--max_rescales", "N", nullptr, &RawOptions::max_rescales, nullptr, nullptr,
      "c10d MIN:MAX: membership changes allowed (default 100; = --rdzv_conf max_rescales=N)"},
-    {"--node-failure-limit,--node_failure_limit", "K", nullptr, &RawOptions::node_failure_limit, nullptr,
-     nullptr, "c10d MIN:MAX: quarantine a node whose workers fail K attempts in a row (default 0: off)"},
+    {"--node-failure-limit,--node_failure_limit", "K", nullptr, &RawOptions::node_failure_limit,
+     nullptr, nullptr,
+     "c10d MIN:MAX: quarantine a node whose workers fail K attempts in a row (default 0: off)"},
     // Health (docs/health.md). ddprun's own flags: no PET_ variable (torchrun's
-    // TORCHELASTIC_ENABLE_FILE_TIMER and TORCHELASTIC_HEALTH_CHECK_PORT are read in health_options).
+    // TORCHELASTIC_ENABLE_FILE_TIMER and TORCHELASTIC_HEALTH_CHECK_PORT are read in
+    // health_options).
     {"--hang-timeout,--hang_timeout", "SECONDS", nullptr, nullptr, nullptr, nullptr,
      "Seconds without progress from any rank (heartbeat, else output line, else timer request) "
      "after which the job is hung: stacks saved, stopped, exit 75 (default 0: off)",
      &health::RawHealthOptions::hang_timeout},
-    {"--hang-startup-timeout,--hang_startup_timeout", "SECONDS", nullptr, nullptr,
-     nullptr, nullptr, "The hang timeout until an attempt's first progress, if longer (default 60)",
+    {"--hang-startup-timeout,--hang_startup_timeout", "SECONDS", nullptr, nullptr, nullptr, nullptr,
+     "The hang timeout until an attempt's first progress, if longer (default 60)",
      &health::RawHealthOptions::hang_startup_timeout},
-    {"--no-progress-restarts,--no_progress_restarts", "K", nullptr, nullptr, nullptr,
-     nullptr, "Stop restarting after K restarts in a row that reached no new step (default 2; 0: off)",
+    {"--no-progress-restarts,--no_progress_restarts", "K", nullptr, nullptr, nullptr, nullptr,
+     "Stop restarting after K restarts in a row that reached no new step (default 2; 0: off)",
      &health::RawHealthOptions::no_progress_restarts},
     {"--straggler-ratio,--straggler_ratio", "R", nullptr, nullptr, nullptr, nullptr,
      "Report a rank whose step rate stays below R x the median for a minute (default 0.5; 0: off)",
@@ -226,7 +228,8 @@ void add_launch_options(CLI::App& app, RawOptions& raw) {
   for (const auto& spec : kOptions) {
     CLI::Option* option = nullptr;
     if (spec.text != nullptr || spec.health_text != nullptr) {
-      std::string& target = spec.text != nullptr ? raw.*(spec.text) : raw.health.*(spec.health_text);
+      std::string& target =
+          spec.text != nullptr ? raw.*(spec.text) : raw.health.*(spec.health_text);
       // Like argparse (torchrun), a repeated option takes its last value.
       option = app.add_option(spec.names, target, spec.help)
                    ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)
@@ -256,7 +259,7 @@ Result<std::vector<std::string>> expand_abbreviations(const std::vector<std::str
   for (size_t i = 0; i < out.size(); ++i) {
     const std::string& arg = out[i];
     if (arg == "--" || arg.size() < 2 || arg[0] != '-') break;  // the program starts here
-    if (arg[1] != '-') {  // short options: -r VALUE, -r3, -m
+    if (arg[1] != '-') {                                        // short options: -r VALUE, -r3, -m
       const CliOption* match = nullptr;
       for (const auto& option : table) {
         if (!option.short_name.empty() && option.short_name == arg) match = &option;
@@ -307,8 +310,7 @@ Result<ParsedCommandLine> parse_command_line(const std::vector<std::string>& typ
   auto args = expand_abbreviations(typed);
   if (!args) return args.error();
   ParsedCommandLine parsed;
-  CLI::App app{"ddprun: launch and supervise the processes of a distributed PyTorch job",
-               "ddprun"};
+  CLI::App app{"ddprun: launch and supervise the processes of a distributed PyTorch job", "ddprun"};
   add_launch_options(app, parsed.raw);
   // CLI11 parses a reversed vector (it pops from the back).
   std::vector<std::string> reversed(args->rbegin(), args->rend());

@@ -24,7 +24,7 @@ struct CliOption {
   std::string short_name;               // "-r", or empty
   bool takes_value = false;
   std::string metavar;
-  std::vector<std::string> choices;     // offered by completion; empty: free text
+  std::vector<std::string> choices;  // offered by completion; empty: free text
   std::string help;
 };
 

@@ -116,8 +116,8 @@ std::string zsh_script() {
     if (!option.short_name.empty()) names.push_back(option.short_name);
     for (const auto& name : names) {
       const bool long_name = name.rfind("--", 0) == 0;
-      specs += fmt::format("  '{}{}[{}]{}' \\\n", name,
-                           option.takes_value && long_name ? "=" : "", help, value);
+      specs += fmt::format("  '{}{}[{}]{}' \\\n", name, option.takes_value && long_name ? "=" : "",
+                           help, value);
     }
   }
   return fmt::format(R"(#compdef ddprun

@@ -6,11 +6,11 @@
 
 #include <algorithm>
 
+#include <tuple>
 #include "launcher/common/exit_codes.hpp"
 #include "launcher/config/cuda_devices.hpp"
 #include "launcher/config/node_plan.hpp"
 #include "launcher/config/rdzv_conf_keys.hpp"
-#include <tuple>
 
 namespace ddp::launcher {
 namespace {
@@ -41,7 +41,8 @@ Result<int> resolve_nproc(const std::string& text, const std::vector<std::string
     return static_cast<int>(gpus.size());
   }
   if (text == "cpu") return std::max(1, host.cpu_count);
-  if (text == "auto") return gpus.empty() ? std::max(1, host.cpu_count) : static_cast<int>(gpus.size());
+  if (text == "auto")
+    return gpus.empty() ? std::max(1, host.cpu_count) : static_cast<int>(gpus.size());
   auto n = parse_integer("--nproc_per_node", text, -1'000'000'000, 1'000'000'000);
   if (!n) {
     return usage(fmt::format("--nproc_per_node: '{}' is not a number, gpu, cpu or auto", text));
@@ -75,8 +76,8 @@ std::vector<std::string> comma_list(const std::string& text) {
 /// ddprun needs for itself (SIGCHLD, SIGPIPE), are refused.
 Result<std::vector<int>> parse_signal_list(const std::string& text) {
   static const std::map<std::string, int> kSignals{
-      {"SIGTERM", SIGTERM}, {"SIGINT", SIGINT},   {"SIGHUP", SIGHUP},   {"SIGQUIT", SIGQUIT},
-      {"SIGUSR1", SIGUSR1}, {"SIGUSR2", SIGUSR2}, {"SIGALRM", SIGALRM}, {"SIGXCPU", SIGXCPU},
+      {"SIGTERM", SIGTERM}, {"SIGINT", SIGINT},   {"SIGHUP", SIGHUP},    {"SIGQUIT", SIGQUIT},
+      {"SIGUSR1", SIGUSR1}, {"SIGUSR2", SIGUSR2}, {"SIGALRM", SIGALRM},  {"SIGXCPU", SIGXCPU},
       {"SIGCONT", SIGCONT}, {"SIGTSTP", SIGTSTP}, {"SIGWINCH", SIGWINCH}};
   std::vector<int> out;
   for (auto name : comma_list(text)) {
@@ -86,9 +87,11 @@ Result<std::vector<int>> parse_signal_list(const std::string& text) {
     std::string full = name.rfind("SIG", 0) == 0 ? name : "SIG" + name;
     auto it = kSignals.find(full);
     if (it == kSignals.end()) {
-      return usage(fmt::format("--signals-to-handle: '{}' is not a signal ddprun can handle "
-                               "(SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM, "
-                               "SIGXCPU, SIGCONT, SIGTSTP, SIGWINCH)", name));
+      return usage(
+          fmt::format("--signals-to-handle: '{}' is not a signal ddprun can handle "
+                      "(SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM, "
+                      "SIGXCPU, SIGCONT, SIGTSTP, SIGWINCH)",
+                      name));
     }
     if (std::find(out.begin(), out.end(), it->second) == out.end()) out.push_back(it->second);
   }
@@ -98,7 +101,8 @@ Result<std::vector<int>> parse_signal_list(const std::string& text) {
 /// Strips one pair of surrounding quotes that a shell did not remove (PyTorch's own launcher
 /// test passes --rdzv-conf='join_timeout=5,...' through a list, quotes included).
 std::string unquoted(std::string text) {
-  if (text.size() >= 2 && (text.front() == '\'' || text.front() == '"') && text.back() == text.front()) {
+  if (text.size() >= 2 && (text.front() == '\'' || text.front() == '"') &&
+      text.back() == text.front()) {
     return text.substr(1, text.size() - 2);
   }
   return text;
@@ -113,7 +117,8 @@ Result<ProgramKind> resolve_program_kind(const RawOptions& raw) {
   }
   const std::string& program = raw.program_and_args.front();
   if (raw.module) return ProgramKind::PythonModule;
-  if (raw.run_path) return ProgramKind::PythonRunPath;  // torchrun: --run_path wins over --no_python
+  if (raw.run_path)
+    return ProgramKind::PythonRunPath;  // torchrun: --run_path wins over --no_python
   if (raw.no_python) return ProgramKind::Executable;
   return ends_with(program, ".py") ? ProgramKind::PythonScript : ProgramKind::Executable;
 }
@@ -125,10 +130,12 @@ Result<ConfiguredLaunch> config_from_options(const RawOptions& raw, const HostFa
   LaunchConfig& c = out.config;
 
   // The program: with a prefix command, an unknown option lands here as the "program".
-  if (raw.program_and_args.empty()) return usage("no program given (usage: ddprun [options] PROGRAM [ARGS...])");
+  if (raw.program_and_args.empty())
+    return usage("no program given (usage: ddprun [options] PROGRAM [ARGS...])");
   const std::string& first = raw.program_and_args.front();
   if (first.size() > 1 && first[0] == '-') {
-    return usage(fmt::format("unknown option '{}' (options go before the program; see --help)", first));
+    return usage(
+        fmt::format("unknown option '{}' (options go before the program; see --help)", first));
   }
   if (first.empty()) return usage("the program name is empty");
   auto kind = resolve_program_kind(raw);
@@ -179,8 +186,9 @@ Result<ConfiguredLaunch> config_from_options(const RawOptions& raw, const HostFa
     c.rdzv_conf[key] = unquoted(value);
   }
   // The elastic flags are spellings of their --rdzv_conf keys (the flag wins): one parser for both.
-  for (const auto& [flag, key, value] : {std::tuple{"--max-rescales", "max_rescales", &raw.max_rescales},
-                                         std::tuple{"--node-failure-limit", "node_failure_limit", &raw.node_failure_limit}}) {
+  for (const auto& [flag, key, value] :
+       {std::tuple{"--max-rescales", "max_rescales", &raw.max_rescales},
+        std::tuple{"--node-failure-limit", "node_failure_limit", &raw.node_failure_limit}}) {
     if (value->empty()) continue;
     auto n = parse_integer(flag, *value, 0, 1'000'000);
     if (!n) return n.error();
@@ -225,8 +233,8 @@ Result<ConfiguredLaunch> config_from_options(const RawOptions& raw, const HostFa
     c.master_addr = "127.0.0.1";
     if (raw.master_port.empty()) c.master_port = 0;
   }
-  out.master_needs_resolving = c.multi_node() && scheduler_master &&
-                               c.master_addr == nodes.master_addr->value;
+  out.master_needs_resolving =
+      c.multi_node() && scheduler_master && c.master_addr == nodes.master_addr->value;
   out.node_plan = std::move(*plan);
 
   // Supervision.
@@ -261,29 +269,35 @@ Result<ConfiguredLaunch> config_from_options(const RawOptions& raw, const HostFa
 
   // torchrun's Python plugins: ddprun has no plugin loader, so only their defaults are accepted.
   if (!raw.logs_specs.empty() && raw.logs_specs != "default") {
-    return usage(fmt::format("--logs-specs: '{}' names a torchrun Python plugin; ddprun accepts "
-                             "only default (use --log-dir, --redirects, --tee, --events)",
-                             raw.logs_specs));
+    return usage(
+        fmt::format("--logs-specs: '{}' names a torchrun Python plugin; ddprun accepts "
+                    "only default (use --log-dir, --redirects, --tee, --events)",
+                    raw.logs_specs));
   }
   static const std::set<std::string> kEventHandlers{"null", "default", "dynamic_rendezvous",
                                                     "console"};
   if (!kEventHandlers.count(raw.event_log_handler)) {
-    return usage(fmt::format("--event-log-handler: '{}' names a torchrun Python plugin; ddprun "
-                             "accepts null, default or console (use --events FILE|-|fd:N for "
-                             "JSON events)", raw.event_log_handler));
+    return usage(
+        fmt::format("--event-log-handler: '{}' names a torchrun Python plugin; ddprun "
+                    "accepts null, default or console (use --events FILE|-|fd:N for "
+                    "JSON events)",
+                    raw.event_log_handler));
   }
   static const std::set<std::string> kNumaModes{"", "node", "socket", "exclusive", "core-complex"};
   if (!kNumaModes.count(raw.numa_binding)) {
-    return usage(fmt::format("--numa-binding: '{}' is not one of node, socket, exclusive, "
-                             "core-complex", raw.numa_binding));
+    return usage(
+        fmt::format("--numa-binding: '{}' is not one of node, socket, exclusive, "
+                    "core-complex",
+                    raw.numa_binding));
   }
   c.numa_binding = raw.numa_binding;
   c.virtual_local_rank = raw.virtual_local_rank;
   if (c.virtual_local_rank && host.cuda_visible_devices &&
       c.nproc_per_node > static_cast<int>(c.gpus.size())) {
-    return usage(fmt::format("--virtual-local-rank: {} workers but CUDA_VISIBLE_DEVICES='{}' names "
-                             "{} device(s)", c.nproc_per_node, *host.cuda_visible_devices,
-                             c.gpus.size()));
+    return usage(
+        fmt::format("--virtual-local-rank: {} workers but CUDA_VISIBLE_DEVICES='{}' names "
+                    "{} device(s)",
+                    c.nproc_per_node, *host.cuda_visible_devices, c.gpus.size()));
   }
 
   // Output.
@@ -308,7 +322,8 @@ Result<ConfiguredLaunch> config_from_options(const RawOptions& raw, const HostFa
   c.events = raw.events;
   if (c.events.rfind("fd:", 0) == 0) {
     auto fd = parse_integer("--events fd", std::string_view(c.events).substr(3), 0, 1'000'000);
-    if (!fd) return usage(fmt::format("--events: '{}' is not fd:N with N a descriptor number", c.events));
+    if (!fd)
+      return usage(fmt::format("--events: '{}' is not fd:N with N a descriptor number", c.events));
   }
   // torchrun's console handler logs events to stderr; ddprun writes its JSON events there.
   if (c.events.empty() && raw.event_log_handler == "console") c.events = "fd:2";

@@ -15,8 +15,9 @@ std::string_view trim(std::string_view s) {
 }
 
 bool all_digits(std::string_view s) {
-  return !s.empty() && std::all_of(s.begin(), s.end(),
-                                   [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isdigit(static_cast<unsigned char>(c));
+  });
 }
 
 bool is_device_entry(std::string_view entry) {
@@ -61,7 +62,8 @@ int count_driver_gpus(const std::filesystem::path& root) {
   for (auto it = fs::directory_iterator(dev, ec); !ec && it != fs::directory_iterator();
        it.increment(ec)) {
     std::string name = it->path().filename().string();
-    if (name.size() > 6 && name.rfind("nvidia", 0) == 0 && all_digits(std::string_view(name).substr(6))) {
+    if (name.size() > 6 && name.rfind("nvidia", 0) == 0 &&
+        all_digits(std::string_view(name).substr(6))) {
       ++count;
     }
   }

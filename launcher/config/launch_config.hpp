@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "launcher/common/result.hpp"
-#include "launcher/config/raw_options.hpp"
 #include "launcher/config/numa_binding.hpp"
+#include "launcher/config/raw_options.hpp"
 #include "launcher/config/value_parsers.hpp"
 #include "launcher/health/health_settings.hpp"
 #include "launcher/output/line_prefix.hpp"
@@ -24,10 +24,10 @@ namespace ddp::launcher {
 
 /// How the program is started (never through a shell).
 enum class ProgramKind {
-  PythonScript,  // PYTHON -u script args   (*.py, or --run_path)
-  PythonModule,  // PYTHON -u -m module args (-m)
-  PythonRunPath, // PYTHON -u -c <runpy.run_path(script)> script args (--run_path, as torchrun)
-  Executable,    // program args            (--no_python, or anything that is not *.py)
+  PythonScript,   // PYTHON -u script args   (*.py, or --run_path)
+  PythonModule,   // PYTHON -u -m module args (-m)
+  PythonRunPath,  // PYTHON -u -c <runpy.run_path(script)> script args (--run_path, as torchrun)
+  Executable,     // program args            (--no_python, or anything that is not *.py)
 };
 
 struct LaunchConfig {
@@ -59,7 +59,7 @@ struct LaunchConfig {
   StreamSpec tee;
   std::optional<std::set<int>> console_ranks;  // --local_ranks_filter; nullopt = all
 
-  LinePrefixStyle line_prefix;    // --no-prefix, --log-line-prefix-template
+  LinePrefixStyle line_prefix;  // --no-prefix, --log-line-prefix-template
   ColorMode color = ColorMode::Auto;
   std::vector<std::string> duplicate_stdout_filters;  // torchrun's filtered_stdout.log
   std::vector<std::string> duplicate_stderr_filters;
@@ -68,7 +68,7 @@ struct LaunchConfig {
   /// Signals that stop the job (--signals-to-handle); SIGUSR1/SIGUSR2 not listed here are only
   /// forwarded to the workers.
   std::vector<int> stop_signals{SIGTERM, SIGINT, SIGHUP, SIGQUIT};
-  std::string events;  // "", "-", "fd:N" or a path
+  std::string events;               // "", "-", "fd:N" or a path
   bool virtual_local_rank = false;  // LOCAL_RANK=0, CUDA_VISIBLE_DEVICES = the worker's device
   std::string numa_binding;         // "", node, socket, exclusive, core-complex
   std::vector<NumaPlacement> numa_placements;  // one per local rank when numa_binding is set

@@ -15,15 +15,19 @@ Error usage(std::string message) { return Error{exit_codes::kUsage, std::move(me
 
 }  // namespace
 
-Result<std::vector<NumaPlacement>> plan_numa_binding(std::string_view mode, const NumaTopology& topo,
-                                                     const std::vector<std::string>& gpus, int nproc) {
+Result<std::vector<NumaPlacement>> plan_numa_binding(std::string_view mode,
+                                                     const NumaTopology& topo,
+                                                     const std::vector<std::string>& gpus,
+                                                     int nproc) {
   std::vector<int> cpu_nodes;  // nodes that have CPUs
   for (const auto& [node, cpus] : topo.node_cpus) {
     if (!cpus.empty()) cpu_nodes.push_back(node);
   }
   if (cpu_nodes.empty()) {
-    return usage(fmt::format("--numa-binding {}: this machine shows no NUMA nodes with CPUs "
-                             "(/sys/devices/system/node)", mode));
+    return usage(
+        fmt::format("--numa-binding {}: this machine shows no NUMA nodes with CPUs "
+                    "(/sys/devices/system/node)",
+                    mode));
   }
   std::vector<NumaPlacement> out(static_cast<size_t>(nproc));
   for (int r = 0; r < nproc; ++r) {
@@ -68,8 +72,10 @@ Result<std::vector<NumaPlacement>> plan_numa_binding(std::string_view mode, cons
     } else if (mode == "exclusive") {
       const int n = static_cast<int>(node_cpus.size());
       if (sharing > n) {
-        return usage(fmt::format("--numa-binding exclusive: {} workers on NUMA node {} but it has "
-                                 "only {} CPU(s)", sharing, p.node, n));
+        return usage(
+            fmt::format("--numa-binding exclusive: {} workers on NUMA node {} but it has "
+                        "only {} CPU(s)",
+                        sharing, p.node, n));
       }
       const int begin = slot * n / sharing, end = (slot + 1) * n / sharing;
       p.cpus.assign(node_cpus.begin() + begin, node_cpus.begin() + end);
@@ -84,8 +90,10 @@ Result<std::vector<NumaPlacement>> plan_numa_binding(std::string_view mode, cons
       }
       p.cpus = complexes[slot % complexes.size()];
     } else {
-      return usage(fmt::format("--numa-binding: '{}' is not one of node, socket, exclusive, "
-                               "core-complex", mode));
+      return usage(
+          fmt::format("--numa-binding: '{}' is not one of node, socket, exclusive, "
+                      "core-complex",
+                      mode));
     }
   }
   return out;

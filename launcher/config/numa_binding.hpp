@@ -30,7 +30,9 @@ struct NumaPlacement {
 
 /// One placement per local rank. `gpus`: the devices this node's workers use (LaunchConfig::gpus).
 /// Error (exit 2) when the machine shows no NUMA topology or the mode cannot be applied.
-Result<std::vector<NumaPlacement>> plan_numa_binding(std::string_view mode, const NumaTopology& topo,
-                                                     const std::vector<std::string>& gpus, int nproc);
+Result<std::vector<NumaPlacement>> plan_numa_binding(std::string_view mode,
+                                                     const NumaTopology& topo,
+                                                     const std::vector<std::string>& gpus,
+                                                     int nproc);
 
 }  // namespace ddp::launcher

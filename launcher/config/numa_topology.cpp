@@ -47,7 +47,8 @@ std::vector<int> parse_cpu_list(std::string_view text) {
   for (std::string part; std::getline(in, part, ',');) {
     int lo = 0, hi = 0;
     auto dash = part.find('-');
-    auto first = std::from_chars(part.data(), part.data() + (dash == std::string::npos ? part.size() : dash), lo);
+    auto first = std::from_chars(
+        part.data(), part.data() + (dash == std::string::npos ? part.size() : dash), lo);
     if (first.ec != std::errc()) continue;
     hi = lo;
     if (dash != std::string::npos &&
@@ -90,7 +91,8 @@ NumaTopology read_numa_topology(const fs::path& root) {
   }
   for (int cpu : online) {
     const fs::path dir = root / fmt::format("sys/devices/system/cpu/cpu{}", cpu);
-    if (auto package = read_int(dir / "topology/physical_package_id")) topo.cpu_package[cpu] = *package;
+    if (auto package = read_int(dir / "topology/physical_package_id"))
+      topo.cpu_package[cpu] = *package;
     auto l3 = parse_cpu_list(read_line(dir / "cache/index3/shared_cpu_list"));
     if (!l3.empty()) topo.cpu_l3[cpu] = l3;
   }
@@ -103,7 +105,8 @@ NumaTopology read_numa_topology(const fs::path& root) {
   for (const auto& bus : bus_ids) {
     std::string lower = bus;
     std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
-    topo.gpu_nodes.push_back(read_int(root / "sys/bus/pci/devices" / lower / "numa_node").value_or(-1));
+    topo.gpu_nodes.push_back(
+        read_int(root / "sys/bus/pci/devices" / lower / "numa_node").value_or(-1));
   }
   return topo;
 }

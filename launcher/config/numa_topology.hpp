@@ -14,7 +14,7 @@ struct NumaTopology {
   std::map<int, std::vector<int>> node_cpus;  // NUMA node → its online CPUs (ascending)
   std::map<int, int> cpu_package;             // CPU → physical package (socket), when known
   std::map<int, std::vector<int>> cpu_l3;     // CPU → CPUs sharing its L3 cache, when known
-  std::vector<int> gpu_nodes;                 // NVIDIA GPUs in PCI bus order → NUMA node (-1 unknown)
+  std::vector<int> gpu_nodes;  // NVIDIA GPUs in PCI bus order → NUMA node (-1 unknown)
 };
 
 /// Reads /sys/devices/system/{node,cpu} and the NVIDIA GPUs' PCI numa_node under `root`.

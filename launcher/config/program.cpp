@@ -76,7 +76,8 @@ Result<std::string> resolve_executable(const std::string& name, const std::strin
   return not_executable(fmt::format("cannot run '{}': not found on PATH", name));
 }
 
-Result<std::string> resolve_worker_executable(const LaunchConfig& config, const std::string& path_env) {
+Result<std::string> resolve_worker_executable(const LaunchConfig& config,
+                                              const std::string& path_env) {
   if (config.program_kind == ProgramKind::Executable) {
     return resolve_executable(config.program, path_env);
   }
@@ -89,7 +90,8 @@ Result<std::string> resolve_worker_executable(const LaunchConfig& config, const 
       config.program_kind == ProgramKind::PythonRunPath) {
     struct stat st {};
     if (::stat(config.program.c_str(), &st) != 0) {
-      return not_executable(fmt::format("cannot run '{}': {}", config.program, std::strerror(errno)));
+      return not_executable(
+          fmt::format("cannot run '{}': {}", config.program, std::strerror(errno)));
     }
     if (S_ISDIR(st.st_mode)) {
       return not_executable(fmt::format("cannot run '{}': is a directory", config.program));

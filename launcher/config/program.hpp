@@ -27,6 +27,7 @@ Result<std::string> resolve_executable(const std::string& name, const std::strin
 
 /// The executable to exec for this configuration (the interpreter for Python programs), resolved
 /// and checked; for a Python script, also checks that the script is a readable regular file.
-Result<std::string> resolve_worker_executable(const LaunchConfig& config, const std::string& path_env);
+Result<std::string> resolve_worker_executable(const LaunchConfig& config,
+                                              const std::string& path_env);
 
 }  // namespace ddp::launcher

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: MIT
 #include "launcher/config/value_parsers.hpp"
 
+#include <fmt/format.h>
 #include <charconv>
 #include <cmath>
 #include <vector>
-#include <fmt/format.h>
 
 #include "launcher/common/exit_codes.hpp"
 
@@ -44,8 +44,8 @@ std::string_view trim(std::string_view s) {
 
 Result<NodeRange> parse_node_range(std::string_view text) {
   auto bad = [&](std::string_view why) {
-    return usage(fmt::format("--nnodes: '{}' {} (expected N or MIN:MAX with 0 < MIN <= MAX)",
-                             text, why));
+    return usage(
+        fmt::format("--nnodes: '{}' {} (expected N or MIN:MAX with 0 < MIN <= MAX)", text, why));
   };
   auto colon = text.find(':');
   std::optional<long long> lo, hi;
@@ -90,9 +90,9 @@ StreamSet StreamSpec::for_rank(int local_rank) const {
 
 Result<StreamSpec> parse_stream_spec(std::string_view flag, std::string_view text) {
   auto bad = [&] {
-    return usage(fmt::format(
-        "{}: '{}' is malformed (expected 0-3, or LOCAL_RANK:0-3 pairs such as 0:1,1:2)", flag,
-        text));
+    return usage(
+        fmt::format("{}: '{}' is malformed (expected 0-3, or LOCAL_RANK:0-3 pairs such as 0:1,1:2)",
+                    flag, text));
   };
   auto stream_set = [](std::string_view v) -> std::optional<StreamSet> {
     auto n = to_integer(v);
@@ -154,7 +154,8 @@ Result<HostPort> parse_host_port(std::string_view flag, std::string_view text) {
   std::string_view port_text;
   if (!text.empty() && text.front() == '[') {  // [v6]:port
     auto close = text.find(']');
-    if (close == std::string_view::npos) return usage(fmt::format("{}: '{}' is malformed", flag, text));
+    if (close == std::string_view::npos)
+      return usage(fmt::format("{}: '{}' is malformed", flag, text));
     hp.host = std::string(text.substr(1, close - 1));
     auto rest = text.substr(close + 1);
     if (!rest.empty()) {

@@ -37,7 +37,8 @@ int global_rank(const LaunchConfig& config, int local_rank) {
   return config.node_rank * config.nproc_per_node + local_rank;
 }
 
-int global_rank(const LaunchConfig& config, const std::optional<GroupLayout>& group, int local_rank) {
+int global_rank(const LaunchConfig& config, const std::optional<GroupLayout>& group,
+                int local_rank) {
   return group ? group->base_rank + local_rank : global_rank(config, local_rank);
 }
 
@@ -66,7 +67,8 @@ EnvMap worker_env_additions(const LaunchConfig& config, const WorkerSlot& slot,
   for (const char* name : {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING"}) {
     if (!parent.count(name)) add.emplace(name, "1");
   }
-  if (config.default_omp_threads && !parent.count("OMP_NUM_THREADS")) add.emplace("OMP_NUM_THREADS", "1");
+  if (config.default_omp_threads && !parent.count("OMP_NUM_THREADS"))
+    add.emplace("OMP_NUM_THREADS", "1");
   if (config.bind_gpu && slot.local_rank < static_cast<int>(config.gpus.size())) {
     add["CUDA_VISIBLE_DEVICES"] = config.gpus[slot.local_rank];
   }

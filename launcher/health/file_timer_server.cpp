@@ -6,10 +6,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
-#include <fmt/format.h>
 
 #include "launcher/common/exit_codes.hpp"
 
@@ -131,7 +131,8 @@ void FileTimerServer::schedule() {
   double wait_s = std::max(0.0, *next - epoch_seconds());
   // Far-future deadlines: wake up at most once an hour to re-check (clock changes).
   wait_s = std::min(wait_s, 3600.0);
-  deadline_timer_.expires_after(std::chrono::microseconds(static_cast<long long>(wait_s * 1e6) + 1));
+  deadline_timer_.expires_after(
+      std::chrono::microseconds(static_cast<long long>(wait_s * 1e6) + 1));
   deadline_timer_.async_wait([this](const boost::system::error_code& ec) {
     if (!ec) check_expired();
   });

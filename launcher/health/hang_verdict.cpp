@@ -14,7 +14,8 @@ std::optional<HangVerdict> judge_hang(const ProgressTracker& tracker, const Hang
   const auto timeout = timeouts.applying(tracker);
   auto alive = tracker.alive_by_oldest_progress();
   if (alive.empty()) return std::nullopt;
-  auto idle = std::chrono::duration_cast<std::chrono::milliseconds>(now - tracker.job_last_progress());
+  auto idle =
+      std::chrono::duration_cast<std::chrono::milliseconds>(now - tracker.job_last_progress());
   if (idle < timeout) return std::nullopt;
   return HangVerdict{idle, std::move(alive)};
 }

@@ -7,10 +7,10 @@
 #include <cerrno>
 #include <cstring>
 
-#include <algorithm>
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
+#include <algorithm>
 #include <boost/asio/post.hpp>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "launcher/run/failure_report.hpp"
@@ -32,12 +32,18 @@ double seconds_between(Clock::time_point from, Clock::time_point to) {
 
 const char* HealthMonitor::phase_name(Phase phase) {
   switch (phase) {
-    case Phase::Starting: return "starting";
-    case Phase::Running: return "running";
-    case Phase::Hung: return "hung";
-    case Phase::Stopping: return "stopping";
-    case Phase::Succeeded: return "succeeded";
-    case Phase::Failed: return "failed";
+    case Phase::Starting:
+      return "starting";
+    case Phase::Running:
+      return "running";
+    case Phase::Hung:
+      return "hung";
+    case Phase::Stopping:
+      return "stopping";
+    case Phase::Succeeded:
+      return "succeeded";
+    case Phase::Failed:
+      return "failed";
   }
   return "?";
 }
@@ -71,7 +77,8 @@ Result<Ok> HealthMonitor::open(const std::string& socket_dir, int nproc_per_node
   }
   for (int r = 0; r < nproc_per_node; ++r) {
     auto socket = std::make_unique<HeartbeatSocket>(
-        io_, [this, r](size_t count, std::optional<long long> step) { on_heartbeat(r, count, step); });
+        io_,
+        [this, r](size_t count, std::optional<long long> step) { on_heartbeat(r, count, step); });
     auto opened = socket->open(fmt::format("{}/heartbeat-{}.sock", dir, r));
     if (!opened) return opened.error();
     heartbeats_.push_back(std::move(socket));
@@ -84,7 +91,8 @@ Result<Ok> HealthMonitor::open(const std::string& socket_dir, int nproc_per_node
       hooks_.say(fmt::format("warning: ignoring a line in the timer pipe: {}", why));
     };
     timer_server_ = std::make_unique<FileTimerServer>(io_, std::move(handlers));
-    std::string path = settings_.timer_file.empty() ? socket_dir + "/watchdog_timer" : settings_.timer_file;
+    std::string path =
+        settings_.timer_file.empty() ? socket_dir + "/watchdog_timer" : settings_.timer_file;
     auto opened = timer_server_->open(path);
     if (!opened) return opened.error();
     hooks_.emit("file_timer", {{"path", path}});
@@ -95,8 +103,10 @@ Result<Ok> HealthMonitor::open(const std::string& socket_dir, int nproc_per_node
     auto port = status_server_->open(settings_.status_addr, *settings_.status_port);
     if (!port) return port.error();
     status_port_ = *port;
-    hooks_.emit("status", {{"address", settings_.status_addr}, {"port", status_port_},
-                            {"url", fmt::format("http://{}:{}/status", settings_.status_addr, status_port_)}});
+    hooks_.emit("status",
+                {{"address", settings_.status_addr},
+                 {"port", status_port_},
+                 {"url", fmt::format("http://{}:{}/status", settings_.status_addr, status_port_)}});
     hooks_.say(fmt::format("status endpoint: http://{}:{}/ (healthz, status, metrics)",
                            settings_.status_addr.find(':') == std::string::npos
                                ? settings_.status_addr
@@ -141,7 +151,8 @@ void HealthMonitor::on_heartbeat(int local_rank, size_t count, std::optional<lon
   record_progress(local_rank, ProgressSource::Heartbeat, step);
 }
 
-void HealthMonitor::record_progress(int local_rank, ProgressSource source, std::optional<long long> step) {
+void HealthMonitor::record_progress(int local_rank, ProgressSource source,
+                                    std::optional<long long> step) {
   const bool first = !tracker_.active_source();
   tracker_.record(static_cast<size_t>(local_rank), source, Clock::now(), step);
   // The first progress ends the startup timeout: the verdict may now come much sooner.
@@ -170,7 +181,7 @@ void HealthMonitor::on_timers_expired(const std::vector<ExpiredTimer>& expired) 
   for (const auto& e : expired) {
     const int local = local_rank_of(e.pid);
     const int rank = local >= 0 ? workers_[local].rank : -1;
-    nlohmann::json fields{{"pid", e.pid}, {"scope", e.scope}, {"deadline", e.deadline},
+    nlohmann::json fields{{"pid", e.pid},       {"scope", e.scope},       {"deadline", e.deadline},
                           {"signal", e.signal}, {"scopes", e.all_scopes}, {"attempt", attempt_}};
     if (local >= 0) {
       fields["rank"] = rank;
@@ -179,15 +190,17 @@ void HealthMonitor::on_timers_expired(const std::vector<ExpiredTimer>& expired) 
     hooks_.emit("timer_expired", fields);
     ++timer_expirations_;
     if (e.signal <= 0) {  // as torch: nobody asked for a signal, nobody is reaped
-      hooks_.say(fmt::format("watchdog timer '{}' of pid {} expired; it asked for no signal", e.scope, e.pid));
+      hooks_.say(fmt::format("watchdog timer '{}' of pid {} expired; it asked for no signal",
+                             e.scope, e.pid));
       continue;
     }
     HealthStop stop;
-    stop.text = fmt::format("timer_expired: {}pid {}, scope '{}', deadline {}", 
-                            rank >= 0 ? fmt::format("rank {}, ", rank) : std::string(), e.pid, e.scope,
-                            format_utc(std::chrono::system_clock::time_point(
-                                std::chrono::duration_cast<std::chrono::system_clock::duration>(
-                                    std::chrono::duration<double>(e.deadline)))));
+    stop.text =
+        fmt::format("timer_expired: {}pid {}, scope '{}', deadline {}",
+                    rank >= 0 ? fmt::format("rank {}, ", rank) : std::string(), e.pid, e.scope,
+                    format_utc(std::chrono::system_clock::time_point(
+                        std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                            std::chrono::duration<double>(e.deadline)))));
     hooks_.say(fmt::format("{}; saving stacks, then {}", stop.text, signal_name(e.signal)));
     const pid_t pid = e.pid;
     const int sig = e.signal;
@@ -232,12 +245,15 @@ void HealthMonitor::check_hang() {
     if (r.step) s["last_step"] = *r.step;
     suspects.push_back(s);
     if (i < kSuspectsNamed) {
-      stop.details.push_back(fmt::format("rank {} (local_rank {}): last progress {:.1f} s ago{}", r.rank,
-                                         local, age, r.step ? fmt::format(", step {}", *r.step) : ""));
+      stop.details.push_back(fmt::format("rank {} (local_rank {}): last progress {:.1f} s ago{}",
+                                         r.rank, local, age,
+                                         r.step ? fmt::format(", step {}", *r.step) : ""));
     }
   }
-  hooks_.emit("hang", {{"attempt", attempt_}, {"idle_s", verdict->idle.count() / 1000.0},
-                        {"source", source ? source_name(*source) : "start"}, {"suspects", suspects}});
+  hooks_.emit("hang", {{"attempt", attempt_},
+                       {"idle_s", verdict->idle.count() / 1000.0},
+                       {"source", source ? source_name(*source) : "start"},
+                       {"suspects", suspects}});
   hooks_.say(fmt::format("{}; saving every worker's stacks before stopping the job", stop.text));
   dump_stacks("hang", [this, stop](std::vector<std::string> saved) mutable {
     stop.details.insert(stop.details.end(), saved.begin(), saved.end());
@@ -279,18 +295,23 @@ void HealthMonitor::dump_stacks(const std::string& reason,
       saved.push_back(fmt::format("rank {} stacks: {}{}{}", r.rank, r.output_path,
                                   r.tool.empty() ? " (no tool)" : " (" + r.tool + ")",
                                   r.timed_out ? " [tool timed out]" : ""));
-      files.push_back({{"rank", r.rank}, {"pid", r.pid}, {"path", r.output_path}, {"tool", r.tool},
+      files.push_back({{"rank", r.rank},
+                       {"pid", r.pid},
+                       {"path", r.output_path},
+                       {"tool", r.tool},
                        {"timed_out", r.timed_out}});
     }
-    hooks_.emit("stacks_saved", {{"attempt", attempt_}, {"files", files},
-                                  {"seconds", seconds_between(started, Clock::now())}});
+    hooks_.emit("stacks_saved", {{"attempt", attempt_},
+                                 {"files", files},
+                                 {"seconds", seconds_between(started, Clock::now())}});
     then(std::move(saved));
   });
 }
 
 void HealthMonitor::schedule_straggler_tick() {
   if (settings_.straggler_ratio <= 0) return;
-  straggler_timer_.expires_after(std::min<Clock::duration>(kStragglerTick, settings_.straggler_window / 4));
+  straggler_timer_.expires_after(
+      std::min<Clock::duration>(kStragglerTick, settings_.straggler_window / 4));
   straggler_timer_.async_wait([this](const boost::system::error_code& ec) {
     if (ec || phase_ != Phase::Running) return;
     std::vector<std::optional<long long>> steps;
@@ -298,23 +319,28 @@ void HealthMonitor::schedule_straggler_tick() {
     for (const auto& s : stragglers_.evaluate(steps, Clock::now())) {
       ++stragglers_found_;
       const int rank = tracker_.ranks()[s.local_rank].rank;
-      hooks_.emit("straggler", {{"rank", rank}, {"local_rank", s.local_rank}, {"attempt", attempt_},
-                                 {"steps_per_s", s.rate}, {"median_steps_per_s", s.median_rate}});
-      hooks_.say(fmt::format("rank {} is a straggler: {:.3g} steps/s against a median of {:.3g} "
-                             "(--straggler-ratio {:.3g}); no action taken",
-                             rank, s.rate, s.median_rate, settings_.straggler_ratio));
+      hooks_.emit("straggler", {{"rank", rank},
+                                {"local_rank", s.local_rank},
+                                {"attempt", attempt_},
+                                {"steps_per_s", s.rate},
+                                {"median_steps_per_s", s.median_rate}});
+      hooks_.say(
+          fmt::format("rank {} is a straggler: {:.3g} steps/s against a median of {:.3g} "
+                      "(--straggler-ratio {:.3g}); no action taken",
+                      rank, s.rate, s.median_rate, settings_.straggler_ratio));
     }
     schedule_straggler_tick();
   });
 }
 
-void HealthMonitor::worker_exited(int local_rank, const ExitStatus& status, bool terminated_by_ddprun) {
+void HealthMonitor::worker_exited(int local_rank, const ExitStatus& status,
+                                  bool terminated_by_ddprun) {
   if (local_rank < 0 || static_cast<size_t>(local_rank) >= tracker_.ranks().size()) return;
   tracker_.record_exit(static_cast<size_t>(local_rank), Clock::now());
-  std::string cause = status.success() ? "success"
-                      : terminated_by_ddprun ? "stopped_by_ddprun"
+  std::string cause = status.success()                            ? "success"
+                      : terminated_by_ddprun                      ? "stopped_by_ddprun"
                       : status.kind == ExitStatus::Kind::Signaled ? "signal"
-                                                                   : "exit_code";
+                                                                  : "exit_code";
   ++exits_by_cause_[cause];
   if (timer_server_ && static_cast<size_t>(local_rank) < workers_.size()) {
     timer_server_->forget(workers_[local_rank].pid);
@@ -331,12 +357,17 @@ std::optional<std::string> HealthMonitor::attempt_failed() {
   const auto best = tracker_.best_step();
   if (!restarts_policy_.attempt_failed(best)) return std::nullopt;
   std::string why = fmt::format(
-      "{} restart(s) in a row reached no step beyond {} (--no-progress-restarts {}); not restarting",
+      "{} restart(s) in a row reached no step beyond {} (--no-progress-restarts {}); not "
+      "restarting",
       restarts_policy_.in_a_row(),
       restarts_policy_.job_best() ? std::to_string(*restarts_policy_.job_best()) : "none",
       settings_.no_progress_restarts);
-  hooks_.emit("no_progress_restarts", {{"attempt", attempt_}, {"in_a_row", restarts_policy_.in_a_row()},
-                                        {"best_step", restarts_policy_.job_best() ? nlohmann::json(*restarts_policy_.job_best()) : nlohmann::json()}});
+  hooks_.emit(
+      "no_progress_restarts",
+      {{"attempt", attempt_},
+       {"in_a_row", restarts_policy_.in_a_row()},
+       {"best_step", restarts_policy_.job_best() ? nlohmann::json(*restarts_policy_.job_best())
+                                                 : nlohmann::json()}});
   return why;
 }
 
@@ -358,13 +389,16 @@ void HealthMonitor::finish(bool succeeded) {
 
 HttpAnswer HealthMonitor::answer(const std::string& target) const {
   if (target == "/healthz") {
-    if (phase_ == Phase::Running || phase_ == Phase::Starting) return {200, "text/plain; charset=utf-8", "ok\n"};
+    if (phase_ == Phase::Running || phase_ == Phase::Starting)
+      return {200, "text/plain; charset=utf-8", "ok\n"};
     return {503, "text/plain; charset=utf-8", fmt::format("{}\n", phase_name(phase_))};
   }
   if (target == "/status") return {200, "application/json", status_json()};
-  if (target == "/metrics") return {200, "text/plain; version=0.0.4; charset=utf-8", metrics_text()};
+  if (target == "/metrics")
+    return {200, "text/plain; version=0.0.4; charset=utf-8", metrics_text()};
   if (target == "/") {
-    return {200, "text/plain; charset=utf-8", "ddprun status endpoint: /healthz /status /metrics\n"};
+    return {200, "text/plain; charset=utf-8",
+            "ddprun status endpoint: /healthz /status /metrics\n"};
   }
   return {404, "text/plain; charset=utf-8", "not found\n"};
 }
@@ -374,7 +408,9 @@ std::string HealthMonitor::status_json() const {
   nlohmann::json ranks = nlohmann::json::array();
   const auto& tr = tracker_.ranks();
   for (size_t i = 0; i < workers_.size() && i < tr.size(); ++i) {
-    nlohmann::json r{{"rank", tr[i].rank}, {"local_rank", i}, {"pid", workers_[i].pid},
+    nlohmann::json r{{"rank", tr[i].rank},
+                     {"local_rank", i},
+                     {"pid", workers_[i].pid},
                      {"state", tr[i].alive ? "running" : "exited"},
                      {"last_progress_age_s", seconds_between(tracker_.last_progress(i), now)},
                      {"heartbeats", tr[i].heartbeats}};
@@ -382,42 +418,49 @@ std::string HealthMonitor::status_json() const {
     ranks.push_back(r);
   }
   const auto source = tracker_.active_source();
-  nlohmann::json j{{"phase", phase_name(phase_)},
-                   {"attempt", attempt_},
-                   {"restarts", attempt_},
-                   {"nodes", nnodes_},
-                   {"host", host_},
-                   {"progress_source", source ? nlohmann::json(source_name(*source)) : nlohmann::json()},
-                   {"hang_timeout_s", settings_.hang_timeout.count() / 1000.0},
-                   {"hang_verdicts", hang_verdicts_},
-                   {"timer_expirations", timer_expirations_},
-                   {"ranks", ranks}};
+  nlohmann::json j{
+      {"phase", phase_name(phase_)},
+      {"attempt", attempt_},
+      {"restarts", attempt_},
+      {"nodes", nnodes_},
+      {"host", host_},
+      {"progress_source", source ? nlohmann::json(source_name(*source)) : nlohmann::json()},
+      {"hang_timeout_s", settings_.hang_timeout.count() / 1000.0},
+      {"hang_verdicts", hang_verdicts_},
+      {"timer_expirations", timer_expirations_},
+      {"ranks", ranks}};
   return j.dump() + "\n";
 }
 
 std::string HealthMonitor::metrics_text() const {
   const auto now = Clock::now();
   PrometheusText m;
-  m.family("ddprun_up", "gauge", "1 while ddprun runs and its workers make progress").sample(
-      {}, phase_ == Phase::Running || phase_ == Phase::Starting ? 1 : 0);
+  m.family("ddprun_up", "gauge", "1 while ddprun runs and its workers make progress")
+      .sample({}, phase_ == Phase::Running || phase_ == Phase::Starting ? 1 : 0);
   m.family("ddprun_attempt", "gauge", "Current attempt (0: the first)").sample({}, attempt_);
   m.family("ddprun_restarts_total", "counter", "Restarts of the worker group").sample({}, attempt_);
   auto& exits = m.family("ddprun_worker_exits_total", "counter", "Worker exits by cause");
   for (const char* cause : {"success", "exit_code", "signal", "stopped_by_ddprun"}) {
     auto it = exits_by_cause_.find(cause);
-    exits.sample({{"cause", cause}}, it == exits_by_cause_.end() ? 0 : static_cast<double>(it->second));
+    exits.sample({{"cause", cause}},
+                 it == exits_by_cause_.end() ? 0 : static_cast<double>(it->second));
   }
-  m.family("ddprun_hang_verdicts_total", "counter", "Hang verdicts (--hang-timeout)").sample({}, hang_verdicts_);
-  m.family("ddprun_timer_expirations_total", "counter", "Expired watchdog timers").sample({}, timer_expirations_);
+  m.family("ddprun_hang_verdicts_total", "counter", "Hang verdicts (--hang-timeout)")
+      .sample({}, hang_verdicts_);
+  m.family("ddprun_timer_expirations_total", "counter", "Expired watchdog timers")
+      .sample({}, timer_expirations_);
   m.family("ddprun_stragglers_total", "counter", "Straggler notices").sample({}, stragglers_found_);
-  m.family("ddprun_heartbeats_total", "counter", "Heartbeat datagrams received").sample({}, heartbeats_total_);
+  m.family("ddprun_heartbeats_total", "counter", "Heartbeat datagrams received")
+      .sample({}, heartbeats_total_);
   const auto& tr = tracker_.ranks();
-  auto& age = m.family("ddprun_rank_last_progress_age_seconds", "gauge", "Seconds since each rank last made progress");
+  auto& age = m.family("ddprun_rank_last_progress_age_seconds", "gauge",
+                       "Seconds since each rank last made progress");
   for (size_t i = 0; i < tr.size(); ++i) {
     age.sample({{"rank", std::to_string(tr[i].rank)}, {"local_rank", std::to_string(i)}},
                seconds_between(tracker_.last_progress(i), now));
   }
-  auto& step = m.family("ddprun_rank_step", "gauge", "Last step number each rank's heartbeat carried");
+  auto& step =
+      m.family("ddprun_rank_step", "gauge", "Last step number each rank's heartbeat carried");
   for (size_t i = 0; i < tr.size(); ++i) {
     if (tr[i].step) {
       step.sample({{"rank", std::to_string(tr[i].rank)}, {"local_rank", std::to_string(i)}},
@@ -425,7 +468,8 @@ std::string HealthMonitor::metrics_text() const {
     }
   }
   if (hooks_.extra_gauges) {
-    for (const auto& [name, help, value] : hooks_.extra_gauges()) m.family(name, "gauge", help).sample({}, value);
+    for (const auto& [name, help, value] : hooks_.extra_gauges())
+      m.family(name, "gauge", help).sample({}, value);
   }
   return m.str();
 }

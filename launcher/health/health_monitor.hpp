@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
 #include "launcher/common/result.hpp"
 #include "launcher/health/file_timer_server.hpp"
 #include "launcher/health/hang_verdict.hpp"
@@ -29,7 +30,6 @@
 #include "launcher/health/stack_dumper.hpp"
 #include "launcher/health/status_server.hpp"
 #include "launcher/health/straggler_detector.hpp"
-#include <nlohmann/json.hpp>
 #include "launcher/status/exit_status.hpp"
 
 namespace ddp::launcher::health {
@@ -44,14 +44,14 @@ struct MonitoredWorker {
 
 /// What the summary says about a hang or an expired timer.
 struct HealthStop {
-  std::string text;              // one line: what happened
+  std::string text;                  // one line: what happened
   std::vector<std::string> details;  // suspects, stack files
 };
 
 class HealthMonitor {
  public:
   struct Hooks {
-    std::function<void(const std::string&)> say;  // one "ddprun: ..." line
+    std::function<void(const std::string&)> say;                         // one "ddprun: ..." line
     std::function<void(const char* event, nlohmann::json fields)> emit;  // an --events line
     /// The job is hung; its stacks are saved. Stop it as failed (exit 75).
     std::function<void(const HealthStop&)> on_hung;
@@ -69,7 +69,8 @@ class HealthMonitor {
 
   /// Before the first worker: the heartbeat sockets (one per local rank) in `socket_dir`, the
   /// timer FIFO and the status endpoint. `nnodes` and `host` are for /status.
-  Result<Ok> open(const std::string& socket_dir, int nproc_per_node, int nnodes, const std::string& host);
+  Result<Ok> open(const std::string& socket_dir, int nproc_per_node, int nnodes,
+                  const std::string& host);
   /// The variables each worker gets: DDPRUN_HEARTBEAT_SOCKET, TORCHELASTIC_TIMER_FILE.
   std::map<std::string, std::string> worker_environment(int local_rank) const;
   /// Called by a worker's output pump for each chunk that ends one line or more.
@@ -100,7 +101,9 @@ class HealthMonitor {
   void record_progress(int local_rank, ProgressSource source, std::optional<long long> step);
   void on_timer_request(const TimerRequest& request);
   void on_timers_expired(const std::vector<ExpiredTimer>& expired);
-  HangTimeouts hang_timeouts() const { return {settings_.hang_timeout, settings_.hang_startup_timeout}; }
+  HangTimeouts hang_timeouts() const {
+    return {settings_.hang_timeout, settings_.hang_startup_timeout};
+  }
   void schedule_hang_check();
   void check_hang();
   void schedule_straggler_tick();
@@ -127,7 +130,7 @@ class HealthMonitor {
   boost::asio::steady_timer hang_timer_;
   boost::asio::steady_timer straggler_timer_;
   int status_port_ = 0;
-  std::string own_socket_dir_;  // made for the sockets (deep --log-dir); removed at the end
+  std::string own_socket_dir_;       // made for the sockets (deep --log-dir); removed at the end
   bool stack_dump_started_ = false;  // one dump per attempt
 
   // Counters for /metrics.

@@ -26,7 +26,8 @@ Result<HealthSettings> health_settings_from(const RawHealthOptions& raw,
   s.hang_timeout = std::chrono::milliseconds(static_cast<long long>(*hang * 1000.0));
   auto startup = parse_seconds("--hang-startup-timeout", raw.hang_startup_timeout);
   if (!startup) return startup.error();
-  if (*startup > 86400.0 * 365) return Error{exit_codes::kUsage, "--hang-startup-timeout: more than a year"};
+  if (*startup > 86400.0 * 365)
+    return Error{exit_codes::kUsage, "--hang-startup-timeout: more than a year"};
   s.hang_startup_timeout = std::chrono::milliseconds(static_cast<long long>(*startup * 1000.0));
   auto restarts = parse_integer("--no-progress-restarts", raw.no_progress_restarts, 0, 1'000'000);
   if (!restarts) return restarts.error();

@@ -5,10 +5,10 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
-#include <fmt/format.h>
 
 #include "launcher/common/exit_codes.hpp"
 
@@ -20,7 +20,8 @@ constexpr size_t kMaxDatagram = 256;  // longer ones are truncated: still progre
 }  // namespace
 
 std::optional<long long> parse_heartbeat_step(std::string_view d) {
-  while (!d.empty() && (d.back() == '\n' || d.back() == '\r' || d.back() == ' ')) d.remove_suffix(1);
+  while (!d.empty() && (d.back() == '\n' || d.back() == '\r' || d.back() == ' '))
+    d.remove_suffix(1);
   if (!d.starts_with("step ")) return std::nullopt;
   d.remove_prefix(5);
   while (!d.empty() && d.front() == ' ') d.remove_prefix(1);
@@ -44,7 +45,8 @@ Result<Ok> HeartbeatSocket::open(const std::string& path) {
   }
   std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
   int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) return Error{exit_codes::kInternal, fmt::format("heartbeat socket: {}", std::strerror(errno))};
+  if (fd < 0)
+    return Error{exit_codes::kInternal, fmt::format("heartbeat socket: {}", std::strerror(errno))};
   ::unlink(path.c_str());
   if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
     int err = errno;
@@ -88,7 +90,8 @@ void HeartbeatSocket::drain() {
       break;  // EAGAIN: drained
     }
     ++count;
-    if (auto step = parse_heartbeat_step(std::string_view(buffer, static_cast<size_t>(n)))) last_step = step;
+    if (auto step = parse_heartbeat_step(std::string_view(buffer, static_cast<size_t>(n))))
+      last_step = step;
   }
   if (count > 0) handler_(count, last_step);
 }

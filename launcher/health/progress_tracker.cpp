@@ -7,9 +7,12 @@ namespace ddp::launcher::health {
 
 const char* source_name(ProgressSource source) {
   switch (source) {
-    case ProgressSource::Heartbeat: return "heartbeat";
-    case ProgressSource::Output: return "output";
-    case ProgressSource::Timer: return "timer";
+    case ProgressSource::Heartbeat:
+      return "heartbeat";
+    case ProgressSource::Output:
+      return "output";
+    case ProgressSource::Timer:
+      return "timer";
   }
   return "?";
 }

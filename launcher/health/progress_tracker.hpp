@@ -29,8 +29,8 @@ class ProgressTracker {
     Clock::time_point started{};
     std::optional<Clock::time_point> last[3];  // by ProgressSource
     std::optional<Clock::time_point> exited;
-    std::optional<long long> step;        // the last step number a heartbeat carried
-    std::optional<long long> best_step;   // the highest
+    std::optional<long long> step;       // the last step number a heartbeat carried
+    std::optional<long long> best_step;  // the highest
     long long heartbeats = 0;
   };
 

@@ -1,18 +1,22 @@
 // SPDX-License-Identifier: MIT
 #include "launcher/health/prometheus_text.hpp"
 
-#include <cmath>
 #include <fmt/format.h>
+#include <cmath>
 
 namespace ddp::launcher::health {
 
 std::string escape_label_value(const std::string& value) {
   std::string out;
   for (char c : value) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '"') out += "\\\"";
-    else if (c == '\n') out += "\\n";
-    else out += c;
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '"')
+      out += "\\\"";
+    else if (c == '\n')
+      out += "\\n";
+    else
+      out += c;
   }
   return out;
 }
@@ -27,9 +31,12 @@ PrometheusText::Family& PrometheusText::Family::sample(const Labels& labels, dou
     }
     samples_ += '}';
   }
-  if (std::isnan(value)) samples_ += " NaN\n";
-  else if (std::isinf(value)) samples_ += value > 0 ? " +Inf\n" : " -Inf\n";
-  else samples_ += fmt::format(" {}\n", value);
+  if (std::isnan(value))
+    samples_ += " NaN\n";
+  else if (std::isinf(value))
+    samples_ += value > 0 ? " +Inf\n" : " -Inf\n";
+  else
+    samples_ += fmt::format(" {}\n", value);
   return *this;
 }
 
@@ -50,9 +57,12 @@ std::string PrometheusText::str() const {
   for (const auto& f : families_) {
     std::string help;
     for (char c : f.help_) {
-      if (c == '\\') help += "\\\\";
-      else if (c == '\n') help += "\\n";
-      else help += c;
+      if (c == '\\')
+        help += "\\\\";
+      else if (c == '\n')
+        help += "\\n";
+      else
+        help += c;
     }
     out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", f.name_, help, f.name_, f.type_);
     out += f.samples_;

@@ -7,13 +7,13 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fmt/format.h>
 #include <sstream>
 
 #include "launcher/run/failure_report.hpp"
@@ -103,7 +103,8 @@ struct StackDumper::Run : std::enable_shared_from_this<StackDumper::Run> {
   }
 };
 
-StackDumper::StackDumper(boost::asio::io_context& io, StackTools tools, std::chrono::milliseconds limit)
+StackDumper::StackDumper(boost::asio::io_context& io, StackTools tools,
+                         std::chrono::milliseconds limit)
     : io_(io), tools_(std::move(tools)), limit_(limit) {}
 
 StackDumper::~StackDumper() { cancel(); }
@@ -116,7 +117,8 @@ void StackDumper::cancel() {
   running_.reset();
 }
 
-void StackDumper::dump(const std::vector<StackTarget>& targets, const std::string& reason, Done done) {
+void StackDumper::dump(const std::vector<StackTarget>& targets, const std::string& reason,
+                       Done done) {
   auto run = std::make_shared<Run>(io_);
   run->done = std::move(done);
   const bool refuse = busy();
@@ -134,17 +136,19 @@ void StackDumper::dump(const std::vector<StackTarget>& targets, const std::strin
       argv = {tools_.eu_stack, "-p", std::to_string(t.pid)};
     } else if (!tools_.gdb.empty()) {
       result.tool = "gdb";
-      argv = {tools_.gdb, "-nx", "-batch", "-p", std::to_string(t.pid), "-ex", "thread apply all bt"};
+      argv = {tools_.gdb,           "-nx", "-batch", "-p", std::to_string(t.pid), "-ex",
+              "thread apply all bt"};
     }
     append_line(t.output_path,
-                fmt::format("# ddprun: stacks of rank {} (pid {}) at {} ({}){}\n", t.rank, t.pid, when,
-                            reason, result.tool.empty() ? "" : ", by " + result.tool));
+                fmt::format("# ddprun: stacks of rank {} (pid {}) at {} ({}){}\n", t.rank, t.pid,
+                            when, reason, result.tool.empty() ? "" : ", by " + result.tool));
     Run::Tool tool;
     if (!argv.empty()) {
       posix_spawn_file_actions_t actions;
       posix_spawn_file_actions_init(&actions);
       posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-      posix_spawn_file_actions_addopen(&actions, 1, t.output_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+      posix_spawn_file_actions_addopen(&actions, 1, t.output_path.c_str(),
+                                       O_WRONLY | O_CREAT | O_APPEND, 0644);
       posix_spawn_file_actions_adddup2(&actions, 1, 2);
       std::vector<char*> args;
       for (auto& a : argv) args.push_back(a.data());
@@ -158,13 +162,15 @@ void StackDumper::dump(const std::vector<StackTarget>& targets, const std::strin
       } else {
         // Could not start, or it already ended and was reaped: nothing to wait for.
         if (rc != 0) {
-          append_line(t.output_path, fmt::format("# ddprun: cannot run {}: {}\n", argv[0], std::strerror(rc)));
+          append_line(t.output_path,
+                      fmt::format("# ddprun: cannot run {}: {}\n", argv[0], std::strerror(rc)));
         }
         tool.ended = true;
       }
     } else {
-      append_line(t.output_path, refuse ? "# ddprun: another stack dump is running\n"
-                                        : "# ddprun: no stack tool found (py-spy, eu-stack, gdb)\n");
+      append_line(t.output_path, refuse
+                                     ? "# ddprun: another stack dump is running\n"
+                                     : "# ddprun: no stack tool found (py-spy, eu-stack, gdb)\n");
       tool.ended = true;
     }
     run->results.push_back(std::move(result));

@@ -22,7 +22,7 @@
 namespace ddp::launcher::health {
 
 struct StackTools {
-  std::string py_spy;    // full paths; empty: not installed
+  std::string py_spy;  // full paths; empty: not installed
   std::string eu_stack;
   std::string gdb;
   /// Looks the tools up in a PATH value.

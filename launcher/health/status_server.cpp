@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: MIT
 #include "launcher/health/status_server.hpp"
 
+#include <fmt/format.h>
 #include <boost/asio/ip/address.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-#include <fmt/format.h>
 
 namespace ddp::launcher::health {
 
@@ -16,7 +16,10 @@ class StatusServer::Session : public std::enable_shared_from_this<StatusServer::
  public:
   Session(tcp::socket socket, const Provider& provider, const StatusServerLimits& limits,
           std::shared_ptr<size_t> active, std::shared_ptr<bool> closed)
-      : stream_(std::move(socket)), provider_(provider), limits_(limits), active_(std::move(active)),
+      : stream_(std::move(socket)),
+        provider_(provider),
+        limits_(limits),
+        active_(std::move(active)),
         closed_(std::move(closed)) {
     ++*active_;
   }
@@ -27,8 +30,9 @@ class StatusServer::Session : public std::enable_shared_from_this<StatusServer::
     parser_->header_limit(static_cast<std::uint32_t>(limits_.max_request_bytes));
     parser_->body_limit(limits_.max_request_bytes);
     stream_.expires_after(limits_.idle_timeout);
-    http::async_read(stream_, buffer_, *parser_,
-                     [self = shared_from_this()](beast::error_code ec, size_t) { self->on_read(ec); });
+    http::async_read(
+        stream_, buffer_, *parser_,
+        [self = shared_from_this()](beast::error_code ec, size_t) { self->on_read(ec); });
   }
 
  private:
@@ -36,13 +40,15 @@ class StatusServer::Session : public std::enable_shared_from_this<StatusServer::
     if (*closed_) return;
     if (ec == http::error::end_of_stream || ec == beast::error::timeout) return close();
     if (ec == http::error::header_limit || ec == http::error::body_limit) {
-      return respond(HttpAnswer{431, "text/plain; charset=utf-8", "request too large\n"}, false, false);
+      return respond(HttpAnswer{431, "text/plain; charset=utf-8", "request too large\n"}, false,
+                     false);
     }
     if (ec) return close();
     const auto& request = parser_->get();
     const bool head = request.method() == http::verb::head;
     if (request.method() != http::verb::get && !head) {
-      return respond(HttpAnswer{405, "text/plain; charset=utf-8", "only GET and HEAD\n"}, false, false);
+      return respond(HttpAnswer{405, "text/plain; charset=utf-8", "only GET and HEAD\n"}, false,
+                     false);
     }
     std::string target(request.target());
     if (auto q = target.find('?'); q != std::string::npos) target.resize(q);
@@ -85,7 +91,8 @@ class StatusServer::Session : public std::enable_shared_from_this<StatusServer::
   std::shared_ptr<bool> closed_;
 };
 
-StatusServer::StatusServer(boost::asio::io_context& io, Provider provider, StatusServerLimits limits)
+StatusServer::StatusServer(boost::asio::io_context& io, Provider provider,
+                           StatusServerLimits limits)
     : io_(io), acceptor_(io), provider_(std::move(provider)), limits_(limits) {}
 
 StatusServer::~StatusServer() { close(); }
@@ -102,7 +109,8 @@ Result<int> StatusServer::open(const std::string& address, int port) {
   if (ec) {
     boost::system::error_code ignored;
     acceptor_.close(ignored);
-    return Error{69, fmt::format("status endpoint: cannot listen on {}:{}: {}", address, port, ec.message())};
+    return Error{69, fmt::format("status endpoint: cannot listen on {}:{}: {}", address, port,
+                                 ec.message())};
   }
   *closed_ = false;
   accept();
@@ -116,7 +124,8 @@ void StatusServer::close() {
 }
 
 void StatusServer::accept() {
-  acceptor_.async_accept([this, closed = closed_](boost::system::error_code ec, tcp::socket socket) {
+  acceptor_.async_accept([this, closed = closed_](boost::system::error_code ec,
+                                                  tcp::socket socket) {
     if (*closed) return;
     if (!ec) {
       if (*active_ >= limits_.max_connections) {

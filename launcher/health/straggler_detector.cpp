@@ -5,8 +5,8 @@
 
 namespace ddp::launcher::health {
 
-std::vector<Straggler> StragglerDetector::evaluate(const std::vector<std::optional<long long>>& steps,
-                                                   Clock::time_point now) {
+std::vector<Straggler> StragglerDetector::evaluate(
+    const std::vector<std::optional<long long>>& steps, Clock::time_point now) {
   if (ranks_.size() != steps.size()) ranks_.assign(steps.size(), Samples{});
   std::vector<std::optional<double>> rates(steps.size());
   for (size_t i = 0; i < steps.size(); ++i) {

@@ -17,13 +17,14 @@ namespace ddp::launcher::health {
 
 struct Straggler {
   size_t local_rank = 0;
-  double rate = 0;         // steps per second over the window
+  double rate = 0;  // steps per second over the window
   double median_rate = 0;
 };
 
 class StragglerDetector {
  public:
-  explicit StragglerDetector(double ratio, std::chrono::milliseconds window = std::chrono::minutes(1))
+  explicit StragglerDetector(double ratio,
+                             std::chrono::milliseconds window = std::chrono::minutes(1))
       : ratio_(ratio), window_(window) {}
 
   /// Newly found stragglers. Needs at least two ranks with steps and a full window of samples.

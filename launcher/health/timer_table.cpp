@@ -21,7 +21,8 @@ std::optional<TimerRequest> parse_timer_request(std::string_view line, std::stri
   auto sig = j.find("signal");
   if (pid == j.end() || !pid->is_number_integer()) return fail("no integer \"pid\"");
   if (scope == j.end() || !scope->is_string()) return fail("no string \"scope_id\"");
-  if (expiration == j.end() || !expiration->is_number()) return fail("no number \"expiration_time\"");
+  if (expiration == j.end() || !expiration->is_number())
+    return fail("no number \"expiration_time\"");
   if (sig == j.end() || !sig->is_number_integer()) return fail("no integer \"signal\"");
   long long p = pid->get<long long>();
   if (p <= 0 || p > std::numeric_limits<pid_t>::max()) return fail("\"pid\" out of range");
@@ -71,7 +72,8 @@ std::vector<ExpiredTimer> TimerTable::expired(double now) const {
   return out;
 }
 
-void TimerTable::clear(const std::vector<pid_t>& reaped, const std::function<bool(pid_t)>& running) {
+void TimerTable::clear(const std::vector<pid_t>& reaped,
+                       const std::function<bool(pid_t)>& running) {
   std::erase_if(timers_, [&](const auto& entry) {
     pid_t pid = entry.first.first;
     return std::find(reaped.begin(), reaped.end(), pid) != reaped.end() || !running(pid);

@@ -30,13 +30,14 @@ struct TimerRequest {
 };
 
 /// Parses one line; nullopt (and why, in `error`) when it is not such a JSON object.
-std::optional<TimerRequest> parse_timer_request(std::string_view line, std::string* error = nullptr);
+std::optional<TimerRequest> parse_timer_request(std::string_view line,
+                                                std::string* error = nullptr);
 
 struct ExpiredTimer {
   pid_t pid = 0;
-  std::string scope;        // the timer that decides (the earliest with a signal)
-  double deadline = 0;      // its expiration_time
-  int signal = 0;           // 0: no timer of this pid asked for a signal: nobody is killed
+  std::string scope;    // the timer that decides (the earliest with a signal)
+  double deadline = 0;  // its expiration_time
+  int signal = 0;       // 0: no timer of this pid asked for a signal: nobody is killed
   std::vector<std::string> all_scopes;  // every expired scope of the pid
 };
 

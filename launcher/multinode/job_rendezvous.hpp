@@ -27,8 +27,8 @@ namespace ddp::launcher {
 /// `survivors` (node ranks of the round, in order) instead of failing.
 struct StopReason {
   int exit_code = 1;
-  int node_rank = -1;  // the node that broadcast it (-1: not known, e.g. an older agent)
-  std::string text;    // "node 1 (host-b): rank 3 (pid 42) failed with exit code 1"
+  int node_rank = -1;          // the node that broadcast it (-1: not known, e.g. an older agent)
+  std::string text;            // "node 1 (host-b): rank 3 (pid 42) failed with exit code 1"
   std::vector<int> survivors;  // non-empty: a re-form, not a failure
 };
 
@@ -37,15 +37,15 @@ struct StopReason {
 /// all have joined, and bounded by `join_timeout` (a survivor that vanished meanwhile must not
 /// hold the others for the configured join timeout).
 struct RoundPlan {
-  int nodes = 0;       // 0: as configured
+  int nodes = 0;  // 0: as configured
   int node_rank = -1;
   std::chrono::milliseconds join_timeout{0};  // 0: as configured
 };
 
 /// A node, or the store itself, stopped answering.
 struct NodeLoss {
-  std::string text;                // "lost node 2 (host-c): no heartbeat for 5 s"
-  std::optional<int> node_rank;    // nullopt: the store (and with it the job's state) is gone
+  std::string text;              // "lost node 2 (host-c): no heartbeat for 5 s"
+  std::optional<int> node_rank;  // nullopt: the store (and with it the job's state) is gone
 };
 
 /// The exit barrier ended because every node of the round finished its workers.
@@ -91,7 +91,7 @@ inline void dispose(std::unique_ptr<JobRendezvous> session) {
 }
 
 /// Makes the job's rendezvous on the Agent's loop; the Agent passes its event handlers.
-using JobRendezvousFactory =
-    std::function<std::unique_ptr<JobRendezvous>(boost::asio::io_context& loop, JobRendezvous::Events events)>;
+using JobRendezvousFactory = std::function<std::unique_ptr<JobRendezvous>(
+    boost::asio::io_context& loop, JobRendezvous::Events events)>;
 
 }  // namespace ddp::launcher

@@ -22,7 +22,9 @@ std::string listen_address_for(const std::string& master_addr) {
 }
 
 rdzv::AgreedSettings settings_that_must_agree(const LaunchConfig& c, const MultiNodeSettings& s) {
-  auto seconds = [](std::chrono::milliseconds ms) { return fmt::format("{:g}s", ms.count() / 1000.0); };
+  auto seconds = [](std::chrono::milliseconds ms) {
+    return fmt::format("{:g}s", ms.count() / 1000.0);
+  };
   return {{"--max_restarts", std::to_string(c.max_restarts)},
           {"--role", c.role},
           {"--nnodes", fmt::format("{}:{}", s.min_nodes, s.max_nodes)},
@@ -58,7 +60,8 @@ StorePlan plan_store(const LaunchConfig& c) {
   } else if (c.multi_node() && c.node_rank != 0) {
     plan.role = StoreRole::Client;
   }
-  if (auto asked = c.rdzv_conf.find("store_bind"); asked != c.rdzv_conf.end()) plan.bind_address = asked->second;
+  if (auto asked = c.rdzv_conf.find("store_bind"); asked != c.rdzv_conf.end())
+    plan.bind_address = asked->second;
   return plan;
 }
 
@@ -76,21 +79,25 @@ Result<MultiNodeSettings> multinode_settings(const LaunchConfig& c,
   s.node_name = node_name;
   if (env_token) s.token = *env_token;
   if (!s.dynamic && s.min_nodes != s.max_nodes) {
-    return usage(fmt::format("--nnodes={}:{} needs --rdzv_backend=c10d (static rendezvous has a "
-                             "fixed number of nodes)", s.min_nodes, s.max_nodes));
+    return usage(
+        fmt::format("--nnodes={}:{} needs --rdzv_backend=c10d (static rendezvous has a "
+                    "fixed number of nodes)",
+                    s.min_nodes, s.max_nodes));
   }
   for (const auto& [key, value] : c.rdzv_conf) {
     if (!known_rdzv_conf_keys().count(key)) {  // config_from_options() already dropped these
-      return usage(fmt::format("--rdzv_conf: unknown key '{}' (known: join_timeout, "
-                               "last_call_timeout, close_timeout, read_timeout, token, "
-                               "heartbeat_interval, heartbeat_timeout, store_bind, refused_timeout, max_rescales, "
-                               "node_failure_limit)", key));
+      return usage(fmt::format(
+          "--rdzv_conf: unknown key '{}' (known: join_timeout, "
+          "last_call_timeout, close_timeout, read_timeout, token, "
+          "heartbeat_interval, heartbeat_timeout, store_bind, refused_timeout, max_rescales, "
+          "node_failure_limit)",
+          key));
     }
     if (key == "token") {
       s.token = value;
       continue;
     }
-    if (key == "is_host") continue;  // torchrun's hint; ddprun decides by binding the endpoint
+    if (key == "is_host") continue;     // torchrun's hint; ddprun decides by binding the endpoint
     if (key == "store_bind") continue;  // read by plan_store
     if (key == "max_rescales") {
       auto n = parse_integer("--rdzv_conf max_rescales", value, 0, 1'000'000);
@@ -117,9 +124,10 @@ Result<MultiNodeSettings> multinode_settings(const LaunchConfig& c,
     // close_timeout: accepted; the round closes when the leader publishes the assignment.
   }
   if (s.heartbeat_interval >= s.heartbeat_timeout) {
-    return usage(fmt::format("--rdzv_conf: heartbeat_interval ({} ms) must be shorter than "
-                             "heartbeat_timeout ({} ms)", s.heartbeat_interval.count(),
-                             s.heartbeat_timeout.count()));
+    return usage(
+        fmt::format("--rdzv_conf: heartbeat_interval ({} ms) must be shorter than "
+                    "heartbeat_timeout ({} ms)",
+                    s.heartbeat_interval.count(), s.heartbeat_timeout.count()));
   }
   if (!s.dynamic && (c.node_rank < 0 || c.node_rank >= s.max_nodes)) {
     return usage(fmt::format("--node_rank {} is not in 0..{}", c.node_rank, s.max_nodes - 1));

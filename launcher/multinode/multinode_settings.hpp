@@ -64,7 +64,8 @@ struct MultiNodeSettings {
 };
 
 /// The settings of `config` and `settings` that every node must share, by their flag names.
-rdzv::AgreedSettings settings_that_must_agree(const LaunchConfig& config, const MultiNodeSettings& settings);
+rdzv::AgreedSettings settings_that_must_agree(const LaunchConfig& config,
+                                              const MultiNodeSettings& settings);
 
 /// True when the job needs the multi-node rendezvous (several nodes, or c10d even for 1:1).
 bool needs_rendezvous(const LaunchConfig& config);

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: MIT
 #include "launcher/multinode/node_session.hpp"
 
-#include <boost/asio/post.hpp>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <boost/asio/post.hpp>
 
 #include <algorithm>
 #include <charconv>
@@ -12,7 +12,8 @@ namespace ddp::launcher {
 
 std::string encode_stop_reason(const StopReason& r) {
   if (!r.survivors.empty()) {
-    return fmt::format("{}|{}|rescale={}|{}", r.exit_code, r.node_rank, fmt::join(r.survivors, ","), r.text);
+    return fmt::format("{}|{}|rescale={}|{}", r.exit_code, r.node_rank, fmt::join(r.survivors, ","),
+                       r.text);
   }
   return fmt::format("{}|{}|{}", r.exit_code, r.node_rank, r.text);
 }
@@ -195,9 +196,10 @@ void NodeSession::exit_barrier(std::function<void(BarrierResult)> done) {
                                     [this] { return keep_waiting(); });
       if (end.end == rdzv::ExitBarrierResult::End::Stopped) result = decode_stop_reason(end.stop);
     } catch (const std::exception& e) {
-      result = NodeLoss{fmt::format("lost the store at {}:{} during the exit barrier (node 0 gone?): {}",
-                                    store_.host, store_.port, e.what()),
-                        std::nullopt};
+      result =
+          NodeLoss{fmt::format("lost the store at {}:{} during the exit barrier (node 0 gone?): {}",
+                               store_.host, store_.port, e.what()),
+                   std::nullopt};
     }
     on_loop([done, result] { done(result); });
   });

@@ -31,7 +31,8 @@ Result<ColorMode> parse_color_mode(std::string_view text) {
                fmt::format("--color: '{}' is not one of auto, always, never", text)};
 }
 
-bool use_color(ColorMode mode, bool console_is_tty, const std::optional<std::string>& no_color_env) {
+bool use_color(ColorMode mode, bool console_is_tty,
+               const std::optional<std::string>& no_color_env) {
   switch (mode) {
     case ColorMode::Always:
       return true;

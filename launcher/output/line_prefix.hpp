@@ -28,8 +28,8 @@ bool use_color(ColorMode mode, bool console_is_tty, const std::optional<std::str
 
 /// How console lines are prefixed (resolved from the flags by config_from_options()).
 struct LinePrefixStyle {
-  bool none = false;                  // --no-prefix
-  std::optional<std::string> tmpl;    // the template, when one was given
+  bool none = false;                // --no-prefix
+  std::optional<std::string> tmpl;  // the template, when one was given
 };
 
 /// What the template's macros expand to for one worker.
@@ -44,6 +44,7 @@ struct PrefixFields {
 std::string substitute_template(std::string_view text, const PrefixFields& fields);
 
 /// The prefix for one worker stream on the console.
-std::string console_line_prefix(const LinePrefixStyle& style, const PrefixFields& fields, bool color);
+std::string console_line_prefix(const LinePrefixStyle& style, const PrefixFields& fields,
+                                bool color);
 
 }  // namespace ddp::launcher

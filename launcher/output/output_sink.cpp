@@ -271,7 +271,8 @@ void OutputSink::submit() {
   in_flight_ = shared_->buffer.size();
   WriterThread::instance().push([shared = shared_] {
     size_t written = 0;
-    int error = write_blocking(shared->fd, shared->buffer, written, shared->cancelled, shared->mutex);
+    int error =
+        write_blocking(shared->fd, shared->buffer, written, shared->cancelled, shared->mutex);
     std::lock_guard lock(shared->mutex);
     if (shared->cancelled) return;  // the loop (and perhaps its io_context) is gone
     boost::asio::post(shared->executor, [shared, error, written] {
@@ -301,7 +302,8 @@ void OutputSink::on_written(int error, size_t written) {
   if (idle()) {
     // A retired log file is complete: close it and let it go.
     auto& retired = retired_sinks();
-    auto it = std::find_if(retired.begin(), retired.end(), [this](const auto& s) { return s.get() == this; });
+    auto it = std::find_if(retired.begin(), retired.end(),
+                           [this](const auto& s) { return s.get() == this; });
     if (it != retired.end()) {
       close_fd();
       auto keep = std::move(*it);  // destroyed after the erase, outside the vector

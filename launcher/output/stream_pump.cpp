@@ -184,7 +184,8 @@ void StreamPump::finish() {
   route_.file.reset();
   if (route_.duplicate.file) {
     std::string last;
-    if (!route_.duplicate.file->failed() && duplicate_framer_.finish(last)) duplicate_matching(last);
+    if (!route_.duplicate.file->failed() && duplicate_framer_.finish(last))
+      duplicate_matching(last);
     OutputSink::retire(std::move(route_.duplicate.file));
     route_.duplicate.file.reset();
   }

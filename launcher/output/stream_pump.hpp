@@ -29,10 +29,10 @@ struct DuplicateRoute {
 };
 
 struct StreamRoute {
-  OutputSink* console = nullptr;      // nullptr: not shown on the console
-  std::shared_ptr<OutputSink> file;   // nullptr: no log file
-  std::string file_path;              // for the error report
-  bool keep_tail = false;             // remember the last lines (stderr)
+  OutputSink* console = nullptr;     // nullptr: not shown on the console
+  std::shared_ptr<OutputSink> file;  // nullptr: no log file
+  std::string file_path;             // for the error report
+  bool keep_tail = false;            // remember the last lines (stderr)
   /// Where the stream goes once its log file has failed (if it was not on the console already).
   OutputSink* fallback_console = nullptr;
   /// Told once about a failed log file: its path and errno (on the loop).

@@ -50,7 +50,8 @@ std::string own_cgroup_dir() {
   std::ifstream mounts("/proc/self/mountinfo");
   std::string line;
   while (std::getline(mounts, line)) {
-    // "<id> <parent> <maj:min> <root> <mount point> <options> [optional...] - <fstype> <src> <super>"
+    // "<id> <parent> <maj:min> <root> <mount point> <options> [optional...] - <fstype> <src>
+    // <super>"
     const size_t dash = line.find(" - ");
     if (dash == std::string::npos) continue;
     std::istringstream tail(line.substr(dash + 3));

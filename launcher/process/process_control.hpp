@@ -35,7 +35,8 @@ class ProcessControl {
 
   /// Forks a worker (see spawn.hpp); await_exec() confirms its exec.
   virtual Result<StartedProcess> start(const SpawnRequest& request) = 0;
-  virtual Result<pid_t> await_exec(const StartedProcess& started, const std::string& executable) = 0;
+  virtual Result<pid_t> await_exec(const StartedProcess& started,
+                                   const std::string& executable) = 0;
   /// Registers a worker's process group with the orphan guard.
   virtual void watch_group(pid_t pgid) = 0;
 

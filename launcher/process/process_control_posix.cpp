@@ -8,10 +8,11 @@
 namespace ddp::launcher {
 
 std::vector<std::string> PosixProcessControl::begin_supervision(const std::string& token,
-                                                              const std::string& scratch_dir) {
+                                                                const std::string& scratch_dir) {
   std::vector<std::string> warnings;
   if (!become_child_subreaper()) {
-    warnings.push_back("warning: cannot become a child subreaper; daemonised grandchildren may escape");
+    warnings.push_back(
+        "warning: cannot become a child subreaper; daemonised grandchildren may escape");
   }
   auto cgroup = JobCgroup::create();
   if (auto* made = std::get_if<std::unique_ptr<JobCgroup>>(&cgroup)) {
@@ -21,7 +22,8 @@ std::vector<std::string> PosixProcessControl::begin_supervision(const std::strin
                        "); cleanup relies on process groups, the subreaper and the orphan guard");
   }
   if (!guard_.start(token, scratch_dir, cgroup_ ? cgroup_->path() : std::string())) {
-    warnings.push_back("warning: cannot start the orphan guard; `kill -9 ddprun` may leave grandchildren");
+    warnings.push_back(
+        "warning: cannot start the orphan guard; `kill -9 ddprun` may leave grandchildren");
   }
   return warnings;
 }
@@ -54,7 +56,8 @@ std::vector<pid_t> PosixProcessControl::live_children() {
   if (cgroup_) {
     // Processes under a subreaper of their own never come back to ddprun; the cgroup knows them.
     for (pid_t pid : cgroup_->members()) {
-      if (std::find(children.begin(), children.end(), pid) == children.end()) children.push_back(pid);
+      if (std::find(children.begin(), children.end(), pid) == children.end())
+        children.push_back(pid);
     }
   }
   return children;

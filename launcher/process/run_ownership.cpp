@@ -50,7 +50,8 @@ std::optional<pid_t> owner_pid_of(const std::string& name) {
   const char* end = name.data() + name.size();
   long pid = 0;
   auto [rest, ec] = std::from_chars(begin, end, pid);
-  if (ec != std::errc() || rest == begin || rest == end || *rest != '-' || rest + 1 == end || pid <= 1) {
+  if (ec != std::errc() || rest == begin || rest == end || *rest != '-' || rest + 1 == end ||
+      pid <= 1) {
     return std::nullopt;
   }
   return static_cast<pid_t>(pid);
@@ -71,8 +72,8 @@ std::vector<std::string> abandoned_entries(const std::string& parent) {
     auto pid = owner_pid_of(name);
     if (!pid) continue;
     struct stat st {};
-    if (::fstatat(parent_fd, entry->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode) ||
-        st.st_uid != me) {
+    if (::fstatat(parent_fd, entry->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+        !S_ISDIR(st.st_mode) || st.st_uid != me) {
       continue;
     }
     const bool owner_alive = ::kill(*pid, 0) == 0 || errno == EPERM;

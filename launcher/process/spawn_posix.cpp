@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include <fcntl.h>
-#include <linux/sched.h>
 #include <fmt/format.h>
+#include <linux/sched.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -165,8 +165,9 @@ Result<pid_t> await_exec(const StartedProcess& started, const std::string& execu
     while (::waitpid(started.pid, &status, 0) < 0 && errno == EINTR) {
     }
     if (child_errno < 0) {
-      return Error{exit_codes::kInternal, fmt::format("cannot move a worker into its job cgroup: {}",
-                                                      std::strerror(-child_errno))};
+      return Error{
+          exit_codes::kInternal,
+          fmt::format("cannot move a worker into its job cgroup: {}", std::strerror(-child_errno))};
     }
     return Error{exit_codes::kNotExecutable,
                  fmt::format("cannot execute '{}': {}", executable, std::strerror(child_errno))};

@@ -1,11 +1,10 @@
 // SPDX-License-Identifier: MIT
 #include "launcher/run/agent.hpp"
 
-
-#include <boost/asio/post.hpp>
 #include <fmt/format.h>
 #include <signal.h>
 #include <unistd.h>
+#include <boost/asio/post.hpp>
 
 #include <algorithm>
 #include <cstring>
@@ -58,7 +57,8 @@ std::string read_small_file(const std::string& path) {
 
 }  // namespace
 
-Agent::Agent(AgentSetup setup, std::unique_ptr<ProcessControl> control, JobRendezvousFactory rendezvous)
+Agent::Agent(AgentSetup setup, std::unique_ptr<ProcessControl> control,
+             JobRendezvousFactory rendezvous)
     : setup_(std::move(setup)),
       child_signals_(io_, SIGCHLD),
       shutdown_signals_(io_),
@@ -88,13 +88,17 @@ Agent::~Agent() {
   }
 }
 
-void Agent::say(const std::string& line) { stderr_sink_.write_all(fmt::format("ddprun: {}\n", line)); }
+void Agent::say(const std::string& line) {
+  stderr_sink_.write_all(fmt::format("ddprun: {}\n", line));
+}
 
 void Agent::on_log_error(const std::string& path, int error) {
   const std::string reason = std::strerror(error);
-  say(fmt::format("cannot write '{}': {}; its output goes to the console from now on", path, reason));
+  say(fmt::format("cannot write '{}': {}; its output goes to the console from now on", path,
+                  reason));
   events_.emit("log_error", {{"path", path}, {"error", reason}, {"errno", error}});
-  log_errors_.push_back(fmt::format("{}: {} (what it did not take went to the console)", path, reason));
+  log_errors_.push_back(
+      fmt::format("{}: {} (what it did not take went to the console)", path, reason));
 }
 
 Result<Ok> Agent::prepare() {
@@ -105,7 +109,8 @@ Result<Ok> Agent::prepare() {
   stdout_sink_.on_error([this](int error, std::string) {
     if (error == EPIPE) return;
     say(fmt::format("cannot write to stdout: {}; no more output goes there", std::strerror(error)));
-    log_errors_.push_back(fmt::format("stdout: {} (the rest of the output is lost)", std::strerror(error)));
+    log_errors_.push_back(
+        fmt::format("stdout: {} (the rest of the output is lost)", std::strerror(error)));
   });
   events_.on_error([this](const std::string& path, int error) {
     const std::string reason = std::strerror(error);
@@ -115,7 +120,8 @@ Result<Ok> Agent::prepare() {
   const auto& c = setup_.config;
   for (int r = 0; r < c.nproc_per_node; ++r) {
     bool filtered = c.console_ranks && !c.console_ranks->count(r);
-    if (filtered || c.redirects.for_rank(r) != StreamSet::None || c.tee.for_rank(r) != StreamSet::None) {
+    if (filtered || c.redirects.for_rank(r) != StreamSet::None ||
+        c.tee.for_rank(r) != StreamSet::None) {
       keep_run_dir_ = true;
     }
   }
@@ -171,10 +177,12 @@ int Agent::run() {
   io_.run();
   // Whatever the sinks could not take yet (the summary included) goes out now, on the same loop
   // (the hosted store has its own); bounded, so that a console nobody reads cannot keep ddprun.
-  if (size_t lost = OutputSink::drain_all(io_, kOutputStall, kOutputLimit); lost > 0 &&
-      !stderr_sink_.failed() && stderr_sink_.idle()) {
-    say(fmt::format("gave up on {} byte(s) of output that nobody took (no progress for {} s, or {} s "
-                    "in all)", lost, kOutputStall.count(), kOutputLimit.count()));
+  if (size_t lost = OutputSink::drain_all(io_, kOutputStall, kOutputLimit);
+      lost > 0 && !stderr_sink_.failed() && stderr_sink_.idle()) {
+    say(fmt::format(
+        "gave up on {} byte(s) of output that nobody took (no progress for {} s, or {} s "
+        "in all)",
+        lost, kOutputStall.count(), kOutputLimit.count()));
     OutputSink::drain_all(io_, std::chrono::seconds(1), std::chrono::seconds(1));
   }
   control_->end_supervision();
@@ -241,8 +249,10 @@ void Agent::clear_last_attempts_keys() {
     rdzv::StoreClient client(own);
     rdzv::clear_worker_keys(client);
   } catch (const std::exception& e) {
-    say(fmt::format("could not clear the last attempt's keys from the store at {}:{}: {} (torch 2.x "
-                    "workers may read stale addresses)", own.host, own.port, e.what()));
+    say(fmt::format(
+        "could not clear the last attempt's keys from the store at {}:{}: {} (torch 2.x "
+        "workers may read stale addresses)",
+        own.host, own.port, e.what()));
   }
 }
 
@@ -290,9 +300,9 @@ void Agent::launch_workers(int attempt) {
 void Agent::start_worker(Worker& w, int attempt) {
   const auto& c = setup_.config;
   const int r = w.outcome.local_rank;
-  auto streams = WorkerStreams::open(io_, c, r, run_dir_->rank_dir(attempt, r),
-                                     run_dir_->attempt_dir(attempt), stdout_sink_, stderr_sink_,
-                                     [this](const std::string& path, int error) { on_log_error(path, error); });
+  auto streams = WorkerStreams::open(
+      io_, c, r, run_dir_->rank_dir(attempt, r), run_dir_->attempt_dir(attempt), stdout_sink_,
+      stderr_sink_, [this](const std::string& path, int error) { on_log_error(path, error); });
   if (!streams) {
     record_start_failure(w, streams.error());
     return;
@@ -306,15 +316,16 @@ void Agent::start_worker(Worker& w, int attempt) {
   EnvMap env = worker_environment(c, slot, setup_.parent_env, layout_);
   env[OrphanGuard::kTokenVariable] = token_;
   for (auto& [key, value] : health_->worker_environment(r)) env[key] = value;
-  SpawnRequest request{setup_.executable, setup_.argv, to_envp_strings(env), streams->worker_stdout(),
-                       streams->worker_stderr()};
+  SpawnRequest request{setup_.executable, setup_.argv, to_envp_strings(env),
+                       streams->worker_stdout(), streams->worker_stderr()};
   if (r < static_cast<int>(c.numa_placements.size())) {  // --numa-binding
     request.cpu_affinity = c.numa_placements[r].cpus;
     request.preferred_memory_node = c.numa_placements[r].node;
   }
   auto started = control_->start(request);
   const PrefixFields fields{c.role, w.outcome.rank, r, setup_.host};
-  auto pumps = streams->start(io_, c.line_prefix, c.color, fields, env_lookup(setup_.parent_env, "NO_COLOR"));
+  auto pumps = streams->start(io_, c.line_prefix, c.color, fields,
+                              env_lookup(setup_.parent_env, "NO_COLOR"));
   w.out = std::move(pumps.out);
   w.err = std::move(pumps.err);
   if (!started) {
@@ -330,16 +341,18 @@ void Agent::start_worker(Worker& w, int attempt) {
 
 void Agent::confirm_exec(Worker& w) {
   if (w.exec_report_fd < 0) return;
-  auto execed = control_->await_exec(StartedProcess{w.outcome.pid, w.exec_report_fd},
-                                     setup_.executable);
+  auto execed =
+      control_->await_exec(StartedProcess{w.outcome.pid, w.exec_report_fd}, setup_.executable);
   w.exec_report_fd = -1;
   if (!execed) {
     w.alive = false;  // await_exec reaped it
     record_start_failure(w, execed.error());
     return;
   }
-  events_.emit("worker_start", {{"rank", w.outcome.rank}, {"local_rank", w.outcome.local_rank},
-                                {"attempt", attempt_}, {"pid", w.outcome.pid}});
+  events_.emit("worker_start", {{"rank", w.outcome.rank},
+                                {"local_rank", w.outcome.local_rank},
+                                {"attempt", attempt_},
+                                {"pid", w.outcome.pid}});
   if (phase_ == Phase::Stopping) {  // another rank failed to start meanwhile
     w.outcome.terminated_by_ddprun = true;
     control_->signal_worker(w.pgid, SIGTERM);
@@ -352,9 +365,11 @@ void Agent::record_start_failure(Worker& w, const Error& error) {
   w.outcome.start_error = error.message;
   w.outcome.terminated_by_ddprun = false;  // a stop sent before its exec failed changed nothing
   w.outcome.exit_time = std::chrono::system_clock::now();
-  events_.emit("worker_exit", start_failure_fields(w.outcome, attempt_, error.exit_code, error.message));
+  events_.emit("worker_exit",
+               start_failure_fields(w.outcome, attempt_, error.exit_code, error.message));
   if (!root_cause_) on_local_failure(w);
-  if (error.exit_code == exit_codes::kInternal) end_with(internal_error(error.exit_code, error.message));
+  if (error.exit_code == exit_codes::kInternal)
+    end_with(internal_error(error.exit_code, error.message));
   stop_workers(SIGTERM);
 }
 
@@ -372,7 +387,8 @@ bool Agent::any_alive() const {
 void Agent::on_children_exited() {
   for (const auto& child : control_->reap_exited()) {
     // Inherited orphans and the guard are reaped too; only workers matter here.
-    if (Worker* w = find_worker(child.pid)) on_worker_exit(*w, exit_status_from_wait(child.wait_status));
+    if (Worker* w = find_worker(child.pid))
+      on_worker_exit(*w, exit_status_from_wait(child.wait_status));
   }
   after_worker_exit();
 }
@@ -392,8 +408,8 @@ void Agent::on_worker_exit(Worker& w, const ExitStatus& status) {
   if (!status.success() && phase_ == Phase::Running && !root_cause_) {
     on_local_failure(w);
     if (any_alive()) {
-      say(fmt::format("rank {} (pid {}) failed with {}; stopping the other workers",
-                      w.outcome.rank, w.outcome.pid, describe(status)));
+      say(fmt::format("rank {} (pid {}) failed with {}; stopping the other workers", w.outcome.rank,
+                      w.outcome.pid, describe(status)));
     }
     stop_workers(SIGTERM);
   }
@@ -415,7 +431,8 @@ void Agent::on_shutdown_signal(int sig) {
     return;
   }
   if (phase_ == Phase::Running || phase_ == Phase::Stopping) {
-    say(fmt::format("received {}; passing it to the workers (SIGKILL after {:.3g} s; "
+    say(
+        fmt::format("received {}; passing it to the workers (SIGKILL after {:.3g} s; "
                     "Ctrl-C again to kill now)",
                     signal_name(sig), setup_.config.shutdown_timeout.count() / 1000.0));
     stop_workers(sig);
@@ -467,7 +484,8 @@ void Agent::kill_everything_now() {
 
 void Agent::after_worker_exit() {
   // Starting: a late SIGCHLD between two attempts must not end the attempt a second time.
-  if (phase_ == Phase::Done || phase_ == Phase::Starting || phase_ == Phase::Finishing || any_alive()) {
+  if (phase_ == Phase::Done || phase_ == Phase::Starting || phase_ == Phase::Finishing ||
+      any_alive()) {
     return;
   }
   if (phase_ != Phase::Cleaning) {
@@ -477,7 +495,8 @@ void Agent::after_worker_exit() {
     cleanup_timer_.expires_after(kLeftoverDeadline);
     cleanup_timer_.async_wait([this](const boost::system::error_code& ec) {
       if (ec || phase_ != Phase::Cleaning) return;
-      say("warning: some leftover processes did not die within 5 s of SIGKILL (stuck in the kernel?)");
+      say("warning: some leftover processes did not die within 5 s of SIGKILL (stuck in the "
+          "kernel?)");
       finish_attempt();
     });
   }
@@ -531,7 +550,8 @@ void Agent::finish_attempt() {
   if (session_ && !end_) {
     // This node is done; the job is done when every node is (another may still fail).
     phase_ = Phase::Finishing;
-    session_->exit_barrier([this](const JobRendezvous::BarrierResult& result) { on_barrier(result); });
+    session_->exit_barrier(
+        [this](const JobRendezvous::BarrierResult& result) { on_barrier(result); });
     return;
   }
   after_attempt();
@@ -587,11 +607,19 @@ void Agent::finish_run() {
   cleanup_timer_.cancel();
   const int code = exit_code();
   const int signal = end_ && end_->kind == RunEndKind::Interrupted ? end_->signal : 0;
-  RunSummaryInput summary{setup_.config.program, setup_.host, setup_.config.max_restarts,
-                          start_time_, history_, signal, code, {}, log_errors_, health_notes_};
-  const bool job_wide = end_ && (end_->kind == RunEndKind::WorkerFailed ||
-                                 end_->kind == RunEndKind::Hung || end_->kind == RunEndKind::JobStopped ||
-                                 end_->kind == RunEndKind::NodeLost);
+  RunSummaryInput summary{setup_.config.program,
+                          setup_.host,
+                          setup_.config.max_restarts,
+                          start_time_,
+                          history_,
+                          signal,
+                          code,
+                          {},
+                          log_errors_,
+                          health_notes_};
+  const bool job_wide =
+      end_ && (end_->kind == RunEndKind::WorkerFailed || end_->kind == RunEndKind::Hung ||
+               end_->kind == RunEndKind::JobStopped || end_->kind == RunEndKind::NodeLost);
   if (session_ && job_wide) summary.job_root_cause = end_->text;
   if (health_) health_->finish(code == 0);
   if (code != 0) stderr_sink_.write_all(format_failure_summary(summary));
@@ -599,8 +627,8 @@ void Agent::finish_run() {
   if (!log_errors_.empty()) fields["log_errors"] = log_errors_;
   if (!health_notes_.empty()) fields["health"] = health_notes_;
   // Hung here, or stopped by another node's hang verdict (the same code on every node).
-  const bool hung_elsewhere = end_ && end_->kind == RunEndKind::JobStopped &&
-                              end_->exit_code == exit_codes::kHung;
+  const bool hung_elsewhere =
+      end_ && end_->kind == RunEndKind::JobStopped && end_->exit_code == exit_codes::kHung;
   if (end_ && (end_->kind == RunEndKind::Hung || hung_elsewhere)) fields["hung"] = true;
   if (!membership_changes_.empty()) fields["membership_changes"] = membership_changes_;
   events_.emit("summary", fields);

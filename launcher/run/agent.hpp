@@ -42,17 +42,17 @@
 #include "launcher/config/launch_config.hpp"
 #include "launcher/env/worker_env.hpp"
 #include "launcher/health/health_monitor.hpp"
-#include "launcher/multinode/multinode_settings.hpp"
 #include "launcher/multinode/job_rendezvous.hpp"
+#include "launcher/multinode/multinode_settings.hpp"
 #include "launcher/output/output_sink.hpp"
 #include "launcher/output/stream_pump.hpp"
 #include "launcher/process/process_control.hpp"
 #include "launcher/run/event_log.hpp"
 #include "launcher/run/failure_report.hpp"
 #include "launcher/run/hosted_store.hpp"
+#include "launcher/run/membership.hpp"
 #include "launcher/run/node_store_proxy.hpp"
 #include "launcher/run/run_directory.hpp"
-#include "launcher/run/membership.hpp"
 #include "launcher/run/run_end.hpp"
 
 namespace ddp::launcher {
@@ -64,8 +64,8 @@ struct AgentSetup {
   std::vector<std::string> argv;
   EnvMap parent_env;
   std::string host;
-  int master_port = 0;     // as configured; 0: the store's kernel-chosen port (set in prepare)
-  StorePlan store;         // where the job's store lives (this agent may host it)
+  int master_port = 0;  // as configured; 0: the store's kernel-chosen port (set in prepare)
+  StorePlan store;      // where the job's store lives (this agent may host it)
   std::optional<MultiNodeSettings> multinode;  // set: meet the other nodes before each attempt
 };
 
@@ -178,8 +178,8 @@ class Agent {
   std::vector<AttemptOutcome> history_;
   std::optional<size_t> root_cause_;
   std::optional<RunEnd> end_;  // why this attempt ends; cleared only when a restart begins
-  bool interrupted_ = false;    // a shutdown signal arrived: no new attempt; a second one kills now
-  int leftover_rounds_ = 0;     // clean_up_leftovers() calls in this attempt's Cleaning phase
+  bool interrupted_ = false;   // a shutdown signal arrived: no new attempt; a second one kills now
+  int leftover_rounds_ = 0;    // clean_up_leftovers() calls in this attempt's Cleaning phase
   long oom_kills_at_start_ = 0;
   std::vector<std::string> log_errors_;  // "<path>: <error>", for the summary
   std::chrono::system_clock::time_point start_time_;
@@ -189,17 +189,17 @@ class Agent {
   std::unique_ptr<NodeStoreProxy> proxy_;  // --store-proxy: the workers' store address
   JobRendezvousFactory make_rendezvous_;
   std::unique_ptr<JobRendezvous> session_;
-  std::optional<GroupLayout> layout_;  // this attempt's place in the job (multi-node)
+  std::optional<GroupLayout> layout_;            // this attempt's place in the job (multi-node)
   std::optional<rdzv::RendezvousResult> round_;  // every node of this attempt's round
-  RoundPlan next_round_;               // how to join the next round (pinned after a re-form)
-  std::set<int> lost_nodes_;           // node ranks of this round known to be gone
-  int restarts_used_ = 0;              // worker failures restarted (--max_restarts)
-  int rescales_used_ = 0;              // membership changes (max_rescales)
-  int own_failures_in_a_row_ = 0;      // earlier attempts in a row whose workers failed here
-  bool failed_here_ = false;           // a worker of this attempt failed on this node
-  bool quarantined_ = false;           // node_failure_limit reached: this node leaves the job
-  int restart_from_nodes_ = 0;         // nodes of the round a pending restart left (0: none)
-  struct Reform {                      // a re-form in progress, reported once the round formed
+  RoundPlan next_round_;           // how to join the next round (pinned after a re-form)
+  std::set<int> lost_nodes_;       // node ranks of this round known to be gone
+  int restarts_used_ = 0;          // worker failures restarted (--max_restarts)
+  int rescales_used_ = 0;          // membership changes (max_rescales)
+  int own_failures_in_a_row_ = 0;  // earlier attempts in a row whose workers failed here
+  bool failed_here_ = false;       // a worker of this attempt failed on this node
+  bool quarantined_ = false;       // node_failure_limit reached: this node leaves the job
+  int restart_from_nodes_ = 0;     // nodes of the round a pending restart left (0: none)
+  struct Reform {                  // a re-form in progress, reported once the round formed
     std::string reason;
     std::vector<rdzv::NodeAssignment> old_nodes;
     int old_world_size = 0;

@@ -16,25 +16,38 @@ nlohmann::json exit_status_fields(const ExitStatus& s) {
 
 nlohmann::json worker_exit_fields(const WorkerOutcome& w, int attempt) {
   nlohmann::json fields = w.status ? exit_status_fields(*w.status) : nlohmann::json::object();
-  fields.update({{"rank", w.rank}, {"local_rank", w.local_rank}, {"attempt", attempt}, {"pid", w.pid},
-                 {"terminated_by_ddprun", w.terminated_by_ddprun}, {"oom_killed", w.oom_killed}});
+  fields.update({{"rank", w.rank},
+                 {"local_rank", w.local_rank},
+                 {"attempt", attempt},
+                 {"pid", w.pid},
+                 {"terminated_by_ddprun", w.terminated_by_ddprun},
+                 {"oom_killed", w.oom_killed}});
   return fields;
 }
 
 nlohmann::json start_failure_fields(const WorkerOutcome& w, int attempt, int exit_code,
                                     const std::string& error) {
-  return {{"rank", w.rank}, {"local_rank", w.local_rank}, {"attempt", attempt},
-          {"exit_code", exit_code}, {"error", error}};
+  return {{"rank", w.rank},
+          {"local_rank", w.local_rank},
+          {"attempt", attempt},
+          {"exit_code", exit_code},
+          {"error", error}};
 }
 
 nlohmann::json rendezvous_fields(int attempt, const rdzv::RendezvousResult& joined) {
   nlohmann::json nodes = nlohmann::json::array();
   for (const auto& n : joined.assignment.nodes) {
-    nodes.push_back({{"node_rank", n.node_rank}, {"name", n.name},
-                     {"local_world_size", n.local_world_size}, {"base_rank", n.base_rank}});
+    nodes.push_back({{"node_rank", n.node_rank},
+                     {"name", n.name},
+                     {"local_world_size", n.local_world_size},
+                     {"base_rank", n.base_rank}});
   }
-  return {{"attempt", attempt}, {"node_rank", joined.node_rank}, {"num_nodes", joined.num_nodes},
-          {"world_size", joined.world_size}, {"base_rank", joined.base_rank}, {"nodes", nodes}};
+  return {{"attempt", attempt},
+          {"node_rank", joined.node_rank},
+          {"num_nodes", joined.num_nodes},
+          {"world_size", joined.world_size},
+          {"base_rank", joined.base_rank},
+          {"nodes", nodes}};
 }
 
 nlohmann::json summary_fields(int exit_code, const std::vector<AttemptOutcome>& attempts,
@@ -44,8 +57,11 @@ nlohmann::json summary_fields(int exit_code, const std::vector<AttemptOutcome>& 
     nlohmann::json workers = nlohmann::json::array();
     for (const auto& w : a.workers) {
       nlohmann::json jw = w.status ? exit_status_fields(*w.status) : nlohmann::json::object();
-      jw.update({{"rank", w.rank}, {"local_rank", w.local_rank}, {"pid", w.pid},
-                 {"terminated_by_ddprun", w.terminated_by_ddprun}, {"oom_killed", w.oom_killed}});
+      jw.update({{"rank", w.rank},
+                 {"local_rank", w.local_rank},
+                 {"pid", w.pid},
+                 {"terminated_by_ddprun", w.terminated_by_ddprun},
+                 {"oom_killed", w.oom_killed}});
       if (w.error_info) jw["error_message"] = w.error_info->message;
       workers.push_back(jw);
     }

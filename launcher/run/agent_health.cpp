@@ -13,13 +13,16 @@ namespace ddp::launcher {
 std::unique_ptr<health::HealthMonitor> Agent::make_health_monitor() {
   health::HealthMonitor::Hooks hooks;
   hooks.say = [this](const std::string& line) { say(line); };
-  hooks.emit = [this](const char* event, nlohmann::json fields) { events_.emit(event, std::move(fields)); };
+  hooks.emit = [this](const char* event, nlohmann::json fields) {
+    events_.emit(event, std::move(fields));
+  };
   hooks.on_hung = [this](const health::HealthStop& stop) { on_hung(stop); };
   hooks.on_timer_expired = [this](pid_t pid, int sig, const health::HealthStop& stop) {
     on_timer_expired(pid, sig, stop);
   };
   auto path = setup_.parent_env.find("PATH");
-  const std::string path_variable = path == setup_.parent_env.end() ? "/usr/bin:/bin" : path->second;
+  const std::string path_variable =
+      path == setup_.parent_env.end() ? "/usr/bin:/bin" : path->second;
   return std::make_unique<health::HealthMonitor>(io_, setup_.config.health, std::move(hooks),
                                                  path_variable);
 }

@@ -2,11 +2,11 @@
 // The Agent's side of the job's store and of the other nodes: hosting the store, joining each
 // round, and turning the monitor's news (a stop elsewhere, a lost node) into supervision steps.
 // Everything here runs on the Agent's loop; blocking store calls live in NodeSession's thread.
-#include <boost/asio/post.hpp>
 #include <fmt/format.h>
+#include <boost/asio/post.hpp>
 
-#include <algorithm>
 #include <signal.h>
+#include <algorithm>
 
 #include "launcher/common/exit_codes.hpp"
 #include "launcher/multinode/node_session.hpp"
@@ -41,15 +41,17 @@ Result<Ok> Agent::open_store() {
   }
   if (setup_.config.store_proxy && setup_.config.use_agent_store && setup_.master_port != 0) {
     try {
-      proxy_ = std::make_unique<NodeStoreProxy>(plan.connect_host, static_cast<std::uint16_t>(setup_.master_port));
+      proxy_ = std::make_unique<NodeStoreProxy>(plan.connect_host,
+                                                static_cast<std::uint16_t>(setup_.master_port));
     } catch (const std::runtime_error& e) {
       return Error{multinode_exit_codes::kRendezvous, fmt::format("--store-proxy: {}", e.what())};
     }
   }
   if (!setup_.multinode) return Ok{};
   if (setup_.master_port == 0) {
-    return Error{exit_codes::kUsage, "--master_port 0 only works on the node that hosts the store; "
-                                     "give the other nodes the port it chose"};
+    return Error{exit_codes::kUsage,
+                 "--master_port 0 only works on the node that hosts the store; "
+                 "give the other nodes the port it chose"};
   }
   JobRendezvous::Events events;
   events.on_stop = [this](const StopReason& reason) { on_job_stop(reason); };
@@ -72,7 +74,8 @@ void Agent::on_joined(int attempt, const JobRendezvous::JoinResult& result) {
     events_.emit("rendezvous_failed", {{"attempt", attempt}, {"error", *error}});
     if (reform_) {
       // The survivors could not meet again (another one vanished, or the store did).
-      const std::string text = fmt::format("could not re-form the job after \"{}\": {}", reform_->reason, *error);
+      const std::string text =
+          fmt::format("could not re-form the job after \"{}\": {}", reform_->reason, *error);
       say(text);
       end_with(node_lost(NodeLoss{text, std::nullopt}));
     } else {
@@ -97,10 +100,13 @@ void Agent::on_joined(int attempt, const JobRendezvous::JoinResult& result) {
     // not a worker failure: it is counted against max_rescales and the restart is given back.
     --restarts_used_;
     ++rescales_used_;
-    const std::string change = fmt::format("{} -> {} node(s), world size {} (a restart re-formed without the missing nodes)",
-                                           restart_from_nodes_, joined.num_nodes, joined.world_size);
-    events_.emit("rescale", {{"attempt", attempt}, {"reason", "restart without the missing nodes"},
-                             {"old_num_nodes", restart_from_nodes_}, {"new_num_nodes", joined.num_nodes},
+    const std::string change = fmt::format(
+        "{} -> {} node(s), world size {} (a restart re-formed without the missing nodes)",
+        restart_from_nodes_, joined.num_nodes, joined.world_size);
+    events_.emit("rescale", {{"attempt", attempt},
+                             {"reason", "restart without the missing nodes"},
+                             {"old_num_nodes", restart_from_nodes_},
+                             {"new_num_nodes", joined.num_nodes},
                              {"new_world_size", joined.world_size}});
     membership_changes_.push_back(change);
     say(fmt::format("re-formed: {}", change));
@@ -113,16 +119,22 @@ void Agent::on_joined(int attempt, const JobRendezvous::JoinResult& result) {
     for (const auto& n : reform_->old_nodes) old_nodes.push_back(n.name);
     nlohmann::json new_nodes = nlohmann::json::array();
     for (const auto& n : joined.assignment.nodes) new_nodes.push_back(n.name);
-    events_.emit("rescale", {{"attempt", attempt}, {"reason", reform_->reason}, {"old_nodes", old_nodes},
-                             {"new_nodes", new_nodes}, {"old_world_size", reform_->old_world_size},
-                             {"new_world_size", joined.world_size}, {"seconds", took}});
-    const std::string change = fmt::format("{} -> {} node(s), world size {} -> {} ({}; re-formed in {:.2f} s)",
-                                           reform_->old_nodes.size(), joined.num_nodes,
-                                           reform_->old_world_size, joined.world_size, reform_->reason, took);
+    events_.emit("rescale", {{"attempt", attempt},
+                             {"reason", reform_->reason},
+                             {"old_nodes", old_nodes},
+                             {"new_nodes", new_nodes},
+                             {"old_world_size", reform_->old_world_size},
+                             {"new_world_size", joined.world_size},
+                             {"seconds", took}});
+    const std::string change =
+        fmt::format("{} -> {} node(s), world size {} -> {} ({}; re-formed in {:.2f} s)",
+                    reform_->old_nodes.size(), joined.num_nodes, reform_->old_world_size,
+                    joined.world_size, reform_->reason, took);
     membership_changes_.push_back(change);
     say(fmt::format("re-formed: {}", change));
     reform_.reset();
-    next_round_.join_timeout = std::chrono::milliseconds(0);  // later restarts: the same nodes, as configured
+    next_round_.join_timeout =
+        std::chrono::milliseconds(0);  // later restarts: the same nodes, as configured
   }
   launch_workers(attempt);
 }
@@ -135,13 +147,15 @@ void Agent::on_local_failure(Worker& w) {
   failed_here_ = true;
   if (first && session_ && layout_ && round_) {
     const LossDecision q = decide_quarantine(elastic_policy(), round_->assignment.nodes, node_rank,
-                                             own_failures_in_a_row_ + 1, setup_.multinode->node_failure_limit,
-                                             rescales_used_);
+                                             own_failures_in_a_row_ + 1,
+                                             setup_.multinode->node_failure_limit, rescales_used_);
     if (q.rescale) {
       // The others re-form without this node (as for a loss); it leaves with its workers' code.
       quarantined_ = true;
-      events_.emit("excluded", {{"node_rank", node_rank}, {"host", setup_.host},
-                                {"reason", "node_failure_limit"}, {"message", q.text}});
+      events_.emit("excluded", {{"node_rank", node_rank},
+                                {"host", setup_.host},
+                                {"reason", "node_failure_limit"},
+                                {"message", q.text}});
       say(fmt::format("{}; this node leaves the job", q.text));
       session_->broadcast_stop(StopReason{cause.exit_code, node_rank, q.text, q.survivors});
       return;
@@ -149,7 +163,8 @@ void Agent::on_local_failure(Worker& w) {
   }
   // Multi-node: the first local failure is offered as the job-wide stop reason, unless the job
   // was already stopped from elsewhere (then the store holds a reason and this one would lose).
-  if (first && session_ && layout_) session_->broadcast_stop(StopReason{cause.exit_code, node_rank, cause.text, {}});
+  if (first && session_ && layout_)
+    session_->broadcast_stop(StopReason{cause.exit_code, node_rank, cause.text, {}});
 }
 
 void Agent::on_job_stop(const StopReason& reason) {
@@ -166,7 +181,9 @@ void Agent::on_job_stop(const StopReason& reason) {
     }
     return;
   }
-  events_.emit("job_stop", {{"reason", reason.text}, {"exit_code", reason.exit_code}, {"node_rank", reason.node_rank}});
+  events_.emit(
+      "job_stop",
+      {{"reason", reason.text}, {"exit_code", reason.exit_code}, {"node_rank", reason.node_rank}});
   if (stop_for_hang_elsewhere(reason)) return;  // the stacks first (docs/health.md)
   if (phase_ == Phase::Running) {
     say(fmt::format("stopping the workers: the job failed on another node: {}", reason.text));
@@ -197,19 +214,22 @@ ElasticPolicy Agent::elastic_policy() const {
 }
 
 bool Agent::try_rescale(int lost_node, std::string& text) {
-  if (!round_ || !layout_ || !elastic_policy().elastic) return false;  // static: the loss ends the job
+  if (!round_ || !layout_ || !elastic_policy().elastic)
+    return false;  // static: the loss ends the job
   lost_nodes_.insert(lost_node);
   if (end_ && end_->kind == RunEndKind::Rescale) {
     // Already re-forming: whoever that re-form left out is gone too, whether or not this node's
     // own monitor noticed, so that every survivor expects the same nodes.
     for (const auto& n : round_->assignment.nodes) {
-      if (std::find(end_->survivors.begin(), end_->survivors.end(), n.node_rank) == end_->survivors.end()) {
+      if (std::find(end_->survivors.begin(), end_->survivors.end(), n.node_rank) ==
+          end_->survivors.end()) {
         lost_nodes_.insert(n.node_rank);
       }
     }
   }
   // Rescales already decided in this round count as one change, not one per lost node.
-  LossDecision d = decide_loss(elastic_policy(), round_->assignment.nodes, lost_nodes_, rescales_used_);
+  LossDecision d =
+      decide_loss(elastic_policy(), round_->assignment.nodes, lost_nodes_, rescales_used_);
   if (!d.rescale) {
     text = d.text;
     if (end_) end_.reset();  // the re-form under way cannot happen: the loss ends the job instead
@@ -238,20 +258,22 @@ void Agent::begin_reform() {
   if (!plan) {
     // The others re-form without this node (they lost its heartbeats): it cannot rejoin.
     end_.reset();
-    end_with(node_lost(NodeLoss{fmt::format("this node was dropped from the job: {}", cause.text),
-                                std::nullopt}));
+    end_with(node_lost(
+        NodeLoss{fmt::format("this node was dropped from the job: {}", cause.text), std::nullopt}));
     say(end_->text);
     finish_run();
     return;
   }
   ++rescales_used_;
-  reform_ = Reform{cause.text, round_ ? round_->assignment.nodes : std::vector<rdzv::NodeAssignment>{},
-                   round_ ? round_->world_size : 0, std::chrono::steady_clock::now()};
+  reform_ =
+      Reform{cause.text, round_ ? round_->assignment.nodes : std::vector<rdzv::NodeAssignment>{},
+             round_ ? round_->world_size : 0, std::chrono::steady_clock::now()};
   // The survivors all leave their workers within the stop grace; one that vanished meanwhile
   // must not hold the others for the whole configured join timeout.
   const auto& m = *setup_.multinode;
   plan->join_timeout = std::min<std::chrono::milliseconds>(
-      m.join_timeout, setup_.config.shutdown_timeout + 2 * m.heartbeat_timeout + std::chrono::seconds(5));
+      m.join_timeout,
+      setup_.config.shutdown_timeout + 2 * m.heartbeat_timeout + std::chrono::seconds(5));
   next_round_ = *plan;
   end_.reset();
   phase_ = Phase::Starting;
@@ -263,7 +285,8 @@ void Agent::on_barrier(const JobRendezvous::BarrierResult& result) {
   if (const auto* stop = std::get_if<StopReason>(&result)) {
     if (!(layout_ && is_own_stop(*stop, layout_->node_rank))) {
       end_with(job_stopped(*stop));
-      say(stop->survivors.empty() ? fmt::format("the job failed on another node: {}", stop->text) : stop->text);
+      say(stop->survivors.empty() ? fmt::format("the job failed on another node: {}", stop->text)
+                                  : stop->text);
     }
   } else if (const auto* loss = std::get_if<NodeLoss>(&result)) {
     // The store is gone: exit 74, no restart.

@@ -35,12 +35,16 @@ std::string format_dry_run(const LaunchConfig& config, const std::vector<std::st
     const NumaPlacement* numa =
         r < static_cast<int>(config.numa_placements.size()) ? &config.numa_placements[r] : nullptr;
     if (as_json) {
-      nlohmann::json j{{"event", "dry_run"}, {"rank", global_rank(config, r)},
-                       {"local_rank", r},    {"argv", argv},
+      nlohmann::json j{{"event", "dry_run"},
+                       {"rank", global_rank(config, r)},
+                       {"local_rank", r},
+                       {"argv", argv},
                        {"env", env}};
       if (numa) {
-        j["numa"] = {{"node", numa->node}, {"cpus", format_cpu_list(numa->cpus)},
-                     {"memory", "preferred"}, {"why", numa->reason}};
+        j["numa"] = {{"node", numa->node},
+                     {"cpus", format_cpu_list(numa->cpus)},
+                     {"memory", "preferred"},
+                     {"why", numa->reason}};
       }
       out += j.dump() + "\n";
       continue;
@@ -52,10 +56,12 @@ std::string format_dry_run(const LaunchConfig& config, const std::vector<std::st
     }
     out += fmt::format("rank {} (local_rank {}): {}\n", global_rank(config, r), r, command);
     if (numa) {
-      out += fmt::format("    numa-binding {}: cpus {}, memory preferred on node {} ({})\n",
-                         config.numa_binding, format_cpu_list(numa->cpus), numa->node, numa->reason);
+      out +=
+          fmt::format("    numa-binding {}: cpus {}, memory preferred on node {} ({})\n",
+                      config.numa_binding, format_cpu_list(numa->cpus), numa->node, numa->reason);
     }
-    for (const auto& [name, value] : env) out += fmt::format("    {}={}\n", name, shell_quote(value));
+    for (const auto& [name, value] : env)
+      out += fmt::format("    {}={}\n", name, shell_quote(value));
   }
   return out;
 }

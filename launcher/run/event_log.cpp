@@ -35,12 +35,13 @@ Result<Ok> EventLog::open(const std::string& target, boost::asio::io_context& io
     }
     if ((flags & O_ACCMODE) == O_RDONLY) {
       return Error{exit_codes::kUsage, fmt::format("--events {}: descriptor {} is not open for "
-                                                   "writing", target, inherited)};
+                                                   "writing",
+                                                   target, inherited)};
     }
   }
   if (inherited >= 0) {
     // The console sinks own stdout and stderr: events then never tear a worker line.
-    sink_ = inherited == STDOUT_FILENO ? stdout_sink
+    sink_ = inherited == STDOUT_FILENO   ? stdout_sink
             : inherited == STDERR_FILENO ? stderr_sink
                                          : nullptr;
     if (!sink_) {

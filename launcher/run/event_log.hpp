@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 #pragma once
-/// EventLog: --events FILE|-|fd:N. One JSON object per line, each written with a single write(), for
-/// launch, worker_start, worker_exit, restart and summary. Disabled when no target is given.
+/// EventLog: --events FILE|-|fd:N. One JSON object per line, each written with a single write(),
+/// for launch, worker_start, worker_exit, restart and summary. Disabled when no target is given.
 
 #include <boost/asio/io_context.hpp>
 #include <functional>

@@ -65,7 +65,8 @@ std::optional<ErrorFileInfo> parse_error_file(const std::string& json_text) {
 
 std::string format_utc(std::chrono::system_clock::time_point t) {
   auto secs = std::chrono::system_clock::to_time_t(t);
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count() % 1000;
+  auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count() % 1000;
   std::tm tm{};
   gmtime_r(&secs, &tm);
   char buf[64];
@@ -96,10 +97,12 @@ std::string format_failure_summary(const RunSummaryInput& in) {
     out += "Root cause (first observed failure):\n";
     out += fmt::format("  rank       : {} (local_rank: {})\n", w.rank, w.local_rank);
     out += fmt::format("  host       : {}\n", in.host);
-    out += w.pid > 0 ? fmt::format("  pid        : {}\n", w.pid) : std::string("  pid        : -\n");
+    out +=
+        w.pid > 0 ? fmt::format("  pid        : {}\n", w.pid) : std::string("  pid        : -\n");
     out += fmt::format("  exit       : {}\n", outcome_text(w));
     auto since = std::chrono::duration<double>(w.exit_time - in.start_time).count();
-    out += fmt::format("  time       : {} ({:.3f} s after launch)\n", format_utc(w.exit_time), since);
+    out +=
+        fmt::format("  time       : {} ({:.3f} s after launch)\n", format_utc(w.exit_time), since);
     out += fmt::format("  attempt    : {} (max_restarts: {})\n", last->attempt, in.max_restarts);
     if (w.error_info) {
       out += fmt::format("  error_file : {}\n", w.error_file);
@@ -126,9 +129,9 @@ std::string format_failure_summary(const RunSummaryInput& in) {
       const auto& w = last->workers[i];
       if (last->root_cause && i == *last->root_cause) continue;
       if (!w.status || w.status->success()) continue;
-      others += fmt::format("  rank {} (local_rank {}, pid {}): {}{}\n", w.rank, w.local_rank, w.pid,
-                            outcome_text(w),
-                            w.terminated_by_ddprun && w.start_error.empty() ? "  [terminated by ddprun]" : "");
+      others += fmt::format(
+          "  rank {} (local_rank {}, pid {}): {}{}\n", w.rank, w.local_rank, w.pid, outcome_text(w),
+          w.terminated_by_ddprun && w.start_error.empty() ? "  [terminated by ddprun]" : "");
     }
     if (!others.empty()) {
       out += kThin;
@@ -146,7 +149,8 @@ std::string format_failure_summary(const RunSummaryInput& in) {
     for (const auto& a : in.attempts) {
       if (a.root_cause) {
         const auto& w = a.workers[*a.root_cause];
-        out += fmt::format("  attempt {}: rank {} failed with {}\n", a.attempt, w.rank, outcome_text(w));
+        out += fmt::format("  attempt {}: rank {} failed with {}\n", a.attempt, w.rank,
+                           outcome_text(w));
       } else {
         out += fmt::format("  attempt {}: no worker failed\n", a.attempt);
       }

@@ -27,10 +27,10 @@ struct WorkerOutcome {
   int rank = 0;
   int local_rank = 0;
   pid_t pid = 0;
-  std::optional<ExitStatus> status;  // nullopt: never started
-  std::string start_error;           // why it could not start
-  bool terminated_by_ddprun = false; // ddprun signalled it before it ended
-  bool oom_killed = false;           // SIGKILL while the kernel's oom_kill counter rose
+  std::optional<ExitStatus> status;   // nullopt: never started
+  std::string start_error;            // why it could not start
+  bool terminated_by_ddprun = false;  // ddprun signalled it before it ended
+  bool oom_killed = false;            // SIGKILL while the kernel's oom_kill counter rose
   std::chrono::system_clock::time_point exit_time{};
   std::vector<std::string> stderr_tail;
   std::string error_file;

@@ -31,15 +31,17 @@ struct LossDecision {
 /// `round`: every node of the current round; `lost`: the node ranks known to be gone (at least
 /// one); `rescales_used`: membership changes so far. The job ends when the policy is not
 /// elastic, when fewer than MIN nodes would remain, or when the rescale budget is spent.
-LossDecision decide_loss(const ElasticPolicy& policy, const std::vector<rdzv::NodeAssignment>& round,
-                         const std::set<int>& lost, int rescales_used);
+LossDecision decide_loss(const ElasticPolicy& policy,
+                         const std::vector<rdzv::NodeAssignment>& round, const std::set<int>& lost,
+                         int rescales_used);
 
 /// This node's (`node_rank`'s) workers failed `failed_in_a_row` attempts in a row, the current
 /// one included. At `limit` (0: never) the node is quarantined if the others can go on without
 /// it (as decide_loss says for its loss): they re-form and it leaves the job. Otherwise
 /// (`rescale` false, empty text) the failure takes the usual way: a restart or the end.
-LossDecision decide_quarantine(const ElasticPolicy& policy, const std::vector<rdzv::NodeAssignment>& round,
-                               int node_rank, int failed_in_a_row, int limit, int rescales_used);
+LossDecision decide_quarantine(const ElasticPolicy& policy,
+                               const std::vector<rdzv::NodeAssignment>& round, int node_rank,
+                               int failed_in_a_row, int limit, int rescales_used);
 
 /// How this node joins the round that re-forms the job from `survivors` (old node ranks, in
 /// order): the survivors keep their relative order and take the ranks 0..S-1, and the round is
@@ -48,6 +50,7 @@ LossDecision decide_quarantine(const ElasticPolicy& policy, const std::vector<rd
 std::optional<RoundPlan> reform_plan(const std::vector<int>& survivors, int old_rank);
 
 /// "0 (host-a), 2 (host-c)": node ranks and names of a round's nodes.
-std::string describe_nodes(const std::vector<rdzv::NodeAssignment>& round, const std::vector<int>& ranks);
+std::string describe_nodes(const std::vector<rdzv::NodeAssignment>& round,
+                           const std::vector<int>& ranks);
 
 }  // namespace ddp::launcher

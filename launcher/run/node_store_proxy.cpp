@@ -8,7 +8,8 @@
 namespace ddp::launcher {
 
 namespace {
-rdzv::proxy::StoreProxyOptions proxy_options(const std::string& root_host, std::uint16_t root_port) {
+rdzv::proxy::StoreProxyOptions proxy_options(const std::string& root_host,
+                                             std::uint16_t root_port) {
   rdzv::proxy::StoreProxyOptions o;
   o.bind_address = "127.0.0.1";
   o.port = 0;

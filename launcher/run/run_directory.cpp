@@ -36,11 +36,13 @@ Result<RunDirectory> RunDirectory::create(const std::string& log_dir, const std:
   RunDirectory dir;
   std::string parent = log_dir;
   if (parent.empty()) {
-    // An explicit TMPDIR wins; otherwise scratch (error files only) goes to tmpfs when there is one.
+    // An explicit TMPDIR wins; otherwise scratch (error files only) goes to tmpfs when there is
+    // one.
     const char* tmp = std::getenv("TMPDIR");
     const bool tmpdir_set = tmp != nullptr && *tmp != '\0';
     std::string where = tmpdir_set ? tmp : "/tmp";
-    if (!tmpdir_set && !will_hold_logs && ::access("/dev/shm", W_OK | X_OK) == 0) where = "/dev/shm";
+    if (!tmpdir_set && !will_hold_logs && ::access("/dev/shm", W_OK | X_OK) == 0)
+      where = "/dev/shm";
     reclaim_dead_scratch(where);
     auto base = make_temp_dir(where, will_hold_logs ? std::string("ddprun_") : owned_name_prefix());
     if (!base) return base.error();
@@ -110,7 +112,8 @@ Result<int> pick_free_port() {
       ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
     int err = errno;
     ::close(fd);
-    return Error{exit_codes::kInternal, fmt::format("cannot find a free port: {}", std::strerror(err))};
+    return Error{exit_codes::kInternal,
+                 fmt::format("cannot find a free port: {}", std::strerror(err))};
   }
   ::close(fd);
   return static_cast<int>(ntohs(addr.sin_port));

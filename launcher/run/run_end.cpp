@@ -24,8 +24,8 @@ RunEnd worker_failed(const WorkerOutcome& worker, int node_rank, const std::stri
   const ExitStatus status = worker.status.value_or(ExitStatus::exited(1));
   RunEnd end = make(RunEndKind::WorkerFailed, shell_exit_code(status), {}, node_rank);
   if (node_rank >= 0) {
-    end.text = fmt::format("node {} ({}): rank {} (pid {}) failed with {}", node_rank, host, worker.rank,
-                           worker.pid, describe(status));
+    end.text = fmt::format("node {} ({}): rank {} (pid {}) failed with {}", node_rank, host,
+                           worker.rank, worker.pid, describe(status));
   } else {
     end.text = fmt::format("rank {} failed with {}", worker.rank, describe(status));
   }
@@ -34,7 +34,8 @@ RunEnd worker_failed(const WorkerOutcome& worker, int node_rank, const std::stri
 
 RunEnd hung(const std::string& what, int node_rank, const std::string& host) {
   return make(RunEndKind::Hung, exit_codes::kHung,
-              node_rank >= 0 ? fmt::format("node {} ({}): {}", node_rank, host, what) : what, node_rank);
+              node_rank >= 0 ? fmt::format("node {} ({}): {}", node_rank, host, what) : what,
+              node_rank);
 }
 
 RunEnd job_stopped(const StopReason& reason) {
@@ -54,7 +55,8 @@ RunEnd rescale(const std::string& text, std::vector<int> survivors, int node_ran
 }
 
 RunEnd node_lost(const NodeLoss& loss) {
-  return make(RunEndKind::NodeLost, multinode_exit_codes::kNodeLost, loss.text, loss.node_rank.value_or(-1));
+  return make(RunEndKind::NodeLost, multinode_exit_codes::kNodeLost, loss.text,
+              loss.node_rank.value_or(-1));
 }
 
 RunEnd rendezvous_failed(const std::string& error) {
@@ -79,7 +81,8 @@ bool replaces(const RunEnd& incoming, const RunEnd& current) {
   if (current.kind == RunEndKind::Interrupted) return false;
   if (incoming.kind == RunEndKind::Interrupted) return true;
   const bool current_is_local = current.kind == RunEndKind::WorkerFailed ||
-                                current.kind == RunEndKind::Hung || current.kind == RunEndKind::NodeLost ||
+                                current.kind == RunEndKind::Hung ||
+                                current.kind == RunEndKind::NodeLost ||
                                 (current.kind == RunEndKind::Rescale && !current.from_store);
   if (incoming.from_store) return current_is_local;
   const bool store_lost = incoming.kind == RunEndKind::NodeLost && incoming.node_rank < 0;
@@ -103,14 +106,22 @@ bool is_own_stop(const StopReason& reason, int this_node_rank) {
 
 const char* kind_name(RunEndKind kind) {
   switch (kind) {
-    case RunEndKind::WorkerFailed: return "worker_failed";
-    case RunEndKind::Hung: return "hung";
-    case RunEndKind::JobStopped: return "job_stopped";
-    case RunEndKind::NodeLost: return "node_lost";
-    case RunEndKind::Rescale: return "rescale";
-    case RunEndKind::Rendezvous: return "rendezvous_failed";
-    case RunEndKind::Interrupted: return "interrupted";
-    case RunEndKind::Internal: return "internal_error";
+    case RunEndKind::WorkerFailed:
+      return "worker_failed";
+    case RunEndKind::Hung:
+      return "hung";
+    case RunEndKind::JobStopped:
+      return "job_stopped";
+    case RunEndKind::NodeLost:
+      return "node_lost";
+    case RunEndKind::Rescale:
+      return "rescale";
+    case RunEndKind::Rendezvous:
+      return "rendezvous_failed";
+    case RunEndKind::Interrupted:
+      return "interrupted";
+    case RunEndKind::Internal:
+      return "internal_error";
   }
   return "unknown";
 }

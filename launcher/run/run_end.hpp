@@ -30,9 +30,9 @@ enum class RunEndKind {
 struct RunEnd {
   RunEndKind kind = RunEndKind::WorkerFailed;
   int exit_code = 1;
-  std::string text;    // one line: "rank 3 failed with exit code 1", "lost node 2 (h): ..."
-  int node_rank = -1;  // the node where it happened (-1: not known or not multi-node)
-  int signal = 0;      // Interrupted: the signal ddprun received
+  std::string text;            // one line: "rank 3 failed with exit code 1", "lost node 2 (h): ..."
+  int node_rank = -1;          // the node where it happened (-1: not known or not multi-node)
+  int signal = 0;              // Interrupted: the signal ddprun received
   std::vector<int> survivors;  // Rescale: the round's node ranks that go on, in order
   bool from_store = false;     // JobStopped, or a Rescale adopted from another node
 };
@@ -58,8 +58,8 @@ RunEnd internal_error(int exit_code, const std::string& message);
 ///  2. A shutdown signal replaces any cause but an internal error: whoever sent it (a user, a
 ///     scheduler's time limit) must see 128+N, as from any interrupted program.
 ///  3. A stop or re-form from another node (the store's first reason) replaces this node's own
-///     failure or hang verdict, a lost node and this node's own re-form: the store's first reason is the job's,
-///     and every node must act on the same one (same root cause, same survivors).
+///     failure or hang verdict, a lost node and this node's own re-form: the store's first reason
+///     is the job's, and every node must act on the same one (same root cause, same survivors).
 ///  4. A lost store replaces a re-form: nothing can re-form without the store.
 ///  5. Otherwise the first cause stands.
 bool replaces(const RunEnd& incoming, const RunEnd& current);

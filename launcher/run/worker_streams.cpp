@@ -16,9 +16,10 @@ namespace {
 
 constexpr int kPipeBytes = 1 << 20;
 
-std::shared_ptr<OutputSink> open_sink(boost::asio::io_context& io, const std::string& path, bool append,
-                                      const WorkerStreams::FileError& on_file_error) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | (append ? 0 : O_TRUNC) | O_APPEND | O_CLOEXEC, 0644);
+std::shared_ptr<OutputSink> open_sink(boost::asio::io_context& io, const std::string& path,
+                                      bool append, const WorkerStreams::FileError& on_file_error) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | (append ? 0 : O_TRUNC) | O_APPEND | O_CLOEXEC,
+                  0644);
   if (fd < 0) {
     on_file_error(path, errno);
     return nullptr;
@@ -67,8 +68,9 @@ Result<WorkerStreams> WorkerStreams::open(boost::asio::io_context& io, const Lau
     }
     const auto& needles = s == 0 ? c.duplicate_stdout_filters : c.duplicate_stderr_filters;
     if (!needles.empty() && includes(tee)) {  // torchrun: only --tee'd streams are duplicated
-      route.duplicate.file = open_sink(io, attempt_dir + (s == 0 ? "/filtered_stdout.log" : "/filtered_stderr.log"),
-                                       /*append=*/true, on_file_error);
+      route.duplicate.file =
+          open_sink(io, attempt_dir + (s == 0 ? "/filtered_stdout.log" : "/filtered_stderr.log"),
+                    /*append=*/true, on_file_error);
       route.duplicate.needles = needles;
     }
   }
@@ -102,8 +104,9 @@ WorkerStreams::Pumps WorkerStreams::start(boost::asio::io_context& io, const Lin
     close_fd(write_fd_[s]);
     const OutputSink* sink = route_[s].console;
     if (route_[s].duplicate.file) {
-      route_[s].duplicate.prefix = style.tmpl ? substitute_template(*style.tmpl, fields)
-                                              : fmt::format("[{}{}]:", fields.role_name, fields.local_rank);
+      route_[s].duplicate.prefix =
+          style.tmpl ? substitute_template(*style.tmpl, fields)
+                     : fmt::format("[{}{}]:", fields.role_name, fields.local_rank);
     }
     const bool color = sink && use_color(color_mode, sink->is_tty(), no_color_env);
     // The pump owns the read end and the log file from here on.

@@ -27,10 +27,10 @@ class WorkerStreams {
   /// and leaves nothing open.
   /// `attempt_dir` holds the files shared by every rank (--duplicate-std*-filters). With --events
   /// on stdout, the worker's stdout goes to `stderr_sink` (stdout carries only events).
-  static Result<WorkerStreams> open(boost::asio::io_context& io, const LaunchConfig& config, int local_rank,
-                                    const std::string& dir, const std::string& attempt_dir,
-                                    OutputSink& stdout_sink, OutputSink& stderr_sink,
-                                    const FileError& on_file_error);
+  static Result<WorkerStreams> open(boost::asio::io_context& io, const LaunchConfig& config,
+                                    int local_rank, const std::string& dir,
+                                    const std::string& attempt_dir, OutputSink& stdout_sink,
+                                    OutputSink& stderr_sink, const FileError& on_file_error);
   WorkerStreams(WorkerStreams&& other) noexcept;
   WorkerStreams& operator=(WorkerStreams&&) = delete;
   WorkerStreams(const WorkerStreams&) = delete;

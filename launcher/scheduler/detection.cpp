@@ -47,7 +47,8 @@ Detection detect_scheduler(const Env& env, std::string_view choice) {
         try {
           if (info.detect(env)) out.also_present.emplace_back(info.name);
         } catch (const SchedulerError& e) {
-          out.also_present.push_back(fmt::format("{} (malformed, ignored: {})", info.name, e.what()));
+          out.also_present.push_back(
+              fmt::format("{} (malformed, ignored: {})", info.name, e.what()));
         }
         continue;
       }
@@ -59,8 +60,8 @@ Detection detect_scheduler(const Env& env, std::string_view choice) {
     if (info.name != choice) continue;
     out.defaults = info.detect(env);
     if (!out.defaults) {
-      throw SchedulerError(fmt::format("--scheduler={} but {} is not set in the environment",
-                                       choice, info.trigger));
+      throw SchedulerError(
+          fmt::format("--scheduler={} but {} is not set in the environment", choice, info.trigger));
     }
     return out;
   }

@@ -30,7 +30,7 @@ std::span<const DetectorInfo> detection_order();
 
 /// The result of running the detectors.
 struct Detection {
-  std::string choice;  ///< "auto", "none" or a detector name, as asked
+  std::string choice;                         ///< "auto", "none" or a detector name, as asked
   std::optional<SchedulerDefaults> defaults;  ///< the scheduler taken, if any
   std::vector<std::string> also_present;  ///< later detectors that matched too (shown, not used)
 };

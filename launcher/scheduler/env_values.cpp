@@ -14,7 +14,7 @@ std::optional<std::string> env_get(const Env& env, const std::string& name) {
 }
 
 std::optional<Sourced<std::string>> env_first(const Env& env,
-                                               std::initializer_list<const char*> names) {
+                                              std::initializer_list<const char*> names) {
   for (const char* name : names) {
     if (auto value = env_get(env, name)) {
       return Sourced<std::string>{*value, name, *value, ""};
@@ -28,8 +28,7 @@ int parse_count(std::string_view text, std::string_view what) {
   const char* end = text.data() + text.size();
   auto [ptr, ec] = std::from_chars(text.data(), end, value);
   if (text.empty() || ec != std::errc{} || ptr != end || value < 0) {
-    throw SchedulerError(
-        fmt::format("{}='{}' is not a non-negative integer", what, text));
+    throw SchedulerError(fmt::format("{}='{}' is not a non-negative integer", what, text));
   }
   return value;
 }

@@ -14,7 +14,7 @@ std::optional<std::string> env_get(const Env& env, const std::string& name);
 
 /// The first of `names` that is set, as a Sourced string (origin = that name).
 std::optional<Sourced<std::string>> env_first(const Env& env,
-                                               std::initializer_list<const char*> names);
+                                              std::initializer_list<const char*> names);
 
 /// Parses a non-negative decimal integer; throws SchedulerError naming `what` otherwise.
 int parse_count(std::string_view text, std::string_view what);

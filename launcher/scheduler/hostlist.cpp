@@ -47,9 +47,8 @@ std::vector<std::string> expand_ranges(std::string_view list, std::string_view b
   std::size_t start = 0;
   while (start <= body.size()) {
     std::size_t comma = body.find(',', start);
-    std::string_view range = body.substr(start, comma == std::string_view::npos
-                                                    ? std::string_view::npos
-                                                    : comma - start);
+    std::string_view range = body.substr(
+        start, comma == std::string_view::npos ? std::string_view::npos : comma - start);
     std::size_t dash = range.find('-');
     std::string_view lo = range.substr(0, dash);
     std::string_view hi = dash == std::string_view::npos ? lo : range.substr(dash + 1);
@@ -97,7 +96,8 @@ void expand_item(std::string_view list, std::string_view item, std::vector<std::
     pos = close + 1;
   }
   for (auto& name : names) {
-    if (out.size() >= kMaxHosts) fail(list, fmt::format("expands to more than {} names", kMaxHosts));
+    if (out.size() >= kMaxHosts)
+      fail(list, fmt::format("expands to more than {} names", kMaxHosts));
     out.push_back(std::move(name));
   }
 }

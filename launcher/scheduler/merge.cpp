@@ -64,8 +64,10 @@ NodeRange parse_node_range(std::string_view text, std::string_view what) {
     range.max = parse_count(text.substr(colon + 1), what);
   }
   if (range.min < 1 || range.max < range.min) {
-    throw SchedulerError(fmt::format("{}='{}' is not a node count N or a range MIN:MAX with "
-                                     "1 <= MIN <= MAX", what, text));
+    throw SchedulerError(
+        fmt::format("{}='{}' is not a node count N or a range MIN:MAX with "
+                    "1 <= MIN <= MAX",
+                    what, text));
   }
   return range;
 }
@@ -124,31 +126,33 @@ NodeSettings merge_node_settings(const NodeOptions& flags, const NodeOptions& pe
   if (rank) {
     const int max_nodes = out.nnodes ? out.nnodes->value.max : 1;
     if (rank->value >= max_nodes) {
-      std::string count_origin = out.nnodes ? describe_origin(*out.nnodes)
-                                            : std::string("ddprun's default of 1 node (no --nnodes)");
+      std::string count_origin = out.nnodes
+                                     ? describe_origin(*out.nnodes)
+                                     : std::string("ddprun's default of 1 node (no --nnodes)");
       throw SchedulerError(fmt::format("{} is out of range: {} gives {} node(s), node ranks 0..{}",
                                        describe_origin(*rank), count_origin, max_nodes,
                                        max_nodes - 1));
     }
     if (sched && sched->node_rank && rank->value != sched->node_rank->value) {
-      throw SchedulerError(fmt::format("{} contradicts {}: this node's rank is {}; drop the "
-                                       "explicit value or {}",
-                                       describe_origin(*rank), describe_origin(*sched->node_rank),
-                                       sched->node_rank->value, kDisableHint));
+      throw SchedulerError(
+          fmt::format("{} contradicts {}: this node's rank is {}; drop the "
+                      "explicit value or {}",
+                      describe_origin(*rank), describe_origin(*sched->node_rank),
+                      sched->node_rank->value, kDisableHint));
     }
     out.node_rank = rank;
   }
 
-  auto addr = pick_explicit(flags.master_addr, pet.master_addr, "--master_addr",
-                            "PET_MASTER_ADDR", notes);
-  out.master_addr = prefer_explicit(addr, sched ? sched->master_addr : std::nullopt, notes,
-                                    used_scheduler);
+  auto addr =
+      pick_explicit(flags.master_addr, pet.master_addr, "--master_addr", "PET_MASTER_ADDR", notes);
+  out.master_addr =
+      prefer_explicit(addr, sched ? sched->master_addr : std::nullopt, notes, used_scheduler);
 
   bool harmless = false;  // port and rdzv id do not make a refused environment usable
-  auto port = pick_explicit(flags.master_port, pet.master_port, "--master_port",
-                            "PET_MASTER_PORT", notes);
-  out.master_port = prefer_explicit(port, sched ? sched->master_port : std::nullopt, notes,
-                                    harmless);
+  auto port =
+      pick_explicit(flags.master_port, pet.master_port, "--master_port", "PET_MASTER_PORT", notes);
+  out.master_port =
+      prefer_explicit(port, sched ? sched->master_port : std::nullopt, notes, harmless);
   auto rdzv = pick_explicit(flags.rdzv_id, pet.rdzv_id, "--rdzv_id", "PET_RDZV_ID", notes);
   out.rdzv_id = prefer_explicit(rdzv, sched ? sched->job_id : std::nullopt, notes, harmless);
 

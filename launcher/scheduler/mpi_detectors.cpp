@@ -57,8 +57,8 @@ void derive_port(SchedulerDefaults& out) {
 }  // namespace
 
 std::optional<SchedulerDefaults> detect_openmpi(const Env& env) {
-  auto found = rank_and_size(env, "openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-                             "Open MPI");
+  auto found =
+      rank_and_size(env, "openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "Open MPI");
   if (!found) return std::nullopt;
   SchedulerDefaults& out = *found;
   out.job_id = env_first(env, {"OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE"});

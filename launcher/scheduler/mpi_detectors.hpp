@@ -1,11 +1,12 @@
 #pragma once
 /// MPI launchers starting one ddprun per node: Open MPI's mpirun, PMIx launchers (PRRTE,
-/// `srun --mpi=pmix` without Slurm variables), and PMI launchers (MPICH Hydra, Intel MPI, Cray PALS).
+/// `srun --mpi=pmix` without Slurm variables), and PMI launchers (MPICH Hydra, Intel MPI, Cray
+/// PALS).
 ///
 /// None of them publishes a rendezvous address. The master address is taken, in this order, from
 /// MASTER_ADDR (e.g. `mpirun -x MASTER_ADDR=host`), from "all ranks are on this host" (then the
-/// master is 127.0.0.1), or, for Open MPI inside a Slurm allocation, from the allocation's first host
-/// (mpirun's default mapping puts rank 0 there). Otherwise it stays unset and ddprun asks for
+/// master is 127.0.0.1), or, for Open MPI inside a Slurm allocation, from the allocation's first
+/// host (mpirun's default mapping puts rank 0 there). Otherwise it stays unset and ddprun asks for
 /// --master_addr.
 
 #include <optional>

@@ -67,11 +67,13 @@ std::string render_detection_report(const Detection& detection, const NodeSettin
   row(out, "master_port", settings.master_port,
       one_node ? "default: a free port (one node)" : "default 29500");
   row(out, "rdzv_id", settings.rdzv_id, "default none");
-  const bool scheduler_port = settings.master_port && settings.master_port->origin.rfind("--", 0) != 0 &&
+  const bool scheduler_port = settings.master_port &&
+                              settings.master_port->origin.rfind("--", 0) != 0 &&
                               settings.master_port->origin.rfind("PET_", 0) != 0;
   if (one_node && (settings.master_from_scheduler() || scheduler_port)) {
-    out += "  note: one node: ddprun ignores the scheduler's master host and port and uses "
-           "127.0.0.1 and a free port (so two steps on one node cannot collide)\n";
+    out +=
+        "  note: one node: ddprun ignores the scheduler's master host and port and uses "
+        "127.0.0.1 and a free port (so two steps on one node cannot collide)\n";
   }
   for (const auto& note : settings.notes) out += fmt::format("  note: {}\n", note);
   return out;

@@ -21,7 +21,8 @@ std::optional<std::string> blocking_lookup(const std::string& host) {
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* list = nullptr;
-  if (getaddrinfo(host.c_str(), nullptr, &hints, &list) != 0 || list == nullptr) return std::nullopt;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &list) != 0 || list == nullptr)
+    return std::nullopt;
   std::optional<std::string> v4;
   std::optional<std::string> v6;
   for (addrinfo* ai = list; ai != nullptr; ai = ai->ai_next) {
@@ -66,7 +67,8 @@ std::optional<std::string> resolve_dns(const std::string& host, std::chrono::mil
 
 std::optional<std::string> query_slurm_node_addr(const std::string& name,
                                                  const ResolveOptions& options) {
-  CommandResult result = run_command({options.scontrol, "-o", "show", "node", name}, options.timeout);
+  CommandResult result =
+      run_command({options.scontrol, "-o", "show", "node", name}, options.timeout);
   if (result.timed_out) {
     throw SchedulerError(fmt::format("`{} -o show node {}` did not answer within {} ms",
                                      options.scontrol, name, options.timeout.count()));
@@ -88,8 +90,8 @@ HostResolution resolve_master_host(const std::string& host, const ResolveOptions
   }
   std::string how = fmt::format("Slurm NodeAddr ({} show node {})", options.scontrol, host);
   if (auto address = resolve_dns(*node_addr, options.timeout)) return {host, *address, how};
-  throw SchedulerError(fmt::format("master host '{}': Slurm's NodeAddr '{}' does not resolve",
-                                   host, *node_addr));
+  throw SchedulerError(
+      fmt::format("master host '{}': Slurm's NodeAddr '{}' does not resolve", host, *node_addr));
 }
 
 }  // namespace ddp::launcher::scheduler

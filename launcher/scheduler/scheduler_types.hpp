@@ -43,8 +43,9 @@ struct NodeRange {
 /// What one scheduler's environment implies for this ddprun (one ddprun per node).
 /// Absent optionals mean the scheduler does not provide that value.
 struct SchedulerDefaults {
-  std::string scheduler;  ///< detector name: "slurm", "openmpi", "pmix", "pmi", "k8s-indexed", "kubeflow"
-  std::string trigger;    ///< the variable whose presence selected this detector
+  std::string
+      scheduler;  ///< detector name: "slurm", "openmpi", "pmix", "pmi", "k8s-indexed", "kubeflow"
+  std::string trigger;  ///< the variable whose presence selected this detector
   std::optional<Sourced<int>> nnodes;
   std::optional<Sourced<int>> node_rank;
   std::optional<Sourced<std::string>> master_addr;  ///< a host name as the scheduler spells it
@@ -53,7 +54,8 @@ struct SchedulerDefaults {
   /// Set when the environment shows ddprun was started the wrong way (e.g. once per Slurm task).
   /// The merge raises it as an error as soon as any scheduler value would be used.
   std::optional<std::string> refusal;
-  std::vector<std::string> notes;  ///< facts worth showing in the report (assumptions, ignored vars)
+  std::vector<std::string>
+      notes;  ///< facts worth showing in the report (assumptions, ignored vars)
 };
 
 /// How the master host name became an address (see resolve_master_host).

@@ -65,11 +65,13 @@ std::optional<SchedulerDefaults> detect_slurm(const Env& env) {
   if (auto reserved = env_first(env, {"SLURM_STEP_RESV_PORTS"}); reserved && in_step) {
     out.master_port = reserved_port(reserved->value);
   }
-  auto nnodes = in_step ? env_int(env, {"SLURM_STEP_NUM_NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES"})
-                        : env_int(env, {"SLURM_NNODES", "SLURM_JOB_NUM_NODES"});
+  auto nnodes = in_step
+                    ? env_int(env, {"SLURM_STEP_NUM_NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES"})
+                    : env_int(env, {"SLURM_NNODES", "SLURM_JOB_NUM_NODES"});
   auto node_id = env_int(env, {"SLURM_NODEID"});
-  auto nodelist = in_step ? env_first(env, {"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"})
-                          : env_first(env, {"SLURM_JOB_NODELIST", "SLURM_NODELIST"});
+  auto nodelist =
+      in_step ? env_first(env, {"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"})
+              : env_first(env, {"SLURM_JOB_NODELIST", "SLURM_NODELIST"});
 
   if (!nnodes && nodelist) {
     // Old or trimmed environments: count the hosts instead.

@@ -8,10 +8,10 @@
 #include <csignal>
 #include <iostream>
 
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
-#include <CLI/CLI.hpp>
-#include <fmt/format.h>
 
 #include "rendezvous/proxy/store_proxy.hpp"
 
@@ -19,7 +19,8 @@ int main(int argc, char** argv) {
   ::signal(SIGPIPE, SIG_IGN);
   ddp::rdzv::proxy::StoreProxyOptions opts;
   std::string upstream;
-  CLI::App app{"ddprun-store-proxy: a node-local proxy in front of a c10d-compatible TCP store", "ddprun-store-proxy"};
+  CLI::App app{"ddprun-store-proxy: a node-local proxy in front of a c10d-compatible TCP store",
+               "ddprun-store-proxy"};
   app.add_option("--upstream", upstream, "the root store, HOST:PORT")->required();
   app.add_option("--host", opts.bind_address, "address to listen on")->capture_default_str();
   app.add_option("--port", opts.port, "port to listen on; 0 picks a free one (printed on stdout)")
@@ -29,14 +30,17 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--max-request-bytes", opts.limits.max_request_bytes, "largest single request")
       ->capture_default_str();
-  app.add_option("--max-connections", opts.limits.max_connections, "most worker connections")->capture_default_str();
+  app.add_option("--max-connections", opts.limits.max_connections, "most worker connections")
+      ->capture_default_str();
   double idle_timeout_s = std::chrono::duration<double>(opts.limits.idle_timeout).count();
   app.add_option("--idle-timeout", idle_timeout_s,
-                 "seconds a worker connection in the middle of a request or owed output may make no progress; 0: never")
+                 "seconds a worker connection in the middle of a request or owed output may make "
+                 "no progress; 0: never")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
-  opts.limits.idle_timeout = std::chrono::milliseconds(static_cast<long long>(idle_timeout_s * 1000));
+  opts.limits.idle_timeout =
+      std::chrono::milliseconds(static_cast<long long>(idle_timeout_s * 1000));
   const auto colon = upstream.rfind(':');
   if (colon == std::string::npos || colon == 0) {
     std::cerr << "ddprun-store-proxy: --upstream must be HOST:PORT, got '" << upstream << "'\n";
@@ -66,9 +70,11 @@ int main(int argc, char** argv) {
       if (ec) return;
       const auto s = proxy.stats();
       std::cerr << fmt::format(
-          "ddprun-store-proxy: stats downstream_requests={} upstream_requests={} upstream_connections_opened={} "
+          "ddprun-store-proxy: stats downstream_requests={} upstream_requests={} "
+          "upstream_connections_opened={} "
           "coalesced_requests={}\n",
-          s.downstream_requests, s.upstream_requests, s.upstream_connections_opened, s.coalesced_requests);
+          s.downstream_requests, s.upstream_requests, s.upstream_connections_opened,
+          s.coalesced_requests);
       proxy.stop();
       io.stop();
     });

@@ -64,8 +64,8 @@ std::optional<std::size_t> strings_end(std::string_view buf, std::size_t pos, st
 
 }  // namespace
 
-std::optional<std::size_t> complete_reply_size(ReplyShape shape, std::size_t count, std::string_view buf,
-                                               std::size_t max_bytes) {
+std::optional<std::size_t> complete_reply_size(ReplyShape shape, std::size_t count,
+                                               std::string_view buf, std::size_t max_bytes) {
   switch (shape) {
     case ReplyShape::None:
       return 0;
@@ -87,7 +87,8 @@ std::optional<std::size_t> complete_reply_size(ReplyShape shape, std::size_t cou
     case ReplyShape::KeyList: {
       if (buf.size() < 8) return std::nullopt;
       const std::uint64_t n = get_u64(buf.data());
-      if (n > max_bytes / 8) throw std::length_error("upstream LIST_KEYS count " + std::to_string(n) + " too large");
+      if (n > max_bytes / 8)
+        throw std::length_error("upstream LIST_KEYS count " + std::to_string(n) + " too large");
       return strings_end(buf, 8, n, max_bytes);
     }
   }

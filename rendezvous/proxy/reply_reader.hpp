@@ -15,14 +15,14 @@ namespace ddp::rdzv::proxy {
 
 // What a request's reply looks like on the wire (G2 rules, the proxy's upstream dialect).
 enum class ReplyShape : std::uint8_t {
-  None,        // SET, APPEND, MULTI_SET, QUEUE_PUSH, VALIDATE
-  Byte,        // CHECK, WAIT, BARRIER, CANCEL_WAIT, G1 WATCH_KEY
-  Word,        // PING
-  Number,      // ADD, GETNUMKEYS, DELETE_KEY, QUEUE_LEN
-  Bytes,       // GET, COMPARE_SET
-  BytesList,   // MULTI_GET: `count` values
-  QueueItem,   // QUEUE_POP: i64 length before, then bytes when > 0
-  KeyList,     // LIST_KEYS: i64 n, then n strings
+  None,       // SET, APPEND, MULTI_SET, QUEUE_PUSH, VALIDATE
+  Byte,       // CHECK, WAIT, BARRIER, CANCEL_WAIT, G1 WATCH_KEY
+  Word,       // PING
+  Number,     // ADD, GETNUMKEYS, DELETE_KEY, QUEUE_LEN
+  Bytes,      // GET, COMPARE_SET
+  BytesList,  // MULTI_GET: `count` values
+  QueueItem,  // QUEUE_POP: i64 length before, then bytes when > 0
+  KeyList,    // LIST_KEYS: i64 n, then n strings
 };
 
 ReplyShape reply_shape(Op op);
@@ -30,7 +30,7 @@ ReplyShape reply_shape(Op op);
 // Bytes at the start of `buf` forming one complete reply of `shape` (`count` values for
 // BytesList), nullopt while incomplete. A length field above `max_bytes` throws
 // std::length_error (the upstream is not a store we can trust to follow the protocol).
-std::optional<std::size_t> complete_reply_size(ReplyShape shape, std::size_t count, std::string_view buf,
-                                               std::size_t max_bytes);
+std::optional<std::size_t> complete_reply_size(ReplyShape shape, std::size_t count,
+                                               std::string_view buf, std::size_t max_bytes);
 
 }  // namespace ddp::rdzv::proxy

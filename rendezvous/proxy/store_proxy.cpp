@@ -10,12 +10,12 @@
 #include <unordered_map>
 #include <vector>
 
+#include <fmt/format.h>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
-#include <fmt/format.h>
 
 #include "rendezvous/codec.hpp"
 #include "rendezvous/log.hpp"
@@ -52,9 +52,9 @@ struct Entry {
   // WAIT groups: callers who arrived after the group's CHECK or WAIT was sent. They cannot take
   // its answer (the key may have gone again before they arrived); they get a CHECK of their own.
   std::vector<Waiter> late;
-  std::shared_ptr<Entry> check;        // the group's CHECK on the main link, while one is out
-  bool waiting_upstream = false;       // the group's WAIT is out on a link
-  std::weak_ptr<Entry> group;          // a CHECK entry: the WAIT group it decides
+  std::shared_ptr<Entry> check;   // the group's CHECK on the main link, while one is out
+  bool waiting_upstream = false;  // the group's WAIT is out on a link
+  std::weak_ptr<Entry> group;     // a CHECK entry: the WAIT group it decides
   // GET/MULTI_GET sent and not yet answered: identical reads arriving meanwhile gather here and
   // are sent together once this one is answered (at most one in flight and one waiting per key).
   std::shared_ptr<Entry> held_next;
@@ -112,7 +112,7 @@ struct StoreProxy::Core : std::enable_shared_from_this<StoreProxy::Core> {
   std::uint64_t completed_seq = 0;  // every main request up to here has been applied by the root
   std::unordered_map<std::string, std::shared_ptr<Entry>> unsent_reads;  // GET/MULTI_GET
   std::unordered_map<std::string, std::shared_ptr<Entry>> unsent_adds;
-  std::unordered_map<std::string, std::shared_ptr<Entry>> inflight_reads;  // GET/MULTI_GET sent
+  std::unordered_map<std::string, std::shared_ptr<Entry>> inflight_reads;    // GET/MULTI_GET sent
   std::unordered_map<std::string, std::shared_ptr<Entry>> unreleased_waits;  // BARRIER (not shared)
   std::unordered_map<std::string, std::shared_ptr<Entry>> wait_groups;       // WAIT, by key list
   std::shared_ptr<Entry> open_fence;  // an unsent fence new blocking entries may share
@@ -128,7 +128,8 @@ struct StoreProxy::Core : std::enable_shared_from_this<StoreProxy::Core> {
   void on_main_bytes();
   void main_failed(const std::string& why);
   void answer(const std::shared_ptr<Entry>& e, std::string_view reply);
-  void submit(const std::shared_ptr<Downstream>& d, Command&& cmd, std::optional<std::uint64_t> slot);
+  void submit(const std::shared_ptr<Downstream>& d, Command&& cmd,
+              std::optional<std::uint64_t> slot);
   void submit_blocking(const std::shared_ptr<Downstream>& d, Command&& cmd, std::uint64_t slot);
   void release_blocking(const std::shared_ptr<Entry>& e);
   void submit_wait(const std::shared_ptr<Downstream>& d, Command&& cmd, std::uint64_t slot);
@@ -147,7 +148,8 @@ class Downstream : public std::enable_shared_from_this<Downstream> {
  public:
   static constexpr std::size_t kMaxOutstandingRequests = 4096;
 
-  Downstream(tcp::socket s, std::shared_ptr<StoreProxy::Core> core) : socket_(std::move(s)), core_(std::move(core)) {}
+  Downstream(tcp::socket s, std::shared_ptr<StoreProxy::Core> core)
+      : socket_(std::move(s)), core_(std::move(core)) {}
 
   void start() { arm_read(); }
 
@@ -179,7 +181,8 @@ class Downstream : public std::enable_shared_from_this<Downstream> {
   void close(std::string_view why = {}) {
     if (closed_) return;
     closed_ = true;
-    if (!why.empty()) log_line(fmt::format("ddprun-store-proxy: closing worker connection: {}", why));
+    if (!why.empty())
+      log_line(fmt::format("ddprun-store-proxy: closing worker connection: {}", why));
     boost::system::error_code ec;
     socket_.close(ec);
     if (tunnel_) tunnel_->close(ec);
@@ -241,18 +244,19 @@ class Downstream : public std::enable_shared_from_this<Downstream> {
     if (out_.size() - out_off_ > core_->opts.limits.max_pending_output_bytes) return;
     if (slots_.size() > kMaxOutstandingRequests) return;
     reading_ = true;
-    socket_.async_read_some(asio::buffer(buf_), [self = shared_from_this()](const boost::system::error_code& ec,
-                                                                          std::size_t n) {
-      self->reading_ = false;
-      if (self->closed_) return;
-      self->last_progress_ = std::chrono::steady_clock::now();
-      if (ec) {
-        self->close();
-        return;
-      }
-      self->on_bytes(std::string_view(self->buf_.data(), n));
-      self->arm_read();
-    });
+    socket_.async_read_some(
+        asio::buffer(buf_),
+        [self = shared_from_this()](const boost::system::error_code& ec, std::size_t n) {
+          self->reading_ = false;
+          if (self->closed_) return;
+          self->last_progress_ = std::chrono::steady_clock::now();
+          if (ec) {
+            self->close();
+            return;
+          }
+          self->on_bytes(std::string_view(self->buf_.data(), n));
+          self->arm_read();
+        });
   }
 
   void on_bytes(std::string_view data) {
@@ -288,23 +292,24 @@ class Downstream : public std::enable_shared_from_this<Downstream> {
   void flush() {
     if (closed_ || writing_ || out_off_ == out_.size()) return;
     writing_ = true;
-    asio::async_write(socket_, asio::buffer(out_.data() + out_off_, out_.size() - out_off_),
-                      [self = shared_from_this()](const boost::system::error_code& ec, std::size_t n) {
-                        self->writing_ = false;
-                        if (self->closed_) return;
-                        if (ec) {
-                          self->close();
-                          return;
-                        }
-                        self->out_off_ += n;
-                        self->last_progress_ = std::chrono::steady_clock::now();
-                        if (self->out_off_ == self->out_.size()) {
-                          self->out_.clear();
-                          self->out_off_ = 0;
-                        }
-                        self->flush();
-                        self->arm_read();
-                      });
+    asio::async_write(
+        socket_, asio::buffer(out_.data() + out_off_, out_.size() - out_off_),
+        [self = shared_from_this()](const boost::system::error_code& ec, std::size_t n) {
+          self->writing_ = false;
+          if (self->closed_) return;
+          if (ec) {
+            self->close();
+            return;
+          }
+          self->out_off_ += n;
+          self->last_progress_ = std::chrono::steady_clock::now();
+          if (self->out_off_ == self->out_.size()) {
+            self->out_.clear();
+            self->out_off_ = 0;
+          }
+          self->flush();
+          self->arm_read();
+        });
   }
 
   void start_tunnel(Command&& first);
@@ -333,7 +338,8 @@ class Downstream : public std::enable_shared_from_this<Downstream> {
 // A dedicated upstream connection for one WAIT or BARRIER at a time.
 class BlockingLink : public std::enable_shared_from_this<BlockingLink> {
  public:
-  BlockingLink(std::shared_ptr<StoreProxy::Core> core) : core_(std::move(core)), socket_(core_->io) {}
+  BlockingLink(std::shared_ptr<StoreProxy::Core> core)
+      : core_(std::move(core)), socket_(core_->io) {}
 
   void connect_and_send(const std::shared_ptr<Entry>& e) {
     entry_ = e;
@@ -346,11 +352,14 @@ class BlockingLink : public std::enable_shared_from_this<BlockingLink> {
     ++core_->stats.upstream_connections_opened;
     tcp::resolver resolver(core_->io);
     boost::system::error_code ec;
-    auto endpoints = resolver.resolve(core_->opts.upstream_host, std::to_string(core_->opts.upstream_port), ec);
+    auto endpoints =
+        resolver.resolve(core_->opts.upstream_host, std::to_string(core_->opts.upstream_port), ec);
     if (ec) return fail("cannot resolve the root store: " + ec.message());
     asio::async_connect(socket_, endpoints,
-                        [self = shared_from_this(), request](const boost::system::error_code& cec, const tcp::endpoint&) {
-                          if (cec) return self->fail("cannot reach the root store: " + cec.message());
+                        [self = shared_from_this(), request](const boost::system::error_code& cec,
+                                                             const tcp::endpoint&) {
+                          if (cec)
+                            return self->fail("cannot reach the root store: " + cec.message());
                           self->socket_.set_option(tcp::no_delay(true));
                           self->connected_ = true;
                           std::string hello;
@@ -370,25 +379,28 @@ class BlockingLink : public std::enable_shared_from_this<BlockingLink> {
  private:
   void write(std::string bytes) {
     auto buf = std::make_shared<std::string>(std::move(bytes));
-    asio::async_write(socket_, asio::buffer(*buf),
-                      [self = shared_from_this(), buf](const boost::system::error_code& ec, std::size_t) {
-                        if (ec) self->fail("root store connection lost: " + ec.message());
-                      });
+    asio::async_write(
+        socket_, asio::buffer(*buf),
+        [self = shared_from_this(), buf](const boost::system::error_code& ec, std::size_t) {
+          if (ec) self->fail("root store connection lost: " + ec.message());
+        });
   }
   void read() {
-    socket_.async_read_some(asio::buffer(byte_), [self = shared_from_this()](const boost::system::error_code& ec,
-                                                                           std::size_t n) {
-      if (ec || n == 0) {
-        if (self->closed_) return;
-        return self->fail("root store connection lost: " + (ec ? ec.message() : std::string("EOF")));
-      }
-      auto e = std::move(self->entry_);
-      self->entry_.reset();
-      if (!e) return self->fail("unexpected bytes from the root store");
-      self->core_->answer(e, std::string_view(self->byte_.data(), 1));
-      self->core_->link_done(self, true);
-      if (!self->closed_) self->read();
-    });
+    socket_.async_read_some(
+        asio::buffer(byte_),
+        [self = shared_from_this()](const boost::system::error_code& ec, std::size_t n) {
+          if (ec || n == 0) {
+            if (self->closed_) return;
+            return self->fail("root store connection lost: " +
+                              (ec ? ec.message() : std::string("EOF")));
+          }
+          auto e = std::move(self->entry_);
+          self->entry_.reset();
+          if (!e) return self->fail("unexpected bytes from the root store");
+          self->core_->answer(e, std::string_view(self->byte_.data(), 1));
+          self->core_->link_done(self, true);
+          if (!self->closed_) self->read();
+        });
   }
   void fail(const std::string& why) {
     if (closed_) return;
@@ -423,9 +435,10 @@ void Downstream::handle(Command&& cmd) {
   const auto self = shared_from_this();
   if (tunnel_) {
     auto buf = std::make_shared<std::string>(encode_request(Generation::G1, cmd));
-    asio::async_write(*tunnel_, asio::buffer(*buf), [self, buf](const boost::system::error_code& ec, std::size_t) {
-      if (ec) self->close("root store connection lost");
-    });
+    asio::async_write(*tunnel_, asio::buffer(*buf),
+                      [self, buf](const boost::system::error_code& ec, std::size_t) {
+                        if (ec) self->close("root store connection lost");
+                      });
     return;
   }
   if (gen_ == Generation::G2 && first_request_ && cmd.op != Op::Validate) {
@@ -491,69 +504,77 @@ void Downstream::start_tunnel(Command&& first) {
   ++core_->stats.upstream_requests;
   tcp::resolver resolver(core_->io);
   boost::system::error_code ec;
-  auto endpoints = resolver.resolve(core_->opts.upstream_host, std::to_string(core_->opts.upstream_port), ec);
+  auto endpoints =
+      resolver.resolve(core_->opts.upstream_host, std::to_string(core_->opts.upstream_port), ec);
   if (ec) return close("cannot resolve the root store");
   auto request = std::make_shared<std::string>(encode_request(Generation::G1, first));
   asio::async_connect(*tunnel_, endpoints,
-                      [self = shared_from_this(), request](const boost::system::error_code& cec, const tcp::endpoint&) {
+                      [self = shared_from_this(), request](const boost::system::error_code& cec,
+                                                           const tcp::endpoint&) {
                         if (self->closed_) return;
                         if (cec) return self->close("cannot reach the root store");
-                        asio::async_write(*self->tunnel_, asio::buffer(*request),
-                                          [self, request](const boost::system::error_code& wec, std::size_t) {
-                                            if (wec) self->close("root store connection lost");
-                                          });
+                        asio::async_write(
+                            *self->tunnel_, asio::buffer(*request),
+                            [self, request](const boost::system::error_code& wec, std::size_t) {
+                              if (wec) self->close("root store connection lost");
+                            });
                         self->tunnel_read();
                       });
 }
 
 void Downstream::tunnel_read() {
-  tunnel_->async_read_some(asio::buffer(tunnel_buf_), [self = shared_from_this()](const boost::system::error_code& ec,
-                                                                                std::size_t n) {
-    if (self->closed_) return;
-    if (ec) return self->close();
-    self->relay(std::string_view(self->tunnel_buf_.data(), n));
-    self->tunnel_read();
-  });
+  tunnel_->async_read_some(
+      asio::buffer(tunnel_buf_),
+      [self = shared_from_this()](const boost::system::error_code& ec, std::size_t n) {
+        if (self->closed_) return;
+        if (ec) return self->close();
+        self->relay(std::string_view(self->tunnel_buf_.data(), n));
+        self->tunnel_read();
+      });
 }
 
 // ----------------------------------------------------------------------------------------------
 void StoreProxy::Core::accept() {
-  acceptor.async_accept([self = shared_from_this()](const boost::system::error_code& ec, tcp::socket socket) {
-    if (self->stopped) return;
-    if (!ec) {
-      if (self->stats.downstream_connections >= self->opts.limits.max_connections) {
-        boost::system::error_code ignored;
-        socket.close(ignored);
-      } else {
-        boost::system::error_code ignored;
-        socket.set_option(tcp::no_delay(true), ignored);
-        auto d = std::make_shared<Downstream>(std::move(socket), self);
-        ++self->stats.downstream_connections;
-        std::erase_if(self->downstreams, [](const auto& w) { return w.expired(); });
-        self->downstreams.push_back(d);
-        d->start();
-      }
-    }
-    self->accept();
-  });
+  acceptor.async_accept(
+      [self = shared_from_this()](const boost::system::error_code& ec, tcp::socket socket) {
+        if (self->stopped) return;
+        if (!ec) {
+          if (self->stats.downstream_connections >= self->opts.limits.max_connections) {
+            boost::system::error_code ignored;
+            socket.close(ignored);
+          } else {
+            boost::system::error_code ignored;
+            socket.set_option(tcp::no_delay(true), ignored);
+            auto d = std::make_shared<Downstream>(std::move(socket), self);
+            ++self->stats.downstream_connections;
+            std::erase_if(self->downstreams, [](const auto& w) { return w.expired(); });
+            self->downstreams.push_back(d);
+            d->start();
+          }
+        }
+        self->accept();
+      });
 }
 
 void StoreProxy::Core::arm_sweep() {
   const auto idle = opts.limits.idle_timeout;
   if (idle.count() <= 0 || stopped) return;
-  sweep_timer.expires_after(std::clamp(idle / 4, std::chrono::milliseconds(25), std::chrono::milliseconds(1000)));
+  sweep_timer.expires_after(
+      std::clamp(idle / 4, std::chrono::milliseconds(25), std::chrono::milliseconds(1000)));
   sweep_timer.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
     if (ec || self->stopped) return;
     const auto limit = std::chrono::steady_clock::now() - self->opts.limits.idle_timeout;
     std::erase_if(self->downstreams, [](const auto& w) { return w.expired(); });
     for (auto& w : self->downstreams) {
-      if (auto d = w.lock(); d && d->stalled_since(limit)) d->close("no progress for --idle-timeout");
+      if (auto d = w.lock(); d && d->stalled_since(limit))
+        d->close("no progress for --idle-timeout");
     }
     self->arm_sweep();
   });
 }
 
-void StoreProxy::Core::submit(const std::shared_ptr<Downstream>& d, Command&& cmd, std::optional<std::uint64_t> slot) {
+void StoreProxy::Core::submit(const std::shared_ptr<Downstream>& d, Command&& cmd,
+                              std::optional<std::uint64_t> slot) {
   // Coalescing: join an identical request not yet sent, placed after every write of this caller.
   if (slot && (cmd.op == Op::Get || cmd.op == Op::MultiGet || cmd.op == Op::Add)) {
     auto& table = cmd.op == Op::Add ? unsent_adds : unsent_reads;
@@ -601,7 +622,8 @@ void StoreProxy::Core::submit(const std::shared_ptr<Downstream>& d, Command&& cm
   if (is_write(e->cmd.op)) d->last_write_seq = e->seq;
 }
 
-void StoreProxy::Core::submit_blocking(const std::shared_ptr<Downstream>& d, Command&& cmd, std::uint64_t slot) {
+void StoreProxy::Core::submit_blocking(const std::shared_ptr<Downstream>& d, Command&& cmd,
+                                       std::uint64_t slot) {
   const bool coalescible = false;  // BARRIER: forwarded as is (each call counts)
   const std::string key = coalescible ? coalesce_key_of(cmd) : std::string();
   if (coalescible) {
@@ -675,7 +697,8 @@ void StoreProxy::Core::link_done(const std::shared_ptr<BlockingLink>& link, bool
 // WAIT: a CHECK on the main link first. It is behind every write its callers sent before (one
 // connection, in order), so READY answers them at once, NOT_READY sends one WAIT on a link for
 // everyone waiting on the same keys. See docs/rendezvous.md, "Store proxy".
-void StoreProxy::Core::submit_wait(const std::shared_ptr<Downstream>& d, Command&& cmd, std::uint64_t slot) {
+void StoreProxy::Core::submit_wait(const std::shared_ptr<Downstream>& d, Command&& cmd,
+                                   std::uint64_t slot) {
   const std::string key = coalesce_key_of(cmd);
   d->pending_blocking_.reset();
   auto it = wait_groups.find(key);
@@ -806,7 +829,8 @@ void StoreProxy::Core::flush_main() {
   asio::async_write(*main_socket, asio::buffer(main_out),
                     [self = shared_from_this()](const boost::system::error_code& ec, std::size_t) {
                       self->main_writing = false;
-                      if (ec) return self->main_failed("root store connection lost: " + ec.message());
+                      if (ec)
+                        return self->main_failed("root store connection lost: " + ec.message());
                       self->flush_main();
                     });
 }
@@ -819,34 +843,37 @@ void StoreProxy::Core::connect_main() {
   tcp::resolver resolver(io);
   boost::system::error_code ec;
   auto endpoints = resolver.resolve(opts.upstream_host, std::to_string(opts.upstream_port), ec);
-  if (ec) return main_failed("cannot resolve the root store " + opts.upstream_host + ": " + ec.message());
-  asio::async_connect(*main_socket, endpoints,
-                      [self = shared_from_this()](const boost::system::error_code& cec, const tcp::endpoint&) {
-                        self->main_connecting = false;
-                        if (cec) return self->main_failed("cannot reach the root store: " + cec.message());
-                        boost::system::error_code ignored;
-                        self->main_socket->set_option(tcp::no_delay(true), ignored);
-                        self->main_connected = true;
-                        // VALIDATE goes first in the same write as the queued requests.
-                        auto v = std::make_shared<Entry>();
-                        v->cmd.op = Op::Validate;
-                        v->cmd.word = kValidateMagic;
-                        v->seq = 0;
-                        self->unsent.insert(self->unsent.begin(), v);
-                        self->read_main();
-                        self->flush_main();
-                      });
+  if (ec)
+    return main_failed("cannot resolve the root store " + opts.upstream_host + ": " + ec.message());
+  asio::async_connect(
+      *main_socket, endpoints,
+      [self = shared_from_this()](const boost::system::error_code& cec, const tcp::endpoint&) {
+        self->main_connecting = false;
+        if (cec) return self->main_failed("cannot reach the root store: " + cec.message());
+        boost::system::error_code ignored;
+        self->main_socket->set_option(tcp::no_delay(true), ignored);
+        self->main_connected = true;
+        // VALIDATE goes first in the same write as the queued requests.
+        auto v = std::make_shared<Entry>();
+        v->cmd.op = Op::Validate;
+        v->cmd.word = kValidateMagic;
+        v->seq = 0;
+        self->unsent.insert(self->unsent.begin(), v);
+        self->read_main();
+        self->flush_main();
+      });
 }
 
 void StoreProxy::Core::read_main() {
-  main_socket->async_read_some(asio::buffer(main_read_buf), [self = shared_from_this()](
-                                                                const boost::system::error_code& ec, std::size_t n) {
-    if (self->stopped) return;
-    if (ec) return self->main_failed("root store connection lost: " + ec.message());
-    self->main_in.append(self->main_read_buf.data(), n);
-    self->on_main_bytes();
-    if (self->main_connected) self->read_main();
-  });
+  main_socket->async_read_some(
+      asio::buffer(main_read_buf),
+      [self = shared_from_this()](const boost::system::error_code& ec, std::size_t n) {
+        if (self->stopped) return;
+        if (ec) return self->main_failed("root store connection lost: " + ec.message());
+        self->main_in.append(self->main_read_buf.data(), n);
+        self->on_main_bytes();
+        if (self->main_connected) self->read_main();
+      });
 }
 
 void StoreProxy::Core::on_main_bytes() {
@@ -855,8 +882,9 @@ void StoreProxy::Core::on_main_bytes() {
     auto e = inflight.front();
     std::optional<std::size_t> size;
     try {
-      size = complete_reply_size(reply_shape(e->cmd.op), e->cmd.keys.size(),
-                                 std::string_view(main_in).substr(off), opts.limits.max_reply_bytes);
+      size =
+          complete_reply_size(reply_shape(e->cmd.op), e->cmd.keys.size(),
+                              std::string_view(main_in).substr(off), opts.limits.max_reply_bytes);
     } catch (const std::length_error& err) {
       return main_failed(err.what());
     }
@@ -892,7 +920,8 @@ void StoreProxy::Core::answer(const std::shared_ptr<Entry>& e, std::string_view 
   if (e->cmd.op == Op::Add && reply.size() == 8) {
     // One upstream ADD of the sum S answered R: caller i, in arrival order, gets
     // R - S + (d1 + ... + di), as if the ADDs had run back to back at the root.
-    std::uint64_t value = static_cast<std::uint64_t>(get_i64(reply.data())) - static_cast<std::uint64_t>(e->cmd.number);
+    std::uint64_t value = static_cast<std::uint64_t>(get_i64(reply.data())) -
+                          static_cast<std::uint64_t>(e->cmd.number);
     for (auto& w : e->waiters) {
       value += static_cast<std::uint64_t>(w.delta);
       std::string mine;
@@ -903,7 +932,8 @@ void StoreProxy::Core::answer(const std::shared_ptr<Entry>& e, std::string_view 
   }
   for (auto& w : e->waiters) {
     if (auto d = w.conn.lock()) {
-      if ((e->cmd.op == Op::Wait || e->cmd.op == Op::Barrier) && d->pending_blocking_ == e) d->pending_blocking_.reset();
+      if ((e->cmd.op == Op::Wait || e->cmd.op == Op::Barrier) && d->pending_blocking_ == e)
+        d->pending_blocking_.reset();
       d->fill(w.slot, reply);
     }
   }
@@ -948,7 +978,8 @@ StoreProxy::StoreProxy(asio::io_context& io, const StoreProxyOptions& opts)
   if (!ec) core_->acceptor.bind(ep, ec);
   if (!ec) core_->acceptor.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) {
-    throw std::runtime_error(fmt::format("cannot listen on {}:{}: {}", opts.bind_address, opts.port, ec.message()));
+    throw std::runtime_error(
+        fmt::format("cannot listen on {}:{}: {}", opts.bind_address, opts.port, ec.message()));
   }
 }
 

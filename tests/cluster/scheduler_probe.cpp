@@ -23,8 +23,7 @@ json value_json(const std::optional<Sourced<T>>& v) {
   if (!v) return nullptr;
   json out = {{"origin", v->origin}, {"raw", v->raw}, {"how", v->how}};
   if constexpr (std::is_same_v<T, NodeRange>) {
-    out["value"] = v->value.min == v->value.max ? json(v->value.min)
-                                                : json(to_string(v->value));
+    out["value"] = v->value.min == v->value.max ? json(v->value.min) : json(to_string(v->value));
   } else {
     out["value"] = v->value;
   }

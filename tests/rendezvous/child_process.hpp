@@ -56,7 +56,8 @@ class ChildProcess {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     std::string line;
     for (;;) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
       pollfd p{out_fd_, POLLIN, 0};
       if (left.count() <= 0 || ::poll(&p, 1, static_cast<int>(left.count())) <= 0) {
         throw std::runtime_error("child printed no line in time");

@@ -68,7 +68,8 @@ TEST_CASE("client: connect timeout names the address") {
     StoreClient c(o);
     FAIL("connected to a closed port");
   } catch (const StoreConnectError& e) {
-    CHECK(std::string(e.what()).find("127.0.0.1:" + std::to_string(dead_port)) != std::string::npos);
+    CHECK(std::string(e.what()).find("127.0.0.1:" + std::to_string(dead_port)) !=
+          std::string::npos);
     CHECK(std::string(e.what()).find("connection refused") != std::string::npos);
   }
 }

@@ -20,8 +20,9 @@ std::string hex_bytes(std::initializer_list<int> bytes) {
 
 // Decode a byte stream that arrives in the given chunk sizes, the way a session does: keep a
 // buffer, honour the need_total hint, decode every complete request.
-std::vector<Command> decode_stream(const std::string& stream, const std::vector<std::size_t>& chunks,
-                                   Generation gen, const StoreLimits& limits) {
+std::vector<Command> decode_stream(const std::string& stream,
+                                   const std::vector<std::size_t>& chunks, Generation gen,
+                                   const StoreLimits& limits) {
   std::vector<Command> out;
   std::string buf;
   std::size_t fed = 0, need = 0;
@@ -49,10 +50,11 @@ std::vector<Command> decode_stream(const std::string& stream, const std::vector<
 
 TEST_CASE("codec: G1 SET matches the captured 1.13 bytes") {
   const std::string wire = encode_request(Generation::G1, make(Op::Set, {"/k1"}, {"v1"}));
-  CHECK(wire == hex_bytes({0x00, 3, 0, 0, 0, 0, 0, 0, 0, '/', 'k', '1', 2, 0, 0, 0, 0, 0, 0, 0, 'v', '1'}));
+  CHECK(wire ==
+        hex_bytes({0x00, 3, 0, 0, 0, 0, 0, 0, 0, '/', 'k', '1', 2, 0, 0, 0, 0, 0, 0, 0, 'v', '1'}));
   const std::string add = encode_request(Generation::G1, make(Op::Add, {"/cnt"}, {}, -2));
-  CHECK(add == hex_bytes({0x03, 4, 0, 0, 0, 0, 0, 0, 0, '/', 'c', 'n', 't', 0xfe, 0xff, 0xff, 0xff, 0xff, 0xff,
-                          0xff, 0xff}));
+  CHECK(add == hex_bytes({0x03, 4,   0,    0,    0,    0,    0,    0,    0,    '/', 'c',
+                          'n',  't', 0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}));
 }
 
 TEST_CASE("codec: G2 VALIDATE and PING are the 2.x handshake bytes") {
@@ -60,7 +62,8 @@ TEST_CASE("codec: G2 VALIDATE and PING are the 2.x handshake bytes") {
         hex_bytes({0x00, 0xce, 0xf7, 0x85, 0x3c}));
   CHECK(encode_request(Generation::G2, make(Op::Ping, {}, {}, 0, 10079)) ==
         hex_bytes({0x0d, 0x5f, 0x27, 0x00, 0x00}));  // captured from torch 2.15, pid 10079
-  CHECK(encode_request(Generation::G2, make(Op::Get, {"/k"}))[0] == 0x03);  // GET is 3 in G2, 2 in G1
+  CHECK(encode_request(Generation::G2, make(Op::Get, {"/k"}))[0] ==
+        0x03);  // GET is 3 in G2, 2 in G1
   CHECK(encode_request(Generation::G1, make(Op::Get, {"/k"}))[0] == 0x02);
 }
 
@@ -132,7 +135,8 @@ TEST_CASE("codec: oversize lengths are Bad before the bytes arrive") {
     auto r = decode_request(header_only(0x02, 17), Generation::G1, limits);
     CHECK(r.status == DecodeStatus::Bad);
     CHECK(r.error == "G1 GET: key length 17 exceeds limit 16");
-    CHECK(decode_request(header_only(0x02, 16), Generation::G1, limits).status == DecodeStatus::NeedMore);
+    CHECK(decode_request(header_only(0x02, 16), Generation::G1, limits).status ==
+          DecodeStatus::NeedMore);
   }
   SUBCASE("huge length never allocates") {
     auto r = decode_request(header_only(0x00, ~std::uint64_t{0}), Generation::G1, limits);
@@ -153,8 +157,9 @@ TEST_CASE("codec: oversize lengths are Bad before the bytes arrive") {
     CHECK(m.status == DecodeStatus::Bad);
   }
   SUBCASE("whole request") {
-    Command cmd = make(Op::MultiSet, {"a", "b", "c", "d"}, {std::string(30, 'x'), std::string(30, 'y'),
-                                                          std::string(30, 'z'), std::string(30, 'w')});
+    Command cmd = make(
+        Op::MultiSet, {"a", "b", "c", "d"},
+        {std::string(30, 'x'), std::string(30, 'y'), std::string(30, 'z'), std::string(30, 'w')});
     auto r = decode_request(encode_request(Generation::G2, cmd), Generation::G2, limits);
     CHECK(r.status == DecodeStatus::Bad);
     CHECK(r.error.find("request size exceeds limit 100") != std::string::npos);
@@ -163,7 +168,7 @@ TEST_CASE("codec: oversize lengths are Bad before the bytes arrive") {
 
 TEST_CASE("codec: connection classification") {
   CHECK(classify_connection("") == ConnectionKind::Undetermined);
-  CHECK(classify_connection(std::string("\x06", 1)) == ConnectionKind::G1);  // GETNUMKEYS
+  CHECK(classify_connection(std::string("\x06", 1)) == ConnectionKind::G1);      // GETNUMKEYS
   CHECK(classify_connection(std::string("\x03\x05", 2)) == ConnectionKind::G1);  // ADD init/
   CHECK(classify_connection(std::string("\x00\xce\xf7", 3)) == ConnectionKind::Undetermined);
   CHECK(classify_connection(hex_bytes({0x00, 0xce, 0xf7, 0x85, 0x3c})) == ConnectionKind::G2);
@@ -171,15 +176,17 @@ TEST_CASE("codec: connection classification") {
 }
 
 TEST_CASE("codec: encoder rejects ops and shapes a generation does not have") {
-  CHECK_THROWS_AS(encode_request(Generation::G1, make(Op::Append, {"k"}, {"v"})), std::invalid_argument);
+  CHECK_THROWS_AS(encode_request(Generation::G1, make(Op::Append, {"k"}, {"v"})),
+                  std::invalid_argument);
   CHECK_THROWS_AS(encode_request(Generation::G2, make(Op::WatchKey, {"k"})), std::invalid_argument);
-  CHECK_THROWS_AS(encode_request(Generation::G2, make(Op::MultiSet, {"a", "b"}, {"1"})), std::invalid_argument);
+  CHECK_THROWS_AS(encode_request(Generation::G2, make(Op::MultiSet, {"a", "b"}, {"1"})),
+                  std::invalid_argument);
 }
 
 TEST_CASE("codec: watch notification layout") {
   const std::string ev = encode_watch_event(WatchEventType::KeyCreated, "/wk", "", "abc");
-  CHECK(ev == hex_bytes({0x01, 3, 0, 0, 0, 0, 0, 0, 0, '/', 'w', 'k', 0, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0,
-                         0, 'a', 'b', 'c'}));
+  CHECK(ev == hex_bytes({0x01, 3, 0, 0, 0, 0, 0, 0, 0, '/', 'w', 'k', 0,   0,   0,  0,
+                         0,    0, 0, 0, 3, 0, 0, 0, 0, 0,   0,   0,   'a', 'b', 'c'}));
 }
 
 // The session's decoder keeps its own state: every byte it is given is consumed exactly once
@@ -199,7 +206,8 @@ TEST_CASE("codec: RequestDecoder consumes each byte once, in any segmentation") 
       std::size_t fed = 0;
       std::size_t since_request = 0;  // bytes of the current request consumed so far
       while (fed < stream.size()) {
-        const std::size_t n = std::min<std::size_t>(stream.size() - fed, round == 0 ? 1 : 1 + rng() % 700);
+        const std::size_t n =
+            std::min<std::size_t>(stream.size() - fed, round == 0 ? 1 : 1 + rng() % 700);
         std::string_view chunk(stream.data() + fed, n);
         while (!chunk.empty()) {
           const auto step = decoder.feed(chunk);

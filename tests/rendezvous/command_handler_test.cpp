@@ -16,14 +16,17 @@ std::string i64_bytes(std::int64_t v) {
 
 TEST_CASE("handler: G2 must start with VALIDATE and never repeat it") {
   StoreModel m;
-  auto ok = handle_command(m, 1, Generation::G2, make(Op::Validate, {}, {}, 0, kValidateMagic), true);
+  auto ok =
+      handle_command(m, 1, Generation::G2, make(Op::Validate, {}, {}, 0, kValidateMagic), true);
   CHECK_FALSE(ok.close_reason);
   CHECK(ok.reply.empty());
-  auto again = handle_command(m, 1, Generation::G2, make(Op::Validate, {}, {}, 0, kValidateMagic), false);
+  auto again =
+      handle_command(m, 1, Generation::G2, make(Op::Validate, {}, {}, 0, kValidateMagic), false);
   CHECK(again.close_reason);
   auto not_first = handle_command(m, 2, Generation::G2, make(Op::GetNumKeys), true);
   CHECK(not_first.close_reason);
-  auto wrong_magic = handle_command(m, 3, Generation::G2, make(Op::Validate, {}, {}, 0, 0x12345678), true);
+  auto wrong_magic =
+      handle_command(m, 3, Generation::G2, make(Op::Validate, {}, {}, 0, 0x12345678), true);
   REQUIRE(wrong_magic.close_reason);
   CHECK(*wrong_magic.close_reason == "bad VALIDATE magic 0x12345678");
   auto ping = handle_command(m, 1, Generation::G2, make(Op::Ping, {}, {}, 0, 0xDEADBEEF), false);
@@ -49,7 +52,8 @@ TEST_CASE("handler: ADD on a non-number closes the connection without a reply") 
   auto out = handle_command(m, 1, Generation::G1, make(Op::Add, {"/t"}, {}, 1), true);
   CHECK(out.close_reason);
   CHECK(out.reply.empty());
-  CHECK(handle_command(m, 1, Generation::G1, make(Op::Add, {"/n"}, {}, 3), true).reply == i64_bytes(3));
+  CHECK(handle_command(m, 1, Generation::G1, make(Op::Add, {"/n"}, {}, 3), true).reply ==
+        i64_bytes(3));
 }
 
 TEST_CASE("handler: WAIT answers later, CANCEL_WAIT always answers WAIT_CANCELED") {
@@ -63,7 +67,8 @@ TEST_CASE("handler: WAIT answers later, CANCEL_WAIT always answers WAIT_CANCELED
   auto cancel = handle_command(m, 1, Generation::G2, make(Op::CancelWait), false);
   CHECK(cancel.reply == std::string(1, '\x01'));
   CHECK(m.pending_wait_count() == 0);
-  CHECK(handle_command(m, 1, Generation::G2, make(Op::CancelWait), false).reply == std::string(1, '\x01'));
+  CHECK(handle_command(m, 1, Generation::G2, make(Op::CancelWait), false).reply ==
+        std::string(1, '\x01'));
 }
 
 TEST_CASE("handler: a G1 request after a timed-out WAIT drops the stale registration") {
@@ -78,8 +83,10 @@ TEST_CASE("handler: a G1 request after a timed-out WAIT drops the stale registra
 
 TEST_CASE("handler: WATCH_KEY answers KEY_CALLBACK_REGISTERED, QUEUE_POP layouts, LIST_KEYS") {
   StoreModel m;
-  CHECK(handle_command(m, 1, Generation::G1, make(Op::WatchKey, {"/wk"}), true).reply == std::string(1, '\x03'));
-  CHECK(handle_command(m, 2, Generation::G2, make(Op::QueuePop, {"/q"}), false).reply == i64_bytes(0));
+  CHECK(handle_command(m, 1, Generation::G1, make(Op::WatchKey, {"/wk"}), true).reply ==
+        std::string(1, '\x03'));
+  CHECK(handle_command(m, 2, Generation::G2, make(Op::QueuePop, {"/q"}), false).reply ==
+        i64_bytes(0));
   handle_command(m, 2, Generation::G2, make(Op::QueuePush, {"/q"}, {"ab"}), false);
   std::string popped = i64_bytes(1);
   put_bytes(popped, "ab");
@@ -97,13 +104,16 @@ TEST_CASE("handler: requests past the store's bounds close their connection and 
   limits.max_reply_bytes = 1000;
   limits.max_keys = 3;
   limits.max_store_bytes = 1000;
-  auto run = [&](Command cmd) { return handle_command(m, 1, Generation::G2, std::move(cmd), false, limits); };
+  auto run = [&](Command cmd) {
+    return handle_command(m, 1, Generation::G2, std::move(cmd), false, limits);
+  };
   REQUIRE_FALSE(run(make(Op::Set, {"/v"}, {std::string(90, 'x')})).close_reason);
 
   SUBCASE("reply size") {
     auto out = run(make(Op::MultiGet, std::vector<std::string>(11, "/v")));  // 8 + 11 * 98 bytes
     REQUIRE(out.close_reason);
-    CHECK(*out.close_reason == "MULTI_GET reply of 1086 bytes exceeds the reply limit of 1000 bytes");
+    CHECK(*out.close_reason ==
+          "MULTI_GET reply of 1086 bytes exceeds the reply limit of 1000 bytes");
     CHECK(out.reply.empty());
     CHECK_FALSE(run(make(Op::MultiGet, std::vector<std::string>(10, "/v"))).close_reason);
   }
@@ -121,14 +131,16 @@ TEST_CASE("handler: requests past the store's bounds close their connection and 
     REQUIRE(out.close_reason);
     CHECK(out.close_reason->find("key limit of 3") != std::string::npos);
     CHECK(m.get("/b") == nullptr);
-    CHECK_FALSE(run(make(Op::Set, {"/a"}, {"2"})).close_reason);  // an existing key may be rewritten
+    CHECK_FALSE(
+        run(make(Op::Set, {"/a"}, {"2"})).close_reason);  // an existing key may be rewritten
   }
   SUBCASE("store bytes, for every writer") {
     limits.max_keys = 100;
     limits.max_store_bytes = 500;  // /v, /pad and /pad2 hold 473 of it
-    for (Command cmd : {make(Op::MultiSet, {"/m1", "/m2"}, {std::string(100, 'm'), std::string(100, 'm')}),
-                        make(Op::CompareSet, {"/c"}, {"", std::string(100, 'c')}),
-                        make(Op::Wait, std::vector<std::string>(3, std::string(100, 'w')))}) {
+    for (Command cmd :
+         {make(Op::MultiSet, {"/m1", "/m2"}, {std::string(100, 'm'), std::string(100, 'm')}),
+          make(Op::CompareSet, {"/c"}, {"", std::string(100, 'c')}),
+          make(Op::Wait, std::vector<std::string>(3, std::string(100, 'w')))}) {
       CHECK_FALSE(run(make(Op::Set, {"/pad"}, {std::string(90, 'p')})).close_reason);
       CHECK_FALSE(run(make(Op::Set, {"/pad2"}, {std::string(90, 'p')})).close_reason);
       const std::size_t held = m.held_bytes();

@@ -33,10 +33,11 @@ class FrameFuzzer {
   }
 
   Command command(Generation gen) {
-    static const Op kOps[] = {Op::Set,       Op::CompareSet, Op::Get,      Op::Add,       Op::Check,
-                              Op::Wait,      Op::GetNumKeys, Op::WatchKey, Op::DeleteKey, Op::Append,
-                              Op::MultiGet,  Op::MultiSet,   Op::CancelWait, Op::Ping,    Op::QueuePush,
-                              Op::QueuePop,  Op::QueueLen,   Op::ListKeys, Op::Barrier};
+    static const Op kOps[] = {Op::Set,        Op::CompareSet, Op::Get,        Op::Add,
+                              Op::Check,      Op::Wait,       Op::GetNumKeys, Op::WatchKey,
+                              Op::DeleteKey,  Op::Append,     Op::MultiGet,   Op::MultiSet,
+                              Op::CancelWait, Op::Ping,       Op::QueuePush,  Op::QueuePop,
+                              Op::QueueLen,   Op::ListKeys,   Op::Barrier};
     Op op;
     do {
       op = kOps[below(std::size(kOps))];
@@ -44,7 +45,9 @@ class FrameFuzzer {
     Command cmd{op, {}, {}, 0, 0};
     const auto value = [&] { return bytes(chance(10) ? below(4096) : below(32)); };
     switch (op) {
-      case Op::Set: case Op::Append: case Op::QueuePush:
+      case Op::Set:
+      case Op::Append:
+      case Op::QueuePush:
         cmd.keys = {key()};
         cmd.values = {value()};
         break;
@@ -52,14 +55,21 @@ class FrameFuzzer {
         cmd.keys = {key()};
         cmd.values = {chance(50) ? std::string() : value(), value()};
         break;
-      case Op::Get: case Op::WatchKey: case Op::DeleteKey: case Op::QueuePop: case Op::QueueLen:
+      case Op::Get:
+      case Op::WatchKey:
+      case Op::DeleteKey:
+      case Op::QueuePop:
+      case Op::QueueLen:
         cmd.keys = {key()};
         break;
-      case Op::Add: case Op::Barrier:
+      case Op::Add:
+      case Op::Barrier:
         cmd.keys = {key()};
         cmd.number = static_cast<std::int64_t>(below(7)) - 3;
         break;
-      case Op::Check: case Op::Wait: case Op::MultiGet:
+      case Op::Check:
+      case Op::Wait:
+      case Op::MultiGet:
         for (std::uint64_t i = below(5); i > 0; --i) cmd.keys.push_back(key());
         break;
       case Op::MultiSet:
@@ -90,7 +100,8 @@ class FrameFuzzer {
         break;
       case 2:  // an absurd or merely large length right after the opcode
         if (f.size() >= 9) {
-          const std::uint64_t lengths[] = {~0ull, 1ull << 40, 0x3C85F7CEull, 1ull << 20, below(1 << 16)};
+          const std::uint64_t lengths[] = {~0ull, 1ull << 40, 0x3C85F7CEull, 1ull << 20,
+                                           below(1 << 16)};
           std::string len;
           put_u64(len, lengths[below(std::size(lengths))]);
           f.replace(1, 8, len);

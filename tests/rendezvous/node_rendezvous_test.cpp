@@ -32,10 +32,12 @@ NodeRendezvousOptions node(std::string name, int lws, int node_rank, int min_nod
   return o;
 }
 
-std::vector<std::future<RendezvousResult>> join_all(TestServer& server, const std::vector<NodeRendezvousOptions>& nodes) {
+std::vector<std::future<RendezvousResult>> join_all(
+    TestServer& server, const std::vector<NodeRendezvousOptions>& nodes) {
   std::vector<std::future<RendezvousResult>> out;
   for (const auto& n : nodes) {
-    out.push_back(std::async(std::launch::async, [&server, n] { return join_rendezvous(server.client_options(), n); }));
+    out.push_back(std::async(std::launch::async,
+                             [&server, n] { return join_rendezvous(server.client_options(), n); }));
   }
   return out;
 }
@@ -44,13 +46,15 @@ std::vector<std::future<RendezvousResult>> join_all(TestServer& server, const st
 
 TEST_CASE("static rendezvous: 3 nodes, heterogeneous local sizes, any arrival order") {
   TestServer server;
-  auto futures = join_all(server, {node("c", 3, 2, 3, 3), node("a", 2, 0, 3, 3), node("b", 1, 1, 3, 3)});
+  auto futures =
+      join_all(server, {node("c", 3, 2, 3, 3), node("a", 2, 0, 3, 3), node("b", 1, 1, 3, 3)});
   std::vector<RendezvousResult> results;
   for (auto& f : futures) results.push_back(f.get());
   for (const auto& r : results) {
     CHECK(r.world_size == 6);
     CHECK(r.num_nodes == 3);
-    CHECK(encode_assignment(r.assignment) == encode_assignment(results[0].assignment));  // all agree
+    CHECK(encode_assignment(r.assignment) ==
+          encode_assignment(results[0].assignment));  // all agree
   }
   CHECK(results[0].node_rank == 2);
   CHECK(results[0].base_rank == 3);
@@ -104,7 +108,8 @@ TEST_CASE("a stranger without the token is refused and logged; the job still for
   a.token = b.token = "s3cret";
   auto stranger = node("stranger", 1, 1, 2, 2);
   stranger.token = "guess";
-  auto fa = std::async(std::launch::async, [&] { return join_rendezvous(server.client_options(), a); });
+  auto fa =
+      std::async(std::launch::async, [&] { return join_rendezvous(server.client_options(), a); });
   server.stats_when([](const StoreServerStats& s) { return s.pending_waits >= 1; });
   try {
     join_rendezvous(server.client_options(), stranger);
@@ -118,8 +123,9 @@ TEST_CASE("a stranger without the token is refused and logged; the job still for
   CHECK(fa.get().world_size == 2);
   CHECK(rb.node_rank == 1);
   const auto log = server.log();
-  CHECK(std::any_of(log.begin(), log.end(),
-                    [](const std::string& l) { return l.find("wrong rendezvous token") != std::string::npos; }));
+  CHECK(std::any_of(log.begin(), log.end(), [](const std::string& l) {
+    return l.find("wrong rendezvous token") != std::string::npos;
+  }));
 }
 
 TEST_CASE("a node started with other settings ends every node's join at once, naming both") {
@@ -130,10 +136,13 @@ TEST_CASE("a node started with other settings ends every node's join at once, na
   a.must_agree = c.must_agree = {{"--max_restarts", "1"}};
   b.must_agree = {{"--max_restarts", "0"}};
   a.join_timeout = b.join_timeout = c.join_timeout = 600s;  // the mismatch, not a timeout, ends it
-  auto fc = std::async(std::launch::async, [&] { return join_rendezvous(server.client_options(), c); });
-  auto fa = std::async(std::launch::async, [&] { return join_rendezvous(server.client_options(), a); });
+  auto fc =
+      std::async(std::launch::async, [&] { return join_rendezvous(server.client_options(), c); });
+  auto fa =
+      std::async(std::launch::async, [&] { return join_rendezvous(server.client_options(), a); });
   server.stats_when([](const StoreServerStats& s) { return s.pending_waits >= 2; });
-  const std::string line = "--max_restarts differs between nodes: 1 on node 0 (alpha) but 0 on node 1 (beta)";
+  const std::string line =
+      "--max_restarts differs between nodes: 1 on node 0 (alpha) but 0 on node 1 (beta)";
   auto message = [](auto&& f) {
     try {
       f();
@@ -155,7 +164,8 @@ TEST_CASE("a node that never arrives: join_timeout names who came and who did no
   a.join_timeout = 500ms;
   auto b = node("beta", 1, 2, 3, 3);
   b.join_timeout = 2s;
-  auto fb = std::async(std::launch::async, [&] { return join_rendezvous(server.client_options(), b); });
+  auto fb =
+      std::async(std::launch::async, [&] { return join_rendezvous(server.client_options(), b); });
   try {
     join_rendezvous(server.client_options(), a);
     FAIL("rendezvous completed without node 1");
@@ -192,9 +202,11 @@ TEST_CASE("heartbeats: a node that stops is reported; a stop broadcast reaches e
   {
     NodeMonitor mb(server.client_options(), node("b", 1, 1, 2, 2), rb, mo, {});
     std::this_thread::sleep_for(200ms);
-    CHECK(mb.broadcast_stop("node 1 (b): rank 1 exited with code 3") == "node 1 (b): rank 1 exited with code 3");
-    CHECK(mb.broadcast_stop("second reason") == "node 1 (b): rank 1 exited with code 3");  // first wins
-  }  // b's agent is gone: no more heartbeats
+    CHECK(mb.broadcast_stop("node 1 (b): rank 1 exited with code 3") ==
+          "node 1 (b): rank 1 exited with code 3");
+    CHECK(mb.broadcast_stop("second reason") ==
+          "node 1 (b): rank 1 exited with code 3");  // first wins
+  }                                                  // b's agent is gone: no more heartbeats
   auto stop_future = stop_a.get_future();
   REQUIRE(stop_future.wait_for(5s) == std::future_status::ready);
   CHECK(stop_future.get() == "node 1 (b): rank 1 exited with code 3");
@@ -220,7 +232,8 @@ TEST_CASE("heartbeats: losing the store itself is reported") {
   CHECK_FALSE(f.get().empty());
 }
 
-TEST_CASE("end of a round: the exit barrier waits for every node, a stop ends it, leave waits for all") {
+TEST_CASE(
+    "end of a round: the exit barrier waits for every node, a stop ends it, leave waits for all") {
   TestServer server;
   auto futures = join_all(server, {node("a", 1, 0, 2, 2), node("b", 1, 1, 2, 2)});
   const RendezvousResult ra = futures[0].get();
@@ -231,14 +244,16 @@ TEST_CASE("end of a round: the exit barrier waits for every node, a stop ends it
   auto always = [] { return true; };
 
   // Node a arrives first and is still waiting when b arrives: both see AllDone.
-  auto fa = std::async(std::launch::async, [&] { return exit_barrier(a, round, ra, 50ms, always); });
+  auto fa =
+      std::async(std::launch::async, [&] { return exit_barrier(a, round, ra, 50ms, always); });
   server.stats_when([](const StoreServerStats& s) { return s.pending_waits >= 1; });
   CHECK(exit_barrier(b, round, rb, 50ms, always).end == ExitBarrierResult::End::AllDone);
   CHECK(fa.get().end == ExitBarrierResult::End::AllDone);
 
   // Next round: a stop broadcast ends a waiting barrier with the first reason.
   round.round = 1;
-  auto fa1 = std::async(std::launch::async, [&] { return exit_barrier(a, round, ra, 50ms, always); });
+  auto fa1 =
+      std::async(std::launch::async, [&] { return exit_barrier(a, round, ra, 50ms, always); });
   server.stats_when([](const StoreServerStats& s) { return s.pending_waits >= 1; });
   CHECK(broadcast_stop(b, round, "7|node 1 (b): rank 1 failed") == "7|node 1 (b): rank 1 failed");
   CHECK(broadcast_stop(b, round, "9|later") == "7|node 1 (b): rank 1 failed");  // first reason wins
@@ -249,19 +264,23 @@ TEST_CASE("end of a round: the exit barrier waits for every node, a stop ends it
   // A barrier nobody else reaches ends when the caller stops wanting to wait.
   round.round = 2;
   std::atomic<int> asked{0};
-  CHECK(exit_barrier(a, round, ra, 20ms, [&] { return ++asked < 3; }).end == ExitBarrierResult::End::Cancelled);
+  CHECK(exit_barrier(a, round, ra, 20ms, [&] { return ++asked < 3; }).end ==
+        ExitBarrierResult::End::Cancelled);
 
   // Leave: the store's host waits until the other node left, bounded by the budget otherwise.
-  auto host = std::async(std::launch::async, [&] { leave_round(a, round, ra, true, 20s, 50ms, always); });
+  auto host =
+      std::async(std::launch::async, [&] { leave_round(a, round, ra, true, 20s, 50ms, always); });
   server.stats_when([](const StoreServerStats& s) { return s.pending_waits >= 1; });
   CHECK(host.wait_for(0ms) == std::future_status::timeout);
   leave_round(b, round, rb, false, 20s, 50ms, always);
   CHECK(host.wait_for(10s) == std::future_status::ready);
   round.round = 3;
-  leave_round(a, round, ra, true, 100ms, 50ms, always);  // b never leaves round 3: returns after 100 ms
+  leave_round(a, round, ra, true, 100ms, 50ms,
+              always);  // b never leaves round 3: returns after 100 ms
 }
 
-TEST_CASE("between attempts node 0 clears the workers' keys and keeps ddprun's; the others wait for it") {
+TEST_CASE(
+    "between attempts node 0 clears the workers' keys and keeps ddprun's; the others wait for it") {
   TestServer server;
   StoreClient worker(server.client_options());
   // What torch 2.x workers leave behind: init keys with no attempt in them.

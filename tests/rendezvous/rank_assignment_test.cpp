@@ -50,7 +50,8 @@ TEST_CASE("join and assignment records round-trip; garbage is rejected") {
 TEST_CASE("settings comparison names the setting, both values and both nodes") {
   const AgreedSettings leader{{"--max_restarts", "1"}, {"--role", "default"}};
   CHECK_FALSE(settings_mismatch(leader, "node 0 (a)", leader, "node 1 (b)"));
-  auto differ = settings_mismatch(leader, "node 0 (a)", {{"--max_restarts", "0"}, {"--role", "default"}}, "node 1 (b)");
+  auto differ = settings_mismatch(leader, "node 0 (a)",
+                                  {{"--max_restarts", "0"}, {"--role", "default"}}, "node 1 (b)");
   REQUIRE(differ);
   CHECK(*differ == "--max_restarts differs between nodes: 1 on node 0 (a) but 0 on node 1 (b)");
   auto missing = settings_mismatch(leader, "L", {{"--max_restarts", "1"}}, "J");
@@ -104,5 +105,7 @@ TEST_CASE("admission: a node started with other settings ends the rendezvous") {
   auto d = adm.offer(other, RdzvClock::now());
   CHECK_FALSE(d.admitted);
   CHECK(d.fatal);
-  CHECK(d.reason == "--max_restarts differs between nodes: 1 on leader-host (arrival #1) but 0 on b (arrival #2)");
+  CHECK(d.reason ==
+        "--max_restarts differs between nodes: 1 on leader-host (arrival #1) but 0 on b (arrival "
+        "#2)");
 }

@@ -5,7 +5,8 @@
 // Exit status: 0 after the hold, 2 if the join failed (message on stderr).
 //
 //   rdzv_agent_probe --port P [--run-id R] [--min N] [--max N] [--node-rank R] [--lws K] [--name S]
-//                    [--token T] [--hb-ms 50] [--hb-timeout-ms 500] [--hold-ms 3000] [--stop-after-ms -1]
+//                    [--token T] [--hb-ms 50] [--hb-timeout-ms 500] [--hold-ms 3000]
+//                    [--stop-after-ms -1]
 
 #include <chrono>
 #include <cstdio>
@@ -23,7 +24,9 @@ using namespace ddp::rdzv;
 int main(int argc, char** argv) {
   std::map<std::string, std::string> args;
   for (int i = 1; i + 1 < argc; i += 2) args[argv[i]] = argv[i + 1];
-  auto get = [&](const std::string& k, const std::string& d) { return args.count(k) ? args[k] : d; };
+  auto get = [&](const std::string& k, const std::string& d) {
+    return args.count(k) ? args[k] : d;
+  };
   StoreClientOptions store;
   store.port = static_cast<std::uint16_t>(std::stoi(get("--port", "0")));
   NodeRendezvousOptions o;
@@ -43,8 +46,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", e.what());
     return 2;
   }
-  fmt::print("{{\"name\":\"{}\",\"node_rank\":{},\"num_nodes\":{},\"world_size\":{},\"base_rank\":{},\"local_world_size\":{}}}\n",
-             o.node_name, r.node_rank, r.num_nodes, r.world_size, r.base_rank, r.local_world_size);
+  fmt::print(
+      "{{\"name\":\"{}\",\"node_rank\":{},\"num_nodes\":{},\"world_size\":{},\"base_rank\":{},"
+      "\"local_world_size\":{}}}\n",
+      o.node_name, r.node_rank, r.num_nodes, r.world_size, r.base_rank, r.local_world_size);
   std::fflush(stdout);
   std::mutex out;
   NodeMonitor::Callbacks cb;
@@ -67,8 +72,10 @@ int main(int argc, char** argv) {
   const auto hold = std::chrono::milliseconds(std::stoi(get("--hold-ms", "3000")));
   bool stopped = false;
   while (std::chrono::steady_clock::now() - start < hold) {
-    if (!stopped && stop_after >= 0 && std::chrono::steady_clock::now() - start >= std::chrono::milliseconds(stop_after)) {
-      monitor.broadcast_stop(fmt::format("node {} ({}): rank {} exited with code 3", r.node_rank, o.node_name, r.base_rank));
+    if (!stopped && stop_after >= 0 &&
+        std::chrono::steady_clock::now() - start >= std::chrono::milliseconds(stop_after)) {
+      monitor.broadcast_stop(fmt::format("node {} ({}): rank {} exited with code 3", r.node_rank,
+                                         o.node_name, r.base_rank));
       stopped = true;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));

@@ -47,7 +47,8 @@ TEST_CASE("replication: a malformed frame is an error, an oversize one too") {
   StoreLimits small;
   small.max_value_bytes = 10;
   ReplicationFrameParser bounded{small};
-  bounded.append(encode_replication_frame(1, Command{Op::Set, {"/k"}, {std::string(11, 'v')}, 0, 0}));
+  bounded.append(
+      encode_replication_frame(1, Command{Op::Set, {"/k"}, {std::string(11, 'v')}, 0, 0}));
   CHECK_THROWS_AS(bounded.next(), std::runtime_error);
 }
 

@@ -11,7 +11,8 @@ using namespace ddp::rdzv::test;
 
 namespace {
 bool any_line_contains(const std::vector<std::string>& lines, std::string_view what) {
-  return std::any_of(lines.begin(), lines.end(), [&](const std::string& l) { return l.find(what) != std::string::npos; });
+  return std::any_of(lines.begin(), lines.end(),
+                     [&](const std::string& l) { return l.find(what) != std::string::npos; });
 }
 }  // namespace
 
@@ -24,7 +25,8 @@ TEST_CASE("server: a malformed frame closes only that connection, with one log l
   char byte;
   CHECK_THROWS_AS(bad.recv_exact(&byte, 1, soon()), StoreError);  // closed, no reply
   CHECK(good.get("k") == "v");
-  auto stats = server.stats_when([](const StoreServerStats& s) { return s.closed_for_errors == 1; });
+  auto stats =
+      server.stats_when([](const StoreServerStats& s) { return s.closed_for_errors == 1; });
   CHECK(stats.closed_for_errors == 1);
   const auto log = server.log();
   CHECK(log.size() == 1);
@@ -38,7 +40,7 @@ TEST_CASE("server: an oversize key is refused before it is received") {
   BlockingSocket s = server.raw();
   g2_handshake(s);
   std::string frame(1, '\x01');  // G2 SET
-  put_u64(frame, 1ull << 40);      // a terabyte key: must be rejected from the header alone
+  put_u64(frame, 1ull << 40);    // a terabyte key: must be rejected from the header alone
   s.send_all(frame, soon());
   char byte;
   CHECK_THROWS_AS(s.recv_exact(&byte, 1, soon()), StoreError);
@@ -141,7 +143,8 @@ TEST_CASE("server: G1 and G2 connections share one key space") {
   CHECK(g1.recv_bytes(soon(), 100) == "from-g2");
 }
 
-TEST_CASE("server: G1 watch callbacks carry old and new values; registrations end with the connection") {
+TEST_CASE(
+    "server: G1 watch callbacks carry old and new values; registrations end with the connection") {
   TestServer server;
   {
     BlockingSocket cb = server.raw();
@@ -252,17 +255,20 @@ TEST_CASE("server: many half-sent large values hit the server-wide input budget,
   };
   BlockingSocket a = server.raw();
   a.send_all(half_set("/a", 900 << 10, 700 << 10), soon());
-  server.stats_when([](const StoreServerStats& s) { return s.buffered_input_bytes >= (700u << 10); });
+  server.stats_when(
+      [](const StoreServerStats& s) { return s.buffered_input_bytes >= (700u << 10); });
   BlockingSocket b = server.raw();
   b.send_all(half_set("/b", 900 << 10, 500 << 10), soon());
   char byte;
   CHECK_THROWS_AS(a.recv_exact(&byte, 1, soon()), StoreError);  // a is closed
-  CHECK(any_line_contains(server.log(), "bytes of unfinished requests while all connections together hold more "
-                                        "than the limit of 1048576 bytes"));
+  CHECK(any_line_contains(server.log(),
+                          "bytes of unfinished requests while all connections together hold more "
+                          "than the limit of 1048576 bytes"));
   b.send_all(std::string(400 << 10, 'x'), soon());  // b finishes its value: served normally
   StoreClient c(server.client_options());
   CHECK(c.get("b").size() == (900u << 10));
-  auto stats = server.stats_when([](const StoreServerStats& s) { return s.buffered_input_bytes == 0; });
+  auto stats =
+      server.stats_when([](const StoreServerStats& s) { return s.buffered_input_bytes == 0; });
   CHECK(stats.buffered_input_bytes == 0);
   CHECK(stats.closed_for_errors == 1);
 }
@@ -281,8 +287,9 @@ TEST_CASE("server: pipelined requests in one write get every reply, in order") {
   BlockingSocket s = server.raw();
   g2_handshake(s);
   std::string batch;
-  for (const Command& c : {make(Op::Set, {"/p"}, {"v1"}), make(Op::Get, {"/p"}), make(Op::Add, {"/c"}, {}, 2),
-                           make(Op::Add, {"/c"}, {}, 3), make(Op::Check, {"/p"}), make(Op::Get, {"/p"})}) {
+  for (const Command& c :
+       {make(Op::Set, {"/p"}, {"v1"}), make(Op::Get, {"/p"}), make(Op::Add, {"/c"}, {}, 2),
+        make(Op::Add, {"/c"}, {}, 3), make(Op::Check, {"/p"}), make(Op::Get, {"/p"})}) {
     batch += encode_request(Generation::G2, c);
   }
   s.send_all(batch, soon());
@@ -295,7 +302,9 @@ TEST_CASE("server: pipelined requests in one write get every reply, in order") {
   CHECK(recv_bytes(s) == "v1");
 }
 
-TEST_CASE("server: good replies before a bad frame in the same read still arrive, then the connection closes") {
+TEST_CASE(
+    "server: good replies before a bad frame in the same read still arrive, then the connection "
+    "closes") {
   TestServer server;
   BlockingSocket s = server.raw();
   g2_handshake(s);
@@ -305,5 +314,6 @@ TEST_CASE("server: good replies before a bad frame in the same read still arrive
   CHECK(recv_bytes(s) == "v1");
   char byte;
   CHECK_THROWS_AS(s.recv_exact(&byte, 1, soon()), StoreError);
-  CHECK(server.stats_when([](const StoreServerStats& st) { return st.closed_for_errors == 1; }).closed_for_errors == 1);
+  CHECK(server.stats_when([](const StoreServerStats& st) { return st.closed_for_errors == 1; })
+            .closed_for_errors == 1);
 }

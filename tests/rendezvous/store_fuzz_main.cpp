@@ -31,15 +31,21 @@ struct Args {
 };
 
 Args parse(int argc, char** argv) {
-  if (argc < 2) throw std::runtime_error("usage: rdzv_store_fuzz STORE_BIN [--seconds S] [--seed N] [--max-rss-growth-mib M]");
+  if (argc < 2)
+    throw std::runtime_error(
+        "usage: rdzv_store_fuzz STORE_BIN [--seconds S] [--seed N] [--max-rss-growth-mib M]");
   Args a;
   a.store_bin = argv[1];
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
-    if (flag == "--seconds") a.seconds = std::stod(argv[i + 1]);
-    else if (flag == "--seed") a.seed = std::stoull(argv[i + 1]);
-    else if (flag == "--max-rss-growth-mib") a.max_rss_growth_mib = std::stol(argv[i + 1]);
-    else throw std::runtime_error("unknown flag " + flag);
+    if (flag == "--seconds")
+      a.seconds = std::stod(argv[i + 1]);
+    else if (flag == "--seed")
+      a.seed = std::stoull(argv[i + 1]);
+    else if (flag == "--max-rss-growth-mib")
+      a.max_rss_growth_mib = std::stol(argv[i + 1]);
+    else
+      throw std::runtime_error("unknown flag " + flag);
   }
   return a;
 }
@@ -49,10 +55,12 @@ void play(FrameFuzzer& fuzz, std::uint16_t port, std::deque<BlockingSocket>& par
   const Generation gen = fuzz.generation();
   const std::string stream = fuzz.stream(gen, 1 + fuzz.below(10));
   try {
-    BlockingSocket sock = BlockingSocket::connect("127.0.0.1", port, Clock::now() + std::chrono::seconds(2));
+    BlockingSocket sock =
+        BlockingSocket::connect("127.0.0.1", port, Clock::now() + std::chrono::seconds(2));
     std::size_t sent = 0;
     for (std::size_t chunk : fuzz.splits(stream.size())) {
-      sock.send_all(std::string_view(stream).substr(sent, chunk), Clock::now() + std::chrono::milliseconds(200));
+      sock.send_all(std::string_view(stream).substr(sent, chunk),
+                    Clock::now() + std::chrono::milliseconds(200));
       sent += chunk;
     }
     // Drain whatever answers came back, without waiting for ones that never will.
@@ -88,10 +96,11 @@ void check_served(std::uint16_t port, std::uint64_t round) {
 int main(int argc, char** argv) {
   try {
     const Args args = parse(argc, argv);
-    ChildProcess store({args.store_bin, "--port", "0", "--max-key-bytes", "1024", "--max-value-bytes", "65536",
-                        "--max-keys-per-request", "64"},
+    ChildProcess store({args.store_bin, "--port", "0", "--max-key-bytes", "1024",
+                        "--max-value-bytes", "65536", "--max-keys-per-request", "64"},
                        /*quiet=*/true);
-    const auto port = static_cast<std::uint16_t>(std::stoi(store.read_line(std::chrono::seconds(10))));
+    const auto port =
+        static_cast<std::uint16_t>(std::stoi(store.read_line(std::chrono::seconds(10))));
     check_served(port, 0);
     const long rss_start = rss_kib(store.pid());
     FrameFuzzer fuzz(args.seed);
@@ -111,10 +120,12 @@ int main(int argc, char** argv) {
     check_served(port, rounds + 1);
     rss_peak = std::max(rss_peak, rss_kib(store.pid()));
     const long growth_mib = (rss_peak - rss_start) / 1024;
-    fmt::print("fuzzed {} connections for {:.1f} s (seed {}); server RSS {} KiB at start, peak {} KiB\n", rounds,
-               args.seconds, args.seed, rss_start, rss_peak);
+    fmt::print(
+        "fuzzed {} connections for {:.1f} s (seed {}); server RSS {} KiB at start, peak {} KiB\n",
+        rounds, args.seconds, args.seed, rss_start, rss_peak);
     if (growth_mib > args.max_rss_growth_mib) {
-      fmt::print("FAIL: server RSS grew by {} MiB (limit {} MiB)\n", growth_mib, args.max_rss_growth_mib);
+      fmt::print("FAIL: server RSS grew by {} MiB (limit {} MiB)\n", growth_mib,
+                 args.max_rss_growth_mib);
       return 1;
     }
     const int rc = store.stop();

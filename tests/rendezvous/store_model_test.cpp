@@ -39,13 +39,16 @@ TEST_CASE("ADD stores decimal text and starts from zero") {
 TEST_CASE("COMPARE_SET: the four cases") {
   StoreModel m;
   Effects fx;
-  CHECK(m.compare_set("/k", "x", "nv", CompareSetWake::IfPresent, fx) == "x");  // absent, expected set
+  CHECK(m.compare_set("/k", "x", "nv", CompareSetWake::IfPresent, fx) ==
+        "x");  // absent, expected set
   CHECK(m.get("/k") == nullptr);
-  CHECK(m.compare_set("/k", "", "Y2FuaW1hZGFt", CompareSetWake::IfPresent, fx) == "Y2FuaW1hZGFt");  // create
+  CHECK(m.compare_set("/k", "", "Y2FuaW1hZGFt", CompareSetWake::IfPresent, fx) ==
+        "Y2FuaW1hZGFt");  // create
   CHECK(m.compare_set("/k", "Y2FuaW1hZGFt", "s1", CompareSetWake::IfPresent, fx) == "s1");  // match
   CHECK(m.compare_set("/k", "stale", "s2", CompareSetWake::IfPresent, fx) == "s1");  // mismatch
   CHECK(*m.get("/k") == "s1");
-  CHECK(m.compare_set("/e", "", "", CompareSetWake::IfPresent, fx) == "");  // creates an empty value
+  CHECK(m.compare_set("/e", "", "", CompareSetWake::IfPresent, fx) ==
+        "");  // creates an empty value
   CHECK(m.get("/e") != nullptr);
 }
 
@@ -69,8 +72,8 @@ TEST_CASE("WAIT counts missing keys, duplicates twice, and wakes once") {
   StoreModel m;
   Effects fx;
   m.set("/a", "1", fx);
-  CHECK(m.wait(7, {"/a"}));        // present: answer now
-  CHECK(m.wait(7, {}));            // no keys: answer now
+  CHECK(m.wait(7, {"/a"}));  // present: answer now
+  CHECK(m.wait(7, {}));      // no keys: answer now
   CHECK_FALSE(m.wait(7, {"/b", "/b", "/c", "/a"}));
   CHECK(m.pending_wait_count() == 1);
   Effects b;
@@ -88,7 +91,8 @@ TEST_CASE("WAIT counts missing keys, duplicates twice, and wakes once") {
 
 TEST_CASE("every writer wakes waiters: SET, ADD, APPEND, MULTI_SET element, QUEUE_PUSH") {
   StoreModel m;
-  for (int i = 0; i < 4; ++i) CHECK_FALSE(m.wait(static_cast<ClientId>(i), {"/k" + std::to_string(i)}));
+  for (int i = 0; i < 4; ++i)
+    CHECK_FALSE(m.wait(static_cast<ClientId>(i), {"/k" + std::to_string(i)}));
   Effects fx;
   m.set("/k0", "v", fx);
   m.add("/k1", 1, fx);

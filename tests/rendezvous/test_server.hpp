@@ -12,19 +12,20 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 
+#include "rendezvous/access_policy.hpp"
 #include "rendezvous/blocking_socket.hpp"
 #include "rendezvous/codec.hpp"
 #include "rendezvous/log.hpp"
 #include "rendezvous/store_client.hpp"
 #include "rendezvous/store_server.hpp"
-#include "rendezvous/access_policy.hpp"
 #include "tests/rendezvous/frames.hpp"
 
 namespace ddp::rdzv::test {
 
 class TestServer {
  public:
-  explicit TestServer(StoreLimits limits = {}, std::shared_ptr<AccessPolicy> access_policy = nullptr) {
+  explicit TestServer(StoreLimits limits = {},
+                      std::shared_ptr<AccessPolicy> access_policy = nullptr) {
     set_log_sink([this](std::string_view line) {
       std::lock_guard lock(log_mutex_);
       log_.emplace_back(line);
@@ -81,7 +82,8 @@ class TestServer {
 
   // A raw connection for speaking bytes directly.
   BlockingSocket raw() const {
-    return BlockingSocket::connect("127.0.0.1", port(), BlockingSocket::Clock::now() + std::chrono::seconds(5));
+    return BlockingSocket::connect("127.0.0.1", port(),
+                                   BlockingSocket::Clock::now() + std::chrono::seconds(5));
   }
 
  private:

@@ -50,7 +50,9 @@ TEST_CASE("access policy: the rendezvous keys need the token; other keys stay op
   model.set("/worker/key", "v", fx);
   TokenAccessPolicy policy("s3cret");
   const StoreLimits limits;
-  auto screen = [&](ClientId client, const Command& cmd) { return policy.screen(model, client, cmd, limits); };
+  auto screen = [&](ClientId client, const Command& cmd) {
+    return policy.screen(model, client, cmd, limits);
+  };
   const ClientId stranger = 1, agent = 2;
 
   // A worker's own keys pass through untouched.
@@ -59,7 +61,8 @@ TEST_CASE("access policy: the rendezvous keys need the token; other keys stay op
   auto refused = screen(stranger, Command{Op::Set, {"/ddprun/job/0/stop"}, {"0|pwned"}, 0, 0});
   REQUIRE(refused);
   CHECK(refused->close_reason);
-  auto multi = screen(stranger, Command{Op::MultiGet, {"/worker/key", "/ddprun/job/0/stop"}, {}, 0, 0});
+  auto multi =
+      screen(stranger, Command{Op::MultiGet, {"/worker/key", "/ddprun/job/0/stop"}, {}, 0, 0});
   REQUIRE(multi);
   CHECK(multi->close_reason);
   // Listing hides them.
@@ -75,7 +78,8 @@ TEST_CASE("access policy: the rendezvous keys need the token; other keys stay op
   REQUIRE(challenge);
   const std::string c1 = challenge->reply.substr(8);
   CHECK(c1.size() == 32);
-  auto wrong = screen(stranger, get(std::string(kAuthResponsePrefix) + challenge_response("guess", c1)));
+  auto wrong =
+      screen(stranger, get(std::string(kAuthResponsePrefix) + challenge_response("guess", c1)));
   REQUIRE(wrong);
   CHECK(*wrong->close_reason == "wrong rendezvous token");
   // The challenge was used up by the wrong guess: the right answer to it no longer works.

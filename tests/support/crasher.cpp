@@ -22,7 +22,8 @@ int main(int argc, char** argv) {
     return 64;
   }
   const int rank = std::atoi(std::getenv("RANK") ? std::getenv("RANK") : "-1");
-  const int restart = std::atoi(std::getenv("TORCHELASTIC_RESTART_COUNT") ? std::getenv("TORCHELASTIC_RESTART_COUNT") : "0");
+  const int restart = std::atoi(
+      std::getenv("TORCHELASTIC_RESTART_COUNT") ? std::getenv("TORCHELASTIC_RESTART_COUNT") : "0");
   const int failing = std::atoi(argv[1]);
   const std::string mode = argv[2];
   const int after_ms = std::atoi(argv[3]);

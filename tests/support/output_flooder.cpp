@@ -18,7 +18,8 @@ int main(int argc, char** argv) {
   std::setvbuf(out, buffer, _IOFBF, sizeof buffer);
   const char* rank = std::getenv("RANK");
   std::string pad(width > 0 ? width : 1, 'x');
-  for (long i = 0; i < lines; ++i) std::fprintf(out, "r%s %ld %s\n", rank ? rank : "?", i, pad.c_str());
+  for (long i = 0; i < lines; ++i)
+    std::fprintf(out, "r%s %ld %s\n", rank ? rank : "?", i, pad.c_str());
   std::fprintf(out, "r%s end", rank ? rank : "?");
   return std::fflush(out) == 0 ? 0 : 1;
 }

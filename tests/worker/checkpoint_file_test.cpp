@@ -69,7 +69,8 @@ TEST_CASE("any flipped, missing or foreign byte fails the checksum or the format
   for (const std::size_t at : {good.find('\n') + 5, good.size() - 1, good.size() / 2}) {
     std::string bad = good;
     bad[at] = static_cast<char>(bad[at] ^ 0x10);
-    CHECK_THROWS_WITH_AS(decode_checkpoint(bad, "ck.pt"), doctest::Contains("ck.pt is corrupt"), CheckpointError);
+    CHECK_THROWS_WITH_AS(decode_checkpoint(bad, "ck.pt"), doctest::Contains("ck.pt is corrupt"),
+                         CheckpointError);
   }
   CHECK_THROWS_WITH_AS(decode_checkpoint(good.substr(0, good.size() - 10), "ck.pt"),
                        doctest::Contains("truncated"), CheckpointError);
@@ -81,26 +82,31 @@ TEST_CASE("a restart resumes only its own job's checkpoint (defect 1)") {
   const auto path = "checkpoints/worker.pt";
   // The default policy looks at the file only after a launcher restart.
   CHECK(plan_resume(ResumePolicy::OnRestart, 0, valid(job()), job(), path).action == Action::Fresh);
-  CHECK(plan_resume(ResumePolicy::OnRestart, 1, valid(job()), job(), path).action == Action::Resume);
+  CHECK(plan_resume(ResumePolicy::OnRestart, 1, valid(job()), job(), path).action ==
+        Action::Resume);
   auto other_seed = job();
   other_seed.data_fingerprint = "synthetic 512; seed 4";
   const auto plan = plan_resume(ResumePolicy::OnRestart, 1, valid(other_seed), job(), path);
   CHECK(plan.action == Action::Fresh);
-  CHECK(plan.line == "checkpoints/worker.pt was written by another job (data 'synthetic 512; seed 4' "
-                     "(this job: 'synthetic 512; seed 3')); starting from scratch, it will be overwritten "
-                     "(--resume continues another run with the same data and model)");
+  CHECK(plan.line ==
+        "checkpoints/worker.pt was written by another job (data 'synthetic 512; seed 4' "
+        "(this job: 'synthetic 512; seed 3')); starting from scratch, it will be overwritten "
+        "(--resume continues another run with the same data and model)");
   auto other_run = job();
   other_run.run_id = "run-b";
-  CHECK(plan_resume(ResumePolicy::OnRestart, 2, valid(other_run), job(), path).action == Action::Fresh);
+  CHECK(plan_resume(ResumePolicy::OnRestart, 2, valid(other_run), job(), path).action ==
+        Action::Fresh);
   auto other_world = job();
   other_world.world_size = 4;
-  CHECK(plan_resume(ResumePolicy::OnRestart, 1, valid(other_world), job(), path).line.find("world size 4 (this job: 2)") !=
-        std::string::npos);
+  CHECK(plan_resume(ResumePolicy::OnRestart, 1, valid(other_world), job(), path)
+            .line.find("world size 4 (this job: 2)") != std::string::npos);
   // --resume: another run's file of the same data and model, on the first start too.
-  CHECK(plan_resume(ResumePolicy::Always, 0, valid(other_run), job(), path).action == Action::Resume);
+  CHECK(plan_resume(ResumePolicy::Always, 0, valid(other_run), job(), path).action ==
+        Action::Resume);
   const auto refused = plan_resume(ResumePolicy::Always, 0, valid(other_seed), job(), path);
   CHECK(refused.action == Action::Fail);
-  CHECK(refused.line.rfind("--resume: checkpoints/worker.pt does not belong to this job: data", 0) == 0);
+  CHECK(refused.line.rfind("--resume: checkpoints/worker.pt does not belong to this job: data",
+                           0) == 0);
   CHECK(plan_resume(ResumePolicy::Always, 0, CheckpointProbe{}, job(), path).line ==
         "no checkpoint at checkpoints/worker.pt; starting from scratch");
   // --no-resume never looks.
@@ -125,12 +131,15 @@ TEST_CASE("atomic write: the file appears whole, no temp file stays") {
   fs::remove_all(dir);
 }
 
-TEST_CASE("a full filesystem is one CheckpointError naming ENOSPC, the temp file removed, the old file kept (defect 3)") {
+TEST_CASE(
+    "a full filesystem is one CheckpointError naming ENOSPC, the temp file removed, the old file "
+    "kept (defect 3)") {
   // A real 64 KiB tmpfs, in a mount namespace of the child's own.
   const auto dir = temp_dir();
   const pid_t pid = ::fork();
   if (pid == 0) {
-    if (::unshare(CLONE_NEWNS) != 0 || ::mount("none", "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+    if (::unshare(CLONE_NEWNS) != 0 ||
+        ::mount("none", "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
         ::mount("tmpfs", dir.c_str(), "tmpfs", 0, "size=64k") != 0) {
       ::_exit(10);
     }
@@ -145,8 +154,8 @@ TEST_CASE("a full filesystem is one CheckpointError naming ENOSPC, the temp file
       ::_exit(12);  // should not fit
     } catch (const CheckpointError& e) {
       const std::string what = e.what();
-      if (what.find("cannot write checkpoint " + path) != 0 || what.find("(ENOSPC)") == std::string::npos ||
-          what.find('\n') != std::string::npos) {
+      if (what.find("cannot write checkpoint " + path) != 0 ||
+          what.find("(ENOSPC)") == std::string::npos || what.find('\n') != std::string::npos) {
         std::fprintf(stderr, "unexpected message: %s\n", e.what());
         ::_exit(13);
       }
@@ -156,7 +165,9 @@ TEST_CASE("a full filesystem is one CheckpointError naming ENOSPC, the temp file
       ++entries;
       if (entry.path().filename() != "ck.pt") ::_exit(14);  // the temp file stayed
     }
-    if (entries != 1 || read_whole_file(path) != std::optional<std::string>("the previous checkpoint")) ::_exit(15);
+    if (entries != 1 ||
+        read_whole_file(path) != std::optional<std::string>("the previous checkpoint"))
+      ::_exit(15);
     ::_exit(0);
   }
   int status = 0;

@@ -15,11 +15,11 @@
 //     typed members (SyncBatchNorm), a ModuleList and Sequentials inside custom modules;
 //     convert_sync_batchnorm also refuses (unchanged) a tree with a plain typed BatchNorm.
 // Exit 0 when every check passes; the failing check is named on stderr otherwise.
+#include <torch/torch.h>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <string>
-#include <torch/torch.h>
 
 #include <filesystem>
 
@@ -40,8 +40,9 @@ const int kSteps = std::getenv("DDP_CHECK_STEPS") ? std::atoi(std::getenv("DDP_C
 torch::nn::Sequential make_model() {
   torch::manual_seed(7);
   namespace nn = torch::nn;
-  auto model = nn::Sequential(nn::Linear(6, 12), nn::BatchNorm1d(12), nn::ReLU(), nn::Linear(12, 12),
-                              nn::BatchNorm1d(12), nn::Tanh(), nn::Linear(12, 3));
+  auto model =
+      nn::Sequential(nn::Linear(6, 12), nn::BatchNorm1d(12), nn::ReLU(), nn::Linear(12, 12),
+                     nn::BatchNorm1d(12), nn::Tanh(), nn::Linear(12, 3));
   model->to(torch::kDouble);
   return model;
 }
@@ -54,9 +55,12 @@ struct BlockImpl : nn::Module {
   BlockImpl() {
     linear = register_module("linear", nn::Linear(6, 10));
     norm = register_module("norm", ddp::worker::SyncBatchNorm(nn::BatchNormOptions(10)));
-    tail = register_module("tail", nn::Sequential(nn::Linear(10, 10), nn::BatchNorm1d(10), nn::ReLU()));
+    tail = register_module("tail",
+                           nn::Sequential(nn::Linear(10, 10), nn::BatchNorm1d(10), nn::ReLU()));
   }
-  torch::Tensor forward(const torch::Tensor& x) { return tail->forward(torch::tanh(norm->forward(linear->forward(x)))); }
+  torch::Tensor forward(const torch::Tensor& x) {
+    return tail->forward(torch::tanh(norm->forward(linear->forward(x))));
+  }
   nn::Linear linear{nullptr};
   ddp::worker::SyncBatchNorm norm{nullptr};
   nn::Sequential tail{nullptr};
@@ -66,7 +70,9 @@ TORCH_MODULE(Block);
 /// A custom module inside a Sequential, holding a Sequential with a cumulative-average BatchNorm1d.
 struct InnerImpl : nn::Module {
   InnerImpl() {
-    seq = register_module("seq", nn::Sequential(nn::BatchNorm1d(nn::BatchNormOptions(8).momentum(c10::nullopt)), nn::ReLU()));
+    seq = register_module(
+        "seq", nn::Sequential(nn::BatchNorm1d(nn::BatchNormOptions(8).momentum(c10::nullopt)),
+                              nn::ReLU()));
   }
   torch::Tensor forward(const torch::Tensor& x) { return seq->forward(x); }
   nn::Sequential seq{nullptr};
@@ -78,7 +84,9 @@ TORCH_MODULE(Inner);
 struct NetImpl : nn::Module {
   NetImpl() {
     block = register_module("block", Block());
-    norms = register_module("norms", nn::ModuleList(ddp::worker::SyncBatchNorm(nn::BatchNormOptions(10).momentum(0.3))));
+    norms = register_module(
+        "norms",
+        nn::ModuleList(ddp::worker::SyncBatchNorm(nn::BatchNormOptions(10).momentum(0.3))));
     deep = register_module("deep", nn::Sequential(nn::Linear(10, 8), Inner(), nn::Linear(8, 3)));
   }
   torch::Tensor forward(const torch::Tensor& x) {
@@ -129,7 +137,8 @@ bool all_ok(Communicator& comm, bool ok) {
 
 double max_diff(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
   double diff = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) diff = std::max(diff, (a[i] - b[i]).abs().max().item<double>());
+  for (std::size_t i = 0; i < a.size(); ++i)
+    diff = std::max(diff, (a[i] - b[i]).abs().max().item<double>());
   return diff;
 }
 
@@ -205,10 +214,13 @@ int check_equivalence(const std::shared_ptr<Communicator>& comm, int accumulate,
         std::printf("  tensor %zu: %.3g\n", i, (mine[i] - expected[i]).abs().max().item<double>());
       }
     }
-    std::printf("ddp_check: equivalence (%s model) N=%d accumulate=%d buckets=%zu max |diff| = %.3g\n",
-                custom ? "custom" : "sequential", n, accumulate, ddp.bucket_count(), diff);
+    std::printf(
+        "ddp_check: equivalence (%s model) N=%d accumulate=%d buckets=%zu max |diff| = %.3g\n",
+        custom ? "custom" : "sequential", n, accumulate, ddp.bucket_count(), diff);
     ok = diff < 1e-9;
-    if (!ok) std::fprintf(stderr, "ddp_check: FAIL DDP parameters differ from one process with batch N*B\n");
+    if (!ok)
+      std::fprintf(stderr,
+                   "ddp_check: FAIL DDP parameters differ from one process with batch N*B\n");
   }
   return all_ok(*comm, ok) ? 0 : 1;
 }
@@ -250,13 +262,15 @@ int check_sync_batch_norm(const std::shared_ptr<Communicator>& comm) {
   auto xf = x.clone().requires_grad_(true);
   auto yf = bn->forward(xf);
   (yf * g).sum().backward();
-  const double diff = max_diff(
-      {ys.detach(), xs.grad(), grad_w, grad_b, sync->running_mean, sync->running_var},
-      {yf.detach().narrow(0, begin, len), xf.grad().narrow(0, begin, len), bn->weight.grad(),
-       bn->bias.grad(), bn->running_mean, bn->running_var});
+  const double diff =
+      max_diff({ys.detach(), xs.grad(), grad_w, grad_b, sync->running_mean, sync->running_var},
+               {yf.detach().narrow(0, begin, len), xf.grad().narrow(0, begin, len),
+                bn->weight.grad(), bn->bias.grad(), bn->running_mean, bn->running_var});
   std::printf("ddp_check: syncbn rank %d max |diff| = %.3g\n", r, diff);
   const bool ok = diff < 1e-9;
-  if (!ok) std::fprintf(stderr, "ddp_check: FAIL SyncBatchNorm differs from BatchNorm2d on the whole batch\n");
+  if (!ok)
+    std::fprintf(stderr,
+                 "ddp_check: FAIL SyncBatchNorm differs from BatchNorm2d on the whole batch\n");
   return all_ok(*comm, ok) ? 0 : 1;
 }
 
@@ -270,7 +284,8 @@ int check_checkpoint(const std::shared_ptr<Communicator>& comm, const std::strin
     for (auto& p : model->parameters()) p.add_(static_cast<double>(r));  // ranks differ
   }
   torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
-  const ddp::worker::CheckpointIdentity identity{"test", comm->size(), "data", ddp::worker::model_fingerprint(*model)};
+  const ddp::worker::CheckpointIdentity identity{"test", comm->size(), "data",
+                                                 ddp::worker::model_fingerprint(*model)};
   ddp::worker::save_checkpoint(dir + "/ck.rank" + std::to_string(r) + ".pt", *model, opt, {3, 42},
                                identity, *comm);
   int files = 0;
@@ -280,7 +295,8 @@ int check_checkpoint(const std::shared_ptr<Communicator>& comm, const std::strin
     ok = ok && entry.path().filename() == "ck.rank0.pt";
   }
   if (!ok || files != 1) {
-    std::fprintf(stderr, "ddp_check: FAIL expected only ck.rank0.pt in %s (found %d files)\n", dir.c_str(), files);
+    std::fprintf(stderr, "ddp_check: FAIL expected only ck.rank0.pt in %s (found %d files)\n",
+                 dir.c_str(), files);
     ok = false;
   }
   auto resumed = make_model();
@@ -343,7 +359,9 @@ int check_collectives(const std::shared_ptr<Communicator>& comm) {
     }
   };
   const std::vector<std::pair<ReduceOp, c10d::ReduceOp>> ops = {
-      {ReduceOp::Sum, c10d::ReduceOp::SUM}, {ReduceOp::Max, c10d::ReduceOp::MAX}, {ReduceOp::Min, c10d::ReduceOp::MIN}};
+      {ReduceOp::Sum, c10d::ReduceOp::SUM},
+      {ReduceOp::Max, c10d::ReduceOp::MAX},
+      {ReduceOp::Min, c10d::ReduceOp::MIN}};
   const char* op_names[] = {"SUM", "MAX", "MIN"};
   // 7 elements: the shared-memory path when it is on; 300000 floats (1.2 MB) exceed its slot.
   for (const int64_t size : {int64_t{7}, int64_t{300000}}) {
@@ -354,14 +372,15 @@ int check_collectives(const std::shared_ptr<Communicator>& comm) {
         std::vector<torch::Tensor> gloo{rank_data(r, size, dtype)};
         pg->allreduce(gloo, reduce_options(ops[k].second))->wait();
         expect(torch::equal(ours, gloo[0]), std::string("all_reduce ") + op_names[k] + " " +
-                                                 c10::toString(dtype) + " x" + std::to_string(size));
+                                                c10::toString(dtype) + " x" + std::to_string(size));
       }
       if (dtype != torch::kLong) {
         auto ours = rank_data(r, size, dtype);
         comm->all_reduce(ours, ReduceOp::Avg);
         std::vector<torch::Tensor> gloo{rank_data(r, size, dtype)};
         pg->allreduce(gloo, reduce_options(c10d::ReduceOp::SUM))->wait();
-        expect(torch::allclose(ours, gloo[0] / n), std::string("all_reduce AVG ") + c10::toString(dtype));
+        expect(torch::allclose(ours, gloo[0] / n),
+               std::string("all_reduce AVG ") + c10::toString(dtype));
       }
     }
   }
@@ -393,8 +412,9 @@ int check_collectives(const std::shared_ptr<Communicator>& comm) {
     pg->allgather(gloo, input)->wait();
     bool same = static_cast<int>(ours.size()) == n;
     for (int k = 0; same && k < n; ++k) {
-      same = torch::equal(ours[static_cast<std::size_t>(k)], gloo[0][static_cast<std::size_t>(k)]) &&
-             torch::equal(ours[static_cast<std::size_t>(k)], rank_data(k, 10, dtype).view({2, 5}));
+      same =
+          torch::equal(ours[static_cast<std::size_t>(k)], gloo[0][static_cast<std::size_t>(k)]) &&
+          torch::equal(ours[static_cast<std::size_t>(k)], rank_data(k, 10, dtype).view({2, 5}));
     }
     expect(same, std::string("all_gather ") + c10::toString(dtype));
   }
@@ -404,14 +424,17 @@ int check_collectives(const std::shared_ptr<Communicator>& comm) {
     const auto ours = comm->reduce_scatter(input, ops[k].first);
     std::vector<torch::Tensor> gloo{input.clone()};
     pg->allreduce(gloo, reduce_options(ops[k].second))->wait();
-    expect(torch::equal(ours, gloo[0].narrow(0, r * 3, 3)), std::string("reduce_scatter ") + op_names[k]);
+    expect(torch::equal(ours, gloo[0].narrow(0, r * 3, 3)),
+           std::string("reduce_scatter ") + op_names[k]);
   }
   // uint8 broadcast (how checkpoints travel to ranks without the file).
-  auto bytes = r == 0 ? torch::arange(200, torch::kLong).to(torch::kUInt8) : torch::zeros({200}, torch::kUInt8);
+  auto bytes = r == 0 ? torch::arange(200, torch::kLong).to(torch::kUInt8)
+                      : torch::zeros({200}, torch::kUInt8);
   comm->broadcast(bytes, 0);
-  expect(torch::equal(bytes, torch::arange(200, torch::kLong).to(torch::kUInt8)), "uint8 broadcast");
-  std::printf("ddp_check: collectives (%s) rank %d: %d checks against gloo, %s\n", comm->backend_name().c_str(), r,
-              checked, ok ? "all equal" : "FAILED");
+  expect(torch::equal(bytes, torch::arange(200, torch::kLong).to(torch::kUInt8)),
+         "uint8 broadcast");
+  std::printf("ddp_check: collectives (%s) rank %d: %d checks against gloo, %s\n",
+              comm->backend_name().c_str(), r, checked, ok ? "all equal" : "FAILED");
   return all_ok(*comm, ok) ? 0 : 1;
 }
 
@@ -428,10 +451,12 @@ int main(int argc, char** argv) {
     auto comm = ddp::worker::connect_communicator(env, options);
     // Tests pin the path they mean to exercise (gloo, or gloo+shm for the shared-memory one).
     if (const char* want = std::getenv("DDP_CHECK_BACKEND"); want && comm->backend_name() != want) {
-      std::fprintf(stderr, "ddp_check: error: backend %s, expected %s\n", comm->backend_name().c_str(), want);
+      std::fprintf(stderr, "ddp_check: error: backend %s, expected %s\n",
+                   comm->backend_name().c_str(), want);
       return 1;
     }
-    if (mode == "equivalence") return check_equivalence(comm, argc > 2 ? std::atoi(argv[2]) : 1, false);
+    if (mode == "equivalence")
+      return check_equivalence(comm, argc > 2 ? std::atoi(argv[2]) : 1, false);
     if (mode == "custom") {
       if (!refuses_typed_batch_norm(comm)) return 1;
       return check_equivalence(comm, argc > 2 ? std::atoi(argv[2]) : 1, true);
@@ -439,7 +464,9 @@ int main(int argc, char** argv) {
     if (mode == "collectives") return check_collectives(comm);
     if (mode == "syncbn") return check_sync_batch_norm(comm);
     if (mode == "checkpoint" && argc > 2) return check_checkpoint(comm, argv[2]);
-    std::fprintf(stderr, "usage: ddp_check equivalence [accumulate] | custom [accumulate] | syncbn | collectives | checkpoint DIR\n");
+    std::fprintf(stderr,
+                 "usage: ddp_check equivalence [accumulate] | custom [accumulate] | syncbn | "
+                 "collectives | checkpoint DIR\n");
     return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ddp_check: error: %s\n", e.what());

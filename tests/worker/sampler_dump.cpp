@@ -27,8 +27,10 @@ class IndexDataset : public torch::data::datasets::Dataset<IndexDataset, torch::
   size_t size_;
 };
 
-std::vector<int64_t> loader_indices(ddp::worker::DistributedSampler& sampler,
-                                    std::unique_ptr<torch::data::StatelessDataLoader<IndexDataset, ddp::worker::DistributedSampler>>& loader) {
+std::vector<int64_t> loader_indices(
+    ddp::worker::DistributedSampler& sampler,
+    std::unique_ptr<
+        torch::data::StatelessDataLoader<IndexDataset, ddp::worker::DistributedSampler>>& loader) {
   std::vector<int64_t> out;
   for (auto& batch : *loader) {
     if (batch.size() > 3) throw std::runtime_error("batch larger than 3");
@@ -48,7 +50,9 @@ int main(int argc, char** argv) {
     std::vector<long long> v;
     while (std::getline(in, field, ',')) v.push_back(std::stoll(field));
     if (v.size() != 6) {
-      std::fprintf(stderr, "sampler_dump: expected size,replicas,shuffle,drop_last,seed,epochs: %s\n", argv[a]);
+      std::fprintf(stderr,
+                   "sampler_dump: expected size,replicas,shuffle,drop_last,seed,epochs: %s\n",
+                   argv[a]);
       return 2;
     }
     for (int rank = 0; rank < v[1]; ++rank) {
@@ -58,9 +62,12 @@ int main(int argc, char** argv) {
                                                   torch::data::DataLoaderOptions().batch_size(3));
       for (int epoch = 0; epoch < v[5]; ++epoch) {
         sampler.set_epoch(epoch);  // the loader's copy shares the epoch
-        out.push_back({{"config", argv[a]}, {"rank", rank}, {"epoch", epoch},
-                       {"num_samples", sampler.num_samples()},
-                       {"indices", through_loader ? loader_indices(sampler, loader) : sampler.indices()}});
+        out.push_back(
+            {{"config", argv[a]},
+             {"rank", rank},
+             {"epoch", epoch},
+             {"num_samples", sampler.num_samples()},
+             {"indices", through_loader ? loader_indices(sampler, loader) : sampler.indices()}});
       }
     }
   }

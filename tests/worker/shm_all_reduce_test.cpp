@@ -35,7 +35,8 @@ SharedMemoryAllReduce::Rendezvous file_rendezvous(const fs::path& dir) {
           },
           [dir](const std::string& key) {
             const auto name = dir / std::to_string(std::hash<std::string>{}(key));
-            for (int i = 0; i < 2000 && !fs::exists(name); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+            for (int i = 0; i < 2000 && !fs::exists(name); ++i)
+              std::this_thread::sleep_for(std::chrono::milliseconds(5));
             std::ifstream in(name);
             return std::string(std::istreambuf_iterator<char>(in), {});
           },
@@ -46,7 +47,8 @@ SharedMemoryAllReduce::Rendezvous file_rendezvous(const fs::path& dir) {
 
 /// Gives this (forked) process a /dev/shm of its own, as a rank on another host would have.
 void private_dev_shm() {
-  if (::unshare(CLONE_NEWNS) != 0 || ::mount("none", "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+  if (::unshare(CLONE_NEWNS) != 0 ||
+      ::mount("none", "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
       ::mount("tmpfs", "/dev/shm", "tmpfs", 0, "size=1m") != 0) {
     std::perror("private /dev/shm");
     ::_exit(5);
@@ -69,14 +71,16 @@ fs::path temp_dir() {
 std::vector<std::string> shm_entries(const std::string& tag) {
   std::vector<std::string> found;
   for (const auto& e : fs::directory_iterator("/dev/shm")) {
-    if (e.path().filename().string().find(tag) != std::string::npos) found.push_back(e.path().string());
+    if (e.path().filename().string().find(tag) != std::string::npos)
+      found.push_back(e.path().string());
   }
   return found;
 }
 
 /// Runs body(rank, shm) in `world` forked processes; returns their exit codes.
 template <typename Body>
-std::vector<int> run_ranks(int world, const std::string& tag, Body body, int private_shm_rank = -1) {
+std::vector<int> run_ranks(int world, const std::string& tag, Body body,
+                           int private_shm_rank = -1) {
   const auto dir = temp_dir();
   std::vector<pid_t> pids;
   for (int r = 0; r < world; ++r) {
@@ -85,7 +89,8 @@ std::vector<int> run_ranks(int world, const std::string& tag, Body body, int pri
       int code = 0;
       if (r == private_shm_rank) private_dev_shm();
       try {
-        SharedMemoryAllReduce shm(r, world, 4096, tag, std::chrono::seconds(20), file_rendezvous(dir));
+        SharedMemoryAllReduce shm(r, world, 4096, tag, std::chrono::seconds(20),
+                                  file_rendezvous(dir));
         code = body(r, shm);
       } catch (const PeerDiedError& e) {
         std::fprintf(stderr, "rank %d: %s\n", r, e.what());
@@ -120,16 +125,19 @@ std::vector<int> run_ranks(int world, const std::string& tag, Body body, int pri
 
 TEST_CASE("sums in rank order, bit-identical on every rank, segment unlinked") {
   for (const int world : {2, 3}) {
-    const std::string tag = "unittest-sum-" + std::to_string(::getpid()) + "-" + std::to_string(world);
+    const std::string tag =
+        "unittest-sum-" + std::to_string(::getpid()) + "-" + std::to_string(world);
     const auto codes = run_ranks(world, tag, [world](int rank, SharedMemoryAllReduce& shm) {
       for (int op = 0; op < 200; ++op) {
         const std::size_t n = 1 + static_cast<std::size_t>(op * 7) % 500;
         std::vector<double> x(n);
-        for (std::size_t i = 0; i < n; ++i) x[i] = 0.1 * (rank + 1) + 1e-17 * static_cast<double>(i + op);
+        for (std::size_t i = 0; i < n; ++i)
+          x[i] = 0.1 * (rank + 1) + 1e-17 * static_cast<double>(i + op);
         shm.all_reduce_sum(x.data(), n, ShmElement::Float64);
         for (std::size_t i = 0; i < n; ++i) {
           double want = 0;
-          for (int r = 0; r < world; ++r) want += 0.1 * (r + 1) + 1e-17 * static_cast<double>(i + op);
+          for (int r = 0; r < world; ++r)
+            want += 0.1 * (r + 1) + 1e-17 * static_cast<double>(i + op);
           if (x[i] != want) return 1;  // exactly the fixed-order sum
         }
         std::vector<float> f(n, static_cast<float>(rank));
@@ -190,11 +198,13 @@ TEST_CASE("max and min in rank order, equal on every rank") {
   CHECK(codes == std::vector<int>{0, 0, 0});
 }
 
-TEST_CASE("a rank that cannot map the segment makes every rank give up at once, not at the timeout") {
+TEST_CASE(
+    "a rank that cannot map the segment makes every rank give up at once, not at the timeout") {
   // Rank 1 sees a /dev/shm of its own, as on another host: the job must not hang on it.
   const std::string tag = "unittest-apart-" + std::to_string(::getpid());
   const auto start = std::chrono::steady_clock::now();
-  const auto codes = run_ranks(2, tag, [](int, SharedMemoryAllReduce&) { return 0; }, 1);
+  const auto codes = run_ranks(
+      2, tag, [](int, SharedMemoryAllReduce&) { return 0; }, 1);
   CHECK(codes == std::vector<int>{6, 6});
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(15));
   CHECK(shm_entries(tag).empty());
@@ -207,8 +217,10 @@ TEST_CASE("segments left by a killed creator are reclaimed by the next job on th
   for (const char* c = link; *c != 0; ++c) {
     if (*c >= '0' && *c <= '9') ns += *c;
   }
-  const std::string stale = "/dev/shm/ddprun-unittest-stale-r0-p1-" + ns + "-" + std::to_string(dead_pid()) + "-7";
-  const std::string alive = "/dev/shm/ddprun-unittest-alive-r0-p1-" + ns + "-" + std::to_string(::getpid()) + "-7";
+  const std::string stale =
+      "/dev/shm/ddprun-unittest-stale-r0-p1-" + ns + "-" + std::to_string(dead_pid()) + "-7";
+  const std::string alive =
+      "/dev/shm/ddprun-unittest-alive-r0-p1-" + ns + "-" + std::to_string(::getpid()) + "-7";
   std::ofstream(stale) << "x";
   std::ofstream(alive) << "x";
   // Another job's rank 0 on this host may reclaim it first (tests run in parallel): check the

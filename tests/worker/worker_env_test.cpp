@@ -72,8 +72,8 @@ TEST_CASE("no launcher variables at all is a one-process world") {
 }
 
 TEST_CASE("local rank and size default to the global ones, restart count to 0") {
-  const auto env = parse_worker_env(lookup_in(
-      {{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}}));
+  const auto env = parse_worker_env(
+      lookup_in({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}}));
   CHECK(env.local_rank == 1);
   CHECK(env.local_world_size == 2);
   CHECK(env.restart_count == 0);
@@ -127,9 +127,8 @@ TEST_CASE("error file JSON has PyTorch's ErrorHandler layout") {
 
 TEST_CASE("run_reporting_errors turns an exception into exit code 1 and an error file") {
   const std::string path = "/tmp/ddp_worker_env_test_error_" + std::to_string(::getpid()) + ".json";
-  const int code = ddp::worker::run_reporting_errors(path, []() -> int {
-    throw std::invalid_argument("bad shape");
-  });
+  const int code = ddp::worker::run_reporting_errors(
+      path, []() -> int { throw std::invalid_argument("bad shape"); });
   CHECK(code == 1);
   std::ifstream in(path);
   const auto json = nlohmann::json::parse(in);
@@ -139,17 +138,21 @@ TEST_CASE("run_reporting_errors turns an exception into exit code 1 and an error
 }
 
 TEST_CASE("a message with bytes that are not UTF-8 still gives a valid error file (defect 4)") {
-  const std::string bad = std::string("Fashion-MNIST file not found: /data/caf\xe9/x.gz, torn \xe2\x82 and ok \xc3\xa9");
+  const std::string bad = std::string(
+      "Fashion-MNIST file not found: /data/caf\xe9/x.gz, torn \xe2\x82 and ok \xc3\xa9");
   std::string json_text;
   CHECK_NOTHROW(json_text = ddp::worker::error_file_json(bad, "stack \xff", 1));
   const auto json = nlohmann::json::parse(json_text);
-  CHECK(json["message"]["message"] == "Fashion-MNIST file not found: /data/caf\\xe9/x.gz, torn \\xe2\\x82 and ok \xc3\xa9");
+  CHECK(json["message"]["message"] ==
+        "Fashion-MNIST file not found: /data/caf\\xe9/x.gz, torn \\xe2\\x82 and ok \xc3\xa9");
   CHECK(json["message"]["extraInfo"]["py_callstack"] == "stack \\xff");
-  CHECK(ddp::worker::printable_utf8("\xed\xa0\x80") == "\\xed\\xa0\\x80");  // a surrogate is not UTF-8
+  CHECK(ddp::worker::printable_utf8("\xed\xa0\x80") ==
+        "\\xed\\xa0\\x80");  // a surrogate is not UTF-8
   CHECK(ddp::worker::printable_utf8("\xf0\x9f\x98\x80") == "\xf0\x9f\x98\x80");
 
   const std::string path = "/tmp/ddp_worker_env_test_utf8_" + std::to_string(::getpid()) + ".json";
-  const int code = ddp::worker::run_reporting_errors(path, [&]() -> int { throw std::runtime_error(bad); });
+  const int code =
+      ddp::worker::run_reporting_errors(path, [&]() -> int { throw std::runtime_error(bad); });
   CHECK(code == 1);
   std::ifstream in(path);
   const auto file = nlohmann::json::parse(in);

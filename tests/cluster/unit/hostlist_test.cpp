@@ -17,7 +17,8 @@ TEST_CASE("hostlist: single names and plain lists") {
 
 TEST_CASE("hostlist: ranges, commas inside brackets, zero padding") {
   CHECK(expand_hostlist("n[1-2]") == Hosts{"n1", "n2"});
-  CHECK(expand_hostlist("node[01-04,10]") == Hosts{"node01", "node02", "node03", "node04", "node10"});
+  CHECK(expand_hostlist("node[01-04,10]") ==
+        Hosts{"node01", "node02", "node03", "node04", "node10"});
   CHECK(expand_hostlist("n[08-11]") == Hosts{"n08", "n09", "n10", "n11"});
   CHECK(expand_hostlist("n[098-101]") == Hosts{"n098", "n099", "n100", "n101"});
   CHECK(expand_hostlist("n[9-11]") == Hosts{"n9", "n10", "n11"});
@@ -43,9 +44,9 @@ TEST_CASE("hostlist: first host") {
 }
 
 TEST_CASE("hostlist: errors quote the whole list") {
-  const char* bad[] = {"",        "n[1-2",   "n1-2]",  "n[[1-2]]", "n[]",    "n[a-b]",
-                       "n[2-1]",  "n[1-]",   "n[-3]",  "a,,b",     "a,",     ",a",
-                       "n[1,,2]", "n[1 2]",  "n 1",    "n[0-99999999]"};
+  const char* bad[] = {"",        "n[1-2",  "n1-2]", "n[[1-2]]",     "n[]", "n[a-b]",
+                       "n[2-1]",  "n[1-]",  "n[-3]", "a,,b",         "a,",  ",a",
+                       "n[1,,2]", "n[1 2]", "n 1",   "n[0-99999999]"};
   for (const char* list : bad) {
     CAPTURE(list);
     try {
@@ -80,7 +81,8 @@ TEST_CASE("hostlist: compressed lists of random host sets expand back to the sam
       for (int run = 0; run < 1 + static_cast<int>(rng() % 4); ++run) {
         const int lo = n;
         const int hi = lo + static_cast<int>(rng() % 4);
-        for (int i = lo; i <= hi; ++i) expected.push_back(fmt::format("{}{:0{}}", prefix, i, width));
+        for (int i = lo; i <= hi; ++i)
+          expected.push_back(fmt::format("{}{:0{}}", prefix, i, width));
         if (!body.empty()) body += ",";
         body += lo == hi ? fmt::format("{:0{}}", lo, width)
                          : fmt::format("{:0{}}-{:0{}}", lo, width, hi, width);

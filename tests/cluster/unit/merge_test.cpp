@@ -44,7 +44,8 @@ TEST_CASE("merge: an explicit node rank that differs from the scheduler's is an 
   NodeOptions flags;
   flags.node_rank = 0;
   CHECK_THROWS_WITH_AS(merge_in("slurm-srun-N2-task1.env", flags),
-                       doctest::Contains("--node_rank=0 contradicts SLURM_NODEID=1"), SchedulerError);
+                       doctest::Contains("--node_rank=0 contradicts SLURM_NODEID=1"),
+                       SchedulerError);
   flags.node_rank = 1;
   CHECK(merge_in("slurm-srun-N2-task1.env", flags).node_rank->origin == "--node_rank");
 }
@@ -64,9 +65,9 @@ TEST_CASE("merge: --nnodes must contain the scheduler's node count") {
 TEST_CASE("merge: PET_* beat the scheduler and must agree with it too") {
   Env env = load_env_fixture("slurm-srun-N2-task1.env");
   env["PET_NNODES"] = std::string("3");
-  CHECK_THROWS_WITH_AS(
-      merge_node_settings({}, pet_options_from_env(env), detect_scheduler(env)),
-      doctest::Contains("PET_NNODES=3 contradicts SLURM_STEP_NUM_NODES=2"), SchedulerError);
+  CHECK_THROWS_WITH_AS(merge_node_settings({}, pet_options_from_env(env), detect_scheduler(env)),
+                       doctest::Contains("PET_NNODES=3 contradicts SLURM_STEP_NUM_NODES=2"),
+                       SchedulerError);
   env["PET_NNODES"] = std::string("2");
   env["PET_MASTER_PORT"] = std::string("29400");
   auto s = merge_node_settings({}, pet_options_from_env(env), detect_scheduler(env));
@@ -74,7 +75,8 @@ TEST_CASE("merge: PET_* beat the scheduler and must agree with it too") {
   CHECK(s.master_port->value == 29400);
   CHECK(s.master_port->origin == "PET_MASTER_PORT");
   REQUIRE(s.notes.size() == 1);
-  CHECK(s.notes[0] == "PET_MASTER_PORT=29400 overrides SLURM_JOB_ID=1 (15000 + job id modulo 17768)");
+  CHECK(s.notes[0] ==
+        "PET_MASTER_PORT=29400 overrides SLURM_JOB_ID=1 (15000 + job id modulo 17768)");
 }
 
 TEST_CASE("merge: flags beat PET_* silently (torchrun's contract), with a note") {
@@ -102,8 +104,8 @@ TEST_CASE("merge: an explicit master address replaces the scheduler's, noted") {
 TEST_CASE("merge: a refused Slurm environment is an error as soon as its values are used") {
   CHECK_THROWS_WITH_AS(merge_in("slurm-srun-N2-n4-task2.env", {}),
                        doctest::Contains("--ntasks-per-node=1"), SchedulerError);
-  CHECK_THROWS_WITH_AS(merge_in("slurm-sbatch-N2-batch.env", {}),
-                       doctest::Contains("batch script"), SchedulerError);
+  CHECK_THROWS_WITH_AS(merge_in("slurm-sbatch-N2-batch.env", {}), doctest::Contains("batch script"),
+                       SchedulerError);
   NodeOptions all;
   all.nnodes = NodeRange{2, 2};
   all.node_rank = 0;
@@ -113,9 +115,10 @@ TEST_CASE("merge: a refused Slurm environment is an error as soon as its values 
 }
 
 TEST_CASE("merge: Kubernetes index needs a node count from flags or PET_NNODES") {
-  CHECK_THROWS_WITH_AS(merge_in("synthetic-k8s-indexed-no-master.env", {}),
-                       doctest::Contains("JOB_COMPLETION_INDEX=2 is out of range: ddprun's default"),
-                       SchedulerError);
+  CHECK_THROWS_WITH_AS(
+      merge_in("synthetic-k8s-indexed-no-master.env", {}),
+      doctest::Contains("JOB_COMPLETION_INDEX=2 is out of range: ddprun's default"),
+      SchedulerError);
   auto s = merge_in("synthetic-k8s-jobset-pod1.env", {});
   CHECK(s.nnodes->value == NodeRange{2, 2});
   CHECK(s.nnodes->origin == "PET_NNODES");
@@ -143,8 +146,8 @@ TEST_CASE("merge: nothing detected and nothing given leaves ddprun's defaults") 
 }
 
 TEST_CASE("merge: PET_* parsing errors name the variable") {
-  CHECK_THROWS_WITH_AS(pet_options_from_env({{"PET_NNODES", "two"}}), doctest::Contains("PET_NNODES"),
-                       SchedulerError);
+  CHECK_THROWS_WITH_AS(pet_options_from_env({{"PET_NNODES", "two"}}),
+                       doctest::Contains("PET_NNODES"), SchedulerError);
   CHECK_THROWS_WITH_AS(pet_options_from_env({{"PET_NNODES", "3:2"}}), doctest::Contains("'3:2'"),
                        SchedulerError);
   CHECK_THROWS_WITH_AS(pet_options_from_env({{"PET_MASTER_PORT", "70000"}}),

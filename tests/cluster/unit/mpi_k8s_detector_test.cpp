@@ -34,8 +34,8 @@ TEST_CASE("openmpi: real mpirun -np 2 on one host") {
 TEST_CASE("openmpi: real mpirun --map-by ppr:1:node inside sbatch -N2 wins over the SLURM_* vars") {
   for (int rank : {0, 1}) {
     CAPTURE(rank);
-    auto detection =
-        detect_scheduler(load_env_fixture("ompi-in-sbatch-N2-rank" + std::to_string(rank) + ".env"));
+    auto detection = detect_scheduler(
+        load_env_fixture("ompi-in-sbatch-N2-rank" + std::to_string(rank) + ".env"));
     REQUIRE(detection.defaults);
     const auto& d = *detection.defaults;
     CHECK(d.scheduler == "openmpi");
@@ -49,8 +49,10 @@ TEST_CASE("openmpi: real mpirun --map-by ppr:1:node inside sbatch -N2 wins over 
 }
 
 TEST_CASE("openmpi: MASTER_ADDR/MASTER_PORT exported with mpirun -x win, otherwise a note asks") {
-  Env env{{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "4"},
-          {"OMPI_COMM_WORLD_LOCAL_SIZE", "1"}, {"OMPI_MCA_ess_base_jobid", "77"}};
+  Env env{{"OMPI_COMM_WORLD_RANK", "1"},
+          {"OMPI_COMM_WORLD_SIZE", "4"},
+          {"OMPI_COMM_WORLD_LOCAL_SIZE", "1"},
+          {"OMPI_MCA_ess_base_jobid", "77"}};
   auto d = detect_openmpi(env);
   REQUIRE(d);
   CHECK_FALSE(d->master_addr);
@@ -133,14 +135,15 @@ TEST_CASE("a torchrun/ddprun worker's environment is not a Kubeflow pod") {
 TEST_CASE("detection order and --scheduler choices") {
   std::vector<std::string> names;
   for (const auto& info : detection_order()) names.emplace_back(info.name);
-  CHECK(names == std::vector<std::string>{"openmpi", "slurm", "pmix", "pmi", "k8s-indexed", "kubeflow"});
+  CHECK(names ==
+        std::vector<std::string>{"openmpi", "slurm", "pmix", "pmi", "k8s-indexed", "kubeflow"});
   Env env = load_env_fixture("slurm-srun-N2-task0.env");
   CHECK_FALSE(detect_scheduler(env, "none").defaults);
   CHECK(detect_scheduler(env, "slurm").defaults->scheduler == "slurm");
   CHECK_THROWS_WITH_AS(detect_scheduler(env, "openmpi"),
                        doctest::Contains("OMPI_COMM_WORLD_RANK is not set"), SchedulerError);
-  CHECK_THROWS_WITH_AS(detect_scheduler(env, "lsf"), doctest::Contains("valid: auto, none, openmpi"),
-                       SchedulerError);
+  CHECK_THROWS_WITH_AS(detect_scheduler(env, "lsf"),
+                       doctest::Contains("valid: auto, none, openmpi"), SchedulerError);
   CHECK_FALSE(detect_scheduler(Env{}).defaults);
 }
 

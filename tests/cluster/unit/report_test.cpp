@@ -44,7 +44,8 @@ TEST_CASE("report: a one-node step says the scheduler's master host and port are
   CAPTURE(text);
   CHECK(text.find("note: one node: ddprun ignores the scheduler's master host and port") !=
         std::string::npos);
-  auto two = merge_node_settings({}, {}, detect_scheduler(load_env_fixture("slurm-srun-N2-task1.env")));
+  auto two =
+      merge_node_settings({}, {}, detect_scheduler(load_env_fixture("slurm-srun-N2-task1.env")));
   CHECK(render_detection_report(detect_scheduler(load_env_fixture("slurm-srun-N2-task1.env")), two)
             .find("note: one node") == std::string::npos);
 }

@@ -72,8 +72,9 @@ TEST_CASE("resolve_master_host: DNS first, then Slurm's NodeAddr, errors name th
   CHECK(dns.address == "127.0.0.1");
   CHECK(dns.how == "DNS");
 
-  ScriptFile fake("[ \"$4\" = n1.invalid ] && echo 'NodeName=n1.invalid NodeAddr=127.0.0.1 "
-                  "NodeHostName=vm' && exit 0; echo 'Node not found'; exit 1");
+  ScriptFile fake(
+      "[ \"$4\" = n1.invalid ] && echo 'NodeName=n1.invalid NodeAddr=127.0.0.1 "
+      "NodeHostName=vm' && exit 0; echo 'Node not found'; exit 1");
   options.scontrol = fake.path.string();
   auto slurm = resolve_master_host("n1.invalid", options);
   CHECK(slurm.address == "127.0.0.1");

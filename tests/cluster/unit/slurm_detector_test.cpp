@@ -49,7 +49,8 @@ TEST_CASE("slurm: real srun inside sbatch -N2 --ntasks-per-node=1") {
 TEST_CASE("slurm: refuses one ddprun per task (real srun -N2 -n4)") {
   for (int task = 0; task < 4; ++task) {
     CAPTURE(task);
-    auto d = detect_slurm(load_env_fixture("slurm-srun-N2-n4-task" + std::to_string(task) + ".env"));
+    auto d =
+        detect_slurm(load_env_fixture("slurm-srun-N2-n4-task" + std::to_string(task) + ".env"));
     REQUIRE(d);
     REQUIRE(d->refusal);
     CHECK(contains(*d->refusal, "--ntasks-per-node=1"));

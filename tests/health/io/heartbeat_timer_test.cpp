@@ -9,10 +9,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fmt/format.h>
 #include <string>
 #include <thread>
 
@@ -36,8 +36,8 @@ void send_datagram(const std::string& path, const std::string& text) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   std::strcpy(addr.sun_path, path.c_str());
-  REQUIRE(::sendto(fd, text.data(), text.size(), 0, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) ==
-          static_cast<ssize_t>(text.size()));
+  REQUIRE(::sendto(fd, text.data(), text.size(), 0, reinterpret_cast<sockaddr*>(&addr),
+                   sizeof(addr)) == static_cast<ssize_t>(text.size()));
   ::close(fd);
 }
 
@@ -85,7 +85,8 @@ TEST_CASE("the heartbeat socket receives every datagram and the last step") {
   // The kernel queues few datagrams per socket (net.unix.max_dgram_qlen): a blocked sender waits
   // for the loop to read, so the sender is a thread.
   std::thread sender([&] {
-    for (int i = 1; i <= 500; ++i) send_datagram(dir + "/hb.sock", i % 2 ? fmt::format("step {}", i) : "tick");
+    for (int i = 1; i <= 500; ++i)
+      send_datagram(dir + "/hb.sock", i % 2 ? fmt::format("step {}", i) : "tick");
   });
   CHECK(run_until(io, [&] { return received == 500; }));
   sender.join();
@@ -103,7 +104,8 @@ TEST_CASE("a heartbeat socket path that does not fit sun_path is refused with on
   CHECK(opened.error().message.find("too long") != std::string::npos);
 }
 
-TEST_CASE("file timer: a client can write at once; an acquire past its deadline fires for that pid") {
+TEST_CASE(
+    "file timer: a client can write at once; an acquire past its deadline fires for that pid") {
   boost::asio::io_context io;
   std::vector<TimerRequest> requests;
   std::vector<ExpiredTimer> expired;
@@ -117,9 +119,21 @@ TEST_CASE("file timer: a client can write at once; an acquire past its deadline 
   pid_t victim = start_sleeper();
   pid_t released = start_sleeper();
   const double now = epoch_seconds();
-  REQUIRE(client_write(dir + "/timer", fmt::format(R"({{"version": 1, "pid": {}, "scope_id": "f.py#3", "expiration_time": {}, "signal": 9}})", victim, now + 0.3)));
-  REQUIRE(client_write(dir + "/timer", fmt::format(R"({{"version": 1, "pid": {}, "scope_id": "g.py#4", "expiration_time": {}, "signal": 9}})", released, now + 0.3)));
-  REQUIRE(client_write(dir + "/timer", fmt::format(R"({{"version": 1, "pid": {}, "scope_id": "g.py#4", "expiration_time": -1, "signal": 0}})", released)));
+  REQUIRE(client_write(
+      dir + "/timer",
+      fmt::format(
+          R"({{"version": 1, "pid": {}, "scope_id": "f.py#3", "expiration_time": {}, "signal": 9}})",
+          victim, now + 0.3)));
+  REQUIRE(client_write(
+      dir + "/timer",
+      fmt::format(
+          R"({{"version": 1, "pid": {}, "scope_id": "g.py#4", "expiration_time": {}, "signal": 9}})",
+          released, now + 0.3)));
+  REQUIRE(client_write(
+      dir + "/timer",
+      fmt::format(
+          R"({{"version": 1, "pid": {}, "scope_id": "g.py#4", "expiration_time": -1, "signal": 0}})",
+          released)));
   CHECK(run_until(io, [&] { return !expired.empty(); }));
   CHECK(requests.size() == 3);
   REQUIRE(expired.size() == 1);
@@ -154,8 +168,16 @@ TEST_CASE("file timer: a pid that is gone never fires; bad lines are reported an
   pid_t alive = start_sleeper();
   const double now = epoch_seconds();
   REQUIRE(client_write(dir + "/timer", "garbage"));
-  REQUIRE(client_write(dir + "/timer", fmt::format(R"({{"version": 1, "pid": {}, "scope_id": "s", "expiration_time": {}, "signal": 9}})", gone, now + 0.2)));
-  REQUIRE(client_write(dir + "/timer", fmt::format(R"({{"version": 1, "pid": {}, "scope_id": "s", "expiration_time": {}, "signal": 9}})", alive, now + 0.4)));
+  REQUIRE(client_write(
+      dir + "/timer",
+      fmt::format(
+          R"({{"version": 1, "pid": {}, "scope_id": "s", "expiration_time": {}, "signal": 9}})",
+          gone, now + 0.2)));
+  REQUIRE(client_write(
+      dir + "/timer",
+      fmt::format(
+          R"({{"version": 1, "pid": {}, "scope_id": "s", "expiration_time": {}, "signal": 9}})",
+          alive, now + 0.4)));
   CHECK(run_until(io, [&] { return !expired.empty(); }));
   REQUIRE(expired.size() == 1);
   CHECK(expired[0].pid == alive);

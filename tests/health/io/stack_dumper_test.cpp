@@ -70,15 +70,20 @@ TEST_CASE("native stacks of a non-Python process (eu-stack or gdb)") {
   pid_t sleeper = start({"sleep", "60"});
   ::usleep(100'000);  // let it exec
   std::optional<std::vector<StackResult>> results;
-  dumper.dump({{3, sleeper, dir + "/stacks.txt"}}, "test", [&](std::vector<StackResult> r) { results = r; });
+  dumper.dump({{3, sleeper, dir + "/stacks.txt"}}, "test",
+              [&](std::vector<StackResult> r) { results = r; });
   CHECK(dumper.busy());
-  CHECK(run_until(io, [&] { reap_tools(); return results.has_value(); }));
+  CHECK(run_until(io, [&] {
+    reap_tools();
+    return results.has_value();
+  }));
   CHECK_FALSE(dumper.busy());
   REQUIRE(results->size() == 1);
   CHECK((*results)[0].tool == (tools.eu_stack.empty() ? "gdb" : "eu-stack"));
   CHECK_FALSE((*results)[0].timed_out);
   std::string text = read_file(dir + "/stacks.txt");
-  CHECK(text.find("# ddprun: stacks of rank 3 (pid " + std::to_string(sleeper) + ")") != std::string::npos);
+  CHECK(text.find("# ddprun: stacks of rank 3 (pid " + std::to_string(sleeper) + ")") !=
+        std::string::npos);
   // Both tools name the frames of a sleeping process: nanosleep / clock_nanosleep.
   CHECK(text.find("nanosleep") != std::string::npos);
   stop(sleeper);
@@ -94,12 +99,17 @@ TEST_CASE("Python stacks through py-spy name the sleeping line") {
   boost::asio::io_context io;
   StackDumper dumper(io, tools, std::chrono::seconds(30));
   const std::string dir = temp_dir();
-  std::ofstream(dir + "/sleepy.py") << "import time\ndef stuck_here():\n    time.sleep(60)\nprint('ready', flush=True)\nstuck_here()\n";
+  std::ofstream(dir + "/sleepy.py") << "import time\ndef stuck_here():\n    "
+                                       "time.sleep(60)\nprint('ready', flush=True)\nstuck_here()\n";
   pid_t py = start({"python3", dir + "/sleepy.py"});
   ::usleep(500'000);
   std::optional<std::vector<StackResult>> results;
-  dumper.dump({{0, py, dir + "/stacks.txt"}}, "test", [&](std::vector<StackResult> r) { results = r; });
-  CHECK(run_until(io, [&] { reap_tools(); return results.has_value(); }));
+  dumper.dump({{0, py, dir + "/stacks.txt"}}, "test",
+              [&](std::vector<StackResult> r) { results = r; });
+  CHECK(run_until(io, [&] {
+    reap_tools();
+    return results.has_value();
+  }));
   REQUIRE(results->size() == 1);
   CHECK((*results)[0].tool == "py-spy");
   std::string text = read_file(dir + "/stacks.txt");
@@ -121,8 +131,12 @@ TEST_CASE("a tool that overruns the limit is killed and the dump still completes
   StackDumper dumper(io, tools, std::chrono::milliseconds(300));
   pid_t sleeper = start({"sleep", "60"});
   std::optional<std::vector<StackResult>> results;
-  dumper.dump({{1, sleeper, dir + "/stacks.txt"}}, "test", [&](std::vector<StackResult> r) { results = r; });
-  CHECK(run_until(io, [&] { reap_tools(); return results.has_value(); }));
+  dumper.dump({{1, sleeper, dir + "/stacks.txt"}}, "test",
+              [&](std::vector<StackResult> r) { results = r; });
+  CHECK(run_until(io, [&] {
+    reap_tools();
+    return results.has_value();
+  }));
   REQUIRE(results->size() == 1);
   CHECK((*results)[0].timed_out);
   std::string text = read_file(dir + "/stacks.txt");
@@ -138,7 +152,8 @@ TEST_CASE("no tool at all: the file says so and the dump completes") {
   StackDumper dumper(io, StackTools{}, std::chrono::seconds(1));
   const std::string dir = temp_dir();
   std::optional<std::vector<StackResult>> results;
-  dumper.dump({{0, ::getpid(), dir + "/stacks.txt"}}, "test", [&](std::vector<StackResult> r) { results = r; });
+  dumper.dump({{0, ::getpid(), dir + "/stacks.txt"}}, "test",
+              [&](std::vector<StackResult> r) { results = r; });
   CHECK(run_until(io, [&] { return results.has_value(); }));
   CHECK(read_file(dir + "/stacks.txt").find("no stack tool found") != std::string::npos);
   std::filesystem::remove_all(dir);

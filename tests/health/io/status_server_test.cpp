@@ -61,11 +61,14 @@ TEST_CASE("GET answers; unknown paths 404; other methods 405; query strings igno
   auto port = server.open("127.0.0.1", 0);
   REQUIRE(port);
   CHECK(*port > 0);
-  auto ok = exchange(io, *port, "GET /healthz?x=1 HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+  auto ok =
+      exchange(io, *port, "GET /healthz?x=1 HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
   CHECK(ok.starts_with("HTTP/1.1 200 OK"));
   CHECK(ok.find("\r\n\r\nok\n") != std::string::npos);
-  CHECK(exchange(io, *port, "GET /nope HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n").starts_with("HTTP/1.1 404"));
-  CHECK(exchange(io, *port, "POST /healthz HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n").starts_with("HTTP/1.1 405"));
+  CHECK(exchange(io, *port, "GET /nope HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+            .starts_with("HTTP/1.1 404"));
+  CHECK(exchange(io, *port, "POST /healthz HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n")
+            .starts_with("HTTP/1.1 405"));
   auto head = exchange(io, *port, "HEAD /healthz HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
   CHECK(head.starts_with("HTTP/1.1 200"));
   CHECK(head.find("ok\n") == std::string::npos);
@@ -76,8 +79,9 @@ TEST_CASE("keep-alive: two requests on one connection") {
   StatusServer server(io, provider, {16, 8192, std::chrono::milliseconds(300)});
   auto port = server.open("127.0.0.1", 0);
   REQUIRE(port);
-  auto reply = exchange(io, *port,
-                        "GET /healthz HTTP/1.1\r\nHost: a\r\n\r\nGET /healthz HTTP/1.1\r\nHost: a\r\n\r\n");
+  auto reply =
+      exchange(io, *port,
+               "GET /healthz HTTP/1.1\r\nHost: a\r\n\r\nGET /healthz HTTP/1.1\r\nHost: a\r\n\r\n");
   size_t first = reply.find("HTTP/1.1 200");
   REQUIRE(first != std::string::npos);
   CHECK(reply.find("HTTP/1.1 200", first + 1) != std::string::npos);
@@ -88,7 +92,8 @@ TEST_CASE("a request over the size limit gets 431 and the connection closed") {
   StatusServer server(io, provider, {16, 1024, std::chrono::milliseconds(2000)});
   auto port = server.open("127.0.0.1", 0);
   REQUIRE(port);
-  std::string big = "GET /healthz HTTP/1.1\r\nHost: a\r\nX-Junk: " + std::string(4000, 'j') + "\r\n\r\n";
+  std::string big =
+      "GET /healthz HTTP/1.1\r\nHost: a\r\nX-Junk: " + std::string(4000, 'j') + "\r\n\r\n";
   CHECK(exchange(io, *port, big).starts_with("HTTP/1.1 431"));
 }
 
@@ -99,7 +104,8 @@ TEST_CASE("a client that never completes its request is cut off; others are serv
   REQUIRE(port);
   int slow = connect_to(*port);
   ::send(slow, "GET /hea", 8, MSG_NOSIGNAL);
-  CHECK(exchange(io, *port, "GET /healthz HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n").starts_with("HTTP/1.1 200"));
+  CHECK(exchange(io, *port, "GET /healthz HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+            .starts_with("HTTP/1.1 200"));
   // The server closes the slow one: recv sees EOF (or a reset) once the loop has run.
   std::atomic<bool> closed{false};
   std::thread reader([&] {

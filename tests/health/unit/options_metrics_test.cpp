@@ -31,8 +31,8 @@ TEST_CASE("torchrun's variables: file timer, its path, the health check port") {
   // Only "1" enables it, as in torchrun; the flag wins over the variable for the port.
   RawHealthOptions raw;
   raw.status_port = "9100";
-  auto t = health_settings_from(raw, {{"TORCHELASTIC_ENABLE_FILE_TIMER", "true"},
-                                      {"TORCHELASTIC_HEALTH_CHECK_PORT", "1"}});
+  auto t = health_settings_from(
+      raw, {{"TORCHELASTIC_ENABLE_FILE_TIMER", "true"}, {"TORCHELASTIC_HEALTH_CHECK_PORT", "1"}});
   REQUIRE(t);
   CHECK_FALSE(t->file_timer);
   CHECK(t->status_port == 9100);
@@ -60,7 +60,8 @@ TEST_CASE("bad values are one-line usage errors naming the flag or variable") {
   CHECK(bad(r).starts_with("--no-progress-restarts"));
   CHECK(bad(RawHealthOptions{}, {{"TORCHELASTIC_HEALTH_CHECK_PORT", "http"}})
             .starts_with("TORCHELASTIC_HEALTH_CHECK_PORT"));
-  CHECK(bad(RawHealthOptions{}, {{"DDPRUN_STRAGGLER_WINDOW", "0"}}).starts_with("DDPRUN_STRAGGLER_WINDOW"));
+  CHECK(bad(RawHealthOptions{}, {{"DDPRUN_STRAGGLER_WINDOW", "0"}})
+            .starts_with("DDPRUN_STRAGGLER_WINDOW"));
 }
 
 TEST_CASE("Prometheus text: HELP and TYPE once per family, labels escaped, families in order") {
@@ -71,6 +72,7 @@ TEST_CASE("Prometheus text: HELP and TYPE once per family, labels escaped, famil
   g.sample({{"rank", "x\"y\\z\n"}}, 2);
   m.family("a_total", "counter", "ignored").sample({{"k", "v"}}, 4);
   CHECK(m.str() ==
-        "# HELP a_total Things\\nthat happened\n# TYPE a_total counter\na_total 3\na_total{k=\"v\"} 4\n"
+        "# HELP a_total Things\\nthat happened\n# TYPE a_total counter\na_total "
+        "3\na_total{k=\"v\"} 4\n"
         "# HELP b B\n# TYPE b gauge\nb{rank=\"0\"} 1.5\nb{rank=\"x\\\"y\\\\z\\n\"} 2\n");
 }

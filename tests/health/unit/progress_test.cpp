@@ -114,7 +114,7 @@ TEST_CASE("straggler: below the ratio of the median for a full window, reported 
   std::vector<Straggler> found;
   for (int s = 0; s <= 120; s += 5) {
     for (int r = 0; r < 3; ++r) steps[r] = 10LL * s;  // 10 steps/s
-    steps[3] = 4LL * s;                                 // 4 steps/s < 0.5 * 10
+    steps[3] = 4LL * s;                               // 4 steps/s < 0.5 * 10
     auto now = t0 + s * 1s;
     auto f = d.evaluate(steps, now);
     if (s < 60) CHECK(f.empty());  // no full window yet
@@ -157,10 +157,10 @@ TEST_CASE("straggler: reported again after it recovered and fell behind again") 
 
 TEST_CASE("no-progress restarts: K restarts in a row without a new best step end the job") {
   NoProgressRestarts policy(2);
-  CHECK_FALSE(policy.attempt_failed(7));   // attempt 0 reached step 7
-  CHECK_FALSE(policy.attempt_failed(7));   // restart 1: nothing new
+  CHECK_FALSE(policy.attempt_failed(7));  // attempt 0 reached step 7
+  CHECK_FALSE(policy.attempt_failed(7));  // restart 1: nothing new
   CHECK(policy.in_a_row() == 1);
-  CHECK(policy.attempt_failed(5));         // restart 2: nothing new -> stop
+  CHECK(policy.attempt_failed(5));  // restart 2: nothing new -> stop
   CHECK(policy.job_best() == 7);
 }
 

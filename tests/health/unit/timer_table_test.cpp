@@ -7,7 +7,9 @@
 using namespace ddp::launcher::health;
 
 namespace {
-TimerRequest req(pid_t pid, const char* scope, double t, int sig = 9) { return {pid, scope, t, sig}; }
+TimerRequest req(pid_t pid, const char* scope, double t, int sig = 9) {
+  return {pid, scope, t, sig};
+}
 bool always_running(pid_t) { return true; }
 }  // namespace
 
@@ -29,12 +31,15 @@ TEST_CASE("bad lines are refused with a reason") {
   std::string why;
   CHECK_FALSE(parse_timer_request("not json", &why));
   CHECK(why == "not a JSON object");
-  CHECK_FALSE(parse_timer_request(R"({"pid": "x", "scope_id": "s", "expiration_time": 1, "signal": 9})", &why));
+  CHECK_FALSE(parse_timer_request(
+      R"({"pid": "x", "scope_id": "s", "expiration_time": 1, "signal": 9})", &why));
   CHECK(why == "no integer \"pid\"");
-  CHECK_FALSE(parse_timer_request(R"({"pid": -3, "scope_id": "s", "expiration_time": 1, "signal": 9})", &why));
+  CHECK_FALSE(parse_timer_request(
+      R"({"pid": -3, "scope_id": "s", "expiration_time": 1, "signal": 9})", &why));
   CHECK_FALSE(parse_timer_request(R"({"pid": 3, "expiration_time": 1, "signal": 9})", &why));
   CHECK(why == "no string \"scope_id\"");
-  auto odd_signal = parse_timer_request(R"({"pid": 3, "scope_id": "s", "expiration_time": 1, "signal": 1000})");
+  auto odd_signal =
+      parse_timer_request(R"({"pid": 3, "scope_id": "s", "expiration_time": 1, "signal": 1000})");
   REQUIRE(odd_signal);
   CHECK(odd_signal->signal == 0);
 }

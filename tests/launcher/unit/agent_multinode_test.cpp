@@ -33,7 +33,9 @@ struct MultiNodeRun {
   FakeProcessControl* process = nullptr;
   FakeJobRendezvous* rendezvous = nullptr;
   FakeJobRendezvous::Script script;
-  FakeProcessControl::Script workers = [](const EnvMap&) { return FakeBehaviour{}; };  // run until stopped
+  FakeProcessControl::Script workers = [](const EnvMap&) {
+    return FakeBehaviour{};
+  };  // run until stopped
   MultiNodeSettings settings;
   std::string events_path;
   std::unique_ptr<Agent> agent;  // kept after run(): it owns both fakes
@@ -55,7 +57,8 @@ struct MultiNodeRun {
   int run() {
     auto process_owner = std::make_unique<FakeProcessControl>(workers);
     process = process_owner.get();
-    JobRendezvousFactory factory = [this](boost::asio::io_context& loop, JobRendezvous::Events events) {
+    JobRendezvousFactory factory = [this](boost::asio::io_context& loop,
+                                          JobRendezvous::Events events) {
       auto fake = std::make_unique<FakeJobRendezvous>(loop, std::move(events), script);
       rendezvous = fake.get();
       return std::unique_ptr<JobRendezvous>(std::move(fake));
@@ -77,11 +80,15 @@ struct MultiNodeRun {
   }
 };
 
-StopReason other_node_failed(int code) { return StopReason{code, 1, "node 1 (b): rank 3 (pid 7) failed with exit code 9", {}}; }
+StopReason other_node_failed(int code) {
+  return StopReason{code, 1, "node 1 (b): rank 3 (pid 7) failed with exit code 9", {}};
+}
 
 }  // namespace
 
-TEST_CASE("a local failure is broadcast with this node's rank and is not adopted back as another node's") {
+TEST_CASE(
+    "a local failure is broadcast with this node's rank and is not adopted back as another "
+    "node's") {
   MultiNodeRun run;
   run.script.join = [](int, const RoundPlan&) { return round_of(1, 2, 2); };
   run.workers = [](const EnvMap& env) {
@@ -109,7 +116,8 @@ TEST_CASE("a stop from another node stops every worker here and its exit code is
   run.script.on_round = [](FakeJobRendezvous& r, int) { r.deliver_stop(other_node_failed(9)); };
   CHECK(run.run() == 9);
   REQUIRE(run.process->starts.size() == 2);
-  for (const auto& s : run.process->starts) CHECK(run.process->signals_to(s.pid) == std::vector<int>{SIGTERM, SIGCONT});
+  for (const auto& s : run.process->starts)
+    CHECK(run.process->signals_to(s.pid) == std::vector<int>{SIGTERM, SIGCONT});
   CHECK(run.rendezvous->broadcasts.empty());
   CHECK(run.rendezvous->barriers.empty());
   auto stops = run.events("job_stop");
@@ -127,7 +135,9 @@ TEST_CASE("a stop that is this node's own is recognised by node rank, whatever i
     return b;
   };
   // The store holds a reason with this node's rank but other words (another agent version).
-  run.script.on_round = [](FakeJobRendezvous& r, int) { r.deliver_stop(StopReason{4, 1, "something else", {}}); };
+  run.script.on_round = [](FakeJobRendezvous& r, int) {
+    r.deliver_stop(StopReason{4, 1, "something else", {}});
+  };
   CHECK(run.run() == 4);
   CHECK(run.events("job_stop").empty());
 }
@@ -136,7 +146,7 @@ TEST_CASE("another node's stop that wins the race replaces this node's simultane
   MultiNodeRun run;
   run.script.join = [](int, const RoundPlan&) { return round_of(0, 2, 2); };
   run.script.on_round = [&run](FakeJobRendezvous& r, int) {
-    r.deliver_stop(other_node_failed(9));                          // first in the store
+    r.deliver_stop(other_node_failed(9));                             // first in the store
     run.process->signal_worker(run.process->starts[0].pid, SIGSEGV);  // and a crash here
   };
   CHECK(run.run() == 9);  // not 128+SIGSEGV: every node names the store's reason
@@ -149,11 +159,13 @@ TEST_CASE("a lost node stops the workers; exit 74, and nobody to leave to") {
   run.script.join = [](int, const RoundPlan&) { return round_of(0, 3, 2); };
   run.script.on_round = [](FakeJobRendezvous& r, int) {
     r.deliver_loss(NodeLoss{"lost node 2 (c): no heartbeat for 5 s", 2});
-    r.deliver_loss(NodeLoss{"lost node 1 (b): no heartbeat for 5 s", 1});  // a second loss is no news
+    r.deliver_loss(
+        NodeLoss{"lost node 1 (b): no heartbeat for 5 s", 1});  // a second loss is no news
   };
   CHECK(run.run() == 74);
   CHECK(run.rendezvous->joins == std::vector<int>{0});
-  for (const auto& s : run.process->starts) CHECK(run.process->signals_to(s.pid) == std::vector<int>{SIGTERM, SIGCONT});
+  for (const auto& s : run.process->starts)
+    CHECK(run.process->signals_to(s.pid) == std::vector<int>{SIGTERM, SIGCONT});
   CHECK(run.rendezvous->cancels >= 1);
   CHECK(run.rendezvous->leaves.empty());
   auto lost = run.events("node_lost");
@@ -162,7 +174,8 @@ TEST_CASE("a lost node stops the workers; exit 74, and nobody to leave to") {
   CHECK(run.events("summary")[0]["job_root_cause"] == "lost node 2 (c): no heartbeat for 5 s");
 }
 
-TEST_CASE("finishing: every node done ends the run with 0 and the store's host waits for the others") {
+TEST_CASE(
+    "finishing: every node done ends the run with 0 and the store's host waits for the others") {
   MultiNodeRun run;
   run.script.join = [](int, const RoundPlan&) { return round_of(0, 2, 2); };
   run.workers = [](const EnvMap&) { return FakeBehaviour{ExitStatus::exited(0)}; };
@@ -176,7 +189,9 @@ TEST_CASE("finishing: a stop that arrives during the exit barrier fails this nod
   MultiNodeRun run;
   run.script.join = [](int, const RoundPlan&) { return round_of(0, 2, 2); };
   run.workers = [](const EnvMap&) { return FakeBehaviour{ExitStatus::exited(0)}; };
-  run.script.barrier = [](FakeJobRendezvous&, int) { return JobRendezvous::BarrierResult{other_node_failed(9)}; };
+  run.script.barrier = [](FakeJobRendezvous&, int) {
+    return JobRendezvous::BarrierResult{other_node_failed(9)};
+  };
   CHECK(run.run() == 9);
   CHECK(run.events("summary")[0]["end"] == "job_stopped");
 }
@@ -199,7 +214,8 @@ TEST_CASE("finishing: a stop with restarts left restarts every node in the next 
   CHECK(restarts[0]["job_root_cause"] == other_node_failed(9).text);
 }
 
-TEST_CASE("finishing: losing the store during the exit barrier is exit 74, not another node's failure") {
+TEST_CASE(
+    "finishing: losing the store during the exit barrier is exit 74, not another node's failure") {
   MultiNodeRun run;
   run.config.max_restarts = 2;
   run.script.join = [](int, const RoundPlan&) { return round_of(1, 2, 2); };
@@ -227,7 +243,9 @@ TEST_CASE("finishing: a node lost during the exit barrier cancels it and ends th
 TEST_CASE("a failed rendezvous is exit 69 and starts no worker") {
   MultiNodeRun run;
   run.config.max_restarts = 3;
-  run.script.join = [](int, const RoundPlan&) { return JobRendezvous::JoinResult{std::string("join timed out: 1 of 2 nodes")}; };
+  run.script.join = [](int, const RoundPlan&) {
+    return JobRendezvous::JoinResult{std::string("join timed out: 1 of 2 nodes")};
+  };
   CHECK(run.run() == 69);
   CHECK(run.process->starts.empty());
   CHECK(run.rendezvous->joins == std::vector<int>{0});
@@ -258,7 +276,8 @@ MultiNodeSettings elastic(int min_nodes, int max_nodes, int max_rescales = 100) 
 }
 
 /// The round as `plan` pins it (after a re-form), else `first`.
-FakeJobRendezvous::JoinResult pinned_or(const RoundPlan& plan, const ddp::rdzv::RendezvousResult& first) {
+FakeJobRendezvous::JoinResult pinned_or(const RoundPlan& plan,
+                                        const ddp::rdzv::RendezvousResult& first) {
   if (plan.nodes > 0) return round_of(plan.node_rank, plan.nodes, first.local_world_size);
   return first;
 }
@@ -299,12 +318,14 @@ TEST_CASE("elastic: a lost node re-forms the survivors, who restart with the new
   CHECK(run.events("summary")[0]["membership_changes"].size() == 1);
 }
 
-TEST_CASE("elastic: another node's re-form decision is adopted, and the stop it causes is no failure") {
+TEST_CASE(
+    "elastic: another node's re-form decision is adopted, and the stop it causes is no failure") {
   MultiNodeRun run;
   run.settings = elastic(1, 3);
   run.script.join = [](int, const RoundPlan& plan) { return pinned_or(plan, round_of(0, 3, 2)); };
   run.script.on_round = [](FakeJobRendezvous& r, int round) {
-    if (round == 0) r.deliver_stop(StopReason{74, 2, "lost node 1 (node1); re-forming with 2 nodes", {0, 2}});
+    if (round == 0)
+      r.deliver_stop(StopReason{74, 2, "lost node 1 (node1); re-forming with 2 nodes", {0, 2}});
   };
   run.workers = [](const EnvMap& env) {
     FakeBehaviour b;
@@ -327,18 +348,22 @@ TEST_CASE("elastic: a node the others re-formed without ends with 74 and says so
   };
   CHECK(run.run() == 74);
   CHECK(run.rendezvous->joins == std::vector<int>{0});
-  CHECK(run.events("summary")[0]["job_root_cause"].get<std::string>().rfind("this node was dropped", 0) == 0);
+  CHECK(run.events("summary")[0]["job_root_cause"].get<std::string>().rfind("this node was dropped",
+                                                                            0) == 0);
 }
 
 TEST_CASE("elastic: fewer than MIN left ends the job with 74 naming the lost node") {
   MultiNodeRun run;
   run.settings = elastic(2, 3);
   run.script.join = [](int, const RoundPlan&) { return round_of(0, 2, 2); };
-  run.script.on_round = [](FakeJobRendezvous& r, int) { r.deliver_loss(NodeLoss{"lost node 1 (node1): no heartbeat", 1}); };
+  run.script.on_round = [](FakeJobRendezvous& r, int) {
+    r.deliver_loss(NodeLoss{"lost node 1 (node1): no heartbeat", 1});
+  };
   CHECK(run.run() == 74);
   CHECK(run.rendezvous->joins == std::vector<int>{0});
   CHECK(run.rendezvous->broadcasts.empty());
-  CHECK(run.events("summary")[0]["job_root_cause"] == "lost node 1 (node1): 1 node left, fewer than the minimum of 2");
+  CHECK(run.events("summary")[0]["job_root_cause"] ==
+        "lost node 1 (node1): 1 node left, fewer than the minimum of 2");
 }
 
 TEST_CASE("elastic: a second loss during the re-form shrinks it, or ends it below MIN") {
@@ -369,7 +394,8 @@ TEST_CASE("elastic: a second loss during the re-form shrinks it, or ends it belo
     };
     CHECK(run.run() == 74);
     CHECK(run.rendezvous->joins == std::vector<int>{0});
-    CHECK(run.events("summary")[0]["job_root_cause"].get<std::string>().rfind("lost nodes 1 (node1), 2 (node2)", 0) == 0);
+    CHECK(run.events("summary")[0]["job_root_cause"].get<std::string>().rfind(
+              "lost nodes 1 (node1), 2 (node2)", 0) == 0);
   }
 }
 
@@ -397,7 +423,8 @@ TEST_CASE("elastic: the store lost during a re-form ends the job with 74") {
   run.script.join = [](int, const RoundPlan&) { return round_of(1, 3, 1); };
   run.script.on_round = [](FakeJobRendezvous& r, int) {
     r.deliver_loss(NodeLoss{"lost node 0 (node0)", 0});
-    r.deliver_loss(NodeLoss{"lost the store at 127.0.0.1:29400 (node 0 gone?): refused", std::nullopt});
+    r.deliver_loss(
+        NodeLoss{"lost the store at 127.0.0.1:29400 (node 0 gone?): refused", std::nullopt});
   };
   CHECK(run.run() == 74);
   CHECK(run.rendezvous->joins == std::vector<int>{0});
@@ -414,7 +441,8 @@ TEST_CASE("elastic: a re-form whose round never forms is exit 74 naming what was
     if (round == 0) r.deliver_loss(NodeLoss{"lost node 2 (node2)", 2});
   };
   CHECK(run.run() == 74);
-  CHECK(run.events("summary")[0]["job_root_cause"].get<std::string>().find("could not re-form the job after") == 0);
+  CHECK(run.events("summary")[0]["job_root_cause"].get<std::string>().find(
+            "could not re-form the job after") == 0);
 }
 
 TEST_CASE("elastic: max_rescales 1 ends the job at the second membership change") {
@@ -427,7 +455,8 @@ TEST_CASE("elastic: max_rescales 1 ends the job at the second membership change"
   };
   CHECK(run.run() == 74);
   CHECK(run.rendezvous->joins == std::vector<int>{0, 1});
-  CHECK(run.events("summary")[0]["job_root_cause"].get<std::string>().find("max_rescales 1") != std::string::npos);
+  CHECK(run.events("summary")[0]["job_root_cause"].get<std::string>().find("max_rescales 1") !=
+        std::string::npos);
 }
 
 TEST_CASE("elastic: --max_restarts counts worker failures only, not re-forms") {
@@ -450,16 +479,21 @@ TEST_CASE("elastic: --max_restarts counts worker failures only, not re-forms") {
   CHECK(run.events("restart").size() == 1);
 }
 
-TEST_CASE("elastic: a restart whose round formed without a node gives the restart back and counts a rescale") {
+TEST_CASE(
+    "elastic: a restart whose round formed without a node gives the restart back and counts a "
+    "rescale") {
   MultiNodeRun run;
   run.settings = elastic(1, 3);
   run.config.max_restarts = 1;
   // Round 0 has 3 nodes; a worker fails (its peer vanished); the restart round forms with 2.
-  run.script.join = [](int round, const RoundPlan&) { return round == 0 ? round_of(0, 3, 1) : round_of(0, 2, 1); };
+  run.script.join = [](int round, const RoundPlan&) {
+    return round == 0 ? round_of(0, 3, 1) : round_of(0, 2, 1);
+  };
   run.workers = [](const EnvMap& env) {
     FakeBehaviour b;
     if (attempt_of(env) == 0) b.exits_with = ExitStatus::exited(1);
-    if (attempt_of(env) == 1) b.exits_with = ExitStatus::exited(2);  // a real failure: uses the restart
+    if (attempt_of(env) == 1)
+      b.exits_with = ExitStatus::exited(2);  // a real failure: uses the restart
     if (attempt_of(env) == 2) b.exits_with = ExitStatus::exited(0);
     return b;
   };
@@ -470,7 +504,8 @@ TEST_CASE("elastic: a restart whose round formed without a node gives the restar
   CHECK(run.events("summary")[0]["membership_changes"].size() == 1);
 }
 
-TEST_CASE("elastic: node_failure_limit 2 quarantines this node at its second failed attempt in a row") {
+TEST_CASE(
+    "elastic: node_failure_limit 2 quarantines this node at its second failed attempt in a row") {
   MultiNodeRun run;
   run.settings = elastic(2, 3);
   run.settings.node_failure_limit = 2;
@@ -478,17 +513,20 @@ TEST_CASE("elastic: node_failure_limit 2 quarantines this node at its second fai
   run.script.join = [](int, const RoundPlan&) { return round_of(1, 3, 2); };
   run.workers = [](const EnvMap& env) {
     FakeBehaviour b;
-    if (rank_of(env) == 2) b.exits_with = ExitStatus::exited(9);  // this node's local rank 0, always
+    if (rank_of(env) == 2)
+      b.exits_with = ExitStatus::exited(9);  // this node's local rank 0, always
     return b;
   };
   CHECK(run.run() == 9);
   auto& r = *run.rendezvous;
-  CHECK(r.joins == std::vector<int>{0, 1});  // one restart, then it leaves instead of a third attempt
+  CHECK(r.joins ==
+        std::vector<int>{0, 1});  // one restart, then it leaves instead of a third attempt
   REQUIRE(r.broadcasts.size() == 2);
   CHECK(r.broadcasts[0].survivors.empty());  // the first failure: an ordinary restart
   CHECK(r.broadcasts[1].survivors == std::vector<int>{0, 2});
   CHECK(r.broadcasts[1].node_rank == 1);
-  CHECK(r.broadcasts[1].text.find("quarantined: its workers failed 2 attempts in a row") != std::string::npos);
+  CHECK(r.broadcasts[1].text.find("quarantined: its workers failed 2 attempts in a row") !=
+        std::string::npos);
   auto excluded = run.events("excluded");
   REQUIRE(excluded.size() == 1);
   CHECK(excluded[0]["reason"] == "node_failure_limit");
@@ -504,7 +542,8 @@ TEST_CASE("elastic: failures that are not in a row do not quarantine") {
   run.script.join = [](int, const RoundPlan&) { return round_of(1, 3, 2); };
   run.script.on_round = [](FakeJobRendezvous& r, int round) {
     // Round 1 fails elsewhere: this node's streak ends there.
-    if (round == 1) r.deliver_stop(StopReason{4, 0, "node 0 (a): rank 0 (pid 7) failed with exit code 4", {}});
+    if (round == 1)
+      r.deliver_stop(StopReason{4, 0, "node 0 (a): rank 0 (pid 7) failed with exit code 4", {}});
   };
   run.workers = [](const EnvMap& env) {
     FakeBehaviour b;

@@ -31,7 +31,8 @@ TEST_CASE("all workers succeed: exit 0, nobody is signalled") {
   auto fake_owner = std::make_unique<FakeProcessControl>(
       [](const EnvMap&) { return FakeBehaviour{ExitStatus::exited(0)}; });
   FakeProcessControl& fake = *fake_owner;
-  Agent agent(AgentSetup{config, "/x", {"x"}, {}, "h", 1, kStoreElsewhere, std::nullopt}, std::move(fake_owner));
+  Agent agent(AgentSetup{config, "/x", {"x"}, {}, "h", 1, kStoreElsewhere, std::nullopt},
+              std::move(fake_owner));
   CHECK(agent.run() == 0);
   CHECK(fake.starts.size() == 3);
   CHECK(fake.signals.empty());
@@ -48,7 +49,8 @@ TEST_CASE("first failure is the root cause; every other worker gets SIGTERM") {
     return b;
   });
   FakeProcessControl& fake = *fake_owner;
-  Agent agent(AgentSetup{config, "/x", {"x"}, {}, "h", 29512, kStoreElsewhere, std::nullopt}, std::move(fake_owner));
+  Agent agent(AgentSetup{config, "/x", {"x"}, {}, "h", 29512, kStoreElsewhere, std::nullopt},
+              std::move(fake_owner));
   CHECK(agent.run() == 3);
   REQUIRE(fake.starts.size() == 4);
   for (const auto& s : fake.starts) {
@@ -77,7 +79,8 @@ TEST_CASE("a worker that ignores SIGTERM gets SIGKILL when the grace expires") {
     return b;
   });
   FakeProcessControl& fake = *fake_owner;
-  Agent agent(AgentSetup{config, "/x", {"x"}, {}, "h", 1, kStoreElsewhere, std::nullopt}, std::move(fake_owner));
+  Agent agent(AgentSetup{config, "/x", {"x"}, {}, "h", 1, kStoreElsewhere, std::nullopt},
+              std::move(fake_owner));
   CHECK(agent.run() == 128 + SIGSEGV);
   CHECK(fake.signals_to(fake.starts[1].pid) == std::vector<int>{SIGTERM, SIGCONT, SIGKILL});
 }
@@ -89,19 +92,23 @@ TEST_CASE("restarts: a new attempt with the next TORCHELASTIC_RESTART_COUNT unti
   auto fake_owner = std::make_unique<FakeProcessControl>([](const EnvMap& env) {
     FakeBehaviour b;
     // Rank 1 fails in attempts 0 and 1; everyone succeeds in attempt 2.
-    if (attempt_of(env) >= 2) b.exits_with = ExitStatus::exited(0);
-    else if (rank_of(env) == 1) b.exits_with = ExitStatus::exited(7);
+    if (attempt_of(env) >= 2)
+      b.exits_with = ExitStatus::exited(0);
+    else if (rank_of(env) == 1)
+      b.exits_with = ExitStatus::exited(7);
     return b;
   });
   FakeProcessControl& fake = *fake_owner;
-  Agent agent(AgentSetup{config, "/x", {"x"}, {}, "h", 1, kStoreElsewhere, std::nullopt}, std::move(fake_owner));
+  Agent agent(AgentSetup{config, "/x", {"x"}, {}, "h", 1, kStoreElsewhere, std::nullopt},
+              std::move(fake_owner));
   CHECK(agent.run() == 0);
   REQUIRE(fake.starts.size() == 6);  // 3 attempts × 2, despite the doubled SIGCHLDs
   for (size_t i = 0; i < fake.starts.size(); ++i) {
     CHECK(attempt_of(fake.starts[i].env) == static_cast<int>(i / 2));
     CHECK(fake.starts[i].env.at("TORCHELASTIC_MAX_RESTARTS") == "5");
-    CHECK(fake.starts[i].env.at("TORCHELASTIC_ERROR_FILE").find("/attempt_" + std::to_string(i / 2) + "/") !=
-          std::string::npos);
+    CHECK(fake.starts[i]
+              .env.at("TORCHELASTIC_ERROR_FILE")
+              .find("/attempt_" + std::to_string(i / 2) + "/") != std::string::npos);
   }
 }
 
@@ -115,7 +122,8 @@ TEST_CASE("restarts run out: the last attempt's root cause decides the exit code
     return b;
   });
   FakeProcessControl& fake = *fake_owner;
-  Agent agent(AgentSetup{config, "/x", {"x"}, {}, "h", 1, kStoreElsewhere, std::nullopt}, std::move(fake_owner));
+  Agent agent(AgentSetup{config, "/x", {"x"}, {}, "h", 1, kStoreElsewhere, std::nullopt},
+              std::move(fake_owner));
   CHECK(agent.run() == 12);
   CHECK(fake.starts.size() == 6);
 }
@@ -130,7 +138,8 @@ TEST_CASE("a worker that cannot be executed stops the others with exit code 127"
     return b;
   });
   FakeProcessControl& fake = *fake_owner;
-  Agent agent(AgentSetup{config, "/x", {"x"}, {}, "h", 1, kStoreElsewhere, std::nullopt}, std::move(fake_owner));
+  Agent agent(AgentSetup{config, "/x", {"x"}, {}, "h", 1, kStoreElsewhere, std::nullopt},
+              std::move(fake_owner));
   CHECK(agent.run() == 127);
   CHECK(fake.signals_to(fake.starts[0].pid).front() == SIGTERM);
 }
@@ -145,7 +154,8 @@ TEST_CASE("orphans left behind are SIGKILLed before the run ends") {
     return b;
   });
   FakeProcessControl& fake = *fake_owner;
-  Agent agent(AgentSetup{config, "/x", {"x"}, {}, "h", 1, kStoreElsewhere, std::nullopt}, std::move(fake_owner));
+  Agent agent(AgentSetup{config, "/x", {"x"}, {}, "h", 1, kStoreElsewhere, std::nullopt},
+              std::move(fake_owner));
   CHECK(agent.run() == 0);
   int killed = 0;
   for (auto [pid, sig] : fake.process_signals) killed += sig == SIGKILL && pid >= 50'000 + 40'000;

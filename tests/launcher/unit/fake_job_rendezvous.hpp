@@ -51,10 +51,10 @@ class FakeJobRendezvous final : public JobRendezvous {
 
   // What the Agent did, in order.
   std::vector<int> joins;
-  std::vector<RoundPlan> plans;       // how each round was joined
+  std::vector<RoundPlan> plans;  // how each round was joined
   std::vector<StopReason> broadcasts;
-  std::vector<int> barriers;          // round of each exit_barrier call
-  std::vector<bool> leaves;           // wait_for_others of each leave call
+  std::vector<int> barriers;  // round of each exit_barrier call
+  std::vector<bool> leaves;   // wait_for_others of each leave call
   int cancels = 0;
 
   bool busy() const override { return false; }
@@ -83,7 +83,8 @@ class FakeJobRendezvous final : public JobRendezvous {
 
   void exit_barrier(std::function<void(BarrierResult)> done) override {
     barriers.push_back(round_);
-    BarrierResult result = script_.barrier ? script_.barrier(*this, round_) : BarrierResult{AllNodesDone{}};
+    BarrierResult result =
+        script_.barrier ? script_.barrier(*this, round_) : BarrierResult{AllNodesDone{}};
     boost::asio::post(loop_, [done = std::move(done), result] { done(result); });
   }
 

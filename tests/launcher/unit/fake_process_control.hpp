@@ -39,8 +39,8 @@ class FakeProcessControl final : public ProcessControl {
   using Script = std::function<FakeBehaviour(const EnvMap&)>;
   explicit FakeProcessControl(Script script) : script_(std::move(script)) {}
 
-  std::vector<FakeStart> starts;                 // every start(), in order
-  std::vector<std::pair<pid_t, int>> signals;    // (pgid, signal) sent to live workers
+  std::vector<FakeStart> starts;                     // every start(), in order
+  std::vector<std::pair<pid_t, int>> signals;        // (pgid, signal) sent to live workers
   std::vector<std::pair<pid_t, int>> group_signals;  // (pgid, signal) sent to dead workers' groups
   std::vector<std::pair<pid_t, int>> process_signals;  // signal_process() calls
   bool supervising = false;
@@ -117,7 +117,8 @@ class FakeProcessControl final : public ProcessControl {
   }
 
   void queue(pid_t pid, const ExitStatus& status) {
-    int wait_status = status.kind == ExitStatus::Kind::Exited ? (status.code & 0xff) << 8 : status.signal;
+    int wait_status =
+        status.kind == ExitStatus::Kind::Exited ? (status.code & 0xff) << 8 : status.signal;
     exited_.push_back({pid, wait_status});
     // The kernel's notification; raised twice, because SIGCHLDs coalesce and arrive late, and
     // a spurious one must change nothing.

@@ -57,6 +57,7 @@ TEST_CASE("a worker born in the job cgroup (clone3) is killed by cgroup.kill") {
   check_started_in_cgroup(true);
 }
 
-TEST_CASE("a worker that moves itself into the job cgroup (fork fallback) is killed by cgroup.kill") {
+TEST_CASE(
+    "a worker that moves itself into the job cgroup (fork fallback) is killed by cgroup.kill") {
   check_started_in_cgroup(false);
 }

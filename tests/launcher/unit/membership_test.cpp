@@ -11,7 +11,8 @@ namespace {
 
 std::vector<ddp::rdzv::NodeAssignment> nodes(int n) {
   std::vector<ddp::rdzv::NodeAssignment> out;
-  for (int i = 0; i < n; ++i) out.push_back({i, std::string(1, static_cast<char>('a' + i)), 2, 2 * i, i + 1});
+  for (int i = 0; i < n; ++i)
+    out.push_back({i, std::string(1, static_cast<char>('a' + i)), 2, 2 * i, i + 1});
   return out;
 }
 
@@ -69,17 +70,23 @@ TEST_CASE("the re-form round: contiguous ranks in the old order, exactly the sur
   CHECK_FALSE(reform_plan({0, 2, 3}, 1));  // dropped by the others
 }
 
-TEST_CASE("node_failure_limit: the K-th failed attempt in a row quarantines the node; the others re-form") {
-  CHECK_FALSE(decide_quarantine(kTwoToFour, nodes(3), 2, 1, 2, 0).rescale);  // one failure: a restart
+TEST_CASE(
+    "node_failure_limit: the K-th failed attempt in a row quarantines the node; the others "
+    "re-form") {
+  CHECK_FALSE(
+      decide_quarantine(kTwoToFour, nodes(3), 2, 1, 2, 0).rescale);  // one failure: a restart
   CHECK_FALSE(decide_quarantine(kTwoToFour, nodes(3), 2, 5, 0, 0).rescale);  // limit 0: off
   auto d = decide_quarantine(kTwoToFour, nodes(3), 1, 2, 2, 0);
   CHECK(d.rescale);
   CHECK(d.survivors == std::vector<int>{0, 2});
-  CHECK(d.text == "node 1 (b) quarantined: its workers failed 2 attempts in a row (node_failure_limit 2); "
-                  "re-forming with 2 nodes: 0 (a), 2 (c)");
+  CHECK(d.text ==
+        "node 1 (b) quarantined: its workers failed 2 attempts in a row (node_failure_limit 2); "
+        "re-forming with 2 nodes: 0 (a), 2 (c)");
 }
 
-TEST_CASE("node_failure_limit: no quarantine when the others could not go on (below MIN, budget spent, static)") {
+TEST_CASE(
+    "node_failure_limit: no quarantine when the others could not go on (below MIN, budget spent, "
+    "static)") {
   auto below_min = decide_quarantine(kTwoToFour, nodes(2), 1, 2, 2, 0);
   CHECK_FALSE(below_min.rescale);
   CHECK(below_min.text.empty());  // the failure takes the usual way (restart or end)

@@ -48,7 +48,8 @@ TEST_CASE("store plan: who hosts, and on which address") {
 
 TEST_CASE("rendezvous settings from --rdzv_conf and the token variable") {
   LaunchConfig c = nodes(3, 2);
-  c.rdzv_conf = {{"join_timeout", "7"}, {"heartbeat_timeout", "2.5"}, {"heartbeat_interval", "0.5"}};
+  c.rdzv_conf = {
+      {"join_timeout", "7"}, {"heartbeat_timeout", "2.5"}, {"heartbeat_interval", "0.5"}};
   auto s = multinode_settings(c, std::string("envtoken"), "host-a");
   REQUIRE(s);
   CHECK(s->join_timeout == std::chrono::milliseconds(7000));
@@ -59,7 +60,8 @@ TEST_CASE("rendezvous settings from --rdzv_conf and the token variable") {
   c.rdzv_conf["token"] = "conf";
   CHECK(multinode_settings(c, std::string("envtoken"), "h")->token == "conf");  // --rdzv_conf wins
   c.rdzv_conf = {{"colour", "blue"}};
-  CHECK(multinode_settings(c, std::nullopt, "h").error().message.find("unknown key 'colour'") != std::string::npos);
+  CHECK(multinode_settings(c, std::nullopt, "h").error().message.find("unknown key 'colour'") !=
+        std::string::npos);
   c.rdzv_conf = {{"heartbeat_interval", "5"}, {"heartbeat_timeout", "2"}};
   CHECK(!multinode_settings(c, std::nullopt, "h"));
   c.rdzv_conf = {};
@@ -134,7 +136,7 @@ TEST_CASE("settings that must agree across nodes, by flag name (issue 8 item 18)
   CHECK(value("--nnodes") == "2:2");
   CHECK(value("--rdzv_conf heartbeat_timeout") == "5s");
   CHECK(value("--rdzv_conf join_timeout") == "600s");
-  CHECK(value("--nproc_per_node") == "(absent)");  // nodes may run different worker counts
+  CHECK(value("--nproc_per_node") == "(absent)");     // nodes may run different worker counts
   CHECK(value("--rdzv_conf max_rescales") == "100");  // elastic budget: every node counts the same
 }
 

@@ -108,9 +108,9 @@ TEST_CASE("inside srun -N2 --ntasks-per-node=1: every node value comes from Slur
   CHECK(r->config.world_size() == 4);
 
   // Explicit values that agree, or that Slurm does not constrain, are taken.
-  auto typed = configure({"--node_rank", "1", "--master_addr", "n1-ib", "--master_port", "4000",
-                          "prog"},
-                         fixture("slurm-srun-N2-task1.env"));
+  auto typed =
+      configure({"--node_rank", "1", "--master_addr", "n1-ib", "--master_port", "4000", "prog"},
+                fixture("slurm-srun-N2-task1.env"));
   REQUIRE(typed.ok());
   CHECK(typed->config.master_addr == "n1-ib");
   CHECK_FALSE(typed->master_needs_resolving);
@@ -167,7 +167,8 @@ TEST_CASE("one node under a scheduler keeps 127.0.0.1 and a free port") {
     one_node[name] = "1";
   }
   one_node["SLURM_NODEID"] = "0";
-  one_node["SLURM_STEP_NODELIST"] = one_node["SLURM_JOB_NODELIST"] = one_node["SLURM_NODELIST"] = "n2";
+  one_node["SLURM_STEP_NODELIST"] = one_node["SLURM_JOB_NODELIST"] = one_node["SLURM_NODELIST"] =
+      "n2";
   auto r = configure({"prog"}, one_node);
   REQUIRE(r.ok());
   CHECK(r->config.nnodes == NodeRange{1, 1});

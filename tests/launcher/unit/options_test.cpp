@@ -42,15 +42,18 @@ void check_error(std::vector<std::string> args, int code, const std::string& nee
 }  // namespace
 
 TEST_CASE("both spellings of every multi-word flag are accepted") {
-  for (auto [underscore, dash] : std::vector<std::pair<std::string, std::string>>{
-           {"--nproc_per_node", "--nproc-per-node"}, {"--max_restarts", "--max-restarts"},
-           {"--master_port", "--master-port"}, {"--node_rank", "--node-rank"}}) {
+  for (auto [underscore, dash] :
+       std::vector<std::pair<std::string, std::string>>{{"--nproc_per_node", "--nproc-per-node"},
+                                                        {"--max_restarts", "--max-restarts"},
+                                                        {"--master_port", "--master-port"},
+                                                        {"--node_rank", "--node-rank"}}) {
     for (const auto& flag : {underscore, dash}) {
       auto r = configure({"--nnodes", "2", flag, "1", "train"});
       REQUIRE_MESSAGE(r.ok(), flag);
     }
   }
-  auto a = configure({"--nproc_per_node=3", "--max-restarts=2", "--shutdown_timeout", "1.5", "train"});
+  auto a =
+      configure({"--nproc_per_node=3", "--max-restarts=2", "--shutdown_timeout", "1.5", "train"});
   REQUIRE(a.ok());
   CHECK(a->config.nproc_per_node == 3);
   CHECK(a->config.max_restarts == 2);
@@ -58,7 +61,8 @@ TEST_CASE("both spellings of every multi-word flag are accepted") {
 }
 
 TEST_CASE("program arguments pass through untouched, even ones that look like ddprun flags") {
-  auto r = configure({"--nproc_per_node", "2", "train.py", "--lr", "3", "--nproc_per_node", "9", "-m"});
+  auto r =
+      configure({"--nproc_per_node", "2", "train.py", "--lr", "3", "--nproc_per_node", "9", "-m"});
   REQUIRE(r.ok());
   CHECK(r->config.program == "train.py");
   CHECK(r->config.program_kind == ProgramKind::PythonScript);
@@ -169,7 +173,8 @@ TEST_CASE("every bad input gives one line and its exit code") {
   check_error({"--nproc_per_node", "gpu", "prog"}, 2, "no GPU is visible", empty_cvd);
   check_error({}, 2, "no program given");
   check_error({"--nproc_per_node", "2"}, 2, "no program given");
-  check_error({"--nnodes", "2", "--node_rank", "2", "prog"}, 2, "must be less than the number of nodes");
+  check_error({"--nnodes", "2", "--node_rank", "2", "prog"}, 2,
+              "must be less than the number of nodes");
   check_error({"--nnodes", "3:2", "prog"}, 2, "MIN > MAX");
   check_error({"--nnodes", "0", "prog"}, 2, "must be at least 1");
   check_error({"--nnodes", "a:b", "prog"}, 2, "not a number or range");
@@ -192,10 +197,12 @@ TEST_CASE("every bad input gives one line and its exit code") {
   check_error({"--nproc_per_node"}, 2, "");  // CLI11: missing value
 }
 
-TEST_CASE("--max-rescales and --node-failure-limit are spellings of their --rdzv_conf keys; the flag wins") {
-  auto r = configure({"--rdzv_backend", "c10d", "--rdzv_endpoint", "h:1", "--nnodes", "2:3", "--rdzv_conf",
-                      "max_rescales=7,node_failure_limit=1", "--max-rescales", "3", "--node_failure_limit", "2",
-                      "train"});
+TEST_CASE(
+    "--max-rescales and --node-failure-limit are spellings of their --rdzv_conf keys; the flag "
+    "wins") {
+  auto r = configure({"--rdzv_backend", "c10d", "--rdzv_endpoint", "h:1", "--nnodes", "2:3",
+                      "--rdzv_conf", "max_rescales=7,node_failure_limit=1", "--max-rescales", "3",
+                      "--node_failure_limit", "2", "train"});
   REQUIRE(r.ok());
   CHECK(r->config.rdzv_conf.at("max_rescales") == "3");
   CHECK(r->config.rdzv_conf.at("node_failure_limit") == "2");

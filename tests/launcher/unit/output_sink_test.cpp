@@ -36,13 +36,15 @@ std::string read_available(int fd) {
   std::string out;
   char buf[65536];
   ssize_t n;
-  while ((n = ::recv(fd, buf, sizeof buf, MSG_DONTWAIT)) > 0) out.append(buf, static_cast<size_t>(n));
+  while ((n = ::recv(fd, buf, sizeof buf, MSG_DONTWAIT)) > 0)
+    out.append(buf, static_cast<size_t>(n));
   return out;
 }
 
 }  // namespace
 
-TEST_CASE("a socket that stops reading: writes never block, the sink congests, then drains in order") {
+TEST_CASE(
+    "a socket that stops reading: writes never block, the sink congests, then drains in order") {
   boost::asio::io_context io;
   int fds[2];
   REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) == 0);
@@ -95,7 +97,8 @@ TEST_CASE("a regular file is written by the writer thread; drain_all waits for i
   fs::remove_all(dir);
 }
 
-TEST_CASE("a write error other than EPIPE reaches the error handler once, with the unwritten bytes") {
+TEST_CASE(
+    "a write error other than EPIPE reaches the error handler once, with the unwritten bytes") {
   boost::asio::io_context io;
   int fd = ::open("/dev/full", O_WRONLY | O_CLOEXEC);
   if (fd < 0) return;  // no /dev/full here
@@ -145,7 +148,9 @@ TEST_CASE("leftovers of dead runs: name, owner liveness and lock") {
   fs::remove_all(parent);
 }
 
-TEST_CASE("summary: a rank that never started is not 'terminated by ddprun'; failed log files are listed") {
+TEST_CASE(
+    "summary: a rank that never started is not 'terminated by ddprun'; failed log files are "
+    "listed") {
   RunSummaryInput in;
   in.program = "train.py";
   in.exit_code = 127;
@@ -162,11 +167,13 @@ TEST_CASE("summary: a rank that never started is not 'terminated by ddprun'; fai
   a.workers = {root, never};
   a.root_cause = 0;
   in.attempts = {a};
-  in.log_errors = {"/logs/attempt_0/0/stdout.log: No space left on device (what it did not take "
-                   "went to the console)"};
+  in.log_errors = {
+      "/logs/attempt_0/0/stdout.log: No space left on device (what it did not take "
+      "went to the console)"};
   const std::string text = format_failure_summary(in);
   CHECK(text.find("rank 1 (local_rank 1, pid 0): could not start") != std::string::npos);
   CHECK(text.find("[terminated by ddprun]") == std::string::npos);
-  CHECK(text.find("Output that could not be written:\n  /logs/attempt_0/0/stdout.log: No space left "
-                  "on device (what it did not take went to the console)\n") != std::string::npos);
+  CHECK(
+      text.find("Output that could not be written:\n  /logs/attempt_0/0/stdout.log: No space left "
+                "on device (what it did not take went to the console)\n") != std::string::npos);
 }

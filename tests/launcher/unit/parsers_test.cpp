@@ -2,9 +2,9 @@
 // Value parsers, CUDA_VISIBLE_DEVICES and the driver GPU count.
 #include <doctest/doctest.h>
 
+#include <unistd.h>
 #include <filesystem>
 #include <fstream>
-#include <unistd.h>
 
 #include "launcher/config/cuda_devices.hpp"
 #include "launcher/config/value_parsers.hpp"
@@ -76,7 +76,8 @@ TEST_CASE("--local_ranks_filter values") {
   auto some = parse_ranks_filter("0,3");
   REQUIRE(some.ok());
   CHECK(**some == std::set<int>{0, 3});
-  for (const char* bad : {"a", "0,,1", "-1", "1;2"}) CHECK_MESSAGE(!parse_ranks_filter(bad).ok(), bad);
+  for (const char* bad : {"a", "0,,1", "-1", "1;2"})
+    CHECK_MESSAGE(!parse_ranks_filter(bad).ok(), bad);
 }
 
 TEST_CASE("rdzv conf and endpoints") {

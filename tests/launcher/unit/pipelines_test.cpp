@@ -4,11 +4,11 @@
 #include <doctest/doctest.h>
 #include <stdlib.h>
 
-#include <filesystem>
-#include <fstream>
 #include <fmt/format.h>
 #include <signal.h>
 #include <unistd.h>
+#include <filesystem>
+#include <fstream>
 
 #include "launcher/config/cli.hpp"
 #include "launcher/config/launch_config.hpp"
@@ -68,10 +68,11 @@ TEST_CASE("color: NO_COLOR (non-empty) turns auto off; always and never are abso
 }
 
 TEST_CASE("abbreviations: unambiguous prefixes expand, ambiguous ones name the candidates") {
-  auto a = expand_abbreviations({"--nproc_per", "2", "--standalon", "--redirect=3", "prog", "--nproc"});
+  auto a =
+      expand_abbreviations({"--nproc_per", "2", "--standalon", "--redirect=3", "prog", "--nproc"});
   REQUIRE(a.ok());
-  CHECK(*a == std::vector<std::string>{"--nproc_per_node", "2", "--standalone", "--redirects=3", "prog",
-                                       "--nproc"});
+  CHECK(*a == std::vector<std::string>{"--nproc_per_node", "2", "--standalone", "--redirects=3",
+                                       "prog", "--nproc"});
   // The value of an option is never taken for an option, and -r takes one too.
   auto v = expand_abbreviations({"--role", "--stand", "-r", "3", "--max-rest", "1", "x"});
   REQUIRE(v.ok());
@@ -81,23 +82,26 @@ TEST_CASE("abbreviations: unambiguous prefixes expand, ambiguous ones name the c
   CHECK(amb.error().exit_code == 2);
   CHECK(amb.error().message ==
         "ambiguous option: --no could match --no-python, --no_python, --node-rank, --node_rank, "
-        "--no-prefix, --no_prefix, --node-failure-limit, --node_failure_limit, --no-progress-restarts, "
+        "--no-prefix, --no_prefix, --node-failure-limit, --node_failure_limit, "
+        "--no-progress-restarts, "
         "--no_progress_restarts");
   // The health flags are in the table too (docs/health.md).
   auto h = expand_abbreviations({"--hang-t", "5", "--status_p=0", "--file-t", "prog"});
   REQUIRE(h.ok());
-  CHECK(*h == std::vector<std::string>{"--hang-timeout", "5", "--status_port=0", "--file-timer", "prog"});
+  CHECK(*h ==
+        std::vector<std::string>{"--hang-timeout", "5", "--status_port=0", "--file-timer", "prog"});
   auto after_separator = expand_abbreviations({"--", "--no"});
   CHECK(after_separator.ok());
 }
 
 TEST_CASE("every torchrun 2.15 flag is in the table") {
   std::set<std::string> names;
-  for (const auto& option : launch_option_table()) names.insert(option.long_names.begin(), option.long_names.end());
-  for (const char* flag :
-       {"--log-line-prefix-template", "--virtual-local-rank", "--signals-to-handle", "--numa-binding",
-        "--duplicate-stdout-filters", "--duplicate-stderr-filters", "--event-log-handler", "--logs-specs",
-        "--print-completion", "--log_line_prefix_template", "--logs_specs"}) {
+  for (const auto& option : launch_option_table())
+    names.insert(option.long_names.begin(), option.long_names.end());
+  for (const char* flag : {"--log-line-prefix-template", "--virtual-local-rank",
+                           "--signals-to-handle", "--numa-binding", "--duplicate-stdout-filters",
+                           "--duplicate-stderr-filters", "--event-log-handler", "--logs-specs",
+                           "--print-completion", "--log_line_prefix_template", "--logs_specs"}) {
     CHECK_MESSAGE(names.count(flag), flag);
   }
 }
@@ -117,7 +121,8 @@ TEST_CASE("PET_ variables only for torchrun's flags") {
 }
 
 TEST_CASE("torchrun flag values: filters, signals, plugins, rdzv_conf, events") {
-  auto f = configure({"--duplicate-stdout-filters", "a,,b,c", "--duplicate_stderr_filters", "", "prog"});
+  auto f =
+      configure({"--duplicate-stdout-filters", "a,,b,c", "--duplicate_stderr_filters", "", "prog"});
   REQUIRE(f.ok());
   CHECK(f->config.duplicate_stdout_filters == std::vector<std::string>{"a,b", "c"});
   CHECK(f->config.duplicate_stderr_filters.empty());
@@ -134,7 +139,8 @@ TEST_CASE("torchrun flag values: filters, signals, plugins, rdzv_conf, events") 
   CHECK(bad.error().message.find("--logs-specs: 'mine'") == 0);
   auto conf = configure({"--rdzv_conf", "'join_timeout=5,colour=blue,timeout=\"7\"'", "prog"});
   REQUIRE(conf.ok());
-  CHECK(conf->config.rdzv_conf == std::map<std::string, std::string>{{"join_timeout", "5"}, {"timeout", "7"}});
+  CHECK(conf->config.rdzv_conf ==
+        std::map<std::string, std::string>{{"join_timeout", "5"}, {"timeout", "7"}});
   REQUIRE(conf->notices.size() == 1);
   CHECK(conf->notices[0] == "warning: --rdzv_conf: unknown key 'colour' ignored");
   auto ev = configure({"--events", "fd:1", "prog"});
@@ -155,7 +161,8 @@ TEST_CASE("--shutdown-timeout defaults to TORCH_ELASTIC_SHUTDOWN_TIMEOUT, as in 
   CHECK(configure({"prog"}, h)->config.shutdown_timeout.count() == 30'000);
   h.environment["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] = "4";
   CHECK(configure({"prog"}, h)->config.shutdown_timeout.count() == 4'000);
-  CHECK(configure({"--shutdown-timeout", "2", "prog"}, h)->config.shutdown_timeout.count() == 2'000);
+  CHECK(configure({"--shutdown-timeout", "2", "prog"}, h)->config.shutdown_timeout.count() ==
+        2'000);
   h.environment["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] = "soon";
   auto bad = configure({"prog"}, h);
   REQUIRE_FALSE(bad.ok());
@@ -174,7 +181,8 @@ TEST_CASE("--virtual-local-rank: LOCAL_RANK 0 and the worker's own device") {
   CHECK(env1["CUDA_VISIBLE_DEVICES"] == "6");
   auto no_parent = configure({"--nproc_per_node", "2", "--virtual-local-rank", "prog"});
   REQUIRE(no_parent.ok());
-  CHECK(worker_env_additions(no_parent->config, WorkerSlot{1, 0, 1, "e"}, {})["CUDA_VISIBLE_DEVICES"] == "1");
+  CHECK(worker_env_additions(no_parent->config, WorkerSlot{1, 0, 1, "e"},
+                             {})["CUDA_VISIBLE_DEVICES"] == "1");
   CHECK_FALSE(configure({"--nproc_per_node", "3", "--virtual-local-rank", "prog"}, h).ok());
 }
 
@@ -184,7 +192,8 @@ TEST_CASE("--run_path runs the script through runpy, as torchrun") {
   CHECK(r->config.program_kind == ProgramKind::PythonRunPath);
 }
 
-TEST_CASE("NUMA placement from a fake sysfs: GPUs' nodes, spread, exclusive, socket, core complex") {
+TEST_CASE(
+    "NUMA placement from a fake sysfs: GPUs' nodes, spread, exclusive, socket, core complex") {
   namespace fs = std::filesystem;
   fs::path root = fs::temp_directory_path() / fmt::format("ddprun_numa_{}", ::getpid());
   fs::remove_all(root);

@@ -19,7 +19,9 @@ WorkerOutcome failed_worker(int rank, ExitStatus status) {
 }
 
 RunEnd local_failure() { return worker_failed(failed_worker(3, ExitStatus::exited(5)), 1, "b"); }
-RunEnd other_stop() { return job_stopped(StopReason{9, 0, "node 0 (a): rank 0 (pid 1) failed with exit code 9", {}}); }
+RunEnd other_stop() {
+  return job_stopped(StopReason{9, 0, "node 0 (a): rank 0 (pid 1) failed with exit code 9", {}});
+}
 RunEnd loss() { return node_lost(NodeLoss{"lost node 2 (c): no heartbeat for 5 s", 2}); }
 
 }  // namespace

@@ -21,8 +21,8 @@ LaunchConfig shape(int nnodes, int node_rank, int nproc) {
 }  // namespace
 
 TEST_CASE("every variable for every rank of several shapes") {
-  for (auto [nnodes, node_rank, nproc] : std::vector<std::tuple<int, int, int>>{
-           {1, 0, 1}, {1, 0, 4}, {2, 1, 3}, {4, 3, 8}}) {
+  for (auto [nnodes, node_rank, nproc] :
+       std::vector<std::tuple<int, int, int>>{{1, 0, 1}, {1, 0, 4}, {2, 1, 3}, {4, 3, 8}}) {
     LaunchConfig c = shape(nnodes, node_rank, nproc);
     for (int lr = 0; lr < nproc; ++lr) {
       WorkerSlot slot{lr, 2, 29555, "/logs/attempt_2/" + std::to_string(lr) + "/error.json"};

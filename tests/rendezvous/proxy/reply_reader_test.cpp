@@ -28,7 +28,8 @@ TEST_CASE("a reply is complete only when all its bytes are there, wherever the s
   put_bytes(two, "");
   const std::size_t limit = 1 << 20;
   for (std::size_t cut = 0; cut < two.size(); ++cut) {
-    CHECK_FALSE(complete_reply_size(ReplyShape::BytesList, 2, std::string_view(two).substr(0, cut), limit));
+    CHECK_FALSE(
+        complete_reply_size(ReplyShape::BytesList, 2, std::string_view(two).substr(0, cut), limit));
   }
   CHECK(complete_reply_size(ReplyShape::BytesList, 2, two + "next", limit) == two.size());
   CHECK(complete_reply_size(ReplyShape::Bytes, 1, two, limit) == 11);

@@ -22,10 +22,11 @@ namespace ddp::worker {
 /// Which job wrote a checkpoint. A restart resumes only a checkpoint whose identity equals its
 /// own; `--resume` (ResumePolicy::Always) accepts another run id but still needs the rest.
 struct CheckpointIdentity {
-  std::string run_id;             ///< TORCHELASTIC_RUN_ID ("none" under a static rendezvous).
+  std::string run_id;  ///< TORCHELASTIC_RUN_ID ("none" under a static rendezvous).
   int world_size = 1;
-  std::string data_fingerprint;   ///< The caller's: data source, size, content digest, seed.
-  std::string model_fingerprint;  ///< Parameter and buffer names, shapes, dtypes (model_fingerprint()).
+  std::string data_fingerprint;  ///< The caller's: data source, size, content digest, seed.
+  std::string
+      model_fingerprint;  ///< Parameter and buffer names, shapes, dtypes (model_fingerprint()).
 };
 
 struct CheckpointHeader {

@@ -96,7 +96,9 @@ class Communicator {
   /// c10d (ddprun/worker/process_group.hpp unwraps it); empty in the one-process world.
   virtual std::any native_process_group() const = 0;
 
-  void all_reduce(at::Tensor& tensor, ReduceOp op = ReduceOp::Sum) { all_reduce_async(tensor, op)->wait(); }
+  void all_reduce(at::Tensor& tensor, ReduceOp op = ReduceOp::Sum) {
+    all_reduce_async(tensor, op)->wait();
+  }
   std::unique_ptr<PendingCollective> all_reduce_sum_async(at::Tensor& tensor) {
     return all_reduce_async(tensor, ReduceOp::Sum);
   }

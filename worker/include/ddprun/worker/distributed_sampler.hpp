@@ -13,11 +13,11 @@
 /// the original reshuffles the loader's copy too (as sampler.set_epoch does in Python). The
 /// loader calls reset() at the start of each pass, which draws that epoch's order.
 
+#include <torch/data/samplers/base.h>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
-#include <torch/data/samplers/base.h>
 #include <vector>
 
 namespace ddp::worker {

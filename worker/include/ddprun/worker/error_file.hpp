@@ -26,10 +26,12 @@ std::string error_file_json(std::string_view message, std::string_view callstack
 /// Writes error_file_json to `path` (temp file + rename, so a reader never sees half a file).
 /// Returns false (and says why on stderr) when the file cannot be written; the temp file is
 /// removed then. Never throws.
-bool write_error_file(const std::string& path, std::string_view message, std::string_view callstack);
+bool write_error_file(const std::string& path, std::string_view message,
+                      std::string_view callstack);
 
-/// "<demangled type>: <message>" for the exception in flight, as Python's f"{type(e).__name__}: {e}";
-/// the second element is the longest description available (c10::Error carries a C++ backtrace).
+/// "<demangled type>: <message>" for the exception in flight, as Python's f"{type(e).__name__}:
+/// {e}"; the second element is the longest description available (c10::Error carries a C++
+/// backtrace).
 struct DescribedException {
   std::string message;
   std::string callstack;

@@ -60,10 +60,10 @@ class SharedMemoryAllReduce {
 
   /// Collective: rank 0 creates the segment (slot_bytes per rank), the others map it; rank 0
   /// unlinks the name once every rank has reported, so nothing stays in /dev/shm afterwards
-  /// (and before creating, rank 0 removes segments whose creator was killed: reclaim_stale_segments).
-  /// `tag` names the segment readably (the job's run id, restart count, port).
-  /// Throws ShmUnavailable (on every rank) when some rank cannot map it, PeerDiedError when a
-  /// rank it waits for died or the timeout passed.
+  /// (and before creating, rank 0 removes segments whose creator was killed:
+  /// reclaim_stale_segments). `tag` names the segment readably (the job's run id, restart count,
+  /// port). Throws ShmUnavailable (on every rank) when some rank cannot map it, PeerDiedError when
+  /// a rank it waits for died or the timeout passed.
   SharedMemoryAllReduce(int rank, int world_size, std::size_t slot_bytes, const std::string& tag,
                         std::chrono::milliseconds timeout, const Rendezvous& rendezvous);
   ~SharedMemoryAllReduce();

@@ -25,7 +25,9 @@ class SyncBatchNormImpl : public torch::nn::Cloneable<SyncBatchNormImpl> {
   explicit SyncBatchNormImpl(const torch::nn::BatchNormOptions& options,
                              std::shared_ptr<Communicator> communicator = nullptr);
   void reset() override;
-  void set_communicator(std::shared_ptr<Communicator> communicator) { communicator_ = std::move(communicator); }
+  void set_communicator(std::shared_ptr<Communicator> communicator) {
+    communicator_ = std::move(communicator);
+  }
   const std::shared_ptr<Communicator>& communicator() const { return communicator_; }
   /// Input (N, C, *): any BatchNorm1d/2d/3d layout.
   torch::Tensor forward(const torch::Tensor& input);

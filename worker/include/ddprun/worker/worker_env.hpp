@@ -29,11 +29,12 @@ struct WorkerEnv {
   bool local_world_size_set = false;
   std::string master_addr = "127.0.0.1";
   std::uint16_t master_port = 0;
-  int restart_count = 0;         ///< TORCHELASTIC_RESTART_COUNT: how often the group restarted.
-  std::string error_file;        ///< TORCHELASTIC_ERROR_FILE, empty when unset.
-  std::string run_id;            ///< TORCHELASTIC_RUN_ID, empty when unset ("none" under a static rendezvous).
+  int restart_count = 0;   ///< TORCHELASTIC_RESTART_COUNT: how often the group restarted.
+  std::string error_file;  ///< TORCHELASTIC_ERROR_FILE, empty when unset.
+  std::string
+      run_id;  ///< TORCHELASTIC_RUN_ID, empty when unset ("none" under a static rendezvous).
   bool use_agent_store = false;  ///< TORCHELASTIC_USE_AGENT_STORE: the launcher hosts the store.
-  bool launched = false;         ///< False when no launcher variable was set (plain single process).
+  bool launched = false;  ///< False when no launcher variable was set (plain single process).
 
   /// The PrefixStore prefix PyTorch's env:// rendezvous uses on the agent's store.
   std::string agent_store_prefix() const;
