@@ -82,6 +82,10 @@ int run_main(int argc, char** argv) {
     }
     return run_store_only(parsed->raw);
   }
+  if (!parsed->raw.follow.empty()) {
+    return fail(
+        Error{exit_codes::kUsage, "--follow needs --store-only (it starts a standby store)"});
+  }
   if (parsed->raw.print_env_detect) return print_env_detect(parsed->raw);
 
   HostFacts host;

@@ -144,6 +144,9 @@ constexpr OptionSpec kOptions[] = {
     {"--store-only,--store_only", nullptr, nullptr, nullptr, &RawOptions::store_only, nullptr,
      "Serve only the job's TCP store at --master_addr (default 127.0.0.1):--master_port (default "
      "29500; 0 = a free port, printed first) until SIGINT/SIGTERM; no program"},
+    {"--follow", "HOST:PORT", nullptr, &RawOptions::follow, nullptr, nullptr,
+     "With --store-only: be the standby of the store at HOST:PORT (every mutation replicated; "
+     "it serves once the agents promote it, see --rdzv_endpoint PRIMARY,STANDBY)"},
     {"--max-rescales,--max_rescales", "N", nullptr, &RawOptions::max_rescales, nullptr, nullptr,
      "c10d MIN:MAX: membership changes allowed (default 100; = --rdzv_conf max_rescales=N)"},
     {"--node-failure-limit,--node_failure_limit", "K", nullptr, &RawOptions::node_failure_limit,

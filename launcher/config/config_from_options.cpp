@@ -209,7 +209,14 @@ Result<ConfiguredLaunch> config_from_options(const RawOptions& raw, const HostFa
     c.master_port = c.multi_node() ? 29500 : 0;
   }
   if (!c.rdzv_endpoint.empty()) {
-    auto endpoint = parse_host_port("--rdzv_endpoint", c.rdzv_endpoint);
+    // c10d may name a standby store after a comma (parse_rdzv_endpoints checks that part).
+    const auto comma = c.rdzv_endpoint.find(',');
+    if (comma != std::string::npos && c.rdzv_backend != "c10d") {
+      return usage(fmt::format(
+          "--rdzv_endpoint: '{}' names a standby store, which needs --rdzv_backend=c10d",
+          c.rdzv_endpoint));
+    }
+    auto endpoint = parse_host_port("--rdzv_endpoint", c.rdzv_endpoint.substr(0, comma));
     if (!endpoint) return endpoint.error();
     if (endpoint->host.empty()) {
       return usage(fmt::format("--rdzv_endpoint: '{}' has no host", c.rdzv_endpoint));

@@ -62,6 +62,7 @@ struct RawOptions {
   std::string scheduler = "auto";   // auto, none or one detector (slurm, openmpi, ...)
   bool print_env_detect = false;    // print the scheduler detection report and exit
   bool store_only = false;          // serve only the store at master_addr:master_port
+  std::string follow;               // --store-only: HOST:PORT of the primary (a standby store)
   health::RawHealthOptions health;  // --hang-timeout, --status-port, ... (docs/health.md)
 
   /// The program and everything after it, untouched.

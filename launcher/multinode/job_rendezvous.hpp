@@ -10,6 +10,7 @@
 
 #include <boost/asio/io_context.hpp>
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -48,6 +49,13 @@ struct NodeLoss {
   std::optional<int> node_rank;  // nullopt: the store (and with it the job's state) is gone
 };
 
+/// The standby store took over from the lost primary (--rdzv_endpoint PRIMARY,STANDBY).
+struct StorePromoted {
+  std::string host;
+  int port = 0;
+  std::int64_t epoch = 0;  // the standby's epoch as primary, the same for every agent
+};
+
 /// The exit barrier ended because every node of the round finished its workers.
 struct AllNodesDone {};
 
@@ -62,6 +70,7 @@ class JobRendezvous {
   /// How the exit barrier ended. A cancelled barrier (cancel_waits) reports AllNodesDone: the
   /// caller cancelled because it already knows better.
   using BarrierResult = std::variant<AllNodesDone, StopReason, NodeLoss>;
+  using FailoverResult = std::variant<StorePromoted, std::string /* error */>;
 
   virtual ~JobRendezvous() = default;
 
@@ -70,16 +79,23 @@ class JobRendezvous {
   /// Ends a running exit barrier or leave wait early.
   virtual void cancel_waits() = 0;
   /// Joins round `round` (= restart count) as `plan` says and, once joined, watches the other
-  /// nodes.
+  /// nodes. A join that fails because the store cannot be reached reports the store's loss
+  /// (Events::on_lost, no node rank) before its error.
   virtual void join(int round, const RoundPlan& plan, std::function<void(JoinResult)> done) = 0;
   /// Tells every node to stop (first reason wins). Fire and forget.
   virtual void broadcast_stop(const StopReason& reason) = 0;
   /// Waits until every node of the round finished its workers, a stop arrived, or the store
-  /// went away.
+  /// went away. Called again in the same round after fail_over, it resumes the wait on the
+  /// standby without counting this node twice.
   virtual void exit_barrier(std::function<void(BarrierResult)> done) = 0;
   /// Leaves the job. The store's host waits (bounded) until the others have left, so that nobody
   /// loses the store before reading the final outcome. `then` runs on the loop afterwards.
   virtual void leave(bool wait_for_others, std::function<void()> then) = 0;
+  /// The job's store is lost and the standby store may take over: asks the standby to become
+  /// the primary (it decides, once for the whole job: every agent that asks learns the same
+  /// epoch, and the old primary is fenced), then moves this session, its heartbeats and every
+  /// later round to it. The round in progress stays joined (its keys were replicated).
+  virtual void fail_over(std::function<void(FailoverResult)> done) = 0;
   /// At ddprun's exit: true when the implementation is still blocked in a network call and has
   /// detached itself to end with the process; the caller must then release, not destroy, it.
   virtual bool detach_if_blocked() { return false; }

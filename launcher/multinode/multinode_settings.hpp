@@ -9,6 +9,7 @@
 
 #include "launcher/common/result.hpp"
 #include "launcher/config/launch_config.hpp"
+#include "launcher/config/value_parsers.hpp"
 #include "rendezvous/rank_assignment.hpp"
 
 namespace ddp::launcher {
@@ -58,6 +59,9 @@ struct MultiNodeSettings {
   rdzv::AgreedSettings must_agree;
   /// c10d MIN:MAX: membership changes (re-forms after a lost node) allowed in the whole job.
   int max_rescales = 100;
+  /// c10d: the standby store of `--rdzv_endpoint PRIMARY,STANDBY` (a `ddprun --store-only
+  /// --follow PRIMARY`), promoted by the agents when the primary's host is lost. Port 0: none.
+  HostPort standby;
   /// c10d MIN:MAX: a node whose workers failed this many attempts in a row leaves the job (it is
   /// quarantined) and the others re-form without it. 0: off. --rdzv_conf node_failure_limit.
   int node_failure_limit = 0;
@@ -73,6 +77,13 @@ bool needs_rendezvous(const LaunchConfig& config);
 /// The address a store host listens on: the one it was given (a host name is resolved by the
 /// store; "localhost" is 127.0.0.1). Every interface only when asked (--rdzv_conf store_bind=).
 std::string listen_address_for(const std::string& master_addr);
+
+/// `--rdzv_endpoint HOST[:PORT][,STANDBY_HOST[:PORT]]` (c10d; a missing port is 29400).
+struct RdzvEndpoints {
+  HostPort primary;
+  std::optional<HostPort> standby;
+};
+Result<RdzvEndpoints> parse_rdzv_endpoints(std::string_view text);
 
 /// c10d: the store is at --rdzv_endpoint (port 29400 when it has none, like torchrun); the
 /// workers' MASTER_ADDR/MASTER_PORT point there too.

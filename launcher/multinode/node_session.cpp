@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <charconv>
 
+#include "rendezvous/replication.hpp"
+
 namespace ddp::launcher {
 
 std::string encode_stop_reason(const StopReason& r) {
@@ -96,10 +98,51 @@ bool NodeSession::detach_if_blocked() {
 
 void NodeSession::on_loop(std::function<void()> f) { boost::asio::post(agent_io_, std::move(f)); }
 
+void NodeSession::open_client() {
+  // Barrier and leave wait in slices of one heartbeat interval; every call (and a reconnect)
+  // fails within half the heartbeat timeout, so a store lost during the barrier is reported
+  // within heartbeat_timeout, not after read_timeout.
+  rdzv::StoreClientOptions ending = store_;
+  ending.timeout = std::min(settings_.read_timeout, settings_.heartbeat_timeout / 2);
+  ending.connect_timeout = settings_.heartbeat_timeout / 2;
+  ending.max_backoff = std::min(ending.max_backoff, settings_.heartbeat_interval);
+  client_ = std::make_unique<rdzv::StoreClient>(rdzv::with_token(ending, settings_.token));
+}
+
+void NodeSession::start_monitor() {
+  rdzv::NodeMonitor::Callbacks callbacks;
+  callbacks.on_node_lost = [this](const rdzv::NodeAssignment& lost) {
+    NodeLoss loss{fmt::format("lost node {} ({}): no heartbeat for {:.3g} s", lost.node_rank,
+                              lost.name, settings_.heartbeat_timeout.count() / 1000.0),
+                  lost.node_rank};
+    on_loop([this, loss] { events_.on_lost(loss); });
+  };
+  callbacks.on_stop = [this](const std::string& encoded) {
+    StopReason reason = decode_stop_reason(encoded);
+    on_loop([this, reason] { events_.on_stop(reason); });
+  };
+  callbacks.on_store_lost =
+      [this, where = fmt::format("{}:{}", store_.host, store_.port)](const std::string& error) {
+        NodeLoss loss{fmt::format("lost the store at {} (node 0 gone?): {}", where, error),
+                      std::nullopt};
+        on_loop([this, loss] { events_.on_lost(loss); });
+      };
+  // The monitor's calls must fail well within the heartbeat timeout: over a cut link a call
+  // would otherwise wait read_timeout (60 s) before the store counts as lost.
+  rdzv::StoreClientOptions watching = store_;
+  watching.timeout = settings_.heartbeat_timeout / 2;
+  watching.connect_timeout = settings_.heartbeat_timeout / 2;
+  monitor_ = std::make_unique<rdzv::NodeMonitor>(
+      watching, round_, *joined_,
+      rdzv::NodeMonitor::Options{settings_.heartbeat_interval, settings_.heartbeat_timeout},
+      std::move(callbacks));
+}
+
 void NodeSession::join(int round, const RoundPlan& plan, std::function<void(JoinResult)> done) {
   boost::asio::post(io_, [this, round, plan, done = std::move(done)] {
     busy_ = true;
     monitor_.reset();
+    arrived_ = false;
     round_ = rdzv::NodeRendezvousOptions{};
     round_.run_id = settings_.run_id;
     round_.round = round;
@@ -125,42 +168,8 @@ void NodeSession::join(int round, const RoundPlan& plan, std::function<void(Join
       joining.timeout = round_.join_timeout + settings_.read_timeout;
       joining.refused_timeout = settings_.refused_timeout;
       joined_ = rdzv::join_rendezvous(joining, round_);
-      if (!client_) {
-        // Barrier and leave wait in slices of one heartbeat interval; every call (and a
-        // reconnect) fails within half the heartbeat timeout, so a store lost during the
-        // barrier is reported within heartbeat_timeout, not after read_timeout.
-        rdzv::StoreClientOptions ending = store_;
-        ending.timeout = std::min(settings_.read_timeout, settings_.heartbeat_timeout / 2);
-        ending.connect_timeout = settings_.heartbeat_timeout / 2;
-        ending.max_backoff = std::min(ending.max_backoff, settings_.heartbeat_interval);
-        client_ = std::make_unique<rdzv::StoreClient>(rdzv::with_token(ending, settings_.token));
-      }
-      rdzv::NodeMonitor::Callbacks callbacks;
-      callbacks.on_node_lost = [this](const rdzv::NodeAssignment& lost) {
-        NodeLoss loss{fmt::format("lost node {} ({}): no heartbeat for {:.3g} s", lost.node_rank,
-                                  lost.name, settings_.heartbeat_timeout.count() / 1000.0),
-                      lost.node_rank};
-        on_loop([this, loss] { events_.on_lost(loss); });
-      };
-      callbacks.on_stop = [this](const std::string& encoded) {
-        StopReason reason = decode_stop_reason(encoded);
-        on_loop([this, reason] { events_.on_stop(reason); });
-      };
-      callbacks.on_store_lost = [this](const std::string& error) {
-        NodeLoss loss{fmt::format("lost the store at {}:{} (node 0 gone?): {}", store_.host,
-                                  store_.port, error),
-                      std::nullopt};
-        on_loop([this, loss] { events_.on_lost(loss); });
-      };
-      // The monitor's calls must fail well within the heartbeat timeout: over a cut link a call
-      // would otherwise wait read_timeout (60 s) before the store counts as lost.
-      rdzv::StoreClientOptions watching = store_;
-      watching.timeout = settings_.heartbeat_timeout / 2;
-      watching.connect_timeout = settings_.heartbeat_timeout / 2;
-      monitor_ = std::make_unique<rdzv::NodeMonitor>(
-          watching, round_, *joined_,
-          rdzv::NodeMonitor::Options{settings_.heartbeat_interval, settings_.heartbeat_timeout},
-          std::move(callbacks));
+      if (!client_) open_client();
+      start_monitor();
       // torch 2.x workers do not prefix their keys per attempt: the last attempt's must go first.
       rdzv::clear_previous_attempt(*client_, round_, *joined_, round_.join_timeout);
       result = *joined_;
@@ -168,6 +177,59 @@ void NodeSession::join(int round, const RoundPlan& plan, std::function<void(Join
       monitor_.reset();
       joined_.reset();
       result = std::string(e.what());
+      if (dynamic_cast<const rdzv::StoreConnectError*>(&e) ||
+          dynamic_cast<const rdzv::StoreRefusedError*>(&e)) {
+        NodeLoss loss{fmt::format("lost the store at {}:{} (node 0 gone?): {}", store_.host,
+                                  store_.port, e.what()),
+                      std::nullopt};
+        on_loop([this, loss] { events_.on_lost(loss); });
+      }
+    }
+    busy_ = false;
+    on_loop([done, result] { done(result); });
+  });
+}
+
+void NodeSession::fail_over(std::function<void(FailoverResult)> done) {
+  boost::asio::post(io_, [this, done = std::move(done)] {
+    busy_ = true;
+    FailoverResult result;
+    const HostPort& standby = settings_.standby;
+    try {
+      if (standby.port == 0) throw std::runtime_error("no standby store was given");
+      monitor_.reset();  // it watches the lost store; a new one starts on the standby
+      // No token here: promotion is the standby's own request, outside the rendezvous keys.
+      rdzv::StoreClientOptions asking = store_;
+      asking.host = standby.host;
+      asking.port = static_cast<std::uint16_t>(standby.port);
+      asking.key_prefix = "";
+      asking.connect_timeout = asking.timeout = settings_.heartbeat_timeout;
+      asking.refused_timeout = settings_.heartbeat_timeout;
+      rdzv::StoreClient promoter(asking);
+      const std::string reply =
+          promoter.compare_set(std::string(rdzv::kPromoteKey), "", std::to_string(kFailoverEpoch));
+      std::int64_t epoch = 0;
+      auto [end, ec] = std::from_chars(reply.data(), reply.data() + reply.size(), epoch);
+      if (ec != std::errc{} || end != reply.data() + reply.size()) {
+        throw std::runtime_error(
+            fmt::format("answered the promotion with '{}', not an epoch "
+                        "(is it a ddprun standby store?)",
+                        reply));
+      }
+      if (epoch < kFailoverEpoch) {
+        throw std::runtime_error(fmt::format(
+            "refused the promotion to epoch {} (it is at epoch {}; was it started with --follow "
+            "at the default epoch?)",
+            kFailoverEpoch, epoch));
+      }
+      store_.host = standby.host;
+      store_.port = static_cast<std::uint16_t>(standby.port);
+      open_client();
+      if (joined_) start_monitor();
+      result = StorePromoted{standby.host, standby.port, epoch};
+    } catch (const std::exception& e) {
+      result = fmt::format("the standby store at {}:{} did not take over: {}", standby.host,
+                           standby.port, e.what());
     }
     busy_ = false;
     on_loop([done, result] { done(result); });
@@ -192,8 +254,11 @@ void NodeSession::exit_barrier(std::function<void(BarrierResult)> done) {
     try {
       if (!client_ || !joined_) throw rdzv::StoreError("not joined");
       // Bounded: a lost node is reported by the monitor, and the loop then cancels this wait.
-      auto end = rdzv::exit_barrier(*client_, round_, *joined_, settings_.heartbeat_interval,
-                                    [this] { return keep_waiting(); });
+      // A second call in one round (resumed on the standby after a failover) does not count
+      // this node again.
+      auto end = rdzv::exit_barrier(
+          *client_, round_, *joined_, settings_.heartbeat_interval,
+          [this] { return keep_waiting(); }, &arrived_);
       if (end.end == rdzv::ExitBarrierResult::End::Stopped) result = decode_stop_reason(end.stop);
     } catch (const std::exception& e) {
       result =

@@ -48,12 +48,22 @@ class NodeSession final : public JobRendezvous {
   void broadcast_stop(const StopReason& reason) override;
   /// Waits until every node of the round finished its workers, or a stop arrived.
   void exit_barrier(std::function<void(BarrierResult)> done) override;
+  /// Promotes the standby store (epoch kFailoverEpoch) and moves the session to it.
+  void fail_over(std::function<void(FailoverResult)> done) override;
   /// The store host waits (bounded by the heartbeat timeout) until every other node has left,
   /// so that nobody loses the store before reading the final stop reason.
   void leave(bool wait_for_others, std::function<void()> then) override;
 
  private:
+  /// The epoch the agents propose to the standby: one above the primary's (1, as every ddprun
+  /// store starts). Every agent proposes the same, and the standby accepts only the first.
+  static constexpr std::int64_t kFailoverEpoch = 2;
+
   void on_loop(std::function<void()> f);
+  /// The client of the exit barrier and leave, on store_ (rendezvous thread).
+  void open_client();
+  /// Heartbeats and watching the round's nodes on store_ (rendezvous thread; joined_ is set).
+  void start_monitor();
   bool keep_waiting() const { return !cancel_; }
 
   boost::asio::io_context& agent_io_;
@@ -66,6 +76,7 @@ class NodeSession final : public JobRendezvous {
   std::unique_ptr<rdzv::StoreClient> client_;
   std::unique_ptr<rdzv::NodeMonitor> monitor_;
   std::optional<rdzv::RendezvousResult> joined_;
+  bool arrived_ = false;  // this round's exit barrier counted this node
   rdzv::NodeRendezvousOptions round_;
   std::atomic<bool> busy_{false};
   std::atomic<bool> cancel_{false};

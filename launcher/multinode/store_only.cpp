@@ -9,6 +9,7 @@
 #include <iostream>
 
 #include "launcher/common/exit_codes.hpp"
+#include "launcher/config/value_parsers.hpp"
 #include "launcher/multinode/multinode_settings.hpp"
 #include "launcher/output/output_sink.hpp"
 #include "rendezvous/store_runner.hpp"
@@ -41,6 +42,15 @@ int run_store_only(const RawOptions& raw) {
   rdzv::StoreServerOptions options;
   options.bind_address = listen_address_for(addr);
   options.port = static_cast<std::uint16_t>(port);
+  if (!raw.follow.empty()) {
+    auto primary = parse_host_port("--follow", raw.follow);
+    if (!primary) return usage_error(primary.error().message);
+    if (primary->host.empty() || primary->port == 0) {
+      return usage_error(
+          fmt::format("--follow needs HOST:PORT of the primary store, got '{}'", raw.follow));
+    }
+    options.replication.follow = raw.follow;
+  }
   // With the job's token, only agents that prove it may touch the rendezvous keys.
   if (const char* token = std::getenv("DDPRUN_RDZV_TOKEN"); token != nullptr && *token != '\0') {
     options.access_policy = std::make_shared<rdzv::TokenAccessPolicy>(token);

@@ -116,6 +116,18 @@ class Agent {
   void on_job_stop(const StopReason& reason);
   void on_node_lost(const NodeLoss& loss);
   void on_barrier(const JobRendezvous::BarrierResult& result);
+  // Standby store (agent_failover.cpp).
+  /// A standby was given and has not been asked yet.
+  bool may_fail_over() const;
+  /// The store is lost: true when a standby takes over (asked now, or already being asked), so
+  /// the loss does not end the job.
+  bool takes_store_loss(const NodeLoss& loss);
+  /// A join failed while the standby is being asked: true when it is retried once it answers.
+  bool rejoin_after_failover(int attempt, const std::string& error);
+  /// The exit barrier lost the store: true when it resumes on the standby once it answers.
+  bool resume_barrier_after_failover(const NodeLoss& loss);
+  void on_failed_over(const NodeLoss& loss, const JobRendezvous::FailoverResult& result,
+                      std::chrono::steady_clock::time_point since);
   /// Offers a cause for the end of the attempt (see run_end.hpp); true when it stands.
   bool end_with(RunEnd cause);
   /// Elastic: a lost node of the current round that the job may survive; false when the loss
@@ -206,6 +218,14 @@ class Agent {
     std::chrono::steady_clock::time_point since;
   };
   std::optional<Reform> reform_;
+  enum class Failover { None, Asking, Done };  // the standby store: not asked, asked, answered
+  Failover failover_ = Failover::None;
+  struct PendingJoin {  // a join that failed while the standby was asked
+    int attempt = 0;
+    std::string error;
+  };
+  std::optional<PendingJoin> rejoin_;
+  bool resume_barrier_ = false;  // the exit barrier lost the store while the standby is asked
   std::vector<std::string> membership_changes_;  // for the summary
 
   std::unique_ptr<health::HealthMonitor> health_;

@@ -71,6 +71,7 @@ Result<Ok> Agent::open_store() {
 void Agent::on_joined(int attempt, const JobRendezvous::JoinResult& result) {
   if (phase_ == Phase::Done) return;
   if (const auto* error = std::get_if<std::string>(&result)) {
+    if (rejoin_after_failover(attempt, *error)) return;
     events_.emit("rendezvous_failed", {{"attempt", attempt}, {"error", *error}});
     if (reform_) {
       // The survivors could not meet again (another one vanished, or the store did).
@@ -192,7 +193,9 @@ void Agent::on_job_stop(const StopReason& reason) {
 }
 
 void Agent::on_node_lost(const NodeLoss& loss) {
-  if (phase_ == Phase::Done || phase_ == Phase::Starting) return;
+  if (phase_ == Phase::Done) return;
+  if (!loss.node_rank && takes_store_loss(loss)) return;  // a standby takes over
+  if (phase_ == Phase::Starting) return;
   // Once the job has a root cause, the store host going away is the expected end, not news.
   // During a re-form, a lost store ends it (nothing can re-form without it) and another lost
   // node shrinks it further.
@@ -289,6 +292,7 @@ void Agent::on_barrier(const JobRendezvous::BarrierResult& result) {
                                   : stop->text);
     }
   } else if (const auto* loss = std::get_if<NodeLoss>(&result)) {
+    if (resume_barrier_after_failover(*loss)) return;
     // The store is gone: exit 74, no restart.
     if (end_with(node_lost(*loss))) {
       events_.emit("node_lost", {{"message", loss->text}});

@@ -1,0 +1,106 @@
+// SPDX-License-Identifier: MIT
+// The Agent's side of a standby store (--rdzv_endpoint PRIMARY,STANDBY, docs/scale.md): when the
+// job's store is lost, this node asks the standby to take over instead of ending the job. The
+// standby decides (one promotion job-wide); NodeSession does the talking. Once it serves, the
+// next rounds and their workers use it, a join or an exit barrier the loss interrupted is taken
+// up again there, and the primary's host, if it was a node of the job, is lost like any node:
+// its heartbeats stop on the standby and the survivors re-form.
+#include <fmt/format.h>
+
+#include <utility>
+
+#include "launcher/run/agent.hpp"
+
+namespace ddp::launcher {
+
+bool Agent::may_fail_over() const {
+  return session_ && setup_.multinode && setup_.multinode->standby.port != 0 &&
+         failover_ == Failover::None;
+}
+
+bool Agent::takes_store_loss(const NodeLoss& loss) {
+  if (failover_ == Failover::Asking) return true;  // another report of the same loss
+  // Before this node's first round the store may simply not be up yet: that is no failover.
+  if (!may_fail_over() || (phase_ == Phase::Starting && !round_)) return false;
+  failover_ = Failover::Asking;
+  const HostPort& standby = setup_.multinode->standby;
+  events_.emit("store_lost", {{"message", loss.text},
+                              {"standby", fmt::format("{}:{}", standby.host, standby.port)}});
+  say(fmt::format("{}; asking the standby store at {}:{} to take over", loss.text, standby.host,
+                  standby.port));
+  const auto since = std::chrono::steady_clock::now();
+  session_->fail_over([this, loss, since](const JobRendezvous::FailoverResult& result) {
+    on_failed_over(loss, result, since);
+  });
+  return true;
+}
+
+bool Agent::rejoin_after_failover(int attempt, const std::string& error) {
+  if (failover_ != Failover::Asking) return false;
+  rejoin_ = PendingJoin{attempt, error};
+  return true;
+}
+
+bool Agent::resume_barrier_after_failover(const NodeLoss& loss) {
+  if (loss.node_rank || !takes_store_loss(loss)) return false;
+  resume_barrier_ = true;
+  return true;
+}
+
+void Agent::on_failed_over(const NodeLoss& loss, const JobRendezvous::FailoverResult& result,
+                           std::chrono::steady_clock::time_point since) {
+  failover_ = Failover::Done;  // one standby, one failover: a second loss ends the job
+  std::optional<PendingJoin> rejoin = std::exchange(rejoin_, std::nullopt);
+  const bool resume_barrier = std::exchange(resume_barrier_, false);
+  if (phase_ == Phase::Done) return;
+  if (const auto* error = std::get_if<std::string>(&result)) {
+    events_.emit("store_failover_failed", {{"error", *error}});
+    const std::string text = fmt::format("{}; {}", loss.text, *error);
+    // The loss ends the job as it would have without a standby, from where it interrupted.
+    if (rejoin) {
+      on_joined(rejoin->attempt,
+                JobRendezvous::JoinResult{fmt::format("{}; {}", rejoin->error, *error)});
+    } else if (resume_barrier) {
+      on_barrier(NodeLoss{text, std::nullopt});
+    } else {
+      on_node_lost(NodeLoss{text, std::nullopt});
+    }
+    return;
+  }
+  const auto& promoted = std::get<StorePromoted>(result);
+  const std::string from = fmt::format("{}:{}", setup_.store.connect_host, setup_.master_port);
+  // The next rounds' workers get the new store (directly, or through a proxy pointed at it).
+  setup_.config.master_addr = promoted.host;
+  setup_.store.connect_host = promoted.host;
+  setup_.master_port = promoted.port;
+  std::string proxy_note;
+  if (proxy_) {
+    proxy_.reset();
+    try {
+      proxy_ = std::make_unique<NodeStoreProxy>(promoted.host,
+                                                static_cast<std::uint16_t>(promoted.port));
+    } catch (const std::runtime_error& e) {
+      proxy_note = fmt::format(" (--store-proxy: {}; workers connect directly)", e.what());
+    }
+  }
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+  events_.emit("store_failover", {{"from", from},
+                                  {"to", fmt::format("{}:{}", promoted.host, promoted.port)},
+                                  {"epoch", promoted.epoch},
+                                  {"seconds", took}});
+  say(
+      fmt::format("the standby store at {}:{} took over (epoch {}, {:.2f} s after the loss was "
+                  "noticed){}",
+                  promoted.host, promoted.port, promoted.epoch, took, proxy_note));
+  if (rejoin && phase_ == Phase::Starting) {
+    session_->join(rejoin->attempt, next_round_,
+                   [this, attempt = rejoin->attempt](const JobRendezvous::JoinResult& r) {
+                     on_joined(attempt, r);
+                   });
+  } else if (resume_barrier && phase_ == Phase::Finishing) {
+    session_->exit_barrier([this](const JobRendezvous::BarrierResult& r) { on_barrier(r); });
+  }
+}
+
+}  // namespace ddp::launcher

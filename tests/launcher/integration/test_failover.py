@@ -1,0 +1,92 @@
+# SPDX-License-Identifier: MIT
+"""A standby store (--rdzv_endpoint PRIMARY,STANDBY, docs/scale.md): three real c10d agents at
+2:3 on 127.0.0.1; the first to bind the primary endpoint hosts the store, a `ddprun --store-only
+--follow` standby replicates it. SIGKILLing the primary's host (its agent, and with it the store)
+makes the survivors promote the standby, re-form without the lost node on it and finish with 0;
+the standby logs one promotion. Real processes, real sockets, the job's token on every store."""
+import os
+import signal
+import subprocess
+import time
+
+from harness import clean_env, main, stop, wait_until
+import test_elastic as el
+import test_multinode as mn
+
+TOKEN = "failover-test-token-3f9a"
+
+
+def test_losing_the_primarys_host_promotes_the_standby_and_the_job_finishes(tmp):
+    env = clean_env(DDPRUN_RDZV_TOKEN=TOKEN)
+    primary, standby_port = mn.free_port(), mn.free_port()
+    endpoint = f"127.0.0.1:{primary},127.0.0.1:{standby_port}"
+    nodes = []
+    standby = None
+    try:
+        for k in range(3):
+            args = ["--rdzv_backend", "c10d", "--rdzv_endpoint", endpoint, "--rdzv_id", "fo",
+                    "--nnodes", "2:3", "--nproc_per_node", 1, "--rdzv_conf", el.FAST, mn.WORKER,
+                    "sleep_once"]
+            nodes.append(mn.Node(tmp, f"agent{k}", args, env=env))
+        wait_until(lambda: all(n.started_workers() == 1 for n in nodes), 30, "workers on all 3 agents")
+        # The standby subscribes once the primary serves; its port line means it follows.
+        standby_err = open(os.path.join(tmp, "standby.err"), "w")
+        standby = subprocess.Popen(
+            [os.environ["DDPRUN"], "--store-only", "--master_port", str(standby_port), "--follow",
+             f"127.0.0.1:{primary}"], stdout=subprocess.PIPE, stderr=standby_err, text=True,
+            env=env, start_new_session=True)
+        assert int(standby.stdout.readline()) == standby_port
+        host = next(n for n in nodes if el.events(n, "store")[0]["role"] == "host")
+        survivors = [n for n in nodes if n is not host]
+        killed_at = el.kill_agent(host)
+        wait_until(lambda: all(n.started_workers() == 2 for n in survivors), 60, "re-formed workers")
+        back_at = time.monotonic()
+        assert mn.finish(survivors, timeout=60) == [0, 0], survivors
+    finally:
+        mn.finish(nodes)
+        if standby:
+            stop(standby)
+    with open(os.path.join(tmp, "standby.err")) as f:
+        standby_log = f.read()
+    assert standby_log.count("promoted to primary at epoch 2") == 1, standby_log
+    for node in survivors:
+        failover = el.events(node, "store_failover")
+        assert len(failover) == 1, node
+        assert failover[0]["to"] == f"127.0.0.1:{standby_port}" and failover[0]["epoch"] == 2, node
+        assert "the standby store at" in node.text()[1] and "took over (epoch 2" in node.text()[1], node
+        rescale = el.events(node, "rescale")
+        assert len(rescale) == 1 and rescale[0]["old_world_size"] == 3, node
+        assert rescale[0]["new_world_size"] == 2, node
+        second = [mn.fields(l) for l in mn.worker_lines(node) if mn.fields(l)["restart"] == "1"]
+        assert len(second) == 1 and second[0]["world"] == "2", node
+        assert second[0]["master"] == f"127.0.0.1:{standby_port}", node  # workers use the new store
+        assert second[0]["token_seen"] == "False", node
+        assert el.events(node, "summary")[-1]["exit_code"] == 0, node
+    print(f"  kill -> survivors' workers running on the standby: {back_at - killed_at:.2f} s "
+          f"(heartbeat_timeout 2 s, twice: the store, then its host)")
+
+
+def test_a_standby_that_is_not_there_ends_the_job_with_74(tmp):
+    # The standby was named but never started: the store's loss is still the end, said in one line.
+    primary, standby_port = mn.free_port(), mn.free_port()
+    endpoint = f"127.0.0.1:{primary},127.0.0.1:{standby_port}"
+    nodes = []
+    try:
+        for k in range(2):
+            args = ["--rdzv_backend", "c10d", "--rdzv_endpoint", endpoint, "--rdzv_id", "fo2",
+                    "--nnodes", "2:3", "--nproc_per_node", 1, "--rdzv_conf", el.FAST, mn.WORKER,
+                    "sleep_once"]
+            nodes.append(mn.Node(tmp, f"agent{k}", args))
+        wait_until(lambda: all(n.started_workers() == 1 for n in nodes), 30, "workers on both agents")
+        host = next(n for n in nodes if el.events(n, "store")[0]["role"] == "host")
+        other = next(n for n in nodes if n is not host)
+        el.kill_agent(host)
+        assert other.wait(60) == 74, other
+    finally:
+        mn.finish(nodes)
+    err = other.text()[1]
+    assert "did not take over" in err and f"127.0.0.1:{standby_port}" in err, other
+
+
+if __name__ == "__main__":
+    main(globals())
