@@ -8,9 +8,10 @@ prints one table row per (contender, N). See docs/scale.md.
 Contenders:
   ddprun  ddprun-store, every rank connected directly
   libuv   torch 2.x's TCPStore(use_libuv=True) in a python3 process, every rank connected directly
-  proxy   ddprun-store behind one ddprun-store-proxy process per 8 ranks (--proxy-bin; reported
-          'not run' without it). Root connections and requests are counted from the root's --trace
-          log. Each proxy is its own process: --proxy-max-n caps N (2 cores, 24 GiB here).
+  proxy   ddprun-store behind one store proxy per 8 ranks: one ddprun-store-proxy process each
+          (--proxy-bin; --proxy-max-n caps N: 2 cores, 24 GiB here), or with --proxy-farm many
+          proxies per proxy_farm process. Root connections and requests are counted from the
+          root's --trace log.
 A size the machine cannot hold (one process may open at most RLIMIT_NOFILE descriptors: the
 store holds one per rank) is reported 'not run' with the limit that stopped it.
 """
@@ -115,10 +116,27 @@ def run_with_proxies(args, n, shard_size):
     proxies = []
     try:
         root_port = int(root.stdout.readline())
-        for _ in range((n + 7) // 8):
-            proxies.append(subprocess.Popen([args.proxy_bin, "--upstream", f"127.0.0.1:{root_port}", "--port", "0"],
-                                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True))
-        ports = [int(p.stdout.readline()) for p in proxies]
+        count = (n + 7) // 8
+        if args.proxy_farm:
+            # Many proxies per process; each holds up to ~24 descriptors (listener, 8 workers,
+            # the main link and one wait link per distinct key list waited on at once).
+            per_farm = max(1, (shard_size - 64) // 24)
+            for begin in range(0, count, per_farm):
+                proxies.append(subprocess.Popen(
+                    [os.path.join(args.build, "bin", "proxy_farm"), "--upstream", f"127.0.0.1:{root_port}",
+                     "--count", str(min(per_farm, count - begin))],
+                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True))
+            ports = []
+            for p in proxies:
+                line = p.stdout.readline().strip()
+                if not line:
+                    raise RuntimeError("proxy_farm did not start")
+                ports += [int(x) for x in line.split(",")]
+        else:
+            for _ in range(count):
+                proxies.append(subprocess.Popen([args.proxy_bin, "--upstream", f"127.0.0.1:{root_port}", "--port", "0"],
+                                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True))
+            ports = [int(p.stdout.readline()) for p in proxies]
         cpu0 = cpu_seconds(root.pid)
         with open(trace_path) as f:
             before = sum(1 for line in f if "trace conn=" in line)
@@ -155,6 +173,9 @@ def main():
     ap.add_argument("--gloo-peers", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=120)
     ap.add_argument("--proxy-bin", default="", help="ddprun-store-proxy binary (contender 'proxy')")
+    ap.add_argument("--proxy-farm", action="store_true",
+                    help="run the proxies as bench/scale/proxy_farm processes (many per process: "
+                         "N up to the root's descriptor limit) instead of one --proxy-bin each")
     ap.add_argument("--proxy-max-n", type=int, default=4000,
                     help="largest N run with proxies (N/8 proxy processes)")
     ap.add_argument("--json", action="store_true", help="print one JSON object per row instead of the table")
@@ -167,9 +188,9 @@ def main():
     for n in [int(s) for s in args.sizes.split(",")]:
         for kind in args.contenders.split(","):
             row = {"contender": kind, "N": n, "agents": n // 8}
-            if kind == "proxy" and not args.proxy_bin:
+            if kind == "proxy" and not args.proxy_bin and not args.proxy_farm:
                 row["note"] = "not run: no --proxy-bin (the node-local proxy is not built in this tree)"
-            elif kind == "proxy" and n > args.proxy_max_n:
+            elif kind == "proxy" and n > args.proxy_max_n and not args.proxy_farm:
                 row["note"] = (f"not run: N over --proxy-max-n {args.proxy_max_n} ({n // 8} proxy processes "
                                f"on {os.cpu_count()} cores)")
             elif kind == "proxy":

@@ -1,0 +1,91 @@
+// proxy_farm: many node-local store proxies in one process, for run_bench.py's `proxy` contender
+// at tens of thousands of ranks (one ddprun-store-proxy process per 8 ranks does not fit 2 cores
+// and 24 GiB at 64k ranks: 8000 processes). Each proxy is the same StoreProxy an agent runs,
+// with its own listener and upstream links; they share one thread, as the proxies of that many
+// nodes would share nothing but the root. Prints the ports, comma-separated, as one stdout line;
+// serves until SIGINT/SIGTERM, then prints the summed counters on stderr as JSON.
+//
+//   proxy_farm --upstream HOST:PORT --count K [--host 127.0.0.1]
+
+#include <sys/resource.h>
+
+#include <csignal>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+
+#include "rendezvous/proxy/store_proxy.hpp"
+
+int main(int argc, char** argv) {
+  ::signal(SIGPIPE, SIG_IGN);
+  ddp::rdzv::proxy::StoreProxyOptions opts;
+  std::string upstream;
+  int count = 0;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string f = argv[i], v = argv[i + 1];
+    if (f == "--upstream")
+      upstream = v;
+    else if (f == "--count")
+      count = std::stoi(v);
+    else if (f == "--host")
+      opts.bind_address = v;
+    else {
+      std::cerr << "proxy_farm: unknown option " << f << '\n';
+      return 2;
+    }
+  }
+  const auto colon = upstream.rfind(':');
+  if (colon == std::string::npos || count < 1) {
+    std::cerr << "usage: proxy_farm --upstream HOST:PORT --count K [--host ADDR]\n";
+    return 2;
+  }
+  opts.upstream_host = upstream.substr(0, colon);
+  opts.upstream_port = static_cast<std::uint16_t>(std::stoi(upstream.substr(colon + 1)));
+  // The workers of 8 ranks and a wait link or two per proxy: the few idle links each may keep.
+  opts.max_idle_blocking_connections = 2;
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
+    lim.rlim_cur = lim.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &lim);
+  }
+  boost::asio::io_context io(1);
+  std::vector<std::unique_ptr<ddp::rdzv::proxy::StoreProxy>> proxies;
+  try {
+    std::string ports;
+    for (int k = 0; k < count; ++k) {
+      proxies.push_back(std::make_unique<ddp::rdzv::proxy::StoreProxy>(io, opts));
+      proxies.back()->start();
+      ports += (k ? "," : "") + std::to_string(proxies.back()->port());
+    }
+    std::cout << ports << std::endl;
+  } catch (const std::runtime_error& e) {
+    std::cerr << "proxy_farm: proxy " << proxies.size() << ": " << e.what() << '\n';
+    return 1;
+  }
+  boost::asio::signal_set signals(io, SIGINT, SIGTERM);
+  signals.async_wait([&](const boost::system::error_code& ec, int) {
+    if (ec) return;
+    ddp::rdzv::proxy::StoreProxyStats sum;
+    for (const auto& p : proxies) {
+      const auto s = p->stats();
+      sum.downstream_requests += s.downstream_requests;
+      sum.upstream_requests += s.upstream_requests;
+      sum.upstream_connections_opened += s.upstream_connections_opened;
+      sum.coalesced_requests += s.coalesced_requests;
+    }
+    std::cerr << fmt::format(
+        "{{\"downstream_requests\": {}, \"upstream_requests\": {}, "
+        "\"upstream_connections_opened\": {}, \"coalesced_requests\": {}}}\n",
+        sum.downstream_requests, sum.upstream_requests, sum.upstream_connections_opened,
+        sum.coalesced_requests);
+    for (auto& p : proxies) p->stop();
+    io.stop();
+  });
+  io.run();
+  return 0;
+}
