@@ -14,6 +14,7 @@
 //
 //   init_sim --ports P[,P...] --world N [--rank-begin 0 --rank-end N] [--ranks-per-agent 8]
 //            [--gloo-peers 2] [--source-ips 16] [--connect-window 1024] [--timeout 120] [--tag RUN]
+//            [--hosts A[,A...]]   (one IPv4 address per --ports entry; default 127.0.0.1)
 // Output: one JSON object: wall-clock start/end (CLOCK_REALTIME, so shards in several processes
 // can be combined), init seconds, requests and connections this process made.
 
@@ -43,6 +44,7 @@ namespace {
 
 struct Args {
   std::vector<std::uint16_t> ports;
+  std::vector<std::uint32_t> hosts;  // IPv4 per endpoint (host order); empty: all 127.0.0.1
   long world = 0;
   long rank_begin = 0;
   long rank_end = -1;
@@ -65,6 +67,17 @@ Args parse(int argc, char** argv) {
       while (pos <= v.size()) {
         const std::size_t comma = v.find(',', pos);
         a.ports.push_back(static_cast<std::uint16_t>(std::stoi(v.substr(pos, comma - pos))));
+        if (comma == std::string::npos) break;
+        pos = comma + 1;
+      }
+    } else if (f == "--hosts") {
+      std::size_t pos = 0;
+      while (pos <= v.size()) {
+        const std::size_t comma = v.find(',', pos);
+        in_addr addr{};
+        if (::inet_pton(AF_INET, v.substr(pos, comma - pos).c_str(), &addr) != 1)
+          throw std::runtime_error("bad address in --hosts");
+        a.hosts.push_back(ntohl(addr.s_addr));
         if (comma == std::string::npos) break;
         pos = comma + 1;
       }
@@ -91,6 +104,8 @@ Args parse(int argc, char** argv) {
   }
   if (a.ports.empty() || a.world <= 0)
     throw std::runtime_error("usage: init_sim --ports P[,P...] --world N ...");
+  if (!a.hosts.empty() && a.hosts.size() != a.ports.size())
+    throw std::runtime_error("--hosts needs one address per --ports entry");
   if (a.rank_end < 0) a.rank_end = a.world;
   if (a.rank_begin < 0 || a.rank_end > a.world || a.rank_begin >= a.rank_end)
     throw std::runtime_error("bad rank range");
@@ -208,9 +223,10 @@ class Sim {
     }
     sockaddr_in dst{};
     dst.sin_family = AF_INET;
-    dst.sin_port =
-        htons(a_.ports[static_cast<std::size_t>(r.rank / a_.ranks_per_agent) % a_.ports.size()]);
-    dst.sin_addr.s_addr = htonl(0x7F000001u);
+    const std::size_t endpoint =
+        static_cast<std::size_t>(r.rank / a_.ranks_per_agent) % a_.ports.size();
+    dst.sin_port = htons(a_.ports[endpoint]);
+    dst.sin_addr.s_addr = htonl(a_.hosts.empty() ? 0x7F000001u : a_.hosts[endpoint]);
     if (::connect(r.fd, reinterpret_cast<sockaddr*>(&dst), sizeof dst) != 0 &&
         errno != EINPROGRESS) {
       throw std::runtime_error(fmt::format("connect: {}", std::strerror(errno)));

@@ -84,7 +84,7 @@ def cpu_seconds(pid):
         return 0.0
 
 
-def run_sim(build, ports, world, shard_size, args, tag):
+def run_sim(build, ports, world, shard_size, args, tag, hosts=()):
     """Runs init_sim in ceil(world / shard_size) processes (each holds one descriptor per rank it
     plays) and combines their wall-clock spans."""
     procs = []
@@ -93,6 +93,8 @@ def run_sim(build, ports, world, shard_size, args, tag):
         cmd = [os.path.join(build, "bin", "init_sim"), "--ports", ",".join(map(str, ports)),
                "--world", str(world), "--rank-begin", str(begin), "--rank-end", str(end),
                "--gloo-peers", str(args.gloo_peers), "--timeout", str(args.timeout), "--tag", tag]
+        if hosts:
+            cmd += ["--hosts", ",".join(hosts)]
         procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True))
     results = []
     for p in procs:
@@ -117,30 +119,38 @@ def run_with_proxies(args, n, shard_size):
     try:
         root_port = int(root.stdout.readline())
         count = (n + 7) // 8
+        # The farms' own log lines (a proxy closing its workers says why): on stderr.
+        farm_log = None
         if args.proxy_farm:
             # Many proxies per process; each holds up to ~24 descriptors (listener, 8 workers,
             # the main link and one wait link per distinct key list waited on at once).
             per_farm = max(1, (shard_size - 64) // 24)
-            for begin in range(0, count, per_farm):
+            # Each farm listens on its own 127.0.2.x address, so that the proxies' listening
+            # ports do not come out of the ephemeral range their root links use on 127.0.0.1.
+            farm_hosts = []
+            for k, begin in enumerate(range(0, count, per_farm)):
+                farm_hosts.append(f"127.0.2.{k + 1}")
                 proxies.append(subprocess.Popen(
                     [os.path.join(args.build, "bin", "proxy_farm"), "--upstream", f"127.0.0.1:{root_port}",
-                     "--count", str(min(per_farm, count - begin))],
-                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True))
-            ports = []
-            for p in proxies:
+                     "--count", str(min(per_farm, count - begin)), "--host", farm_hosts[-1]],
+                    stdout=subprocess.PIPE, stderr=farm_log, text=True))
+            ports, hosts = [], []
+            for p, host in zip(proxies, farm_hosts):
                 line = p.stdout.readline().strip()
                 if not line:
                     raise RuntimeError("proxy_farm did not start")
                 ports += [int(x) for x in line.split(",")]
+                hosts += [host] * len(line.split(","))
         else:
             for _ in range(count):
                 proxies.append(subprocess.Popen([args.proxy_bin, "--upstream", f"127.0.0.1:{root_port}", "--port", "0"],
                                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True))
             ports = [int(p.stdout.readline()) for p in proxies]
+            hosts = []
         cpu0 = cpu_seconds(root.pid)
         with open(trace_path) as f:
             before = sum(1 for line in f if "trace conn=" in line)
-        r = run_sim(args.build, ports, n, shard_size, args, f"proxy{n}-{time.time_ns()}")
+        r = run_sim(args.build, ports, n, shard_size, args, f"proxy{n}-{time.time_ns()}", hosts)
         r["root_cpu_s"] = round(cpu_seconds(root.pid) - cpu0, 2)
         conns = set()
         requests = 0
