@@ -21,7 +21,8 @@
 namespace ddp::launcher {
 
 /// A stop broadcast carries the root cause: "<exit code>|<node rank>|<description>", or for a
-/// re-form "<exit code>|<node rank>|rescale=<survivor>,<survivor>...|<description>".
+/// re-form "<exit code>|<node rank>|rescale=<survivor>,<survivor>...|<description>", with
+/// "admit=<pending>,<pending>...|" before the description when it admits pending nodes.
 std::string encode_stop_reason(const StopReason& reason);
 StopReason decode_stop_reason(const std::string& encoded);
 
@@ -46,6 +47,7 @@ class NodeSession final : public JobRendezvous {
   void join(int round, const RoundPlan& plan, std::function<void(JoinResult)> done) override;
   /// Tells every node to stop (first reason wins). Fire and forget.
   void broadcast_stop(const StopReason& reason) override;
+  void answer_pending(const PendingAnswer& answer) override;
   /// Waits until every node of the round finished its workers, or a stop arrived.
   void exit_barrier(std::function<void(BarrierResult)> done) override;
   /// The store host waits (bounded by the heartbeat timeout) until every other node has left,
@@ -69,6 +71,9 @@ class NodeSession final : public JobRendezvous {
   rdzv::NodeRendezvousOptions round_;
   std::atomic<bool> busy_{false};
   std::atomic<bool> cancel_{false};
+  // Counts joins (on the loop): a pending list that the previous round's monitor posted after
+  // the next join began is stale (it may name nodes just invited) and is dropped.
+  int generation_ = 0;
   std::thread thread_;
 };
 
