@@ -69,7 +69,8 @@ struct AdmissionPolicy {
   std::string leader_name;
   std::string run_id;
   std::chrono::milliseconds last_call_timeout{std::chrono::seconds(30)};
-  std::vector<std::string> excluded_hosts;  // joins from these names are refused (--exclude-hosts)
+  std::vector<std::string>
+      excluded_hosts{};  // joins from these names are refused (--exclude-hosts)
 };
 
 // The refusal of a join from an excluded host (--exclude-hosts), or nullopt when `name` is not.

@@ -33,7 +33,7 @@ struct StopReason {
   std::vector<int> survivors;  // non-empty: a re-form, not a failure
   // A re-form that admits pending nodes (arrivals, spares): their pending numbers, in the order
   // they take the node ranks after the survivors'. Only the winning re-form's invitations count.
-  std::vector<std::int64_t> admitted;
+  std::vector<std::int64_t> admitted{};
 };
 
 /// What the running nodes tell a pending node besides an invitation into a re-form (which

@@ -25,9 +25,9 @@ struct ElasticPolicy {
   int max_nodes = 1;           // MAX: no admission beyond it (arrivals wait as spares)
   bool takes_pending = false;  // c10d: pending nodes may be admitted and replace lost ones
   bool admit_at_once = true;   // false (admit=restart): arrivals wait for a restart or re-form
-  std::vector<std::string> excluded_hosts;  // --exclude-hosts: pending nodes from these refused
-  rdzv::AgreedSettings settings;            // this node's; a pending node's must be the same
-  std::string node_name;                    // this node's, for the mismatch message
+  std::vector<std::string> excluded_hosts{};  // --exclude-hosts: pending nodes from these refused
+  rdzv::AgreedSettings settings{};            // this node's; a pending node's must be the same
+  std::string node_name{};                    // this node's, for the mismatch message
 };
 
 /// What to do about the nodes of the current round that are lost.

@@ -177,8 +177,12 @@ def test_three_at_2_3_lose_one_and_a_new_agent_grows_the_job_back_to_3(tmp):
         kill_agent(order[1])
         survivors = [order[0], order[2]]
         wait_until(lambda: all(n.started_workers() == 2 for n in survivors), 30, "re-formed workers")
+        arrived_at = time.monotonic()
         newcomer = agents(tmp, store.port, 1, "2:3", mode="sleep_until:2", first=3)[0]
         everyone = survivors + [newcomer]
+        wait_until(lambda: all(n.started_workers() == 3 for n in survivors) and newcomer.started_workers() == 1,
+                   30, "the grown job's workers")
+        grown_at = time.monotonic()
         assert mn.finish(everyone) == [0, 0, 0], everyone
     finally:
         mn.finish(nodes + ([newcomer] if newcomer else []))
@@ -194,6 +198,8 @@ def test_three_at_2_3_lose_one_and_a_new_agent_grows_the_job_back_to_3(tmp):
         assert rescale[1]["old_world_size"] == 2 and rescale[1]["new_world_size"] == 3, node
         assert len(events(node, "summary")[-1]["membership_changes"]) == 2, node
     assert "admitting 1 pending node" in survivors[0].text()[1], survivors[0]
+    print(f"  new agent started -> 3 nodes' workers running: {grown_at - arrived_at:.2f} s "
+          f"(heartbeat_interval 0.3 s; re-form after the decision {events(survivors[0], 'rescale')[1]['seconds']:.2f} s)")
 
 
 def test_2_2_with_a_spare_loses_one_and_stays_at_2(tmp):
@@ -206,8 +212,11 @@ def test_2_2_with_a_spare_loses_one_and_stays_at_2(tmp):
         wait_until(lambda: events(spare, "spare"), 30, "the third agent waiting as a spare")
         assert spare.started_workers() == 0, spare
         order = sorted(nodes, key=lambda n: group_rank(n, 0))
-        kill_agent(order[1])
+        killed_at = kill_agent(order[1])
         everyone = [order[0], spare]
+        wait_until(lambda: order[0].started_workers() == 2 and spare.started_workers() == 1, 30,
+                   "the survivor's and the spare's workers")
+        back_at = time.monotonic()
         assert mn.finish(everyone) == [0, 0], everyone
     finally:
         mn.finish(nodes + ([spare] if spare else []))
@@ -220,6 +229,7 @@ def test_2_2_with_a_spare_loses_one_and_stays_at_2(tmp):
     assert len(rescale) == 1 and rescale[0]["change"] == "spare", order[0]
     assert rescale[0]["old_world_size"] == 2 and rescale[0]["new_world_size"] == 2, order[0]
     assert "and spare" in order[0].text()[1], order[0]
+    print(f"  kill -> survivor's and spare's workers running: {back_at - killed_at:.2f} s (heartbeat_timeout 2 s)")
 
 
 def test_exclude_hosts_refuses_a_late_join_from_an_excluded_host(tmp):
