@@ -289,6 +289,33 @@ def test_static_job_with_spares_1_replaces_a_lost_node(tmp):
     assert [e["change"] for e in events(nodes[0], "rescale")] == ["spare"], nodes[0]
 
 
+def test_admit_restart_lets_a_pending_agent_in_at_the_next_restart(tmp):
+    store = Store()
+    flag = os.path.join(tmp, "fail")
+    conf = FAST + ",admit=restart"
+    mode = f"fail_when:{flag}"
+    nodes = agents(tmp, store.port, 2, "1:3", conf=conf, mode=mode, extra=["--max_restarts", 1])
+    late = None
+    try:
+        wait_until(lambda: all(n.started_workers() == 1 for n in nodes), 30, "workers on both agents")
+        late = agents(tmp, store.port, 1, "1:3", conf=conf, mode=mode, first=2, extra=["--max_restarts", 1])[0]
+        wait_until(lambda: events(late, "pending"), 30, "the third agent pending")
+        time.sleep(1)  # several monitor ticks: admit=restart must not re-form for it
+        assert all(n.started_workers() == 1 for n in nodes) and late.started_workers() == 0, nodes + [late]
+        open(flag, "w").close()  # rank 0 fails: the restart's round takes the pending agent
+        everyone = nodes + [late]
+        assert mn.finish(everyone) == [0, 0, 0], everyone
+    finally:
+        open(flag, "w").close()
+        mn.finish(nodes + ([late] if late else []))
+        store.close()
+    for node in everyone:
+        last = worker_fields(node, 1)
+        assert len(last) == 1 and last[0]["world"] == "3", node
+    assert all(len(events(n, "restart")) == 1 for n in nodes), nodes
+    assert all([e["change"] for e in events(n, "rescale")] == ["admit"] for n in nodes), nodes
+
+
 if __name__ == "__main__":
     main(globals())
 
