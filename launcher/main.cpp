@@ -124,7 +124,9 @@ int run_main(int argc, char** argv) {
   if (auto endpoint = apply_rdzv_endpoint(config); !endpoint) return fail(endpoint.error());
   std::optional<MultiNodeSettings> multinode;
   if (needs_rendezvous(config)) {
-    auto settings = multinode_settings(config, env_value("DDPRUN_RDZV_TOKEN"), host_name());
+    // The node's name in the rendezvous (messages, --exclude-hosts): --local_addr when given.
+    auto settings = multinode_settings(config, env_value("DDPRUN_RDZV_TOKEN"),
+                                       config.local_addr.empty() ? host_name() : config.local_addr);
     if (!settings) return fail(settings.error());
     multinode = *settings;
   }

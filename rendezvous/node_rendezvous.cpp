@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <cstdio>
+
 #include <fmt/format.h>
 
 #include "rendezvous/log.hpp"
@@ -30,6 +32,13 @@ using namespace std::chrono_literals;
 //   .../all_left                             "1", set by the last node to leave
 //   .../workers_cleared                      "<n>", set by node 0 once the previous attempt's
 //                                            workers' keys (n of them) are gone
+//   ddprun/<run_id>/counts/<round>           "<restarts>|<rescales>" the job had used before
+//                                            <round> (set by its nodes that were there before)
+//   ddprun/<run_id>/pending/next             ADD counter handing out pending numbers
+//   ddprun/<run_id>/pending/<p>              JSON JoinRequest of a node that arrived late
+//   .../pending/<p>/hb                       its heartbeat counter while it waits
+//   .../pending/<p>/invite                   "<round>|<nodes>|<node_rank>" or "refused: <why>"
+//   .../pending/<p>/spare                    "1": the job is full, it waits as a spare
 std::string key_prefix(const NodeRendezvousOptions& o) {
   return fmt::format("ddprun/{}/{}/", o.run_id, o.round);
 }
@@ -41,6 +50,20 @@ std::string host_name() {
 }
 
 constexpr auto kPollSlice = 100ms;
+// How many of the latest pending numbers a monitor looks at (late arrivals are few; a counter
+// that someone pushed far must not make the heartbeat loop long).
+constexpr std::int64_t kMaxPending = 64;
+
+std::string pending_prefix(const std::string& run_id) {
+  return fmt::format("ddprun/{}/pending/", run_id);
+}
+
+// The round this node tried to join closed without it; an elastic job's node then waits as a
+// pending node (join_rendezvous).
+class ClosedBeforeAdmitted : public RendezvousError {
+ public:
+  using RendezvousError::RendezvousError;
+};
 
 bool wait_for(StoreClient& client, const std::string& key, std::chrono::milliseconds budget) {
   try {
@@ -72,7 +95,8 @@ Assignment lead(StoreClient& client, const std::string& prefix, const NodeRendez
                 const std::string& leader_name, std::int64_t own_seq,
                 RdzvClock::time_point deadline) {
   Admission admission(AdmissionPolicy{o.min_nodes, o.max_nodes, o.node_rank >= 0, o.must_agree,
-                                      leader_name, o.run_id, o.last_call_timeout});
+                                      leader_name, o.run_id, o.last_call_timeout,
+                                      o.excluded_hosts});
   std::int64_t next = 1;
   while (!admission.complete(RdzvClock::now())) {
     const auto now = RdzvClock::now();
@@ -145,15 +169,102 @@ StoreClientOptions with_token(StoreClientOptions store, const std::string& token
 
 namespace {
 RendezvousResult join_once(const StoreClientOptions& store, const NodeRendezvousOptions& options);
+
+struct Invitation {
+  int round = 0;
+  int nodes = 0;
+  int node_rank = -1;
+};
+
+// Waits, heartbeating, until the running nodes invite this node into a round or refuse it.
+Invitation wait_as_pending(const StoreClientOptions& store, const NodeRendezvousOptions& o,
+                           RdzvClock::time_point deadline) {
+  StoreClient client(with_token(store, o.token));
+  const std::string base = pending_prefix(o.run_id);
+  JoinRequest join;
+  join.seq = client.add(base + "next", 1);
+  join.name = o.node_name;
+  join.local_world_size = o.local_world_size;
+  join.settings = o.must_agree;
+  const std::string own = base + std::to_string(join.seq);
+  client.add(own + "/hb", 1);
+  client.set(own, encode_join(join));  // after the heartbeat: the monitors judge it live at once
+  if (o.on_waiting) o.on_waiting("pending");
+  bool told_spare = false;
+  const std::string invite_key = own + "/invite";
+  for (;;) {
+    if (wait_for(client, invite_key, std::max(o.pending_heartbeat, 10ms))) break;
+    client.add(own + "/hb", 1);
+    if (!told_spare && client.check({own + "/spare"})) {
+      told_spare = true;
+      if (o.on_waiting) o.on_waiting("spare");
+    }
+    if (RdzvClock::now() >= deadline) {
+      throw RendezvousError(fmt::format(
+          "rendezvous '{}': waited {} s as a pending node ({}) and the running nodes never "
+          "admitted it (the job is full and lost no node, or its nodes do not admit late arrivals)",
+          o.run_id, std::chrono::duration_cast<std::chrono::seconds>(o.join_timeout).count(),
+          describe_node(join)));
+    }
+  }
+  const std::string value = client.get(invite_key);
+  if (value.rfind("refused: ", 0) == 0) {
+    throw RendezvousError(fmt::format("rendezvous '{}' refused {}: {}", o.run_id,
+                                      describe_node(join), value.substr(9)));
+  }
+  Invitation invitation;
+  if (std::sscanf(value.c_str(), "%d|%d|%d", &invitation.round, &invitation.nodes,
+                  &invitation.node_rank) != 3 ||
+      invitation.round < 0 || invitation.nodes < 0 ||
+      (invitation.nodes > 0 &&
+       (invitation.node_rank < 0 || invitation.node_rank >= invitation.nodes))) {
+    throw RendezvousError(fmt::format("rendezvous '{}': malformed invitation '{}' for {}", o.run_id,
+                                      value, describe_node(join)));
+  }
+  return invitation;
+}
 }  // namespace
 
 RendezvousResult join_rendezvous(const StoreClientOptions& store,
                                  const NodeRendezvousOptions& options) {
+  const auto deadline = RdzvClock::now() + options.join_timeout;
   try {
-    return join_once(store, options);
+    try {
+      return join_once(store, options);
+    } catch (const ClosedBeforeAdmitted&) {
+      // The job runs without this node: wait to be admitted into a later round.
+      NodeRendezvousOptions invited = options;
+      if (invited.node_name.empty()) invited.node_name = host_name();
+      const Invitation invitation = wait_as_pending(store, invited, deadline);
+      invited.round = invitation.round;
+      if (invitation.nodes > 0) {  // a re-form: exactly these nodes, this one at node_rank
+        invited.min_nodes = invited.max_nodes = invitation.nodes;
+        invited.node_rank = invitation.node_rank;
+      }  // else a restart's round, met as configured
+      invited.may_wait_pending = false;
+      invited.join_timeout = std::max<std::chrono::milliseconds>(
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - RdzvClock::now()),
+          options.last_call_timeout);
+      return join_once(store, invited);
+    }
   } catch (const StoreAuthError& e) {
     throw RendezvousError(fmt::format("rendezvous '{}': {}", options.run_id, e.what()));
   }
+}
+
+void invite_pending(StoreClient& client, const std::string& run_id, std::int64_t seq, int round,
+                    int nodes, int node_rank) {
+  client.set(pending_prefix(run_id) + std::to_string(seq) + "/invite",
+             fmt::format("{}|{}|{}", round, nodes, node_rank));
+}
+
+void refuse_pending(StoreClient& client, const std::string& run_id, std::int64_t seq,
+                    const std::string& reason) {
+  client.set(pending_prefix(run_id) + std::to_string(seq) + "/invite", "refused: " + reason);
+}
+
+void mark_spare(StoreClient& client, const std::string& run_id, std::int64_t seq) {
+  client.set(pending_prefix(run_id) + std::to_string(seq) + "/spare", "1");
 }
 
 namespace {
@@ -178,6 +289,9 @@ RendezvousResult join_once(const StoreClientOptions& store, const NodeRendezvous
                     std::chrono::duration_cast<std::chrono::seconds>(o.leader_timeout).count()));
   }
   if (o.node_rank == 0) client.set(leader_key, o.node_name);
+  const std::string counts_key = fmt::format("ddprun/{}/counts/{}", o.run_id, o.round);
+  if (o.restarts_used >= 0 && o.rescales_used >= 0)
+    client.set(counts_key, fmt::format("{}|{}", o.restarts_used, o.rescales_used));
 
   JoinRequest join;
   join.seq = client.add(prefix + "arrivals", 1);
@@ -206,6 +320,10 @@ RendezvousResult join_once(const StoreClientOptions& store, const NodeRendezvous
     if (client.check({prefix + "closed"}) && !client.check({verdict_key})) {
       std::string why = client.check({prefix + "status"}) ? client.get(prefix + "status") : "";
       acknowledge();
+      if (o.may_wait_pending && client.check({prefix + "assignment"})) {
+        throw ClosedBeforeAdmitted(
+            fmt::format("rendezvous '{}' round {} closed", o.run_id, o.round));
+      }
       throw RendezvousError(fmt::format("rendezvous '{}' closed without admitting {}{}{}", o.run_id,
                                         describe_node(join), why.empty() ? "" : ": ", why));
     }
@@ -226,6 +344,14 @@ RendezvousResult join_once(const StoreClientOptions& store, const NodeRendezvous
   if (!assignment) throw RendezvousError("rendezvous assignment record is malformed");
 
   RendezvousResult result;
+  result.round = o.round;
+  // Every node that was there before published before it joined; the round could not form
+  // without them, so the record is there now if anyone had one.
+  if (client.check({counts_key})) {
+    const std::string counts = client.get(counts_key);
+    if (std::sscanf(counts.c_str(), "%d|%d", &result.restarts_used, &result.rescales_used) != 2)
+      result.restarts_used = result.rescales_used = -1;
+  }
   result.assignment = *assignment;
   result.num_nodes = static_cast<int>(assignment->nodes.size());
   result.world_size = assignment->world_size;
@@ -290,6 +416,18 @@ void NodeMonitor::run() {
   bool stop_reported = false;
   bool store_lost_reported = false;
   auto store_answered = RdzvClock::now();
+  // Pending nodes: each one's last heartbeat value and when it changed; resolved ones (invited,
+  // refused) are never looked at again.
+  const std::string pending = pending_prefix(round_.run_id);
+  struct Pending {
+    std::optional<JoinRequest> join;
+    std::string beat;
+    RdzvClock::time_point changed;
+    bool moved = false;  // seen to change at least once: a record left by a dead node never does
+    bool resolved = false;
+  };
+  std::map<std::int64_t, Pending> pendings;
+  std::vector<std::int64_t> reported_pending;  // the live list last reported
   for (;;) {
     {
       std::lock_guard lock(mutex_);
@@ -308,6 +446,44 @@ void NodeMonitor::run() {
                    now - it->second.changed > options_.heartbeat_timeout) {
           it->second.reported = true;
           if (callbacks_.on_node_lost) callbacks_.on_node_lost(node);
+        }
+      }
+      if (callbacks_.on_pending) {
+        const std::int64_t arrived = client_.add(pending + "next", 0);
+        std::vector<JoinRequest> live;
+        // The latest kMaxPending numbers only: a bounded scan, whatever the counter says.
+        for (std::int64_t p = std::max<std::int64_t>(1, arrived - kMaxPending + 1); p <= arrived;
+             ++p) {
+          auto& entry = pendings[p];
+          if (entry.resolved) continue;
+          const std::string own = pending + std::to_string(p);
+          if (client_.check({own + "/invite"})) {
+            entry.resolved = true;
+            continue;
+          }
+          if (!entry.join) {
+            if (!client_.check({own})) continue;  // its record is on the way
+            entry.join = decode_join(client_.get(own));
+            if (!entry.join) {
+              entry.resolved = true;
+              continue;
+            }
+            entry.join->seq = p;
+          }
+          const std::string beat = std::to_string(client_.add(own + "/hb", 0));
+          if (entry.beat != beat) {
+            entry.moved = !entry.beat.empty();
+            entry.beat = beat;
+            entry.changed = now;
+          }
+          if (entry.moved && now - entry.changed <= options_.heartbeat_timeout)
+            live.push_back(*entry.join);
+        }
+        std::vector<std::int64_t> seqs;
+        for (const auto& j : live) seqs.push_back(j.seq);
+        if (seqs != reported_pending) {
+          reported_pending = seqs;
+          callbacks_.on_pending(live);
         }
       }
       if (!stop_reported && client_.check({prefix_ + "stop"})) {

@@ -15,6 +15,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <vector>
 
 #include "rendezvous/rank_assignment.hpp"
 #include "rendezvous/store_client.hpp"
@@ -39,15 +40,34 @@ struct NodeRendezvousOptions {
   // the store) has not announced itself there within this long: the store it reached belongs
   // to another job (two jobs derived one port). Zero: no such check.
   std::chrono::milliseconds leader_timeout{0};
+  // Elastic jobs (c10d, or static with spares): a join that finds its round formed without it
+  // waits as a *pending* node until the running nodes invite it into a round (or refuse it),
+  // instead of failing. It heartbeats every `pending_heartbeat` meanwhile so that they admit only
+  // live nodes.
+  bool may_wait_pending = false;
+  std::chrono::milliseconds pending_heartbeat{std::chrono::milliseconds(500)};
+  // Called on the joining thread when this node starts waiting as "pending" and when the running
+  // nodes tell it that it is a "spare" (the job is full; it replaces the next lost node).
+  std::function<void(const std::string& role)> on_waiting;
+  // Joins from these node names are refused (--exclude-hosts); checked by the round's leader.
+  std::vector<std::string> excluded_hosts;
+  // The job's budgets used before this round (--max_restarts, --max-rescales), published for the
+  // round by every node that took part in the job before (-1: this node knows nothing), so that
+  // a node that joins later counts from the job's figures, not from zero.
+  int restarts_used = -1;
+  int rescales_used = -1;
 };
 
 struct RendezvousResult {
+  int round = 0;  // the round joined: the one asked for, or the one a pending node was invited to
   int node_rank = 0;
   int num_nodes = 0;
   int world_size = 0;
   int base_rank = 0;  // RANK of this node's LOCAL_RANK 0
   int local_world_size = 0;
-  Assignment assignment;  // every node, in node-rank order
+  Assignment assignment;   // every node, in node-rank order
+  int restarts_used = -1;  // the job's budgets as published for this round (-1: none were)
+  int rescales_used = -1;
 };
 
 // Join failed: timed out (the message says who arrived and who did not) or was refused.
@@ -78,6 +98,10 @@ class NodeMonitor {
     std::function<void(const std::string& reason)> on_stop;
     // The store stopped answering for longer than heartbeat_timeout (its host is gone).
     std::function<void(const std::string& error)> on_store_lost;
+    // The pending nodes (JoinRequest::seq = pending number) that are alive (their heartbeat
+    // moved within heartbeat_timeout) and not yet invited or refused, in arrival order; called
+    // whenever that list changes.
+    std::function<void(const std::vector<JoinRequest>& pending)> on_pending;
   };
 
   NodeMonitor(const StoreClientOptions& store, const NodeRendezvousOptions& rendezvous,
@@ -105,6 +129,16 @@ class NodeMonitor {
   bool stopping_ = false;
   std::thread thread_;
 };
+
+// Pending nodes (see NodeRendezvousOptions::may_wait_pending). Keys under ddprun/<run_id>/pending/.
+// Invites pending node `seq` into round `round`: exactly `nodes` nodes, it at `node_rank`.
+void invite_pending(StoreClient& client, const std::string& run_id, std::int64_t seq, int round,
+                    int nodes, int node_rank);
+// Tells pending node `seq` that it will not be admitted (it ends with a RendezvousError).
+void refuse_pending(StoreClient& client, const std::string& run_id, std::int64_t seq,
+                    const std::string& reason);
+// Tells pending node `seq` that it waits as a spare (the job is full).
+void mark_spare(StoreClient& client, const std::string& run_id, std::int64_t seq);
 
 // The end of a round, after a successful join. Every call blocks on store WAITs of at most
 // `slice` and asks `keep_waiting()` between them (the caller's cancel flag); a store that stops

@@ -112,7 +112,17 @@ std::optional<std::string> settings_mismatch(const AgreedSettings& leader,
   return std::nullopt;
 }
 
+std::optional<std::string> exclusion(const std::vector<std::string>& excluded_hosts,
+                                     std::string_view name) {
+  for (const auto& host : excluded_hosts) {
+    if (host == name)
+      return fmt::format("host '{}' is excluded from this job (--exclude-hosts)", name);
+  }
+  return std::nullopt;
+}
+
 Admission::Decision Admission::offer(const JoinRequest& join, RdzvClock::time_point now) {
+  if (auto excluded = exclusion(policy_.excluded_hosts, join.name)) return {false, *excluded};
   if (auto mismatch = settings_mismatch(policy_.settings, policy_.leader_name, join.settings,
                                         describe_node(join))) {
     return {false, *mismatch, true};

@@ -69,7 +69,13 @@ struct AdmissionPolicy {
   std::string leader_name;
   std::string run_id;
   std::chrono::milliseconds last_call_timeout{std::chrono::seconds(30)};
+  std::vector<std::string>
+      excluded_hosts{};  // joins from these names are refused (--exclude-hosts)
 };
+
+// The refusal of a join from an excluded host (--exclude-hosts), or nullopt when `name` is not.
+std::optional<std::string> exclusion(const std::vector<std::string>& excluded_hosts,
+                                     std::string_view name);
 
 // The leader's decision procedure, fed one join at a time.
 class Admission {

@@ -152,6 +152,8 @@ constexpr OptionSpec kOptions[] = {
     {"--node-failure-limit,--node_failure_limit", "K", nullptr, &RawOptions::node_failure_limit,
      nullptr, nullptr,
      "c10d MIN:MAX: quarantine a node whose workers fail K attempts in a row (default 0: off)"},
+    {"--exclude-hosts,--exclude_hosts", "H1,H2", nullptr, &RawOptions::exclude_hosts, nullptr,
+     nullptr, "Multi-node: refuse joins from these nodes (host names, or their --local_addr)"},
     // Health (docs/health.md). ddprun's own flags: no PET_ variable (torchrun's
     // TORCHELASTIC_ENABLE_FILE_TIMER and TORCHELASTIC_HEALTH_CHECK_PORT are read in
     // health_options).

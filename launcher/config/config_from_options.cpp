@@ -194,6 +194,13 @@ Result<ConfiguredLaunch> config_from_options(const RawOptions& raw, const HostFa
     if (!n) return n.error();
     c.rdzv_conf[key] = std::to_string(*n);
   }
+  for (size_t at = 0; at < raw.exclude_hosts.size();) {
+    const size_t comma = std::min(raw.exclude_hosts.find(',', at), raw.exclude_hosts.size());
+    std::string host = raw.exclude_hosts.substr(at, comma - at);
+    if (host.empty()) return usage("--exclude-hosts: an empty host name (expected H1,H2,...)");
+    c.exclude_hosts.push_back(std::move(host));
+    at = comma + 1;
+  }
   c.run_id = nodes.rdzv_id ? nodes.rdzv_id->value : "none";
   c.rdzv_endpoint = raw.rdzv_endpoint;
   c.local_addr = raw.local_addr;

@@ -43,6 +43,7 @@ struct LaunchConfig {
   std::map<std::string, std::string> rdzv_conf;
   bool standalone = false;
   std::string local_addr;
+  std::vector<std::string> exclude_hosts;  // --exclude-hosts: joins from these are refused
 
   int max_restarts = 0;
   double monitor_interval_s = 0.1;  // accepted for compatibility; unused

@@ -28,6 +28,7 @@ struct RawOptions {
   std::string max_restarts = "0";
   std::string max_rescales;        // empty: --rdzv_conf max_rescales, else 100
   std::string node_failure_limit;  // empty: --rdzv_conf node_failure_limit, else 0 (off)
+  std::string exclude_hosts;       // --exclude-hosts h1,h2
   std::string monitor_interval = "0.1";
   std::string start_method = "spawn";
   std::string event_log_handler = "null";  // torchrun's Python plugin name; only null/default

@@ -10,10 +10,21 @@
 namespace ddp::launcher {
 
 inline const std::set<std::string>& known_rdzv_conf_keys() {
-  static const std::set<std::string> keys{
-      "join_timeout",       "last_call_timeout", "close_timeout",     "read_timeout", "token",
-      "heartbeat_interval", "heartbeat_timeout", "timeout",           "is_host",      "store_bind",
-      "refused_timeout",    "max_rescales",      "node_failure_limit"};
+  static const std::set<std::string> keys{"join_timeout",
+                                          "last_call_timeout",
+                                          "close_timeout",
+                                          "read_timeout",
+                                          "token",
+                                          "heartbeat_interval",
+                                          "heartbeat_timeout",
+                                          "timeout",
+                                          "is_host",
+                                          "store_bind",
+                                          "refused_timeout",
+                                          "max_rescales",
+                                          "node_failure_limit",
+                                          "admit",
+                                          "spares"};
   return keys;
 }
 

@@ -31,6 +31,23 @@ struct StopReason {
   int node_rank = -1;          // the node that broadcast it (-1: not known, e.g. an older agent)
   std::string text;            // "node 1 (host-b): rank 3 (pid 42) failed with exit code 1"
   std::vector<int> survivors;  // non-empty: a re-form, not a failure
+  // A re-form that admits pending nodes (arrivals, spares): their pending numbers, in the order
+  // they take the node ranks after the survivors'. Only the winning re-form's invitations count.
+  std::vector<std::int64_t> admitted{};
+};
+
+/// What the running nodes tell a pending node besides an invitation into a re-form (which
+/// travels with broadcast_stop).
+struct PendingAnswer {
+  enum class Kind {
+    Spare,    // the job is full: it waits as a spare (it replaces the next lost node)
+    Refused,  // it will not be admitted (`reason`): it ends
+    Restart,  // it joins round `round` as configured, with the nodes of a restart
+  };
+  Kind kind = Kind::Spare;
+  std::int64_t seq = 0;
+  std::string reason;
+  int round = 0;
 };
 
 /// How to join the next round. Default: as configured (--nnodes, --node_rank or on arrival).
@@ -41,6 +58,10 @@ struct RoundPlan {
   int nodes = 0;  // 0: as configured
   int node_rank = -1;
   std::chrono::milliseconds join_timeout{0};  // 0: as configured
+  // The job's budgets used so far, kept in the store for nodes that join later (a newcomer or a
+  // fast rejoin counts from these, not from zero). Published only by a node that joined before.
+  int restarts_used = 0;
+  int rescales_used = 0;
 };
 
 /// A node, or the store itself, stopped answering.
@@ -65,6 +86,11 @@ class JobRendezvous {
   struct Events {
     std::function<void(const StopReason&)> on_stop;
     std::function<void(const NodeLoss&)> on_lost;
+    /// The live pending nodes not yet answered changed (see rdzv::NodeMonitor).
+    std::function<void(const std::vector<rdzv::JoinRequest>&)> on_pending;
+    /// This node arrived after its round closed and waits as "pending", or was told it is a
+    /// "spare" (during a join).
+    std::function<void(const std::string& role)> on_waiting;
   };
   using JoinResult = std::variant<rdzv::RendezvousResult, std::string /* error */>;
   /// How the exit barrier ended. A cancelled barrier (cancel_waits) reports AllNodesDone: the
@@ -83,7 +109,10 @@ class JobRendezvous {
   /// (Events::on_lost, no node rank) before its error.
   virtual void join(int round, const RoundPlan& plan, std::function<void(JoinResult)> done) = 0;
   /// Tells every node to stop (first reason wins). Fire and forget.
+  /// A re-form's winning broadcast also invites its `admitted` pending nodes.
   virtual void broadcast_stop(const StopReason& reason) = 0;
+  /// Answers a pending node. Fire and forget.
+  virtual void answer_pending(const PendingAnswer& answer) = 0;
   /// Waits until every node of the round finished its workers, a stop arrived, or the store
   /// went away. Called again in the same round after fail_over, it resumes the wait on the
   /// standby without counting this node twice.

@@ -128,7 +128,7 @@ Result<MultiNodeSettings> multinode_settings(const LaunchConfig& c,
           "--rdzv_conf: unknown key '{}' (known: join_timeout, "
           "last_call_timeout, close_timeout, read_timeout, token, "
           "heartbeat_interval, heartbeat_timeout, store_bind, refused_timeout, max_rescales, "
-          "node_failure_limit)",
+          "node_failure_limit, admit, spares)",
           key));
     }
     if (key == "token") {
@@ -141,6 +141,18 @@ Result<MultiNodeSettings> multinode_settings(const LaunchConfig& c,
       auto n = parse_integer("--rdzv_conf max_rescales", value, 0, 1'000'000);
       if (!n) return n.error();
       s.max_rescales = static_cast<int>(*n);
+      continue;
+    }
+    if (key == "admit") {
+      if (value != "now" && value != "restart")
+        return usage(fmt::format("--rdzv_conf admit: '{}' is not one of now, restart", value));
+      s.admit_at_once = value == "now";
+      continue;
+    }
+    if (key == "spares") {
+      auto n = parse_integer("--rdzv_conf spares", value, 0, 1);
+      if (!n) return n.error();
+      s.spares = *n == 1;
       continue;
     }
     if (key == "node_failure_limit") {
@@ -169,6 +181,10 @@ Result<MultiNodeSettings> multinode_settings(const LaunchConfig& c,
   }
   if (!s.dynamic && (c.node_rank < 0 || c.node_rank >= s.max_nodes)) {
     return usage(fmt::format("--node_rank {} is not in 0..{}", c.node_rank, s.max_nodes - 1));
+  }
+  s.excluded_hosts = c.exclude_hosts;
+  if (auto excluded = rdzv::exclusion(s.excluded_hosts, s.node_name)) {
+    return Error{multinode_exit_codes::kRendezvous, *excluded};
   }
   s.must_agree = settings_that_must_agree(c, s);
   return s;

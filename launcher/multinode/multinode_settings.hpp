@@ -6,6 +6,7 @@
 #include <chrono>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "launcher/common/result.hpp"
 #include "launcher/config/launch_config.hpp"
@@ -65,6 +66,15 @@ struct MultiNodeSettings {
   /// c10d MIN:MAX: a node whose workers failed this many attempts in a row leaves the job (it is
   /// quarantined) and the others re-form without it. 0: off. --rdzv_conf node_failure_limit.
   int node_failure_limit = 0;
+  /// --exclude-hosts: joins from these node names are refused (the node name is --local_addr
+  /// when given, else the host name). Per node, not checked at join.
+  std::vector<std::string> excluded_hosts;
+  /// c10d: when a pending node is admitted. true (default): at once, by a re-form of the running
+  /// nodes; false (--rdzv_conf admit=restart): at the job's next restart or re-form.
+  bool admit_at_once = true;
+  /// Static jobs (--rdzv_conf spares=1): a node that arrives after the job formed waits as a spare
+  /// and replaces a lost node (c10d jobs always take spares).
+  bool spares = false;
 };
 
 /// The settings of `config` and `settings` that every node must share, by their flag names.

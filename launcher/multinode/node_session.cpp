@@ -13,6 +13,10 @@
 namespace ddp::launcher {
 
 std::string encode_stop_reason(const StopReason& r) {
+  if (!r.survivors.empty() && !r.admitted.empty()) {
+    return fmt::format("{}|{}|rescale={}|admit={}|{}", r.exit_code, r.node_rank,
+                       fmt::join(r.survivors, ","), fmt::join(r.admitted, ","), r.text);
+  }
   if (!r.survivors.empty()) {
     return fmt::format("{}|{}|rescale={}|{}", r.exit_code, r.node_rank, fmt::join(r.survivors, ","),
                        r.text);
@@ -62,6 +66,24 @@ StopReason decode_stop_reason(const std::string& encoded) {
     if (ok && !survivors.empty()) {
       r.survivors = std::move(survivors);
       r.text = encoded.substr(bar + 1);
+      constexpr std::string_view kAdmit = "admit=";
+      if (r.text.compare(0, kAdmit.size(), kAdmit) == 0) {
+        const size_t end = r.text.find('|');
+        std::vector<std::int64_t> admitted;
+        bool fine = end != std::string::npos;
+        for (size_t at = kAdmit.size(); fine && at < end;) {
+          const size_t comma = std::min(r.text.find(',', at), end);
+          std::int64_t seq = 0;
+          auto [stop, ec] = std::from_chars(r.text.data() + at, r.text.data() + comma, seq);
+          fine = ec == std::errc{} && stop == r.text.data() + comma && seq > 0;
+          admitted.push_back(seq);
+          at = comma + 1;
+        }
+        if (fine && !admitted.empty()) {
+          r.admitted = std::move(admitted);
+          r.text = r.text.substr(end + 1);
+        }
+      }
       return r;
     }
   }
@@ -121,6 +143,12 @@ void NodeSession::start_monitor() {
     StopReason reason = decode_stop_reason(encoded);
     on_loop([this, reason] { events_.on_stop(reason); });
   };
+  callbacks.on_pending =
+      [this, generation = monitor_generation_](const std::vector<rdzv::JoinRequest>& pending) {
+        on_loop([this, generation, pending] {
+          if (generation == generation_ && events_.on_pending) events_.on_pending(pending);
+        });
+      };
   callbacks.on_store_lost =
       [this, where = fmt::format("{}:{}", store_.host, store_.port)](const std::string& error) {
         NodeLoss loss{fmt::format("lost the store at {} (node 0 gone?): {}", where, error),
@@ -139,9 +167,11 @@ void NodeSession::start_monitor() {
 }
 
 void NodeSession::join(int round, const RoundPlan& plan, std::function<void(JoinResult)> done) {
-  boost::asio::post(io_, [this, round, plan, done = std::move(done)] {
+  const int generation = ++generation_;
+  boost::asio::post(io_, [this, round, plan, generation, done = std::move(done)] {
     busy_ = true;
     monitor_.reset();
+    monitor_generation_ = generation;
     arrived_ = false;
     round_ = rdzv::NodeRendezvousOptions{};
     round_.run_id = settings_.run_id;
@@ -161,6 +191,21 @@ void NodeSession::join(int round, const RoundPlan& plan, std::function<void(Join
       round_.node_rank = plan.node_rank;
     }
     if (plan.join_timeout.count() > 0) round_.join_timeout = plan.join_timeout;
+    // c10d: a join that finds its round closed (the job runs without this node) waits to be
+    // admitted instead of failing.
+    round_.may_wait_pending = (settings_.dynamic || settings_.spares) && plan.nodes == 0;
+    round_.pending_heartbeat = std::min<std::chrono::milliseconds>(settings_.heartbeat_interval,
+                                                                   std::chrono::milliseconds(500));
+    round_.excluded_hosts = settings_.excluded_hosts;
+    if (client_) {  // this node took part before: the job's counts are its own
+      round_.restarts_used = plan.restarts_used;
+      round_.rescales_used = plan.rescales_used;
+    }
+    round_.on_waiting = [this](const std::string& role) {
+      on_loop([this, role] {
+        if (events_.on_waiting) events_.on_waiting(role);
+      });
+    };
     JoinResult result;
     try {
       rdzv::StoreClientOptions joining = store_;
@@ -168,6 +213,7 @@ void NodeSession::join(int round, const RoundPlan& plan, std::function<void(Join
       joining.timeout = round_.join_timeout + settings_.read_timeout;
       joining.refused_timeout = settings_.refused_timeout;
       joined_ = rdzv::join_rendezvous(joining, round_);
+      round_.round = joined_->round;  // a pending node joins the round it was invited to
       if (!client_) open_client();
       start_monitor();
       // torch 2.x workers do not prefix their keys per attempt: the last attempt's must go first.
@@ -240,9 +286,38 @@ void NodeSession::broadcast_stop(const StopReason& reason) {
   boost::asio::post(io_, [this, reason] {
     if (!monitor_) return;
     try {
-      monitor_->broadcast_stop(encode_stop_reason(reason));
+      const std::string encoded = encode_stop_reason(reason);
+      if (monitor_->broadcast_stop(encoded) != encoded || reason.admitted.empty() || !client_)
+        return;
+      // This re-form won: its pending nodes take the node ranks after the survivors'.
+      const int nodes = static_cast<int>(reason.survivors.size() + reason.admitted.size());
+      for (size_t j = 0; j < reason.admitted.size(); ++j) {
+        rdzv::invite_pending(*client_, settings_.run_id, reason.admitted[j], round_.round + 1,
+                             nodes, static_cast<int>(reason.survivors.size() + j));
+      }
     } catch (const std::exception&) {
       // The store is gone: the other nodes learn it from their own monitors.
+    }
+  });
+}
+
+void NodeSession::answer_pending(const PendingAnswer& answer) {
+  boost::asio::post(io_, [this, answer] {
+    if (!client_) return;
+    try {
+      switch (answer.kind) {
+        case PendingAnswer::Kind::Spare:
+          rdzv::mark_spare(*client_, settings_.run_id, answer.seq);
+          break;
+        case PendingAnswer::Kind::Refused:
+          rdzv::refuse_pending(*client_, settings_.run_id, answer.seq, answer.reason);
+          break;
+        case PendingAnswer::Kind::Restart:
+          rdzv::invite_pending(*client_, settings_.run_id, answer.seq, answer.round, 0, 0);
+          break;
+      }
+    } catch (const std::exception&) {
+      // The store is gone: the pending node's wait ends at its join timeout.
     }
   });
 }

@@ -21,7 +21,8 @@
 namespace ddp::launcher {
 
 /// A stop broadcast carries the root cause: "<exit code>|<node rank>|<description>", or for a
-/// re-form "<exit code>|<node rank>|rescale=<survivor>,<survivor>...|<description>".
+/// re-form "<exit code>|<node rank>|rescale=<survivor>,<survivor>...|<description>", with
+/// "admit=<pending>,<pending>...|" before the description when it admits pending nodes.
 std::string encode_stop_reason(const StopReason& reason);
 StopReason decode_stop_reason(const std::string& encoded);
 
@@ -46,6 +47,7 @@ class NodeSession final : public JobRendezvous {
   void join(int round, const RoundPlan& plan, std::function<void(JoinResult)> done) override;
   /// Tells every node to stop (first reason wins). Fire and forget.
   void broadcast_stop(const StopReason& reason) override;
+  void answer_pending(const PendingAnswer& answer) override;
   /// Waits until every node of the round finished its workers, or a stop arrived.
   void exit_barrier(std::function<void(BarrierResult)> done) override;
   /// Promotes the standby store (epoch kFailoverEpoch) and moves the session to it.
@@ -76,10 +78,14 @@ class NodeSession final : public JobRendezvous {
   std::unique_ptr<rdzv::StoreClient> client_;
   std::unique_ptr<rdzv::NodeMonitor> monitor_;
   std::optional<rdzv::RendezvousResult> joined_;
-  bool arrived_ = false;  // this round's exit barrier counted this node
+  bool arrived_ = false;        // this round's exit barrier counted this node
+  int monitor_generation_ = 0;  // generation_ of the join whose round the monitor watches
   rdzv::NodeRendezvousOptions round_;
   std::atomic<bool> busy_{false};
   std::atomic<bool> cancel_{false};
+  // Counts joins (on the loop): a pending list that the previous round's monitor posted after
+  // the next join began is stale (it may name nodes just invited) and is dropped.
+  int generation_ = 0;
   std::thread thread_;
 };
 

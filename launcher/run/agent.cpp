@@ -233,6 +233,9 @@ void Agent::start_attempt(int attempt) {
     return;
   }
   phase_ = Phase::Starting;
+  pending_.clear();  // the next round's monitor reports them afresh (some were just invited)
+  next_round_.restarts_used = restarts_used_;
+  next_round_.rescales_used = rescales_used_;
   session_->join(attempt, next_round_, [this, attempt](const JobRendezvous::JoinResult& result) {
     on_joined(attempt, result);
   });
@@ -584,8 +587,21 @@ void Agent::after_attempt() {
     events_.emit("restart", fields);
     // A restart meets as configured (c10d: whoever arrives), not pinned to this round's nodes:
     // one of them may be the reason the workers failed, and gone.
+    // A static job whose spare replaced a node keeps the re-formed ranks (its configured ones
+    // may now be taken).
+    const RoundPlan kept = next_round_;
     next_round_ = RoundPlan{};
+    if (setup_.multinode && !setup_.multinode->dynamic) {
+      next_round_.nodes = kept.nodes;
+      next_round_.node_rank = kept.node_rank;
+    }
     restart_from_nodes_ = round_ ? round_->num_nodes : 0;
+    if (session_ && layout_ && layout_->node_rank == 0 && round_) {
+      // Pending nodes that fit meet the others in the restart's round (admit=restart's moment).
+      for (const auto& answer :
+           restart_admissions(elastic_policy(), round_->num_nodes, attempt_ + 1, pending_))
+        session_->answer_pending(answer);
+    }
     end_.reset();
     phase_ = Phase::Starting;
     boost::asio::post(io_, [this, next = attempt_ + 1] { start_attempt(next); });
@@ -634,6 +650,13 @@ void Agent::finish_run() {
   events_.emit("summary", fields);
   // After a lost node or store there is nobody to tell and perhaps no store to tell it through.
   if (session_ && !session_->busy() && !(end_ && end_->kind == RunEndKind::NodeLost)) {
+    // Pending nodes and spares would otherwise wait for their join timeout.
+    if (layout_ && layout_->node_rank == 0) {
+      for (const auto& p : pending_) {
+        session_->answer_pending(
+            {PendingAnswer::Kind::Refused, p.seq, "the job ended before it needed this node", 0});
+      }
+    }
     // The store's host stays up until the others have read the outcome (bounded).
     session_->leave(store_ != nullptr, [this] { io_.stop(); });
     return;

@@ -115,6 +115,12 @@ class Agent {
   void on_local_failure(Worker& worker);
   void on_job_stop(const StopReason& reason);
   void on_node_lost(const NodeLoss& loss);
+  /// The live pending nodes changed (every node hears it; the round's node 0 decides).
+  void on_pending(const std::vector<rdzv::JoinRequest>& pending);
+  /// Node 0 while its workers run: admit, keep as spares or refuse the pending nodes.
+  void consider_arrivals();
+  /// This node waits as a pending node or a spare (during its join).
+  void on_waiting(const std::string& role);
   void on_barrier(const JobRendezvous::BarrierResult& result);
   // Standby store (agent_failover.cpp).
   /// A standby was given and has not been asked yet.
@@ -203,16 +209,20 @@ class Agent {
   std::unique_ptr<JobRendezvous> session_;
   std::optional<GroupLayout> layout_;            // this attempt's place in the job (multi-node)
   std::optional<rdzv::RendezvousResult> round_;  // every node of this attempt's round
-  RoundPlan next_round_;           // how to join the next round (pinned after a re-form)
-  std::set<int> lost_nodes_;       // node ranks of this round known to be gone
-  int restarts_used_ = 0;          // worker failures restarted (--max_restarts)
-  int rescales_used_ = 0;          // membership changes (max_rescales)
-  int own_failures_in_a_row_ = 0;  // earlier attempts in a row whose workers failed here
-  bool failed_here_ = false;       // a worker of this attempt failed on this node
-  bool quarantined_ = false;       // node_failure_limit reached: this node leaves the job
-  int restart_from_nodes_ = 0;     // nodes of the round a pending restart left (0: none)
-  struct Reform {                  // a re-form in progress, reported once the round formed
+  RoundPlan next_round_;                    // how to join the next round (pinned after a re-form)
+  std::set<int> lost_nodes_;                // node ranks of this round known to be gone
+  int restarts_used_ = 0;                   // worker failures restarted (--max_restarts)
+  int rescales_used_ = 0;                   // membership changes (max_rescales)
+  int own_failures_in_a_row_ = 0;           // earlier attempts in a row whose workers failed here
+  bool failed_here_ = false;                // a worker of this attempt failed on this node
+  bool quarantined_ = false;                // node_failure_limit reached: this node leaves the job
+  int restart_from_nodes_ = 0;              // nodes of the round a pending restart left (0: none)
+  std::vector<rdzv::JoinRequest> pending_;  // live pending nodes of this round, as last heard
+  std::set<std::int64_t> told_spare_;       // pending numbers told they are spares
+  struct Reform {                           // a re-form in progress, reported once the round formed
     std::string reason;
+    size_t survivors = 0;
+    size_t admitted = 0;
     std::vector<rdzv::NodeAssignment> old_nodes;
     int old_world_size = 0;
     std::chrono::steady_clock::time_point since;

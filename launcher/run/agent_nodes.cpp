@@ -56,6 +56,8 @@ Result<Ok> Agent::open_store() {
   JobRendezvous::Events events;
   events.on_stop = [this](const StopReason& reason) { on_job_stop(reason); };
   events.on_lost = [this](const NodeLoss& loss) { on_node_lost(loss); };
+  events.on_pending = [this](const std::vector<rdzv::JoinRequest>& p) { on_pending(p); };
+  events.on_waiting = [this](const std::string& role) { on_waiting(role); };
   if (make_rendezvous_) {
     session_ = make_rendezvous_(io_, std::move(events));
     return Ok{};
@@ -91,6 +93,12 @@ void Agent::on_joined(int attempt, const JobRendezvous::JoinResult& result) {
     return;
   }
   const auto& joined = std::get<rdzv::RendezvousResult>(result);
+  // A pending node joins the round it was invited to: the job's restart count.
+  attempt = joined.round;
+  // The job's budgets, as the nodes that were there before published them: a node that joins
+  // later (or rejoins fast after a crash) cannot start them afresh.
+  restarts_used_ = std::max(restarts_used_, joined.restarts_used);
+  rescales_used_ = std::max(rescales_used_, joined.rescales_used);
   layout_ = GroupLayout{joined.node_rank, joined.num_nodes, joined.base_rank, joined.world_size};
   round_ = joined;
   lost_nodes_.clear();
@@ -111,6 +119,20 @@ void Agent::on_joined(int attempt, const JobRendezvous::JoinResult& result) {
                              {"new_world_size", joined.world_size}});
     membership_changes_.push_back(change);
     say(fmt::format("re-formed: {}", change));
+  } else if (!reform_ && restart_from_nodes_ > 0 && restart_from_nodes_ < joined.num_nodes) {
+    // The restart admitted pending nodes (admit=restart): a membership change too.
+    ++rescales_used_;
+    const std::string change =
+        fmt::format("{} -> {} node(s), world size {} (the restart admitted pending nodes)",
+                    restart_from_nodes_, joined.num_nodes, joined.world_size);
+    events_.emit("rescale", {{"attempt", attempt},
+                             {"reason", "the restart admitted pending nodes"},
+                             {"change", "admit"},
+                             {"old_num_nodes", restart_from_nodes_},
+                             {"new_num_nodes", joined.num_nodes},
+                             {"new_world_size", joined.world_size}});
+    membership_changes_.push_back(change);
+    say(fmt::format("re-formed: {}", change));
   }
   restart_from_nodes_ = 0;
   if (reform_) {
@@ -120,13 +142,16 @@ void Agent::on_joined(int attempt, const JobRendezvous::JoinResult& result) {
     for (const auto& n : reform_->old_nodes) old_nodes.push_back(n.name);
     nlohmann::json new_nodes = nlohmann::json::array();
     for (const auto& n : joined.assignment.nodes) new_nodes.push_back(n.name);
-    events_.emit("rescale", {{"attempt", attempt},
-                             {"reason", reform_->reason},
-                             {"old_nodes", old_nodes},
-                             {"new_nodes", new_nodes},
-                             {"old_world_size", reform_->old_world_size},
-                             {"new_world_size", joined.world_size},
-                             {"seconds", took}});
+    events_.emit(
+        "rescale",
+        {{"attempt", attempt},
+         {"reason", reform_->reason},
+         {"change", change_kind(reform_->old_nodes.size(), reform_->survivors, reform_->admitted)},
+         {"old_nodes", old_nodes},
+         {"new_nodes", new_nodes},
+         {"old_world_size", reform_->old_world_size},
+         {"new_world_size", joined.world_size},
+         {"seconds", took}});
     const std::string change =
         fmt::format("{} -> {} node(s), world size {} -> {} ({}; re-formed in {:.2f} s)",
                     reform_->old_nodes.size(), joined.num_nodes, reform_->old_world_size,
@@ -138,6 +163,7 @@ void Agent::on_joined(int attempt, const JobRendezvous::JoinResult& result) {
         std::chrono::milliseconds(0);  // later restarts: the same nodes, as configured
   }
   launch_workers(attempt);
+  consider_arrivals();  // pending nodes heard while this round formed
 }
 
 void Agent::on_local_failure(Worker& w) {
@@ -213,11 +239,78 @@ void Agent::on_node_lost(const NodeLoss& loss) {
 
 ElasticPolicy Agent::elastic_policy() const {
   const auto& m = *setup_.multinode;
-  return ElasticPolicy{m.dynamic && m.min_nodes < m.max_nodes, m.min_nodes, m.max_rescales};
+  ElasticPolicy p{m.dynamic && m.min_nodes < m.max_nodes, m.min_nodes, m.max_rescales};
+  p.max_nodes = m.max_nodes;
+  p.takes_pending = m.dynamic || m.spares;
+  p.admit_at_once = m.admit_at_once;
+  p.excluded_hosts = m.excluded_hosts;
+  p.settings = m.must_agree;
+  p.node_name = m.node_name;
+  return p;
+}
+
+void Agent::on_pending(const std::vector<rdzv::JoinRequest>& pending) {
+  if (phase_ == Phase::Done) return;
+  pending_ = pending;
+  consider_arrivals();
+}
+
+void Agent::consider_arrivals() {
+  if (!session_ || phase_ != Phase::Running || end_ || !round_ || !layout_ ||
+      layout_->node_rank != 0 || pending_.empty()) {
+    return;
+  }
+  const ElasticPolicy policy = elastic_policy();
+  const ArrivalDecision d =
+      decide_arrivals(policy, round_->assignment.nodes, pending_, told_spare_, rescales_used_);
+  for (const auto& answer : d.answers) {
+    const auto it = std::find_if(pending_.begin(), pending_.end(),
+                                 [&](const auto& p) { return p.seq == answer.seq; });
+    const std::string who =
+        it == pending_.end() ? std::to_string(answer.seq) : describe_pending(*it);
+    if (answer.kind == PendingAnswer::Kind::Spare) {
+      told_spare_.insert(answer.seq);
+      events_.emit("spare", {{"pending", answer.seq}, {"node", who}});
+      say(fmt::format("the job is full: {} waits as a spare", who));
+    } else {
+      const bool excluded =
+          it != pending_.end() && rdzv::exclusion(policy.excluded_hosts, it->name);
+      events_.emit(excluded ? "excluded" : "pending_refused",
+                   {{"pending", answer.seq},
+                    {"host", it == pending_.end() ? "" : it->name},
+                    {"reason", excluded ? "exclude_hosts" : "refused"},
+                    {"message", answer.reason}});
+      say(fmt::format("refused {}: {}", who, answer.reason));
+    }
+    session_->answer_pending(answer);
+  }
+  std::erase_if(pending_, [&](const auto& p) {
+    return std::any_of(d.answers.begin(), d.answers.end(), [&](const auto& a) {
+      return a.seq == p.seq && a.kind == PendingAnswer::Kind::Refused;
+    });
+  });
+  if (d.admitted.empty()) return;
+  RunEnd cause = rescale(d.text, d.survivors, layout_->node_rank, d.admitted);
+  if (!end_with(cause)) return;
+  session_->broadcast_stop(
+      StopReason{cause.exit_code, layout_->node_rank, d.text, d.survivors, d.admitted});
+  session_->cancel_waits();
+  say(fmt::format("{}; stopping the workers", d.text));
+  stop_workers(SIGTERM);
+}
+
+void Agent::on_waiting(const std::string& role) {
+  if (phase_ == Phase::Done) return;
+  events_.emit(role == "spare" ? "spare" : "pending", {{"host", setup_.multinode->node_name}});
+  say(role == "spare"
+          ? "the job is full: this node waits as a spare (it takes the place of the next lost node)"
+          : "the job runs without this node: it waits as a pending node until the running nodes "
+            "admit it");
 }
 
 bool Agent::try_rescale(int lost_node, std::string& text) {
-  if (!round_ || !layout_ || !elastic_policy().elastic)
+  const ElasticPolicy policy = elastic_policy();
+  if (!round_ || !layout_ || !(policy.elastic || policy.takes_pending))
     return false;  // static: the loss ends the job
   lost_nodes_.insert(lost_node);
   if (end_ && end_->kind == RunEndKind::Rescale) {
@@ -230,25 +323,32 @@ bool Agent::try_rescale(int lost_node, std::string& text) {
       }
     }
   }
-  // Rescales already decided in this round count as one change, not one per lost node.
-  LossDecision d =
-      decide_loss(elastic_policy(), round_->assignment.nodes, lost_nodes_, rescales_used_);
+  // Rescales already decided in this round count as one change, not one per lost node. Spares
+  // fill the places only in the first decision: the invitations of a re-form under way name
+  // their node ranks, which a shrink would change (a shrinking re-form drops its newcomers, whom
+  // the new round then refuses).
+  const bool reforming = end_ && end_->kind == RunEndKind::Rescale;
+  LossDecision d = decide_loss(policy, round_->assignment.nodes, lost_nodes_, rescales_used_,
+                               reforming ? std::vector<rdzv::JoinRequest>{} : pending_);
   if (!d.rescale) {
-    text = d.text;
+    // A job that cannot shrink (static, MIN == MAX) keeps the loss's own words.
+    if (policy.elastic || reforming) text = d.text;
     if (end_) end_.reset();  // the re-form under way cannot happen: the loss ends the job instead
     return false;
   }
   if (end_ && end_->kind == RunEndKind::Rescale) {
     // Already re-forming: the survivors shrink. Every survivor sees the same loss on its own.
     end_->survivors = d.survivors;
+    end_->admitted.clear();
     end_->text = d.text;
     say(d.text);
     return true;
   }
-  RunEnd cause = rescale(d.text, d.survivors, layout_->node_rank);
+  RunEnd cause = rescale(d.text, d.survivors, layout_->node_rank, d.admitted);
   if (!end_with(cause)) return true;
   // Every node acts on the store's first reason; this one wins unless another got there first.
-  session_->broadcast_stop(StopReason{cause.exit_code, layout_->node_rank, d.text, d.survivors});
+  session_->broadcast_stop(
+      StopReason{cause.exit_code, layout_->node_rank, d.text, d.survivors, d.admitted});
   session_->cancel_waits();
   say(phase_ == Phase::Running ? fmt::format("{}; stopping the workers", d.text) : d.text);
   if (phase_ == Phase::Running) stop_workers(SIGTERM);
@@ -267,10 +367,14 @@ void Agent::begin_reform() {
     finish_run();
     return;
   }
+  plan->nodes += static_cast<int>(cause.admitted.size());  // the newcomers after the survivors
   ++rescales_used_;
-  reform_ =
-      Reform{cause.text, round_ ? round_->assignment.nodes : std::vector<rdzv::NodeAssignment>{},
-             round_ ? round_->world_size : 0, std::chrono::steady_clock::now()};
+  reform_ = Reform{cause.text,
+                   cause.survivors.size(),
+                   cause.admitted.size(),
+                   round_ ? round_->assignment.nodes : std::vector<rdzv::NodeAssignment>{},
+                   round_ ? round_->world_size : 0,
+                   std::chrono::steady_clock::now()};
   // The survivors all leave their workers within the stop grace; one that vanished meanwhile
   // must not hold the others for the whole configured join timeout.
   const auto& m = *setup_.multinode;

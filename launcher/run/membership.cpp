@@ -19,9 +19,40 @@ std::string describe_nodes(const std::vector<rdzv::NodeAssignment>& round,
   return out;
 }
 
+namespace {
+
+// Why pending node `join` cannot be admitted at all, or nullopt.
+std::optional<std::string> unusable(const ElasticPolicy& policy, const rdzv::JoinRequest& join) {
+  if (auto excluded = rdzv::exclusion(policy.excluded_hosts, join.name)) return excluded;
+  return rdzv::settings_mismatch(policy.settings, policy.node_name, join.settings,
+                                 describe_pending(join));
+}
+
+std::vector<const rdzv::JoinRequest*> usable(const ElasticPolicy& policy,
+                                             const std::vector<rdzv::JoinRequest>& pending) {
+  std::vector<const rdzv::JoinRequest*> out;
+  if (!policy.takes_pending) return out;
+  for (const auto& p : pending) {
+    if (!unusable(policy, p)) out.push_back(&p);
+  }
+  return out;
+}
+
+std::string describe_joins(const std::vector<const rdzv::JoinRequest*>& joins) {
+  std::string out;
+  for (const auto* j : joins) out += (out.empty() ? "" : ", ") + describe_pending(*j);
+  return out;
+}
+
+}  // namespace
+
+std::string describe_pending(const rdzv::JoinRequest& join) {
+  return fmt::format("{} (pending #{})", join.name, join.seq);
+}
+
 LossDecision decide_loss(const ElasticPolicy& policy,
                          const std::vector<rdzv::NodeAssignment>& round, const std::set<int>& lost,
-                         int rescales_used) {
+                         int rescales_used, const std::vector<rdzv::JoinRequest>& pending) {
   LossDecision d;
   std::vector<int> gone(lost.begin(), lost.end());
   for (const auto& n : round) {
@@ -29,8 +60,13 @@ LossDecision decide_loss(const ElasticPolicy& policy,
   }
   const std::string what =
       fmt::format("lost node{} {}", gone.size() > 1 ? "s" : "", describe_nodes(round, gone));
-  const int left = static_cast<int>(d.survivors.size());
-  if (!policy.elastic) {
+  auto spares = usable(policy, pending);
+  const size_t room =
+      static_cast<size_t>(std::max(0, policy.max_nodes - static_cast<int>(d.survivors.size())));
+  if (spares.size() > room) spares.resize(room);
+  const int left = static_cast<int>(d.survivors.size() + spares.size());
+  const bool replaced = !spares.empty() && left >= policy.min_nodes;
+  if (!policy.elastic && !replaced) {
     d.text = what;
   } else if (left < policy.min_nodes) {
     d.text = fmt::format("{}: {} node{} left, fewer than the minimum of {}", what, left,
@@ -42,9 +78,65 @@ LossDecision decide_loss(const ElasticPolicy& policy,
     d.rescale = true;
     d.text = fmt::format("{}; re-forming with {} node{}: {}", what, left, left == 1 ? "" : "s",
                          describe_nodes(round, d.survivors));
+    if (!spares.empty()) {
+      d.text +=
+          fmt::format(" and spare{} {}", spares.size() > 1 ? "s" : "", describe_joins(spares));
+      for (const auto* s : spares) d.admitted.push_back(s->seq);
+    }
   }
   if (!d.rescale) d.survivors.clear();
   return d;
+}
+
+ArrivalDecision decide_arrivals(const ElasticPolicy& policy,
+                                const std::vector<rdzv::NodeAssignment>& round,
+                                const std::vector<rdzv::JoinRequest>& pending,
+                                const std::set<std::int64_t>& told_spare, int rescales_used) {
+  ArrivalDecision d;
+  if (!policy.takes_pending) return d;
+  const bool budget_left = rescales_used < policy.max_rescales;
+  std::vector<const rdzv::JoinRequest*> admit;
+  int room = policy.max_nodes - static_cast<int>(round.size());
+  for (const auto& p : pending) {
+    if (auto why = unusable(policy, p)) {
+      d.answers.push_back({PendingAnswer::Kind::Refused, p.seq, *why, 0});
+    } else if (!budget_left) {
+      d.answers.push_back(
+          {PendingAnswer::Kind::Refused, p.seq,
+           fmt::format("the job already changed membership {} time{} (max_rescales {})",
+                       rescales_used, rescales_used == 1 ? "" : "s", policy.max_rescales),
+           0});
+    } else if (room > 0 && policy.admit_at_once) {
+      admit.push_back(&p);
+      --room;
+    } else if (room <= 0 && !told_spare.count(p.seq)) {
+      d.answers.push_back({PendingAnswer::Kind::Spare, p.seq, {}, 0});
+    }
+  }
+  if (admit.empty()) return d;
+  for (const auto& n : round) d.survivors.push_back(n.node_rank);
+  for (const auto* p : admit) d.admitted.push_back(p->seq);
+  const size_t total = round.size() + admit.size();
+  d.text = fmt::format("admitting {} pending node{}: {}; re-forming with {} nodes: {}, {}",
+                       admit.size(), admit.size() > 1 ? "s" : "", describe_joins(admit), total,
+                       describe_nodes(round, d.survivors), describe_joins(admit));
+  return d;
+}
+
+std::vector<PendingAnswer> restart_admissions(const ElasticPolicy& policy, int nodes, int round,
+                                              const std::vector<rdzv::JoinRequest>& pending) {
+  std::vector<PendingAnswer> out;
+  int room = policy.max_nodes - nodes;
+  for (const auto* p : usable(policy, pending)) {
+    if (room-- <= 0) break;
+    out.push_back({PendingAnswer::Kind::Restart, p->seq, {}, round});
+  }
+  return out;
+}
+
+const char* change_kind(size_t old_nodes, size_t survivors, size_t admitted) {
+  if (admitted == 0) return "loss";
+  return survivors == old_nodes ? "admit" : "spare";
 }
 
 LossDecision decide_quarantine(const ElasticPolicy& policy,

@@ -2,9 +2,12 @@
 #pragma once
 /// Membership: the elastic rules of a c10d job started with --nnodes=MIN:MAX, as pure decisions.
 /// When a node is lost the survivors either re-form without it (a "rescale": the job goes on
-/// with fewer nodes) or the job ends (exit 74). Unit-tested in tests/launcher/unit; the Agent
-/// acts on the decisions through JobRendezvous.
+/// with fewer nodes, or as many when a spare takes its place) or the job ends (exit 74). A node
+/// that arrives while the job runs waits as *pending*: it is admitted by a re-form (at once, or
+/// at the next restart with admit=restart), kept as a *spare* when the job is full, or refused.
+/// Unit-tested in tests/launcher/unit; the Agent acts on the decisions through JobRendezvous.
 
+#include <cstdint>
 #include <optional>
 #include <set>
 #include <string>
@@ -18,22 +21,53 @@ namespace ddp::launcher {
 struct ElasticPolicy {
   bool elastic = false;  // c10d with MIN < MAX: a loss may be survived
   int min_nodes = 1;
-  int max_rescales = 100;  // membership changes allowed in the whole job
+  int max_rescales = 100;      // membership changes allowed in the whole job
+  int max_nodes = 1;           // MAX: no admission beyond it (arrivals wait as spares)
+  bool takes_pending = false;  // c10d: pending nodes may be admitted and replace lost ones
+  bool admit_at_once = true;   // false (admit=restart): arrivals wait for a restart or re-form
+  std::vector<std::string> excluded_hosts{};  // --exclude-hosts: pending nodes from these refused
+  rdzv::AgreedSettings settings{};            // this node's; a pending node's must be the same
+  std::string node_name{};                    // this node's, for the mismatch message
 };
 
 /// What to do about the nodes of the current round that are lost.
 struct LossDecision {
   bool rescale = false;        // true: re-form with `survivors`; false: the job ends (exit 74)
   std::vector<int> survivors;  // the round's node ranks that go on, in their old order
-  std::string text;            // one line: what was lost and what happens
+  std::vector<std::int64_t> admitted;  // spares (pending numbers) that join after the survivors
+  std::string text;                    // one line: what was lost and what happens
+};
+
+/// What the running nodes do about the live pending nodes.
+struct ArrivalDecision {
+  std::vector<PendingAnswer> answers;  // refusals and spare notices (Restart never here)
+  std::vector<std::int64_t> admitted;  // non-empty: re-form now, every node + these after them
+  std::vector<int> survivors;          // with `admitted`: every node of the round, in order
+  std::string text;                    // with `admitted`: one line for the re-form
 };
 
 /// `round`: every node of the current round; `lost`: the node ranks known to be gone (at least
 /// one); `rescales_used`: membership changes so far. The job ends when the policy is not
 /// elastic, when fewer than MIN nodes would remain, or when the rescale budget is spent.
+/// `pending`: the live pending nodes; usable ones fill the places of the lost nodes (hot
+/// spares), up to MAX, so that a job at MIN:MAX with a spare re-forms at the same size.
 LossDecision decide_loss(const ElasticPolicy& policy,
                          const std::vector<rdzv::NodeAssignment>& round, const std::set<int>& lost,
-                         int rescales_used);
+                         int rescales_used, const std::vector<rdzv::JoinRequest>& pending = {});
+
+/// The round's node 0 judges the live pending nodes (`told_spare`: those already told they are
+/// spares): an excluded host or one whose settings differ is refused; with room below MAX (and
+/// admit at once, budget left) the first ones are admitted by a re-form of every node; the
+/// others wait as spares. With the rescale budget spent every usable arrival is refused.
+ArrivalDecision decide_arrivals(const ElasticPolicy& policy,
+                                const std::vector<rdzv::NodeAssignment>& round,
+                                const std::vector<rdzv::JoinRequest>& pending,
+                                const std::set<std::int64_t>& told_spare, int rescales_used);
+
+/// At a restart (its round met as configured): the usable pending nodes that fit below MAX with
+/// `nodes` running, invited into that round (kind Restart, `round` set).
+std::vector<PendingAnswer> restart_admissions(const ElasticPolicy& policy, int nodes, int round,
+                                              const std::vector<rdzv::JoinRequest>& pending);
 
 /// This node's (`node_rank`'s) workers failed `failed_in_a_row` attempts in a row, the current
 /// one included. At `limit` (0: never) the node is quarantined if the others can go on without
@@ -49,8 +83,14 @@ LossDecision decide_quarantine(const ElasticPolicy& policy,
 /// (`old_rank`) is not a survivor.
 std::optional<RoundPlan> reform_plan(const std::vector<int>& survivors, int old_rank);
 
+/// What a re-form from `old_nodes` nodes to `survivors` + `admitted` is: "loss", "admit" (every
+/// node stays, newcomers join) or "spare" (a spare replaced a lost node).
+const char* change_kind(size_t old_nodes, size_t survivors, size_t admitted);
+
 /// "0 (host-a), 2 (host-c)": node ranks and names of a round's nodes.
 std::string describe_nodes(const std::vector<rdzv::NodeAssignment>& round,
                            const std::vector<int>& ranks);
+/// "host-x (pending #3)": a pending node.
+std::string describe_pending(const rdzv::JoinRequest& join);
 
 }  // namespace ddp::launcher

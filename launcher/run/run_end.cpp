@@ -44,13 +44,16 @@ RunEnd job_stopped(const StopReason& reason) {
   if (!reason.survivors.empty()) {
     end.kind = RunEndKind::Rescale;
     end.survivors = reason.survivors;
+    end.admitted = reason.admitted;
   }
   return end;
 }
 
-RunEnd rescale(const std::string& text, std::vector<int> survivors, int node_rank) {
+RunEnd rescale(const std::string& text, std::vector<int> survivors, int node_rank,
+               std::vector<std::int64_t> admitted) {
   RunEnd end = make(RunEndKind::Rescale, multinode_exit_codes::kNodeLost, text, node_rank);
   end.survivors = std::move(survivors);
+  end.admitted = std::move(admitted);
   return end;
 }
 

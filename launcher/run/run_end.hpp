@@ -6,6 +6,7 @@
 /// signal, ...) and these rules decide which one stands: the first cause wins, except where a
 /// rule below says a later one replaces it. Pure; unit-tested in tests/launcher/unit.
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -34,7 +35,8 @@ struct RunEnd {
   int node_rank = -1;          // the node where it happened (-1: not known or not multi-node)
   int signal = 0;              // Interrupted: the signal ddprun received
   std::vector<int> survivors;  // Rescale: the round's node ranks that go on, in order
-  bool from_store = false;     // JobStopped, or a Rescale adopted from another node
+  std::vector<std::int64_t> admitted;  // Rescale: pending nodes that join after the survivors
+  bool from_store = false;             // JobStopped, or a Rescale adopted from another node
 };
 
 /// `node_rank` >= 0 (multi-node): the text names the node ("node 1 (host-b): rank 3 ...") so
@@ -46,7 +48,8 @@ RunEnd hung(const std::string& what, int node_rank, const std::string& host);
 /// Another node's broadcast: a failure (JobStopped) or a re-form (Rescale).
 RunEnd job_stopped(const StopReason& reason);
 /// This node decided that the job re-forms from `survivors` (see membership.hpp).
-RunEnd rescale(const std::string& text, std::vector<int> survivors, int node_rank);
+RunEnd rescale(const std::string& text, std::vector<int> survivors, int node_rank,
+               std::vector<std::int64_t> admitted = {});
 RunEnd node_lost(const NodeLoss& loss);
 RunEnd rendezvous_failed(const std::string& error);
 RunEnd interrupted(int signal);

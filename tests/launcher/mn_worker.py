@@ -7,6 +7,9 @@
   done:R      rank R exits 0 at once; the others sleep 60 s
   until:PATH  exit 0 once PATH exists (at most 60 s)
   sleep_once  attempt 0 sleeps 60 s (until stopped); later attempts exit 0 (elastic tests)
+  sleep_until:N  attempts below N sleep 60 s (until stopped); later ones exit 0 (elastic tests)
+  fail_when:PATH attempt 0: rank 0 exits 3 once PATH exists, the others sleep 60 s; later
+              attempts exit 0 (admit=restart)
   fail_here:C where DDP_FAIL_HERE is set: exit C after 0.5 s, every attempt; elsewhere attempts
               0 and 1 sleep 60 s (until stopped) and later ones exit 0 (node_failure_limit)
 Every rank also prints whether the rendezvous token reached it (it must not)."""
@@ -24,6 +27,17 @@ print(f"MN rank={rank} world={env['WORLD_SIZE']} group={env['GROUP_RANK']}/{env[
       flush=True)
 if mode == "sleep" or (mode == "sleep_once" and restart == 0):
     time.sleep(60)
+elif mode.startswith("sleep_until:"):
+    if restart < int(mode.split(":")[1]):
+        time.sleep(60)
+elif mode.startswith("fail_when:"):
+    if restart == 0:
+        deadline = time.monotonic() + 60
+        while rank == 0 and not os.path.exists(mode[len("fail_when:"):]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if rank == 0:
+            sys.exit(3)
+        time.sleep(60)
 elif mode.startswith("fail:"):
     _, target, code = mode.split(":")
     if rank == int(target):

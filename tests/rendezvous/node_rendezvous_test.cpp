@@ -352,3 +352,110 @@ TEST_CASE("between attempts: node 0 never clearing ends the wait with a named er
                        doctest::Contains("node 0 did not clear the previous attempt's worker keys"),
                        RendezvousError);
 }
+
+TEST_CASE("a late node of an elastic job waits as pending, is seen live and joins when invited") {
+  TestServer server;
+  auto futures = join_all(server, {node("a", 1, -1, 2, 3), node("b", 1, -1, 2, 3)});
+  auto ra = futures[0].get();
+  auto rb = futures[1].get();
+  const auto& r0 = ra.node_rank == 0 ? ra : rb;
+  auto late = node("late", 2, -1, 2, 3);
+  late.may_wait_pending = true;
+  late.pending_heartbeat = 20ms;
+  std::promise<void> waiting;
+  late.on_waiting = [&](const std::string& role) {
+    if (role == "pending") waiting.set_value();
+  };
+  auto joined_late = std::async(std::launch::async,
+                                [&] { return join_rendezvous(server.client_options(), late); });
+  REQUIRE(waiting.get_future().wait_for(10s) == std::future_status::ready);
+  std::promise<std::vector<JoinRequest>> seen;
+  bool reported = false;
+  NodeMonitor::Callbacks cb;
+  cb.on_pending = [&](const std::vector<JoinRequest>& p) {
+    if (!reported && !p.empty()) {
+      reported = true;
+      seen.set_value(p);
+    }
+  };
+  {
+    NodeMonitor m(server.client_options(), node("a", 1, -1, 2, 3), r0,
+                  NodeMonitor::Options{30ms, 1s}, cb);
+    auto f = seen.get_future();
+    REQUIRE(f.wait_for(10s) == std::future_status::ready);
+    auto pending = f.get();
+    REQUIRE(pending.size() == 1);
+    CHECK(pending[0].name == "late");
+    CHECK(pending[0].local_world_size == 2);
+    StoreClient control(server.client_options());
+    invite_pending(control, "job", pending[0].seq, 1, 3, 2);
+  }
+  // The old nodes join round 1 pinned (as a re-form does), publishing the job's budgets.
+  std::vector<NodeRendezvousOptions> old;
+  for (int rank : {0, 1}) {
+    auto n = node(rank == 0 ? "a" : "b", 1, rank, 3, 3);
+    n.round = 1;
+    n.restarts_used = 2;
+    n.rescales_used = 1;
+    old.push_back(n);
+  }
+  auto reform = join_all(server, old);
+  REQUIRE(joined_late.wait_for(10s) == std::future_status::ready);
+  auto r = joined_late.get();
+  CHECK(r.round == 1);
+  CHECK(r.node_rank == 2);
+  CHECK(r.num_nodes == 3);
+  CHECK(r.world_size == 4);
+  CHECK(r.base_rank == 2);
+  CHECK(r.restarts_used == 2);
+  CHECK(r.rescales_used == 1);
+  for (auto& f : reform) CHECK(f.get().num_nodes == 3);
+}
+
+TEST_CASE("a pending node is told it is a spare, and a refusal ends its wait with the reason") {
+  TestServer server;
+  auto futures = join_all(server, {node("a", 1, -1, 1, 1)});
+  futures[0].get();
+  auto late = node("late", 1, -1, 1, 1);
+  late.may_wait_pending = true;
+  late.pending_heartbeat = 20ms;
+  std::promise<void> spare;
+  late.on_waiting = [&](const std::string& role) {
+    if (role == "spare") spare.set_value();
+  };
+  auto joined_late = std::async(std::launch::async,
+                                [&] { return join_rendezvous(server.client_options(), late); });
+  StoreClient control(server.client_options());
+  // Pending number 1: the first late arrival of this run.
+  for (int i = 0; i < 200 && !control.check({"ddprun/job/pending/1"}); ++i)
+    std::this_thread::sleep_for(20ms);
+  mark_spare(control, "job", 1);
+  REQUIRE(spare.get_future().wait_for(10s) == std::future_status::ready);
+  refuse_pending(control, "job", 1, "the job ended before it needed this node");
+  try {
+    joined_late.get();
+    FAIL("refused node admitted");
+  } catch (const RendezvousError& e) {
+    CHECK(std::string(e.what()).find("the job ended before it needed this node") !=
+          std::string::npos);
+  }
+}
+
+TEST_CASE("--exclude-hosts: the leader refuses a join from an excluded host") {
+  TestServer server;
+  auto a = node("a", 1, -1, 1, 2);
+  a.excluded_hosts = {"bad"};
+  a.last_call_timeout = 2s;
+  auto bad = node("bad", 1, -1, 1, 2);
+  auto first =
+      std::async(std::launch::async, [&] { return join_rendezvous(server.client_options(), a); });
+  std::this_thread::sleep_for(100ms);  // a leads
+  try {
+    join_rendezvous(server.client_options(), bad);
+    FAIL("excluded host admitted");
+  } catch (const RendezvousError& e) {
+    CHECK(std::string(e.what()).find("host 'bad' is excluded from this job (--exclude-hosts)") !=
+          std::string::npos);
+  }
+  CHECK(first.get().num_nodes == 1);
+}

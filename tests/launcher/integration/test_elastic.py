@@ -25,11 +25,11 @@ class Store:
         stop(self.proc)
 
 
-def agents(tmp, port, count, nnodes, conf=FAST, mode="sleep_once"):
+def agents(tmp, port, count, nnodes, conf=FAST, mode="sleep_once", first=0, extra=()):
     nodes = []
-    for k in range(count):
+    for k in range(first, first + count):
         args = ["--rdzv_backend", "c10d", "--rdzv_endpoint", f"127.0.0.1:{port}", "--rdzv_id", "el",
-                "--nnodes", nnodes, "--nproc_per_node", 1, "--rdzv_conf", conf, mn.WORKER, mode]
+                "--nnodes", nnodes, "--nproc_per_node", 1, "--rdzv_conf", conf, *extra, mn.WORKER, mode]
         nodes.append(mn.Node(tmp, f"agent{k}", args))
     return nodes
 
@@ -161,6 +161,159 @@ def test_node_failure_limit_2_quarantines_the_failing_node(tmp):
         assert "quarantined" in rescale[0]["reason"], node
         last = [mn.fields(l) for l in mn.worker_lines(node) if mn.fields(l)["restart"] == "2"]
         assert len(last) == 1 and last[0]["world"] == "2", node
+
+
+def worker_fields(node, restart):
+    return [mn.fields(l) for l in mn.worker_lines(node) if mn.fields(l)["restart"] == str(restart)]
+
+
+def test_three_at_2_3_lose_one_and_a_new_agent_grows_the_job_back_to_3(tmp):
+    store = Store()
+    nodes = agents(tmp, store.port, 3, "2:3", mode="sleep_until:2")
+    newcomer = None
+    try:
+        wait_until(lambda: all(n.started_workers() == 1 for n in nodes), 30, "workers on all 3 agents")
+        order = sorted(nodes, key=lambda n: group_rank(n, 0))
+        kill_agent(order[1])
+        survivors = [order[0], order[2]]
+        wait_until(lambda: all(n.started_workers() == 2 for n in survivors), 30, "re-formed workers")
+        arrived_at = time.monotonic()
+        newcomer = agents(tmp, store.port, 1, "2:3", mode="sleep_until:2", first=3)[0]
+        everyone = survivors + [newcomer]
+        wait_until(lambda: all(n.started_workers() == 3 for n in survivors) and newcomer.started_workers() == 1,
+                   30, "the grown job's workers")
+        grown_at = time.monotonic()
+        assert mn.finish(everyone) == [0, 0, 0], everyone
+    finally:
+        mn.finish(nodes + ([newcomer] if newcomer else []))
+        store.close()
+    assert len(events(newcomer, "pending")) == 1, newcomer
+    assert group_rank(newcomer, 2) == 2, newcomer  # after the old nodes, in the round it was invited to
+    for new_rank, node in enumerate(everyone):
+        last = worker_fields(node, 2)
+        assert len(last) == 1 and last[0]["world"] == "3" and last[0]["group"] == f"{new_rank}/3", node
+    for node in survivors:
+        rescale = events(node, "rescale")
+        assert [e["change"] for e in rescale] == ["loss", "admit"], node
+        assert rescale[1]["old_world_size"] == 2 and rescale[1]["new_world_size"] == 3, node
+        assert len(events(node, "summary")[-1]["membership_changes"]) == 2, node
+    assert "admitting 1 pending node" in survivors[0].text()[1], survivors[0]
+    print(f"  new agent started -> 3 nodes' workers running: {grown_at - arrived_at:.2f} s "
+          f"(heartbeat_interval 0.3 s; re-form after the decision {events(survivors[0], 'rescale')[1]['seconds']:.2f} s)")
+
+
+def test_2_2_with_a_spare_loses_one_and_stays_at_2(tmp):
+    store = Store()
+    nodes = agents(tmp, store.port, 2, "2:2", mode="sleep_once")
+    spare = None
+    try:
+        wait_until(lambda: all(n.started_workers() == 1 for n in nodes), 30, "workers on both agents")
+        spare = agents(tmp, store.port, 1, "2:2", mode="sleep_once", first=2)[0]
+        wait_until(lambda: events(spare, "spare"), 30, "the third agent waiting as a spare")
+        assert spare.started_workers() == 0, spare
+        order = sorted(nodes, key=lambda n: group_rank(n, 0))
+        killed_at = kill_agent(order[1])
+        everyone = [order[0], spare]
+        wait_until(lambda: order[0].started_workers() == 2 and spare.started_workers() == 1, 30,
+                   "the survivor's and the spare's workers")
+        back_at = time.monotonic()
+        assert mn.finish(everyone) == [0, 0], everyone
+    finally:
+        mn.finish(nodes + ([spare] if spare else []))
+        store.close()
+    assert group_rank(spare, 1) == 1, spare
+    for new_rank, node in enumerate(everyone):
+        last = worker_fields(node, 1)
+        assert len(last) == 1 and last[0]["world"] == "2" and last[0]["group"] == f"{new_rank}/2", node
+    rescale = events(order[0], "rescale")
+    assert len(rescale) == 1 and rescale[0]["change"] == "spare", order[0]
+    assert rescale[0]["old_world_size"] == 2 and rescale[0]["new_world_size"] == 2, order[0]
+    assert "and spare" in order[0].text()[1], order[0]
+    print(f"  kill -> survivor's and spare's workers running: {back_at - killed_at:.2f} s (heartbeat_timeout 2 s)")
+
+
+def test_exclude_hosts_refuses_a_late_join_from_an_excluded_host(tmp):
+    store = Store()
+    flag = os.path.join(tmp, "finish")
+    nodes = agents(tmp, store.port, 2, "1:3", mode=f"until:{flag}", extra=["--exclude-hosts", "127.0.0.9,bad"])
+    late = None
+    try:
+        wait_until(lambda: all(n.started_workers() == 1 for n in nodes), 30, "workers on both agents")
+        late = agents(tmp, store.port, 1, "1:3", mode="ok", first=2, extra=["--local_addr", "127.0.0.9"])[0]
+        assert late.wait(60) == 69, late
+        open(flag, "w").close()
+        assert mn.finish(nodes) == [0, 0], nodes
+    finally:
+        open(flag, "w").close()
+        mn.finish(nodes + ([late] if late else []))
+        store.close()
+    err = late.text()[1]
+    assert "host '127.0.0.9' is excluded from this job (--exclude-hosts)" in err, late
+    assert late.started_workers() == 0, late
+    node0 = next(n for n in nodes if group_rank(n, 0) == 0)
+    excluded = events(node0, "excluded")
+    assert len(excluded) == 1 and excluded[0]["host"] == "127.0.0.9", node0
+    assert all(len(events(n, "rescale")) == 0 for n in nodes), nodes
+
+
+def test_exclude_hosts_naming_this_node_refuses_to_start(tmp):
+    node = agents(tmp, 1, 1, "1:3", mode="ok", extra=["--local_addr", "bad", "--exclude-hosts", "x,bad"])[0]
+    assert node.wait(30) == 69, node
+    err = node.text()[1].strip().splitlines()
+    assert err == ["ddprun: host 'bad' is excluded from this job (--exclude-hosts)"], node
+
+
+def test_static_job_with_spares_1_replaces_a_lost_node(tmp):
+    port = mn.free_port()
+    conf = mn.FAST + ",spares=1"
+
+    def static(name, rank, mode):
+        args = ["--nnodes", 2, "--node_rank", rank, "--nproc_per_node", 1, "--master_addr", "127.0.0.1",
+                "--master_port", port, "--rdzv_conf", conf, mn.WORKER, mode]
+        return mn.Node(tmp, name, args)
+
+    nodes = [static("node0", 0, "sleep_once"), static("node1", 1, "sleep_once")]
+    spare = None
+    try:
+        wait_until(lambda: all(n.started_workers() == 1 for n in nodes), 30, "workers on both nodes")
+        spare = static("spare", 1, "sleep_once")  # the rank it gives is not used: it waits
+        wait_until(lambda: events(spare, "spare"), 30, "the spare waiting")
+        kill_agent(nodes[1])
+        assert mn.finish([nodes[0], spare]) == [0, 0], [nodes[0], spare]
+    finally:
+        mn.finish(nodes + ([spare] if spare else []))
+    assert group_rank(spare, 1) == 1, spare
+    for node in (nodes[0], spare):
+        last = worker_fields(node, 1)
+        assert len(last) == 1 and last[0]["world"] == "2", node
+    assert [e["change"] for e in events(nodes[0], "rescale")] == ["spare"], nodes[0]
+
+
+def test_admit_restart_lets_a_pending_agent_in_at_the_next_restart(tmp):
+    store = Store()
+    flag = os.path.join(tmp, "fail")
+    conf = FAST + ",admit=restart"
+    mode = f"fail_when:{flag}"
+    nodes = agents(tmp, store.port, 2, "1:3", conf=conf, mode=mode, extra=["--max_restarts", 1])
+    late = None
+    try:
+        wait_until(lambda: all(n.started_workers() == 1 for n in nodes), 30, "workers on both agents")
+        late = agents(tmp, store.port, 1, "1:3", conf=conf, mode=mode, first=2, extra=["--max_restarts", 1])[0]
+        wait_until(lambda: events(late, "pending"), 30, "the third agent pending")
+        time.sleep(1)  # several monitor ticks: admit=restart must not re-form for it
+        assert all(n.started_workers() == 1 for n in nodes) and late.started_workers() == 0, nodes + [late]
+        open(flag, "w").close()  # rank 0 fails: the restart's round takes the pending agent
+        everyone = nodes + [late]
+        assert mn.finish(everyone) == [0, 0, 0], everyone
+    finally:
+        open(flag, "w").close()
+        mn.finish(nodes + ([late] if late else []))
+        store.close()
+    for node in everyone:
+        last = worker_fields(node, 1)
+        assert len(last) == 1 and last[0]["world"] == "3", node
+    assert all(len(events(n, "restart")) == 1 for n in nodes), nodes
+    assert all([e["change"] for e in events(n, "rescale")] == ["admit"] for n in nodes), nodes
 
 
 if __name__ == "__main__":

@@ -556,3 +556,292 @@ TEST_CASE("elastic: failures that are not in a row do not quarantine") {
   CHECK(run.events("excluded").empty());
   CHECK(run.rendezvous->joins == std::vector<int>{0, 1, 2, 3});
 }
+
+// ---- Pending nodes: scale-up, hot spares, exclusion ----
+
+namespace {
+
+ddp::rdzv::JoinRequest newcomer(std::int64_t seq, const std::string& name = "late") {
+  ddp::rdzv::JoinRequest j;
+  j.seq = seq;
+  j.name = name;
+  j.local_world_size = 2;
+  return j;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "scale-up: node 0 admits an arrival at once by re-forming every node with it after them") {
+  MultiNodeRun run;
+  run.settings = elastic(2, 3);
+  run.script.join = [](int, const RoundPlan& plan) { return pinned_or(plan, round_of(0, 2, 2)); };
+  run.script.on_round = [](FakeJobRendezvous& r, int round) {
+    if (round == 0) r.deliver_pending({newcomer(7)});
+  };
+  run.workers = [](const EnvMap& env) {
+    FakeBehaviour b;
+    if (attempt_of(env) == 1) b.exits_with = ExitStatus::exited(0);
+    return b;
+  };
+  CHECK(run.run() == 0);
+  auto& r = *run.rendezvous;
+  REQUIRE(r.broadcasts.size() == 1);
+  CHECK(r.broadcasts[0].survivors == std::vector<int>{0, 1});
+  CHECK(r.broadcasts[0].admitted == std::vector<std::int64_t>{7});
+  CHECK(r.joins == std::vector<int>{0, 1});
+  CHECK(r.plans[1].nodes == 3);  // both old nodes and the newcomer
+  CHECK(r.plans[1].node_rank == 0);
+  REQUIRE(run.process->starts.size() == 4);
+  CHECK(run.process->starts[2].env.at("WORLD_SIZE") == "6");
+  auto rescales = run.events("rescale");
+  REQUIRE(rescales.size() == 1);
+  CHECK(rescales[0]["change"] == "admit");
+  CHECK(rescales[0]["new_world_size"] == 6);
+  CHECK(run.events("summary")[0]["exit_code"] == 0);
+}
+
+TEST_CASE("scale-up: only the round's node 0 decides; the others adopt its re-form") {
+  MultiNodeRun run;
+  run.settings = elastic(2, 3);
+  run.script.join = [](int, const RoundPlan& plan) { return pinned_or(plan, round_of(1, 2, 2)); };
+  run.script.on_round = [](FakeJobRendezvous& r, int round) {
+    if (round != 0) return;
+    r.deliver_pending({newcomer(7)});  // ignored here
+    r.deliver_stop(StopReason{74, 0, "admitting 1 pending node", {0, 1}, {7}});
+  };
+  run.workers = [](const EnvMap& env) {
+    FakeBehaviour b;
+    if (attempt_of(env) == 1) b.exits_with = ExitStatus::exited(0);
+    return b;
+  };
+  CHECK(run.run() == 0);
+  CHECK(run.rendezvous->broadcasts.empty());
+  CHECK(run.rendezvous->answers.empty());
+  CHECK(run.rendezvous->plans[1].nodes == 3);
+  CHECK(run.rendezvous->plans[1].node_rank == 1);
+}
+
+TEST_CASE(
+    "scale-up: a pending node starts in the round it was invited to, with its restart count") {
+  MultiNodeRun run;
+  run.settings = elastic(2, 3);
+  run.script.join = [](int, const RoundPlan&) {
+    auto joined = round_of(2, 3, 2);
+    joined.round = 4;
+    return FakeJobRendezvous::JoinResult{joined};
+  };
+  run.workers = [](const EnvMap&) {
+    FakeBehaviour b;
+    b.exits_with = ExitStatus::exited(0);
+    return b;
+  };
+  CHECK(run.run() == 0);
+  REQUIRE(run.process->starts.size() == 2);
+  CHECK(attempt_of(run.process->starts[0].env) == 4);
+  CHECK(rank_of(run.process->starts[0].env) == 4);
+}
+
+TEST_CASE("an arrival during a re-form waits; the next round's node 0 admits it") {
+  MultiNodeRun run;
+  run.settings = elastic(1, 3);
+  run.script.join = [](int, const RoundPlan& plan) { return pinned_or(plan, round_of(0, 3, 2)); };
+  run.script.on_round = [](FakeJobRendezvous& r, int round) {
+    if (round == 0) {
+      r.deliver_loss(NodeLoss{"lost node 2 (node2)", 2});
+      r.deliver_pending({newcomer(1)});  // the re-form is under way: not now
+    }
+    if (round == 1) r.deliver_pending({newcomer(1)});  // the new round's monitor reports it
+  };
+  run.workers = [](const EnvMap& env) {
+    FakeBehaviour b;
+    if (attempt_of(env) == 2) b.exits_with = ExitStatus::exited(0);
+    return b;
+  };
+  CHECK(run.run() == 0);
+  auto& r = *run.rendezvous;
+  REQUIRE(r.broadcasts.size() == 2);
+  CHECK(r.broadcasts[0].admitted.empty());
+  CHECK(r.broadcasts[1].survivors == std::vector<int>{0, 1});
+  CHECK(r.broadcasts[1].admitted == std::vector<std::int64_t>{1});
+  CHECK(r.plans[1].nodes == 2);
+  CHECK(r.plans[2].nodes == 3);
+  auto rescales = run.events("rescale");
+  REQUIRE(rescales.size() == 2);
+  CHECK(rescales[0]["change"] == "loss");
+  CHECK(rescales[1]["change"] == "admit");
+}
+
+TEST_CASE("hot spare: at MAX an arrival is told it is a spare, and takes a lost node's place") {
+  MultiNodeRun run;
+  run.settings = elastic(2, 2);
+  run.script.join = [](int, const RoundPlan& plan) { return pinned_or(plan, round_of(0, 2, 2)); };
+  run.script.on_round = [](FakeJobRendezvous& r, int round) {
+    if (round != 0) return;
+    r.deliver_pending({newcomer(3, "spare-host")});
+    r.deliver_loss(NodeLoss{"lost node 1 (node1)", 1});
+  };
+  run.workers = [](const EnvMap& env) {
+    FakeBehaviour b;
+    if (attempt_of(env) == 1) b.exits_with = ExitStatus::exited(0);
+    return b;
+  };
+  CHECK(run.run() == 0);
+  auto& r = *run.rendezvous;
+  REQUIRE(r.answers.size() == 1);
+  CHECK(r.answers[0].kind == PendingAnswer::Kind::Spare);
+  CHECK(r.answers[0].seq == 3);
+  REQUIRE(r.broadcasts.size() == 1);
+  CHECK(r.broadcasts[0].survivors == std::vector<int>{0});
+  CHECK(r.broadcasts[0].admitted == std::vector<std::int64_t>{3});
+  CHECK(r.plans[1].nodes == 2);  // the same size
+  auto rescales = run.events("rescale");
+  REQUIRE(rescales.size() == 1);
+  CHECK(rescales[0]["change"] == "spare");
+}
+
+TEST_CASE("hot spare: a loss during a re-form that admits a spare drops the spare and shrinks") {
+  MultiNodeRun run;
+  run.settings = elastic(1, 3);
+  run.script.join = [](int, const RoundPlan& plan) { return pinned_or(plan, round_of(0, 3, 1)); };
+  run.script.on_round = [](FakeJobRendezvous& r, int round) {
+    if (round != 0) return;
+    r.deliver_pending({newcomer(3)});
+    r.deliver_loss(NodeLoss{"lost node 2 (node2)", 2});
+    r.deliver_loss(NodeLoss{"lost node 1 (node1)", 1});
+  };
+  run.workers = [](const EnvMap& env) {
+    FakeBehaviour b;
+    if (attempt_of(env) == 1) b.exits_with = ExitStatus::exited(0);
+    return b;
+  };
+  CHECK(run.run() == 0);
+  auto& r = *run.rendezvous;
+  REQUIRE(r.broadcasts.size() == 1);
+  CHECK(r.broadcasts[0].admitted == std::vector<std::int64_t>{3});
+  CHECK(r.plans[1].nodes == 1);  // node 0 alone: the spare's invitation named 3 nodes
+}
+
+TEST_CASE("--exclude-hosts: node 0 refuses a pending node from an excluded host") {
+  MultiNodeRun run;
+  run.settings = elastic(1, 3);
+  run.settings.excluded_hosts = {"bad-host"};
+  run.script.join = [](int, const RoundPlan&) { return round_of(0, 2, 1); };
+  run.script.on_round = [](FakeJobRendezvous& r, int) {
+    r.deliver_pending({newcomer(5, "bad-host")});
+    r.deliver_stop(StopReason{3, 1, "node 1 (node1): rank 1 (pid 9) failed with exit code 3", {}});
+  };
+  CHECK(run.run() == 3);
+  auto& r = *run.rendezvous;
+  CHECK(r.broadcasts.empty());
+  REQUIRE(r.answers.size() == 1);
+  CHECK(r.answers[0].kind == PendingAnswer::Kind::Refused);
+  auto excluded = run.events("excluded");
+  REQUIRE(excluded.size() == 1);
+  CHECK(excluded[0]["host"] == "bad-host");
+  CHECK(excluded[0]["reason"] == "exclude_hosts");
+}
+
+TEST_CASE("the rescale budget spent: node 0 refuses an arrival instead of re-forming") {
+  MultiNodeRun run;
+  run.settings = elastic(1, 3, 0);
+  run.script.join = [](int, const RoundPlan&) { return round_of(0, 2, 1); };
+  run.script.on_round = [](FakeJobRendezvous& r, int) {
+    r.deliver_pending({newcomer(2)});
+    r.deliver_stop(StopReason{3, 1, "node 1 (node1): rank 1 (pid 9) failed with exit code 3", {}});
+  };
+  CHECK(run.run() == 3);
+  REQUIRE(run.rendezvous->answers.size() == 1);
+  CHECK(run.rendezvous->answers[0].kind == PendingAnswer::Kind::Refused);
+  CHECK(run.rendezvous->broadcasts.empty());
+}
+
+TEST_CASE("budgets in the store: a node that joins later counts from the job's figures") {
+  MultiNodeRun run;
+  run.settings = elastic(1, 3, 1);
+  run.config.max_restarts = 1;
+  run.script.join = [](int, const RoundPlan&) {
+    auto joined = round_of(2, 3, 1);
+    joined.round = 2;
+    joined.restarts_used = 1;  // the job restarted once and re-formed once before it came
+    joined.rescales_used = 1;
+    return FakeJobRendezvous::JoinResult{joined};
+  };
+  run.script.on_round = [](FakeJobRendezvous& r, int) {
+    r.deliver_pending({newcomer(9)});  // not node 0: nothing to decide here
+    r.deliver_stop(StopReason{3, 0, "node 0 (node0): rank 0 (pid 9) failed with exit code 3", {}});
+  };
+  CHECK(run.run() == 3);  // no restart: the job's one restart is spent
+  CHECK(run.rendezvous->joins == std::vector<int>{0});
+  CHECK(run.events("restart").empty());
+}
+
+TEST_CASE("budgets in the store: every join carries this node's counts for later nodes") {
+  MultiNodeRun run;
+  run.settings = elastic(1, 3);
+  run.config.max_restarts = 3;
+  run.script.join = [](int, const RoundPlan& plan) { return pinned_or(plan, round_of(0, 3, 1)); };
+  run.script.on_round = [](FakeJobRendezvous& r, int round) {
+    if (round == 0) r.deliver_loss(NodeLoss{"lost node 2 (node2)", 2});
+    if (round == 1) r.deliver_stop(StopReason{3, 1, "node 1 (node1): rank 1 failed", {}});
+  };
+  run.workers = [](const EnvMap& env) {
+    FakeBehaviour b;
+    if (attempt_of(env) == 2) b.exits_with = ExitStatus::exited(0);
+    return b;
+  };
+  CHECK(run.run() == 0);
+  auto& plans = run.rendezvous->plans;
+  REQUIRE(plans.size() == 3);
+  CHECK(plans[1].rescales_used == 1);
+  CHECK(plans[1].restarts_used == 0);
+  CHECK(plans[2].rescales_used == 1);
+  CHECK(plans[2].restarts_used == 1);
+}
+
+TEST_CASE("static spares=1: a spare replaces a lost node and the re-formed ranks are kept") {
+  MultiNodeRun run;
+  run.settings.dynamic = false;
+  run.settings.spares = true;
+  run.settings.min_nodes = run.settings.max_nodes = 3;
+  run.settings.node_rank = 2;
+  run.config.max_restarts = 1;
+  run.script.join = [](int, const RoundPlan& plan) { return pinned_or(plan, round_of(2, 3, 1)); };
+  run.script.on_round = [](FakeJobRendezvous& r, int round) {
+    if (round == 0) {
+      r.deliver_pending({newcomer(1, "spare-host")});
+      r.deliver_loss(NodeLoss{"lost node 1 (node1)", 1});
+    }
+    if (round == 1) r.deliver_stop(StopReason{3, 0, "node 0 (node0): rank 0 failed", {}});
+  };
+  run.workers = [](const EnvMap& env) {
+    FakeBehaviour b;
+    if (attempt_of(env) == 2) b.exits_with = ExitStatus::exited(0);
+    return b;
+  };
+  CHECK(run.run() == 0);
+  auto& r = *run.rendezvous;
+  REQUIRE(r.broadcasts.size() == 1);
+  CHECK(r.broadcasts[0].survivors == std::vector<int>{0, 2});
+  CHECK(r.broadcasts[0].admitted == std::vector<std::int64_t>{1});
+  REQUIRE(r.plans.size() == 3);
+  CHECK(r.plans[1].nodes == 3);
+  CHECK(r.plans[1].node_rank == 1);  // old node 2 follows old node 0; the spare is last
+  CHECK(r.plans[2].nodes == 3);      // the restart keeps the re-formed ranks
+  CHECK(r.plans[2].node_rank == 1);
+}
+
+TEST_CASE("static without spares: a pending node changes nothing and a loss ends the job") {
+  MultiNodeRun run;
+  run.settings.min_nodes = run.settings.max_nodes = 2;
+  run.settings.node_rank = 0;
+  run.script.join = [](int, const RoundPlan&) { return round_of(0, 2, 1); };
+  run.script.on_round = [](FakeJobRendezvous& r, int) {
+    r.deliver_pending({newcomer(1)});
+    r.deliver_loss(NodeLoss{"lost node 1 (node1): no heartbeat for 5 s", 1});
+  };
+  CHECK(run.run() == 74);
+  CHECK(run.rendezvous->answers.empty());
+  CHECK(run.rendezvous->broadcasts.empty());
+  CHECK(run.events("summary")[0]["job_root_cause"] == "lost node 1 (node1): no heartbeat for 5 s");
+}

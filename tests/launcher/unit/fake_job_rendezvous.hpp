@@ -59,6 +59,7 @@ class FakeJobRendezvous final : public JobRendezvous {
   std::vector<StopReason> broadcasts;
   std::vector<int> barriers;  // round of each exit_barrier call
   std::vector<bool> leaves;   // wait_for_others of each leave call
+  std::vector<PendingAnswer> answers;
   int cancels = 0;
   int failovers = 0;  // fail_over calls
 
@@ -71,9 +72,14 @@ class FakeJobRendezvous final : public JobRendezvous {
     round_ = round;
     stop_in_store_.reset();  // each round meets under fresh keys
     JoinResult result = script_.join ? script_.join(round, plan) : JoinResult{round_of(0, 1, 1)};
+    // The round joined is the one asked for, unless the script says otherwise (a pending node
+    // invited into a later round).
+    if (auto* joined = std::get_if<rdzv::RendezvousResult>(&result); joined && joined->round == 0)
+      joined->round = round;
     boost::asio::post(loop_, [done = std::move(done), result] { done(result); });
-    if (script_.on_round && std::holds_alternative<rdzv::RendezvousResult>(result)) {
-      boost::asio::post(loop_, [this, round] { script_.on_round(*this, round); });
+    if (auto* joined = std::get_if<rdzv::RendezvousResult>(&result); joined && script_.on_round) {
+      round_ = joined->round;
+      boost::asio::post(loop_, [this, r = joined->round] { script_.on_round(*this, r); });
     }
   }
 
@@ -85,6 +91,8 @@ class FakeJobRendezvous final : public JobRendezvous {
       deliver_stop(reason);
     }
   }
+
+  void answer_pending(const PendingAnswer& answer) override { answers.push_back(answer); }
 
   void exit_barrier(std::function<void(BarrierResult)> done) override {
     barriers.push_back(round_);
@@ -115,6 +123,10 @@ class FakeJobRendezvous final : public JobRendezvous {
   }
   void deliver_loss(const NodeLoss& loss) {
     boost::asio::post(loop_, [this, loss] { events_.on_lost(loss); });
+  }
+  /// The monitor's list of live pending nodes changed.
+  void deliver_pending(const std::vector<rdzv::JoinRequest>& pending) {
+    boost::asio::post(loop_, [this, pending] { events_.on_pending(pending); });
   }
 
  private:

@@ -93,3 +93,115 @@ TEST_CASE(
   CHECK_FALSE(decide_quarantine(ElasticPolicy{true, 2, 1}, nodes(3), 1, 2, 2, 1).rescale);
   CHECK_FALSE(decide_quarantine(ElasticPolicy{false, 2, 100}, nodes(3), 1, 2, 2, 0).rescale);
 }
+
+// ---- Arrivals, spares, exclusion (pending nodes) ----
+
+namespace {
+
+ddp::rdzv::JoinRequest arrival(std::int64_t seq, const std::string& name,
+                               ddp::rdzv::AgreedSettings settings = {}) {
+  ddp::rdzv::JoinRequest j;
+  j.seq = seq;
+  j.name = name;
+  j.local_world_size = 2;
+  j.settings = std::move(settings);
+  return j;
+}
+
+ElasticPolicy c10d(int min_nodes, int max_nodes, int max_rescales = 100) {
+  ElasticPolicy p{min_nodes < max_nodes, min_nodes, max_rescales};
+  p.max_nodes = max_nodes;
+  p.takes_pending = true;
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("an arrival below MAX is admitted at once: every node stays, the newcomer after them") {
+  auto d = decide_arrivals(c10d(2, 3), nodes(2), {arrival(1, "x")}, {}, 0);
+  CHECK(d.answers.empty());
+  CHECK(d.survivors == std::vector<int>{0, 1});
+  CHECK(d.admitted == std::vector<std::int64_t>{1});
+  CHECK(d.text ==
+        "admitting 1 pending node: x (pending #1); re-forming with 3 nodes: 0 (a), 1 (b), "
+        "x (pending #1)");
+  // Only up to MAX; the rest wait as spares.
+  auto two = decide_arrivals(c10d(1, 3), nodes(2), {arrival(1, "x"), arrival(2, "y")}, {}, 0);
+  CHECK(two.admitted == std::vector<std::int64_t>{1});
+  REQUIRE(two.answers.size() == 1);
+  CHECK(two.answers[0].kind == PendingAnswer::Kind::Spare);
+  CHECK(two.answers[0].seq == 2);
+}
+
+TEST_CASE("an arrival when MAX nodes run waits as a spare, told once") {
+  auto d = decide_arrivals(c10d(2, 2), nodes(2), {arrival(4, "x")}, {}, 0);
+  CHECK(d.admitted.empty());
+  REQUIRE(d.answers.size() == 1);
+  CHECK(d.answers[0].kind == PendingAnswer::Kind::Spare);
+  CHECK(decide_arrivals(c10d(2, 2), nodes(2), {arrival(4, "x")}, {4}, 0).answers.empty());
+}
+
+TEST_CASE("admit=restart: an arrival below MAX waits for the next restart or re-form") {
+  auto policy = c10d(1, 3);
+  policy.admit_at_once = false;
+  auto d = decide_arrivals(policy, nodes(2), {arrival(1, "x")}, {}, 0);
+  CHECK(d.admitted.empty());
+  CHECK(d.answers.empty());
+  auto at_restart = restart_admissions(policy, 2, 5, {arrival(1, "x"), arrival(2, "y")});
+  REQUIRE(at_restart.size() == 1);  // one place left below MAX
+  CHECK(at_restart[0].kind == PendingAnswer::Kind::Restart);
+  CHECK(at_restart[0].round == 5);
+  CHECK(at_restart[0].seq == 1);
+}
+
+TEST_CASE("an excluded host or one with other settings is refused, never admitted") {
+  auto policy = c10d(1, 3);
+  policy.excluded_hosts = {"bad"};
+  policy.settings = {{"--max_restarts", "1"}};
+  policy.node_name = "a";
+  auto d = decide_arrivals(
+      policy, nodes(2),
+      {arrival(1, "bad", {{"--max_restarts", "1"}}), arrival(2, "odd", {{"--max_restarts", "3"}})},
+      {}, 0);
+  CHECK(d.admitted.empty());
+  REQUIRE(d.answers.size() == 2);
+  CHECK(d.answers[0].kind == PendingAnswer::Kind::Refused);
+  CHECK(d.answers[0].reason == "host 'bad' is excluded from this job (--exclude-hosts)");
+  CHECK(d.answers[1].kind == PendingAnswer::Kind::Refused);
+  CHECK(d.answers[1].reason.find("--max_restarts differs between nodes") != std::string::npos);
+  // Nor taken as a spare.
+  CHECK(decide_loss(policy, nodes(3), {2}, 0, {arrival(1, "bad", {{"--max_restarts", "1"}})})
+            .admitted.empty());
+}
+
+TEST_CASE("the rescale budget spent: arrivals are refused") {
+  auto d = decide_arrivals(c10d(1, 3, 1), nodes(2), {arrival(1, "x")}, {}, 1);
+  CHECK(d.admitted.empty());
+  REQUIRE(d.answers.size() == 1);
+  CHECK(d.answers[0].kind == PendingAnswer::Kind::Refused);
+  CHECK(d.answers[0].reason == "the job already changed membership 1 time (max_rescales 1)");
+}
+
+TEST_CASE("a spare takes a lost node's place: MIN:MAX = 2:2 re-forms at the same size") {
+  auto d = decide_loss(c10d(2, 2), nodes(2), {0}, 0, {arrival(3, "s")});
+  CHECK(d.rescale);
+  CHECK(d.survivors == std::vector<int>{1});
+  CHECK(d.admitted == std::vector<std::int64_t>{3});
+  CHECK(d.text == "lost node 0 (a); re-forming with 2 nodes: 1 (b) and spare s (pending #3)");
+  // Without a spare the loss ends a 2:2 job, as before.
+  auto none = decide_loss(c10d(2, 2), nodes(2), {0}, 0, {});
+  CHECK_FALSE(none.rescale);
+  CHECK(none.text == "lost node 0 (a)");
+  // Spares fill up to MAX only; a MIN:MAX job takes as many as there are places.
+  auto two = decide_loss(c10d(1, 3), nodes(3), {0, 1}, 0,
+                         {arrival(1, "s"), arrival(2, "t"), arrival(3, "u")});
+  CHECK(two.admitted == std::vector<std::int64_t>{1, 2});
+  // A spare does not bypass the budget.
+  CHECK_FALSE(decide_loss(c10d(2, 2, 0), nodes(2), {0}, 0, {arrival(3, "s")}).rescale);
+}
+
+TEST_CASE("what a re-form is: loss, admission or spare swap") {
+  CHECK(std::string(change_kind(3, 2, 0)) == "loss");
+  CHECK(std::string(change_kind(2, 2, 1)) == "admit");
+  CHECK(std::string(change_kind(2, 1, 1)) == "spare");
+}

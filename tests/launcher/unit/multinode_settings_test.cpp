@@ -200,3 +200,37 @@ TEST_CASE("--rdzv_conf max_rescales: a whole number, default 100") {
   CHECK(bad.error().exit_code == 2);
   CHECK(bad.error().message.find("max_rescales") != std::string::npos);
 }
+
+TEST_CASE("a re-form that admits pending nodes carries their pending numbers in the stop record") {
+  StopReason admit{74, 0, "admitting 1 pending node | x", {0, 1}, {5, 12}};
+  auto r = decode_stop_reason(encode_stop_reason(admit));
+  CHECK(r.survivors == std::vector<int>{0, 1});
+  CHECK(r.admitted == std::vector<std::int64_t>{5, 12});
+  CHECK(r.text == "admitting 1 pending node | x");
+  // Without newcomers the record is what it was.
+  CHECK(encode_stop_reason({74, 2, "lost node 1", {0, 2}, {}}) == "74|2|rescale=0,2|lost node 1");
+  // A malformed list is left in the text, not half-read.
+  auto odd = decode_stop_reason("74|0|rescale=0,1|admit=x|words");
+  CHECK(odd.admitted.empty());
+  CHECK(odd.text == "admit=x|words");
+}
+
+TEST_CASE("--rdzv_conf admit: now (default) or restart; --exclude-hosts naming this node") {
+  LaunchConfig c = nodes(2, 1);
+  CHECK(multinode_settings(c, std::nullopt, "h")->admit_at_once);
+  c.rdzv_conf["admit"] = "restart";
+  CHECK_FALSE(multinode_settings(c, std::nullopt, "h")->admit_at_once);
+  c.rdzv_conf["admit"] = "later";
+  auto bad = multinode_settings(c, std::nullopt, "h");
+  REQUIRE_FALSE(bad);
+  CHECK(bad.error().message == "--rdzv_conf admit: 'later' is not one of now, restart");
+  c.rdzv_conf.erase("admit");
+  c.exclude_hosts = {"g", "h"};
+  auto self = multinode_settings(c, std::nullopt, "h");
+  REQUIRE_FALSE(self);
+  CHECK(self.error().exit_code == 69);
+  CHECK(self.error().message == "host 'h' is excluded from this job (--exclude-hosts)");
+  auto other = multinode_settings(c, std::nullopt, "k");
+  REQUIRE(other);
+  CHECK(other->excluded_hosts == std::vector<std::string>{"g", "h"});
+}

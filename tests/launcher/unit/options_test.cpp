@@ -215,3 +215,10 @@ TEST_CASE(
   check_error({"--max-rescales", "many", "train"}, 2, "--max-rescales");
   check_error({"--node-failure-limit", "-1", "train"}, 2, "--node-failure-limit");
 }
+
+TEST_CASE("--exclude-hosts: a comma-separated list of node names") {
+  auto r = configure({"--exclude-hosts", "a,b.example", "train"});
+  REQUIRE(r.ok());
+  CHECK(r->config.exclude_hosts == std::vector<std::string>{"a", "b.example"});
+  check_error({"--exclude_hosts", "a,,b", "train"}, 2, "--exclude-hosts: an empty host name");
+}
