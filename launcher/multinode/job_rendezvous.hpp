@@ -57,6 +57,9 @@ class JobRendezvous {
   struct Events {
     std::function<void(const StopReason&)> on_stop;
     std::function<void(const NodeLoss&)> on_lost;
+    /// Another node's ranks made progress (optional; for the job-wide hang verdict). `best_step`:
+    /// the highest step any other node reported in this round.
+    std::function<void(std::optional<long long> best_step)> on_progress_elsewhere;
   };
   using JoinResult = std::variant<rdzv::RendezvousResult, std::string /* error */>;
   /// How the exit barrier ended. A cancelled barrier (cancel_waits) reports AllNodesDone: the
@@ -74,6 +77,10 @@ class JobRendezvous {
   virtual void join(int round, const RoundPlan& plan, std::function<void(JoinResult)> done) = 0;
   /// Tells every node to stop (first reason wins). Fire and forget.
   virtual void broadcast_stop(const StopReason& reason) = 0;
+  /// This node's progress in the current round (progress events so far, the local ranks' highest
+  /// step), for the other nodes; published on the next heartbeat. Called on every progress event,
+  /// so it only records. A new round starts again from none.
+  virtual void note_progress(long long /*events*/, std::optional<long long> /*best_step*/) {}
   /// Waits until every node of the round finished its workers, a stop arrived, or the store
   /// went away.
   virtual void exit_barrier(std::function<void(BarrierResult)> done) = 0;

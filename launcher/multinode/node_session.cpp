@@ -97,6 +97,7 @@ bool NodeSession::detach_if_blocked() {
 void NodeSession::on_loop(std::function<void()> f) { boost::asio::post(agent_io_, std::move(f)); }
 
 void NodeSession::join(int round, const RoundPlan& plan, std::function<void(JoinResult)> done) {
+  note_progress(0, std::nullopt);  // every round's progress key starts from none
   boost::asio::post(io_, [this, round, plan, done = std::move(done)] {
     busy_ = true;
     monitor_.reset();
@@ -152,6 +153,17 @@ void NodeSession::join(int round, const RoundPlan& plan, std::function<void(Join
                       std::nullopt};
         on_loop([this, loss] { events_.on_lost(loss); });
       };
+      callbacks.local_progress = [this] {
+        rdzv::NodeProgress p{progress_events_.load(std::memory_order_relaxed), std::nullopt};
+        if (has_best_step_.load(std::memory_order_relaxed))
+          p.best_step = best_step_.load(std::memory_order_relaxed);
+        return p;
+      };
+      callbacks.on_progress_elsewhere = [this](std::optional<std::int64_t> best) {
+        on_loop([this, best] {
+          if (events_.on_progress_elsewhere) events_.on_progress_elsewhere(best);
+        });
+      };
       // The monitor's calls must fail well within the heartbeat timeout: over a cut link a call
       // would otherwise wait read_timeout (60 s) before the store counts as lost.
       rdzv::StoreClientOptions watching = store_;
@@ -183,6 +195,12 @@ void NodeSession::broadcast_stop(const StopReason& reason) {
       // The store is gone: the other nodes learn it from their own monitors.
     }
   });
+}
+
+void NodeSession::note_progress(long long events, std::optional<long long> best_step) {
+  progress_events_.store(events, std::memory_order_relaxed);
+  if (best_step) best_step_.store(*best_step, std::memory_order_relaxed);
+  has_best_step_.store(best_step.has_value(), std::memory_order_relaxed);
 }
 
 void NodeSession::exit_barrier(std::function<void(BarrierResult)> done) {

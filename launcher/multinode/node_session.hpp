@@ -46,6 +46,8 @@ class NodeSession final : public JobRendezvous {
   void join(int round, const RoundPlan& plan, std::function<void(JoinResult)> done) override;
   /// Tells every node to stop (first reason wins). Fire and forget.
   void broadcast_stop(const StopReason& reason) override;
+  /// Recorded for the monitor's next heartbeat (atomics: the monitor runs on its own thread).
+  void note_progress(long long events, std::optional<long long> best_step) override;
   /// Waits until every node of the round finished its workers, or a stop arrived.
   void exit_barrier(std::function<void(BarrierResult)> done) override;
   /// The store host waits (bounded by the heartbeat timeout) until every other node has left,
@@ -69,6 +71,10 @@ class NodeSession final : public JobRendezvous {
   rdzv::NodeRendezvousOptions round_;
   std::atomic<bool> busy_{false};
   std::atomic<bool> cancel_{false};
+  // This round's progress (note_progress, from the loop), read by the monitor's thread.
+  std::atomic<long long> progress_events_{0};
+  std::atomic<bool> has_best_step_{false};
+  std::atomic<long long> best_step_{0};
   std::thread thread_;
 };
 

@@ -56,6 +56,9 @@ Result<Ok> Agent::open_store() {
   JobRendezvous::Events events;
   events.on_stop = [this](const StopReason& reason) { on_job_stop(reason); };
   events.on_lost = [this](const NodeLoss& loss) { on_node_lost(loss); };
+  events.on_progress_elsewhere = [this](std::optional<long long> best_step) {
+    if (health_) health_->progress_elsewhere(best_step);  // the job-wide hang verdict
+  };
   if (make_rendezvous_) {
     session_ = make_rendezvous_(io_, std::move(events));
     return Ok{};
