@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <charconv>
 #include <cstdio>
 
 #include <fmt/format.h>
@@ -24,6 +25,7 @@ using namespace std::chrono_literals;
 //   ddprun/<run_id>/leader                   static node 0's name, set when it first joins
 //   .../ack/<seq>                            "1": this arrival read why the leader failed the round
 //   .../hb/<node_rank>                       heartbeat counters
+//   .../progress/<node_rank>                 NodeProgress, "0" until the node's ranks progress
 //   .../stop                                 first stop reason (COMPARE_SET from "")
 //   .../done                                 ADD counter: nodes whose workers finished
 //   .../end                                  "done" (all finished) or "stop", first writer wins;
@@ -41,6 +43,10 @@ using namespace std::chrono_literals;
 //   .../pending/<p>/spare                    "1": the job is full, it waits as a spare
 std::string key_prefix(const NodeRendezvousOptions& o) {
   return fmt::format("ddprun/{}/{}/", o.run_id, o.round);
+}
+
+std::string progress_key(const std::string& prefix, int node_rank) {
+  return prefix + "progress/" + std::to_string(node_rank);
 }
 
 std::string host_name() {
@@ -147,6 +153,8 @@ Assignment lead(StoreClient& client, const std::string& prefix, const NodeRendez
   for (const auto& n : assignment.nodes) {
     keys.push_back(prefix + "hb/" + std::to_string(n.node_rank));
     values.push_back("0");
+    keys.push_back(progress_key(prefix, n.node_rank));  // MULTI_GET waits for missing keys
+    values.push_back(encode_node_progress({}));
   }
   client.multi_set(keys, values);
   keys.clear();
@@ -161,6 +169,26 @@ Assignment lead(StoreClient& client, const std::string& prefix, const NodeRendez
 }
 
 }  // namespace
+
+std::string encode_node_progress(const NodeProgress& p) {
+  return p.best_step ? fmt::format("{} {}", p.events, *p.best_step) : std::to_string(p.events);
+}
+
+std::optional<NodeProgress> decode_node_progress(std::string_view text) {
+  auto parse = [](std::string_view t, std::int64_t& v) {
+    auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+    return ec == std::errc{} && end == t.data() + t.size() && !t.empty();
+  };
+  NodeProgress p;
+  const auto space = text.find(' ');
+  if (!parse(text.substr(0, space), p.events)) return std::nullopt;
+  if (space != std::string_view::npos) {
+    std::int64_t step = 0;
+    if (!parse(text.substr(space + 1), step)) return std::nullopt;
+    p.best_step = step;
+  }
+  return p;
+}
 
 StoreClientOptions with_token(StoreClientOptions store, const std::string& token) {
   if (!token.empty()) store.after_connect = token_prover(token);
@@ -409,8 +437,16 @@ void NodeMonitor::run() {
     bool reported = false;
   };
   std::vector<std::string> keys;
-  for (const auto& n : joined_.assignment.nodes)
-    keys.push_back(prefix_ + "hb/" + std::to_string(n.node_rank));
+  const auto& nodes = joined_.assignment.nodes;
+  for (const auto& n : nodes) keys.push_back(prefix_ + "hb/" + std::to_string(n.node_rank));
+  // Job-wide progress: every node's progress key after the heartbeat keys, in the same MULTI_GET.
+  const bool watch_progress = static_cast<bool>(callbacks_.on_progress_elsewhere);
+  if (watch_progress) {
+    for (const auto& n : nodes) keys.push_back(progress_key(prefix_, n.node_rank));
+  }
+  std::vector<NodeProgress> progress_seen(nodes.size());  // as the leader initialised them
+  NodeProgress published;
+  const std::string my_progress_key = progress_key(prefix_, joined_.node_rank);
   std::map<int, Seen> seen;
   const std::string my_key = prefix_ + "hb/" + std::to_string(joined_.node_rank);
   bool stop_reported = false;
@@ -436,8 +472,30 @@ void NodeMonitor::run() {
     const auto now = RdzvClock::now();
     try {
       client_.add(my_key, 1);
+      if (callbacks_.local_progress) {
+        const NodeProgress mine = callbacks_.local_progress();
+        if (mine != published) {
+          client_.set(my_progress_key, encode_node_progress(mine));
+          published = mine;
+        }
+      }
       const auto values = client_.multi_get(keys);
-      for (std::size_t i = 0; i < values.size(); ++i) {
+      if (watch_progress) {
+        bool changed = false;
+        std::optional<std::int64_t> best;
+        for (std::size_t i = 0; i < nodes.size(); ++i) {
+          if (nodes[i].node_rank == joined_.node_rank) continue;
+          const auto p = decode_node_progress(values[nodes.size() + i]);
+          if (!p) continue;  // not ddprun's record: ignored
+          if (*p != progress_seen[i]) {
+            changed = true;
+            progress_seen[i] = *p;
+          }
+          if (p->best_step && (!best || *p->best_step > *best)) best = p->best_step;
+        }
+        if (changed) callbacks_.on_progress_elsewhere(best);
+      }
+      for (std::size_t i = 0; i < nodes.size(); ++i) {
         const auto& node = joined_.assignment.nodes[i];
         auto [it, fresh] = seen.try_emplace(node.node_rank, Seen{values[i], now});
         if (fresh || it->second.value != values[i]) {

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -85,6 +86,19 @@ StoreClientOptions with_token(StoreClientOptions store, const std::string& token
 RendezvousResult join_rendezvous(const StoreClientOptions& store,
                                  const NodeRendezvousOptions& options);
 
+// A node's progress in the current round, as its agent publishes it on its heartbeat (key
+// progress/<node_rank>): how many progress events its ranks made (monotonic within the round) and
+// the highest step they reported. Counters, never wall-clock times, so the hosts' clocks need not
+// agree: each node notes, by its own clock, when it saw another node's count change.
+struct NodeProgress {
+  std::int64_t events = 0;
+  std::optional<std::int64_t> best_step;
+  bool operator==(const NodeProgress&) const = default;
+};
+// "<events>" or "<events> <best_step>"; decode gives nullopt for anything else.
+std::string encode_node_progress(const NodeProgress& progress);
+std::optional<NodeProgress> decode_node_progress(std::string_view text);
+
 // Heartbeats and job-wide stop after a successful join. Runs one background thread with its own
 // store connection; callbacks run on that thread (each at most once per node / once for stop).
 class NodeMonitor {
@@ -102,6 +116,11 @@ class NodeMonitor {
     // moved within heartbeat_timeout) and not yet invited or refused, in arrival order; called
     // whenever that list changes.
     std::function<void(const std::vector<JoinRequest>& pending)> on_pending;
+    // Job-wide progress (both optional). local_progress is asked once per heartbeat and published
+    // when it changed; on_progress_elsewhere is called when another node's published progress
+    // changed, with the highest step any other node published (nullopt: none).
+    std::function<NodeProgress()> local_progress;
+    std::function<void(std::optional<std::int64_t> best_step_elsewhere)> on_progress_elsewhere;
   };
 
   NodeMonitor(const StoreClientOptions& store, const NodeRendezvousOptions& rendezvous,

@@ -4,6 +4,7 @@
 // Two generations share bytes but not meanings: G1 = torch 1.13 (no handshake, WATCH_KEY),
 // G2 = torch 2.x (VALIDATE + PING first, queues, LIST_KEYS, BARRIER).
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string_view>
@@ -35,6 +36,7 @@ enum class Op : std::uint8_t {
   ListKeys,
   Barrier,
 };
+inline constexpr std::size_t kOpCount = static_cast<std::size_t>(Op::Barrier) + 1;
 
 inline constexpr std::uint32_t kValidateMagic = 0x3C85F7CE;  // sent little-endian: CE F7 85 3C
 

@@ -148,9 +148,11 @@ struct StoreServer::Core : SessionHost, std::enable_shared_from_this<StoreServer
           fmt::format("refusing connection from {}:{}: connection limit {} reached",
                       peer.address().to_string(), peer.port(), options.limits.max_connections));
       socket.close(peer_ec);
+      ++connections_refused;
     } else {
       try {
         const ClientId id = next_id++;
+        ++connections_accepted;
         auto session = std::make_shared<StoreSession>(std::move(socket), id, shared_from_this());
         sessions.emplace(id, session);
         session->start();
@@ -185,6 +187,7 @@ struct StoreServer::Core : SessionHost, std::enable_shared_from_this<StoreServer
   }
 
   void handle(StoreSession& session, Generation gen, Command&& cmd, bool first_request) override {
+    ++requests[static_cast<std::size_t>(cmd.op)];
     if (options.trace) log_line(describe_request(session.id(), gen, cmd));
     std::optional<Outcome> screened;
     if (options.access_policy && !(gen == Generation::G2 && first_request)) {
@@ -384,8 +387,11 @@ struct StoreServer::Core : SessionHost, std::enable_shared_from_this<StoreServer
   std::uint16_t port = 0;
   bool stopped = false;
   std::size_t closed_for_errors = 0;
-  std::size_t buffered_input_bytes = 0;   // all sessions' unfinished requests
-  std::size_t buffered_output_bytes = 0;  // all sessions' owed output
+  std::uint64_t connections_accepted = 0;
+  std::uint64_t connections_refused = 0;
+  std::array<std::uint64_t, kOpCount> requests{};  // by Op
+  std::size_t buffered_input_bytes = 0;            // all sessions' unfinished requests
+  std::size_t buffered_output_bytes = 0;           // all sessions' owed output
   std::uint64_t tick = 0;
   std::chrono::milliseconds sweep_period{1000};
   std::uint64_t idle_ticks = 0;
@@ -426,6 +432,9 @@ StoreServerStats StoreServer::stats() const {
   s.buffered_input_bytes = core_->buffered_input_bytes;
   s.buffered_output_bytes = core_->buffered_output_bytes;
   s.store_bytes = core_->model.held_bytes();
+  s.connections_accepted = core_->connections_accepted;
+  s.connections_refused = core_->connections_refused;
+  s.requests = core_->requests;
   return s;
 }
 

@@ -12,6 +12,7 @@
 
 #include "rendezvous/replication_hub.hpp"
 #include "rendezvous/store_limits.hpp"
+#include "rendezvous/store_stats.hpp"
 
 namespace ddp::rdzv {
 
@@ -30,18 +31,6 @@ struct StoreServerOptions {
 class StoreBindError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
-};
-
-struct StoreServerStats {
-  std::size_t connections = 0;
-  std::size_t keys = 0;
-  std::size_t pending_waits = 0;
-  std::size_t watch_registrations = 0;
-  std::size_t closed_for_errors = 0;     // connections closed because of a bad or oversize frame
-  std::size_t buffered_input_bytes = 0;  // unfinished requests, all connections together
-  std::size_t buffered_output_bytes =
-      0;                        // output owed to peers not reading, all connections together
-  std::size_t store_bytes = 0;  // what --max-store-bytes bounds
 };
 
 class StoreServer {

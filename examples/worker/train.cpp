@@ -19,6 +19,7 @@
 #include "ddprun/worker/communicator.hpp"
 #include "ddprun/worker/ddp.hpp"
 #include "ddprun/worker/distributed_sampler.hpp"
+#include "ddprun/worker/heartbeat.hpp"
 #include "ddprun/worker/sync_batch_norm.hpp"
 #include "examples/worker/fashion_mnist.hpp"
 #include "examples/worker/model.hpp"
@@ -182,6 +183,8 @@ int train(const TrainOptions& options, const worker::WorkerEnv& env) {
   worker::DistributedSampler sampler(train_set.size(), comm->size(), comm->rank(), true,
                                      options.seed);
   ProgressReporter reporter(chief, ::isatty(STDOUT_FILENO) == 1, options.log_every);
+  // Progress for ddprun's hang verdict, /status and stragglers (nothing when not under ddprun).
+  worker::Heartbeat heartbeat = worker::Heartbeat::from_environment();
   double train_seconds = 0;
   double train_cpu_seconds = 0;  // this rank's
   int64_t train_samples = 0;
@@ -210,6 +213,7 @@ int train(const TrainOptions& options, const worker::WorkerEnv& env) {
       loss.backward();
       optimizer.step();
       ++progress.step;
+      heartbeat.step(progress.step);
       epoch_samples += len * comm->size();
       reporter.step(step + 1, loss.item<double>(), epoch_samples / seconds_since(epoch_start));
     }

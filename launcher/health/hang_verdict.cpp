@@ -6,7 +6,7 @@
 namespace ddp::launcher::health {
 
 std::chrono::milliseconds HangTimeouts::applying(const ProgressTracker& tracker) const {
-  return tracker.active_source() ? steady : std::max(steady, startup);
+  return tracker.job_progressed() ? steady : std::max(steady, startup);
 }
 
 std::optional<HangVerdict> judge_hang(const ProgressTracker& tracker, const HangTimeouts& timeouts,

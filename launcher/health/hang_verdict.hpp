@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: MIT
 #pragma once
-/// The hang verdict (--hang-timeout): the job is hung when no rank has made progress (see
-/// ProgressTracker) for the timeout. Until the first progress of an attempt the startup timeout
-/// applies instead (importing torch and meeting the other ranks take seconds before the first
-/// line or heartbeat). Pure.
+/// The hang verdict (--hang-timeout): the job is hung when no rank of the job, on this node or
+/// (multi-node) on another one, has made progress (see ProgressTracker) for the timeout. Until the
+/// job's first progress in an attempt the startup timeout applies instead (importing torch and
+/// meeting the other ranks take seconds before the first line or heartbeat). Pure.
 
 #include <chrono>
 #include <optional>
@@ -14,7 +14,7 @@
 namespace ddp::launcher::health {
 
 struct HangVerdict {
-  std::chrono::milliseconds idle{};  // since the job's last progress
+  std::chrono::milliseconds idle{};  // since the job's last progress (any node)
   /// Live local ranks, the one whose last progress is oldest first (the suspects).
   std::vector<size_t> oldest_first;
 };

@@ -136,6 +136,7 @@ void HealthMonitor::attempt_started(int attempt, const std::vector<MonitoredWork
   workers_ = workers;
   phase_ = Phase::Running;
   stack_dump_started_ = false;
+  progress_events_ = 0;
   std::vector<int> ranks;
   for (const auto& w : workers) ranks.push_back(w.rank);
   tracker_.start_attempt(ranks, Clock::now());
@@ -153,9 +154,20 @@ void HealthMonitor::on_heartbeat(int local_rank, size_t count, std::optional<lon
 
 void HealthMonitor::record_progress(int local_rank, ProgressSource source,
                                     std::optional<long long> step) {
-  const bool first = !tracker_.active_source();
+  const bool first = !tracker_.job_progressed();
   tracker_.record(static_cast<size_t>(local_rank), source, Clock::now(), step);
+  // Only what counts here is published: a chatty logging thread does not hide stuck heartbeats.
+  if (hooks_.on_progress && tracker_.active_source() == source) {
+    hooks_.on_progress(++progress_events_, tracker_.best_step());
+  }
   // The first progress ends the startup timeout: the verdict may now come much sooner.
+  if (first) schedule_hang_check();
+}
+
+void HealthMonitor::progress_elsewhere(std::optional<long long> best_step) {
+  if (phase_ != Phase::Running) return;
+  const bool first = !tracker_.job_progressed();
+  tracker_.record_elsewhere(Clock::now(), best_step);
   if (first) schedule_hang_check();
 }
 
@@ -230,11 +242,14 @@ void HealthMonitor::check_hang() {
   phase_ = Phase::Hung;
   ++hang_verdicts_;
   const auto source = tracker_.active_source();
+  const bool progressed = tracker_.job_progressed();
   HealthStop stop;
-  stop.text = fmt::format("hung: no progress ({}) from any rank for {:.1f} s ({} {:.3g})",
-                          source ? source_name(*source) : "none since the start",
-                          verdict->idle.count() / 1000.0,
-                          source ? "--hang-timeout" : "--hang-startup-timeout",
+  stop.text = fmt::format("hung: no progress ({}) from any rank{} for {:.1f} s ({} {:.3g})",
+                          source       ? source_name(*source)
+                          : progressed ? "none here, some on another node"
+                                       : "none since the start",
+                          nnodes_ > 1 ? " of the job" : "", verdict->idle.count() / 1000.0,
+                          progressed ? "--hang-timeout" : "--hang-startup-timeout",
                           hang_timeouts().applying(tracker_).count() / 1000.0);
   nlohmann::json suspects = nlohmann::json::array();
   for (size_t i = 0; i < verdict->oldest_first.size(); ++i) {
@@ -252,7 +267,9 @@ void HealthMonitor::check_hang() {
   }
   hooks_.emit("hang", {{"attempt", attempt_},
                        {"idle_s", verdict->idle.count() / 1000.0},
-                       {"source", source ? source_name(*source) : "start"},
+                       {"source", source       ? source_name(*source)
+                                  : progressed ? "elsewhere"
+                                               : "start"},
                        {"suspects", suspects}});
   hooks_.say(fmt::format("{}; saving every worker's stacks before stopping the job", stop.text));
   dump_stacks("hang", [this, stop](std::vector<std::string> saved) mutable {
@@ -354,7 +371,8 @@ void HealthMonitor::stopping() {
 }
 
 std::optional<std::string> HealthMonitor::attempt_failed() {
-  const auto best = tracker_.best_step();
+  // Multi-node: the job's best step, as far as the other nodes had published it.
+  const auto best = tracker_.job_best_step();
   if (!restarts_policy_.attempt_failed(best)) return std::nullopt;
   std::string why = fmt::format(
       "{} restart(s) in a row reached no step beyond {} (--no-progress-restarts {}); not "
@@ -429,6 +447,9 @@ std::string HealthMonitor::status_json() const {
       {"hang_verdicts", hang_verdicts_},
       {"timer_expirations", timer_expirations_},
       {"ranks", ranks}};
+  const auto elsewhere = tracker_.last_progress_elsewhere();
+  j["last_progress_elsewhere_age_s"] =
+      elsewhere ? nlohmann::json(seconds_between(*elsewhere, now)) : nlohmann::json();
   return j.dump() + "\n";
 }
 
@@ -467,10 +488,7 @@ std::string HealthMonitor::metrics_text() const {
                   static_cast<double>(*tr[i].step));
     }
   }
-  if (hooks_.extra_gauges) {
-    for (const auto& [name, help, value] : hooks_.extra_gauges())
-      m.family(name, "gauge", help).sample({}, value);
-  }
+  if (hooks_.extra_metrics) hooks_.extra_metrics(m);
   return m.str();
 }
 

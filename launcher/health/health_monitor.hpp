@@ -27,6 +27,7 @@
 #include "launcher/health/heartbeat_socket.hpp"
 #include "launcher/health/no_progress_restarts.hpp"
 #include "launcher/health/progress_tracker.hpp"
+#include "launcher/health/prometheus_text.hpp"
 #include "launcher/health/stack_dumper.hpp"
 #include "launcher/health/status_server.hpp"
 #include "launcher/health/straggler_detector.hpp"
@@ -57,8 +58,12 @@ class HealthMonitor {
     std::function<void(const HealthStop&)> on_hung;
     /// A watchdog timer of `pid` expired; stacks are saved. Signal it with `sig`, as torchrun.
     std::function<void(pid_t pid, int sig, const HealthStop&)> on_timer_expired;
-    /// Extra gauges for /metrics (name, help, value), e.g. the store's connections.
-    std::function<std::vector<std::tuple<std::string, std::string, double>>()> extra_gauges;
+    /// Multi-node: this node's progress in the attempt changed (`events`: progress events that
+    /// counted so far, `best_step`: the highest step of the local ranks), for the other nodes.
+    /// Called on every such event: keep it cheap. Unset on a single node.
+    std::function<void(long long events, std::optional<long long> best_step)> on_progress;
+    /// More families for /metrics, appended at the end (the hosted store's counters).
+    std::function<void(PrometheusText&)> extra_metrics;
   };
 
   HealthMonitor(boost::asio::io_context& io, HealthSettings settings, Hooks hooks,
@@ -78,6 +83,9 @@ class HealthMonitor {
 
   void attempt_started(int attempt, const std::vector<MonitoredWorker>& workers);
   void worker_exited(int local_rank, const ExitStatus& status, bool terminated_by_ddprun);
+  /// Multi-node: another node's ranks made progress (its published count changed); `best_step`:
+  /// the highest step any other node published in this attempt. Makes the verdict job-wide.
+  void progress_elsewhere(std::optional<long long> best_step);
   /// The Agent is stopping the workers (failure, signal); /healthz answers 503 from now on.
   void stopping();
   /// Multi-node: another node judged the job hung. Saves the local stacks (as for a local
@@ -132,6 +140,7 @@ class HealthMonitor {
   int status_port_ = 0;
   std::string own_socket_dir_;       // made for the sockets (deep --log-dir); removed at the end
   bool stack_dump_started_ = false;  // one dump per attempt
+  long long progress_events_ = 0;    // this attempt's progress events that counted (on_progress)
 
   // Counters for /metrics.
   long long hang_verdicts_ = 0;

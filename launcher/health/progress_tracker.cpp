@@ -24,6 +24,8 @@ void ProgressTracker::start_attempt(const std::vector<int>& global_ranks, Clock:
     ranks_[i].started = now;
   }
   std::fill(std::begin(seen_), std::end(seen_), false);
+  elsewhere_.reset();
+  elsewhere_best_step_.reset();
 }
 
 void ProgressTracker::record(size_t local_rank, ProgressSource source, Clock::time_point now,
@@ -48,6 +50,13 @@ void ProgressTracker::record_exit(size_t local_rank, Clock::time_point now) {
   ranks_[local_rank].exited = now;
 }
 
+void ProgressTracker::record_elsewhere(Clock::time_point now, std::optional<long long> best_step) {
+  elsewhere_ = now;
+  if (best_step && (!elsewhere_best_step_ || *best_step > *elsewhere_best_step_)) {
+    elsewhere_best_step_ = best_step;
+  }
+}
+
 std::optional<ProgressSource> ProgressTracker::active_source() const {
   for (size_t s = 0; s < 3; ++s) {
     if (seen_[s]) return static_cast<ProgressSource>(s);
@@ -70,6 +79,7 @@ Clock::time_point ProgressTracker::last_progress(size_t local_rank) const {
 Clock::time_point ProgressTracker::job_last_progress() const {
   Clock::time_point latest{};
   for (size_t i = 0; i < ranks_.size(); ++i) latest = std::max(latest, last_progress(i));
+  if (elsewhere_) latest = std::max(latest, *elsewhere_);
   return latest;
 }
 
@@ -78,6 +88,12 @@ std::optional<long long> ProgressTracker::best_step() const {
   for (const auto& r : ranks_) {
     if (r.best_step && (!best || *r.best_step > *best)) best = r.best_step;
   }
+  return best;
+}
+
+std::optional<long long> ProgressTracker::job_best_step() const {
+  auto best = best_step();
+  if (elsewhere_best_step_ && (!best || *elsewhere_best_step_ > *best)) best = elsewhere_best_step_;
   return best;
 }
 

@@ -9,6 +9,11 @@
 /// heartbeats (its log lines may come from a thread that runs on while the training loop is
 /// stuck); a job that only logs is judged by its lines. The start of the attempt and a rank's exit
 /// count as progress of that rank.
+///
+/// Multi-node: progress of another node's ranks (seen through the store, at the moment this agent
+/// noticed it: no other host's clock is involved) counts as progress of the job, so that the
+/// verdict is job-wide: a node whose ranks print nothing is not hung while another node's ranks
+/// progress.
 
 #include <chrono>
 #include <optional>
@@ -39,15 +44,24 @@ class ProgressTracker {
   void record(size_t local_rank, ProgressSource source, Clock::time_point now,
               std::optional<long long> step = std::nullopt);
   void record_exit(size_t local_rank, Clock::time_point now);
+  /// Another node's ranks progressed (noticed `now`); `best_step`: the highest step any other node
+  /// reported in this attempt (nullopt: none).
+  void record_elsewhere(Clock::time_point now, std::optional<long long> best_step);
 
   /// The best source seen in this attempt (nullopt: none yet).
   std::optional<ProgressSource> active_source() const;
   /// When the rank last made progress by the active source (its start or exit count too).
   Clock::time_point last_progress(size_t local_rank) const;
-  /// The latest progress of any rank.
+  /// The latest progress of any rank of the job (here, or elsewhere as noticed here).
   Clock::time_point job_last_progress() const;
-  /// The highest step any rank reached in this attempt (nullopt: no step numbers).
+  /// Whether any rank of the job made progress in this attempt (the start and exits aside).
+  bool job_progressed() const { return active_source() || elsewhere_; }
+  /// The highest step any local rank reached in this attempt (nullopt: no step numbers).
   std::optional<long long> best_step() const;
+  /// The same over every node of the job (local ranks and what the other nodes reported).
+  std::optional<long long> job_best_step() const;
+  /// When progress elsewhere was last noticed (nullopt: never in this attempt).
+  std::optional<Clock::time_point> last_progress_elsewhere() const { return elsewhere_; }
   /// Local ranks still alive, the one whose last progress is oldest first.
   std::vector<size_t> alive_by_oldest_progress() const;
 
@@ -56,6 +70,8 @@ class ProgressTracker {
  private:
   std::vector<Rank> ranks_;
   bool seen_[3] = {false, false, false};
+  std::optional<Clock::time_point> elsewhere_;
+  std::optional<long long> elsewhere_best_step_;
 };
 
 }  // namespace ddp::launcher::health

@@ -91,6 +91,9 @@ class JobRendezvous {
     /// This node arrived after its round closed and waits as "pending", or was told it is a
     /// "spare" (during a join).
     std::function<void(const std::string& role)> on_waiting;
+    /// Another node's ranks made progress (optional; for the job-wide hang verdict). `best_step`:
+    /// the highest step any other node reported in this round.
+    std::function<void(std::optional<long long> best_step)> on_progress_elsewhere;
   };
   using JoinResult = std::variant<rdzv::RendezvousResult, std::string /* error */>;
   /// How the exit barrier ended. A cancelled barrier (cancel_waits) reports AllNodesDone: the
@@ -113,6 +116,10 @@ class JobRendezvous {
   virtual void broadcast_stop(const StopReason& reason) = 0;
   /// Answers a pending node. Fire and forget.
   virtual void answer_pending(const PendingAnswer& answer) = 0;
+  /// This node's progress in the current round (progress events so far, the local ranks' highest
+  /// step), for the other nodes; published on the next heartbeat. Called on every progress event,
+  /// so it only records. A new round starts again from none.
+  virtual void note_progress(long long /*events*/, std::optional<long long> /*best_step*/) {}
   /// Waits until every node of the round finished its workers, a stop arrived, or the store
   /// went away. Called again in the same round after fail_over, it resumes the wait on the
   /// standby without counting this node twice.

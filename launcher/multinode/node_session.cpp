@@ -149,6 +149,17 @@ void NodeSession::start_monitor() {
           if (generation == generation_ && events_.on_pending) events_.on_pending(pending);
         });
       };
+  callbacks.local_progress = [this] {
+    rdzv::NodeProgress p{progress_events_.load(std::memory_order_relaxed), std::nullopt};
+    if (has_best_step_.load(std::memory_order_relaxed))
+      p.best_step = best_step_.load(std::memory_order_relaxed);
+    return p;
+  };
+  callbacks.on_progress_elsewhere = [this](std::optional<std::int64_t> best) {
+    on_loop([this, best] {
+      if (events_.on_progress_elsewhere) events_.on_progress_elsewhere(best);
+    });
+  };
   callbacks.on_store_lost =
       [this, where = fmt::format("{}:{}", store_.host, store_.port)](const std::string& error) {
         NodeLoss loss{fmt::format("lost the store at {} (node 0 gone?): {}", where, error),
@@ -167,6 +178,7 @@ void NodeSession::start_monitor() {
 }
 
 void NodeSession::join(int round, const RoundPlan& plan, std::function<void(JoinResult)> done) {
+  note_progress(0, std::nullopt);  // every round's progress key starts from none
   const int generation = ++generation_;
   boost::asio::post(io_, [this, round, plan, generation, done = std::move(done)] {
     busy_ = true;
@@ -320,6 +332,12 @@ void NodeSession::answer_pending(const PendingAnswer& answer) {
       // The store is gone: the pending node's wait ends at its join timeout.
     }
   });
+}
+
+void NodeSession::note_progress(long long events, std::optional<long long> best_step) {
+  progress_events_.store(events, std::memory_order_relaxed);
+  if (best_step) best_step_.store(*best_step, std::memory_order_relaxed);
+  has_best_step_.store(best_step.has_value(), std::memory_order_relaxed);
 }
 
 void NodeSession::exit_barrier(std::function<void(BarrierResult)> done) {

@@ -48,6 +48,8 @@ class NodeSession final : public JobRendezvous {
   /// Tells every node to stop (first reason wins). Fire and forget.
   void broadcast_stop(const StopReason& reason) override;
   void answer_pending(const PendingAnswer& answer) override;
+  /// Recorded for the monitor's next heartbeat (atomics: the monitor runs on its own thread).
+  void note_progress(long long events, std::optional<long long> best_step) override;
   /// Waits until every node of the round finished its workers, or a stop arrived.
   void exit_barrier(std::function<void(BarrierResult)> done) override;
   /// Promotes the standby store (epoch kFailoverEpoch) and moves the session to it.
@@ -86,6 +88,10 @@ class NodeSession final : public JobRendezvous {
   // Counts joins (on the loop): a pending list that the previous round's monitor posted after
   // the next join began is stale (it may name nodes just invited) and is dropped.
   int generation_ = 0;
+  // This round's progress (note_progress, from the loop), read by the monitor's thread.
+  std::atomic<long long> progress_events_{0};
+  std::atomic<bool> has_best_step_{false};
+  std::atomic<long long> best_step_{0};
   std::thread thread_;
 };
 

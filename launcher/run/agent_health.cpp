@@ -6,6 +6,7 @@
 #include <signal.h>
 
 #include "launcher/common/exit_codes.hpp"
+#include "launcher/health/store_metrics.hpp"
 #include "launcher/run/agent.hpp"
 
 namespace ddp::launcher {
@@ -19,6 +20,19 @@ std::unique_ptr<health::HealthMonitor> Agent::make_health_monitor() {
   hooks.on_hung = [this](const health::HealthStop& stop) { on_hung(stop); };
   hooks.on_timer_expired = [this](pid_t pid, int sig, const health::HealthStop& stop) {
     on_timer_expired(pid, sig, stop);
+  };
+  if (session_) {  // multi-node: the verdict is job-wide; the other nodes learn of our progress
+    hooks.on_progress = [this](long long events, std::optional<long long> best_step) {
+      if (session_) session_->note_progress(events, best_step);
+    };
+  }
+  hooks.extra_metrics = [this](health::PrometheusText& metrics) {
+    // The store this agent hosts; a store thread too busy to answer within the budget is left
+    // out of this scrape rather than holding the loop.
+    if (!store_) return;
+    if (auto stats = store_->stats(std::chrono::milliseconds(200))) {
+      health::append_store_metrics(metrics, *stats);
+    }
   };
   auto path = setup_.parent_env.find("PATH");
   const std::string path_variable =

@@ -58,6 +58,9 @@ Result<Ok> Agent::open_store() {
   events.on_lost = [this](const NodeLoss& loss) { on_node_lost(loss); };
   events.on_pending = [this](const std::vector<rdzv::JoinRequest>& p) { on_pending(p); };
   events.on_waiting = [this](const std::string& role) { on_waiting(role); };
+  events.on_progress_elsewhere = [this](std::optional<long long> best_step) {
+    if (health_) health_->progress_elsewhere(best_step);  // the job-wide hang verdict
+  };
   if (make_rendezvous_) {
     session_ = make_rendezvous_(io_, std::move(events));
     return Ok{};

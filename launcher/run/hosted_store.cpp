@@ -4,6 +4,7 @@
 #include <signal.h>
 
 #include <boost/asio/post.hpp>
+#include <future>
 
 namespace ddp::launcher {
 
@@ -26,6 +27,15 @@ HostedStore::~HostedStore() {
   });
   thread_.join();
   server_.reset();
+}
+
+std::optional<rdzv::StoreServerStats> HostedStore::stats(std::chrono::milliseconds budget) {
+  // Shared: a late answer still finds its promise after this call gave up.
+  auto answer = std::make_shared<std::promise<rdzv::StoreServerStats>>();
+  auto future = answer->get_future();
+  boost::asio::post(io_, [this, answer] { answer->set_value(server_->stats()); });
+  if (future.wait_for(budget) != std::future_status::ready) return std::nullopt;
+  return future.get();
 }
 
 }  // namespace ddp::launcher

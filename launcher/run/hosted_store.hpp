@@ -6,8 +6,10 @@
 /// touches nothing of the Agent's.
 
 #include <boost/asio/io_context.hpp>
+#include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <thread>
 
 #include "rendezvous/store_server.hpp"
@@ -24,6 +26,9 @@ class HostedStore {
   HostedStore& operator=(const HostedStore&) = delete;
 
   std::uint16_t port() const { return port_; }
+  /// The server's counters (for /metrics), read on the store's own thread; nullopt when that
+  /// thread does not answer within `budget` (the caller's loop must not wait on a busy store).
+  std::optional<rdzv::StoreServerStats> stats(std::chrono::milliseconds budget);
 
  private:
   boost::asio::io_context io_{1};

@@ -4,8 +4,11 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <future>
+#include <mutex>
 #include <set>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -215,6 +218,64 @@ TEST_CASE("heartbeats: a node that stops is reported; a stop broadcast reaches e
   auto n = lost_future.get();
   CHECK(n.node_rank == 1);
   CHECK(n.name == "b");
+}
+
+TEST_CASE("node progress: the record's format, and junk is not a record") {
+  CHECK(encode_node_progress({}) == "0");
+  CHECK(encode_node_progress({12, 345}) == "12 345");
+  CHECK(encode_node_progress({3, -1}) == "3 -1");
+  CHECK(decode_node_progress("12 345") == NodeProgress{12, 345});
+  CHECK(decode_node_progress("0") == NodeProgress{});
+  for (const char* junk : {"", " ", "x", "1 ", "1 x", "1 2 3", "12abc", " 1"})
+    CHECK_FALSE(decode_node_progress(junk));
+}
+
+TEST_CASE("heartbeats carry each node's progress: a change elsewhere is reported, own is not") {
+  TestServer server;
+  auto futures = join_all(server, {node("a", 1, 0, 2, 2), node("b", 1, 1, 2, 2)});
+  auto ra = futures[0].get();
+  auto rb = futures[1].get();
+  NodeMonitor::Options mo{30ms, 5s};
+  std::atomic<std::int64_t> a_events{0};
+  std::mutex m;
+  std::vector<std::optional<std::int64_t>> a_heard;  // what node a heard of node b
+  std::atomic<int> b_heard{0};
+  NodeMonitor::Callbacks cba;
+  cba.local_progress = [&] { return NodeProgress{a_events.load(), std::nullopt}; };
+  cba.on_progress_elsewhere = [&](std::optional<std::int64_t> best) {
+    std::lock_guard lock(m);
+    a_heard.push_back(best);
+  };
+  std::atomic<std::int64_t> b_events{0};
+  std::atomic<std::int64_t> b_step{0};
+  NodeMonitor::Callbacks cbb;
+  cbb.local_progress = [&] { return NodeProgress{b_events.load(), b_step.load()}; };
+  cbb.on_progress_elsewhere = [&](std::optional<std::int64_t>) { ++b_heard; };
+  NodeMonitor ma(server.client_options(), node("a", 1, 0, 2, 2), ra, mo, cba);
+  NodeMonitor mb(server.client_options(), node("b", 1, 1, 2, 2), rb, mo, cbb);
+  auto heard_by_a = [&] {
+    std::lock_guard lock(m);
+    return a_heard;
+  };
+  auto until = [](auto pred) {
+    for (int i = 0; i < 500 && !pred(); ++i) std::this_thread::sleep_for(10ms);
+    return pred();
+  };
+  // b's record was "0 0" from its first heartbeat ("0" before): a hears that once.
+  REQUIRE(until([&] { return !heard_by_a().empty(); }));
+  b_events = 5;
+  b_step = 17;
+  REQUIRE(until([&] {
+    auto h = heard_by_a();
+    return !h.empty() && h.back() == std::optional<std::int64_t>(17);
+  }));
+  // Nothing changes on b: a hears nothing more; b never hears its own progress.
+  const auto count = heard_by_a().size();
+  std::this_thread::sleep_for(200ms);
+  CHECK(heard_by_a().size() == count);
+  CHECK(b_heard == 0);
+  a_events = 1;
+  REQUIRE(until([&] { return b_heard == 1; }));
 }
 
 TEST_CASE("heartbeats: losing the store itself is reported") {

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: MIT
 # Integration cases of the worker program on real processes (CPU, Gloo). Usage:
 #   worker_cases.sh CASE WORKER [DDPRUN]
-# CASE: restart | peer_death | agent_store | ddprun_store | env_errors | accuracy, and the numbered
+# CASE: restart | peer_death | agent_store | ddprun_store | env_errors | heartbeat | accuracy, and the numbered
 # defects of issue 12: foreign_checkpoint (1) | no_shared_fs (2) | save_enospc (3) |
 # non_utf8_error (4) | no_local_world_size (5) | stale_files (6) | corrupt_checkpoint (7) |
 # help_and_ranges | no_eval_output
@@ -169,6 +169,66 @@ env_errors)
   out=$("$worker" --epochs 3 --epochs 1 --data "$tmp/nowhere" 2>&1); rc=$?
   [ $rc -eq 1 ] && [[ $out == *"Fashion-MNIST file not found"* ]] || fail "repeated --epochs: rc $rc: $out"
   echo "env_errors: clear one-line errors"
+  ;;
+heartbeat)
+  # The worker sends "step N" to $DDPRUN_HEARTBEAT_SOCKET once per step: under ddprun with
+  # --status-port and --hang-timeout, /status shows each rank's last step advancing (progress
+  # source "heartbeat") and the run ends without a hang verdict.
+  [ -n "$ddprun" ] || { echo "heartbeat: needs ddprun"; exit 77; }
+  "$python" - "$ddprun" "$worker" "$tmp" <<'PY' || fail "heartbeat: see above"
+import json, os, subprocess, sys, time, urllib.request
+ddprun, worker, tmp = sys.argv[1:4]
+events = os.path.join(tmp, "events.jsonl")
+log = open(os.path.join(tmp, "hb.log"), "w")
+proc = subprocess.Popen([ddprun, "--nproc_per_node=2", "--status-port", "0", "--hang-timeout", "20",
+                         "--events", events, worker, "--synthetic", "6000", "--batch-size", "4",
+                         "--epochs", "1", "--no-eval", "--checkpoint", os.path.join(tmp, "ck", "ck.pt")],
+                        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+def read_events():
+    try:
+        with open(events) as f:
+            return [json.loads(l) for l in f if l.strip()]
+    except (OSError, ValueError):
+        return []
+
+try:
+    seen = {}  # rank -> last steps seen, in order
+    port = None
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if port is None:
+            port = next((e["port"] for e in read_events() if e["event"] == "status"), None)
+        if port is not None:
+            try:
+                st = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=5).read())
+            except OSError:
+                st = None
+            if st and st["phase"] == "running":
+                for r in st["ranks"]:
+                    if r["last_step"] is not None:
+                        assert st["progress_source"] == "heartbeat", st
+                        steps = seen.setdefault(r["rank"], [])
+                        if not steps or steps[-1] != r["last_step"]:
+                            steps.append(r["last_step"])
+                if len(seen) == 2 and all(len(s) >= 3 for s in seen.values()):
+                    break
+        time.sleep(0.1)
+    print("last steps seen in /status:", {r: s[:5] for r, s in seen.items()})
+    assert len(seen) == 2 and all(len(s) >= 3 and s == sorted(s) for s in seen.values()), seen
+    rc = proc.wait(timeout=300)
+    assert rc == 0, rc
+    ev = read_events()
+    assert not [e for e in ev if e["event"] in ("hang", "stacks_saved")], ev
+finally:
+    if proc.poll() is None:
+        os.killpg(proc.pid, 9)
+        proc.wait()
+    log.close()
+    if sys.exc_info()[0] is not None:
+        print(open(os.path.join(tmp, "hb.log")).read()[-3000:])
+PY
+  echo "heartbeat: each rank's last step advanced in /status; no hang verdict"
   ;;
 accuracy)
   # The README's main job: 2 ranks, 2 epochs of Fashion-MNIST, at least 88.5% test accuracy.

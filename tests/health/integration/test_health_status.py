@@ -116,6 +116,58 @@ def test_status_endpoints_and_a_real_prometheus_scrape(tmp):
         stop(proc)
 
 
+STORE_CLIENT = """import os, socket, struct, time
+# One raw torch 1.13 (G1) ADD on the job's store, then a heartbeat per step.
+c = socket.create_connection((os.environ['MASTER_ADDR'], int(os.environ['MASTER_PORT'])))
+key = b'/probe'
+c.sendall(b'\\x03' + struct.pack('<Q', len(key)) + key + struct.pack('<q', 1))
+reply = b''
+while len(reply) < 8:
+    reply += c.recv(8 - len(reply))
+hb = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+for step in range(1, 400):
+    hb.sendto(b'step %d' % step, os.environ['DDPRUN_HEARTBEAT_SOCKET'])
+    time.sleep(0.05)
+"""
+
+
+def metric(text, name):
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    return None
+
+
+def test_store_connections_and_ops_in_metrics(tmp):
+    script = os.path.join(tmp, "store_client.py")
+    with open(script, "w") as f:
+        f.write(STORE_CLIENT)
+    events = os.path.join(tmp, "events.jsonl")
+    proc = start(["--nproc-per-node", "2", "--status-port", "0", "--events", events, script])
+    try:
+        base = f"http://127.0.0.1:{status_port(events)}"
+        found = {}
+
+        def both_added():
+            found["m"] = get(base + "/metrics")[1]
+            return (metric(found["m"], 'ddprun_store_requests_total{op="add"}') or 0) >= 2
+        wait_until(both_added, 30, "both ranks' ADD in ddprun_store_requests_total")
+        m = found["m"]
+        assert metric(m, "ddprun_store_connections_accepted_total") >= 2, m
+        assert metric(m, "ddprun_store_connections") is not None, m
+        assert metric(m, 'ddprun_store_requests_total{op="set"}') is not None, m
+        assert metric(m, "ddprun_store_keys") >= 1, m
+        promtool = shutil.which("promtool")
+        if promtool:
+            check = subprocess.run([promtool, "check", "metrics"], input=m, text=True,
+                                   capture_output=True, timeout=60)
+            assert check.returncode == 0, check.stdout + check.stderr
+        else:
+            print("promtool not installed; check skipped")
+    finally:
+        stop(proc)
+
+
 def test_healthz_turns_503_once_hung(tmp):
     script = os.path.join(tmp, "stubborn.py")
     with open(script, "w") as f:

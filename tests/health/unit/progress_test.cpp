@@ -175,3 +175,56 @@ TEST_CASE("no-progress restarts: progress resets the count; no steps never stop"
   NoProgressRestarts off(0);
   for (int i = 0; i < 10; ++i) CHECK_FALSE(off.attempt_failed(3));
 }
+
+TEST_CASE("multi-node: progress on another node keeps a silent node from a verdict") {
+  // Node 1's ranks print nothing (only rank 0 logs, on node 0); node 0's counter keeps changing.
+  ProgressTracker p;
+  p.start_attempt({2, 3}, t0);
+  const HangTimeouts t{5s, 5s};
+  for (int i = 1; i <= 30; ++i) {
+    p.record_elsewhere(t0 + i * 1s, std::nullopt);
+    CHECK_FALSE(judge_hang(p, t, t0 + i * 1s + 900ms));
+  }
+  CHECK(p.job_progressed());
+  CHECK_FALSE(p.active_source());  // nothing here, ever
+  // The whole job stops: hung exactly the timeout after the last progress noticed anywhere.
+  CHECK(next_hang_check(p, t) == t0 + 35s);
+  CHECK_FALSE(judge_hang(p, t, t0 + 34999ms));
+  auto v = judge_hang(p, t, t0 + 35s);
+  REQUIRE(v);
+  CHECK(v->idle == 5s);
+  CHECK(v->oldest_first == std::vector<size_t>{0, 1});  // the suspects are local ranks
+}
+
+TEST_CASE("multi-node: progress elsewhere ends the startup timeout, local progress still counts") {
+  ProgressTracker p;
+  p.start_attempt({0}, t0);
+  const HangTimeouts t{5s, 60s};
+  CHECK(next_hang_check(p, t) == t0 + 60s);
+  p.record_elsewhere(t0 + 2s, std::nullopt);
+  CHECK(next_hang_check(p, t) == t0 + 7s);  // the job progressed: --hang-timeout applies
+  p.record(0, ProgressSource::Heartbeat, t0 + 6s, 3);
+  CHECK(next_hang_check(p, t) == t0 + 11s);  // the later of the two
+  CHECK_FALSE(judge_hang(p, t, t0 + 10s));
+  CHECK(judge_hang(p, t, t0 + 11s));
+}
+
+TEST_CASE("multi-node: the job's best step includes the other nodes'; a new attempt forgets it") {
+  ProgressTracker p;
+  p.start_attempt({0}, t0);
+  p.record(0, ProgressSource::Heartbeat, t0 + 1s, 4);
+  p.record_elsewhere(t0 + 2s, 9);
+  p.record_elsewhere(t0 + 3s, 7);  // another node behind: the best stays
+  CHECK(p.best_step() == 4);
+  CHECK(p.job_best_step() == 9);
+  p.start_attempt({0}, t0 + 10s);
+  CHECK_FALSE(p.job_best_step());
+  CHECK_FALSE(p.job_progressed());
+  CHECK_FALSE(p.last_progress_elsewhere());
+  // No-progress restarts decide on the job's best: a node without steps follows the others.
+  NoProgressRestarts policy(1);
+  CHECK_FALSE(policy.attempt_failed(p.job_best_step()));
+  p.record_elsewhere(t0 + 11s, 12);
+  CHECK_FALSE(policy.attempt_failed(p.job_best_step()));  // 12: a new best somewhere
+  CHECK(policy.attempt_failed(p.job_best_step()));        // still 12: did not help
+}
