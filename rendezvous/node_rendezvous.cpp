@@ -564,7 +564,7 @@ void NodeMonitor::run() {
 std::string broadcast_stop(StoreClient& client, const NodeRendezvousOptions& round,
                            const std::string& reason) {
   const std::string prefix = key_prefix(round);
-  const std::string in_force = client.compare_set(prefix + "stop", "", reason);
+  std::string in_force = client.compare_set(prefix + "stop", "", reason);
   client.compare_set(prefix + "end", "", "stop");  // wakes every node waiting in the exit barrier
   return in_force;
 }

@@ -40,7 +40,7 @@ std::optional<ReplicationFrame> ReplicationFrameParser::next() {
   ReplicationFrame frame{get_u64(rest.data()), std::move(r.command)};
   offset_ += 8 + r.consumed;
   // Compact once the consumed prefix dominates, so the buffer stays proportional to what is unread.
-  if (offset_ > 64 * 1024 && offset_ * 2 > buffer_.size()) {
+  if (offset_ > std::size_t{64} * 1024 && offset_ * 2 > buffer_.size()) {
     buffer_.erase(0, offset_);
     offset_ = 0;
   }

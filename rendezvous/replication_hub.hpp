@@ -27,7 +27,7 @@ struct ReplicationOptions {
   std::int64_t epoch = 1;  // this store's epoch while primary (a promotion must exceed it)
   // Frames owed to one follower that does not keep up: past this the follower is dropped (with a
   // log line) instead of growing the primary's memory.
-  std::size_t max_follower_lag_bytes = 64 * 1024 * 1024;
+  std::size_t max_follower_lag_bytes = std::size_t{64} * 1024 * 1024;
 };
 
 class ReplicationHub {

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds everything and runs every test (ctest). CI runs exactly this.
+# Installs what is missing, checks the formatting (clang-format), builds everything and runs every
+# test (ctest). CI runs exactly this.
 #   scripts/test.sh            all tests
 #   scripts/test.sh -L unit    extra arguments go to ctest
 set -euo pipefail
@@ -8,6 +9,9 @@ cd "$ROOT"
 JOBS="${DDPRUN_JOBS:-$(nproc)}"
 
 scripts/setup.sh
+# Style first (seconds): a file clang-format would change fails the run before anything is built.
+# clang-tidy is not run here; see docs/testing.md#style-checks for why and when to run it.
+scripts/lint.sh --format-only || { echo "test: clang-format check failed (run clang-format -i on the files above)" >&2; exit 1; }
 scripts/build.sh
 
 # Second LibTorch: the CUDA build inside torch 2.x from PyPI. The worker compiles and links its NCCL path

@@ -22,7 +22,7 @@ namespace ddp::launcher {
 namespace {
 
 constexpr int kPipeBytes = 1 << 20;
-constexpr size_t kKeepCapacity = 64 * 1024;  // an idle sink gives back larger buffers
+constexpr size_t kKeepCapacity = size_t{64} * 1024;  // an idle sink gives back larger buffers
 
 /// A second, non-blocking open file description of `fd` (pipe or terminal), or -1.
 int reopen_non_blocking(int fd) {

@@ -8,8 +8,8 @@
 namespace ddp::launcher {
 namespace {
 
-constexpr size_t kReadBytes = 256 * 1024;
-constexpr size_t kTailKeep = 16 * 1024;
+constexpr size_t kReadBytes = size_t{256} * 1024;
+constexpr size_t kTailKeep = size_t{16} * 1024;
 
 /// One read buffer and one framing buffer for every pump: ddprun's loop is single-threaded,
 /// and a per-pump framing buffer would keep ~300 KiB per stream alive after a burst.

@@ -86,8 +86,8 @@ static std::string coalesce_key_of(const Command& cmd) {
 
 // ----------------------------------------------------------------------------------------------
 struct StoreProxy::Core : std::enable_shared_from_this<StoreProxy::Core> {
-  Core(asio::io_context& io_, StoreProxyOptions o)
-      : io(io_), opts(std::move(o)), acceptor(io_), sweep_timer(io_) {}
+  Core(asio::io_context& io_context, StoreProxyOptions o)
+      : io(io_context), opts(std::move(o)), acceptor(io_context), sweep_timer(io_context) {}
 
   asio::io_context& io;
   StoreProxyOptions opts;
