@@ -12,11 +12,13 @@
 #include "fake_job_rendezvous.hpp"
 #include "fake_process_control.hpp"
 #include "launcher/run/agent.hpp"
+#include "multi_node_run.hpp"
 
 using namespace ddp::launcher;
 using ddp::launcher::testing::FakeBehaviour;
 using ddp::launcher::testing::FakeJobRendezvous;
 using ddp::launcher::testing::FakeProcessControl;
+using ddp::launcher::testing::MultiNodeRun;
 using ddp::launcher::testing::round_of;
 
 namespace {
@@ -27,26 +29,17 @@ const NodeLoss kStoreLost{"lost the store at 127.0.0.1:29400 (its host gone?): r
                           std::nullopt};
 
 /// Node 1 of a c10d 2:3 job whose store is at 127.0.0.1:29400; both seams faked.
-struct FailoverRun {
-  LaunchConfig config;
-  MultiNodeSettings settings;
-  FakeJobRendezvous::Script script;
-  FakeProcessControl::Script workers = [](const EnvMap& env) {
-    FakeBehaviour b;
-    if (attempt_of(env) > 0) b.exits_with = ExitStatus::exited(0);  // the re-formed job ends
-    return b;
-  };
-  FakeProcessControl* process = nullptr;
-  FakeJobRendezvous* rendezvous = nullptr;
-  std::string events_path;
-  std::unique_ptr<Agent> agent;
-
+struct FailoverRun : MultiNodeRun {
   FailoverRun() {
+    workers = [](const EnvMap& env) {
+      FakeBehaviour b;
+      if (attempt_of(env) > 0) b.exits_with = ExitStatus::exited(0);  // the re-formed job ends
+      return b;
+    };
     config.nproc_per_node = 1;
     config.rdzv_backend = "c10d";
     config.master_addr = "127.0.0.1";
     config.master_port = 29400;
-    config.shutdown_timeout = std::chrono::seconds(30);
     settings.dynamic = true;
     settings.min_nodes = 2;
     settings.max_nodes = 3;
@@ -55,40 +48,8 @@ struct FailoverRun {
       if (plan.nodes > 0) return round_of(plan.node_rank, plan.nodes, 1);
       return round_of(1, 3, 1);
     };
-    char tmpl[] = "/tmp/ddprun-failover-events-XXXXXX";
-    int fd = ::mkstemp(tmpl);
-    REQUIRE(fd >= 0);
-    ::close(fd);
-    events_path = tmpl;
-    config.events = events_path;
-  }
-  ~FailoverRun() { ::unlink(events_path.c_str()); }
-  FailoverRun(const FailoverRun&) = delete;
-  FailoverRun& operator=(const FailoverRun&) = delete;
-
-  int run() {
-    auto process_owner = std::make_unique<FakeProcessControl>(workers);
-    process = process_owner.get();
-    JobRendezvousFactory factory = [this](boost::asio::io_context& loop,
-                                          JobRendezvous::Events events) {
-      auto fake = std::make_unique<FakeJobRendezvous>(loop, std::move(events), script);
-      rendezvous = fake.get();
-      return std::unique_ptr<JobRendezvous>(std::move(fake));
-    };
-    const StorePlan store{StoreRole::Client, "", "127.0.0.1", 29400};
-    AgentSetup setup{config, "/x", {"x"}, {}, "h", 29400, store, settings};
-    agent = std::make_unique<Agent>(std::move(setup), std::move(process_owner), factory);
-    return agent->run();
-  }
-
-  std::vector<nlohmann::json> events(const std::string& kind) const {
-    std::vector<nlohmann::json> out;
-    std::ifstream in(events_path);
-    for (std::string line; std::getline(in, line);) {
-      auto j = nlohmann::json::parse(line);
-      if (j.at("event") == kind) out.push_back(j);
-    }
-    return out;
+    store = StorePlan{StoreRole::Client, "", "127.0.0.1", 29400};
+    agent_port = 29400;
   }
 };
 

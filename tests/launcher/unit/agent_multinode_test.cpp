@@ -13,72 +13,20 @@
 #include "fake_job_rendezvous.hpp"
 #include "fake_process_control.hpp"
 #include "launcher/run/agent.hpp"
+#include "multi_node_run.hpp"
 
 using namespace ddp::launcher;
 using ddp::launcher::testing::FakeBehaviour;
 using ddp::launcher::testing::FakeJobRendezvous;
 using ddp::launcher::testing::FakeProcessControl;
+using ddp::launcher::testing::kStoreElsewhere;
+using ddp::launcher::testing::MultiNodeRun;
 using ddp::launcher::testing::round_of;
 
 namespace {
 
-const StorePlan kStoreElsewhere{StoreRole::Client, "", "127.0.0.1", 0};
-
 int rank_of(const EnvMap& env) { return std::stoi(env.at("RANK")); }
 int attempt_of(const EnvMap& env) { return std::stoi(env.at("TORCHELASTIC_RESTART_COUNT")); }
-
-/// One agent of a multi-node job with both seams faked; the fakes stay reachable after run().
-struct MultiNodeRun {
-  LaunchConfig config;
-  FakeProcessControl* process = nullptr;
-  FakeJobRendezvous* rendezvous = nullptr;
-  FakeJobRendezvous::Script script;
-  FakeProcessControl::Script workers = [](const EnvMap&) {
-    return FakeBehaviour{};
-  };  // run until stopped
-  MultiNodeSettings settings;
-  std::string events_path;
-  std::unique_ptr<Agent> agent;  // kept after run(): it owns both fakes
-
-  MultiNodeRun() {
-    config.nproc_per_node = 2;
-    config.shutdown_timeout = std::chrono::seconds(30);
-    char tmpl[] = "/tmp/ddprun-agent-events-XXXXXX";
-    int fd = ::mkstemp(tmpl);
-    REQUIRE(fd >= 0);
-    ::close(fd);
-    events_path = tmpl;
-    config.events = events_path;
-  }
-  ~MultiNodeRun() { ::unlink(events_path.c_str()); }
-  MultiNodeRun(const MultiNodeRun&) = delete;
-  MultiNodeRun& operator=(const MultiNodeRun&) = delete;
-
-  int run() {
-    auto process_owner = std::make_unique<FakeProcessControl>(workers);
-    process = process_owner.get();
-    JobRendezvousFactory factory = [this](boost::asio::io_context& loop,
-                                          JobRendezvous::Events events) {
-      auto fake = std::make_unique<FakeJobRendezvous>(loop, std::move(events), script);
-      rendezvous = fake.get();
-      return std::unique_ptr<JobRendezvous>(std::move(fake));
-    };
-    AgentSetup setup{config, "/x", {"x"}, {}, "h", 29500, kStoreElsewhere, settings};
-    agent = std::make_unique<Agent>(std::move(setup), std::move(process_owner), factory);
-    return agent->run();
-  }
-
-  /// The --events records of one kind.
-  std::vector<nlohmann::json> events(const std::string& kind) const {
-    std::vector<nlohmann::json> out;
-    std::ifstream in(events_path);
-    for (std::string line; std::getline(in, line);) {
-      auto j = nlohmann::json::parse(line);
-      if (j.at("event") == kind) out.push_back(j);
-    }
-    return out;
-  }
-};
 
 StopReason other_node_failed(int code) {
   return StopReason{code, 1, "node 1 (b): rank 3 (pid 7) failed with exit code 9", {}};
