@@ -8,7 +8,7 @@
 #include <iostream>
 #include <sstream>
 
-#include "launcher/common/exit_codes.hpp"
+#include "launcher/config/usage_error.hpp"
 
 namespace ddp::launcher {
 namespace {
@@ -219,8 +219,6 @@ class UsageFormatter : public CLI::Formatter {
     return "Usage: ddprun [OPTIONS] PROGRAM [ARGS...]\n";
   }
 };
-
-Error usage_error(std::string message) { return Error{exit_codes::kUsage, std::move(message)}; }
 
 }  // namespace
 

@@ -7,15 +7,13 @@
 #include <algorithm>
 
 #include <tuple>
-#include "launcher/common/exit_codes.hpp"
 #include "launcher/config/cuda_devices.hpp"
 #include "launcher/config/node_plan.hpp"
 #include "launcher/config/rdzv_conf_keys.hpp"
+#include "launcher/config/usage_error.hpp"
 
 namespace ddp::launcher {
 namespace {
-
-Error usage(std::string message) { return Error{exit_codes::kUsage, std::move(message)}; }
 
 /// A value typed as a flag or exported as PET_*, as opposed to one from the scheduler.
 bool is_explicit(const std::string& origin) {
@@ -31,12 +29,12 @@ Result<int> resolve_nproc(const std::string& text, const std::vector<std::string
                           const HostFacts& host) {
   if (text == "gpu") {
     if (gpus.empty()) {
-      return usage(host.cuda_visible_devices
-                       ? fmt::format("--nproc_per_node=gpu: no GPU is visible "
-                                     "(CUDA_VISIBLE_DEVICES='{}')",
-                                     *host.cuda_visible_devices)
-                       : std::string("--nproc_per_node=gpu: no GPU found (no NVIDIA driver "
-                                     "devices and CUDA_VISIBLE_DEVICES is unset)"));
+      return usage_error(host.cuda_visible_devices
+                             ? fmt::format("--nproc_per_node=gpu: no GPU is visible "
+                                           "(CUDA_VISIBLE_DEVICES='{}')",
+                                           *host.cuda_visible_devices)
+                             : std::string("--nproc_per_node=gpu: no GPU found (no NVIDIA driver "
+                                           "devices and CUDA_VISIBLE_DEVICES is unset)"));
     }
     return static_cast<int>(gpus.size());
   }
@@ -45,10 +43,11 @@ Result<int> resolve_nproc(const std::string& text, const std::vector<std::string
     return gpus.empty() ? std::max(1, host.cpu_count) : static_cast<int>(gpus.size());
   auto n = parse_integer("--nproc_per_node", text, -1'000'000'000, 1'000'000'000);
   if (!n) {
-    return usage(fmt::format("--nproc_per_node: '{}' is not a number, gpu, cpu or auto", text));
+    return usage_error(
+        fmt::format("--nproc_per_node: '{}' is not a number, gpu, cpu or auto", text));
   }
-  if (*n < 1) return usage(fmt::format("--nproc_per_node: {} must be at least 1", *n));
-  if (*n > 8192) return usage(fmt::format("--nproc_per_node: {} is more than 8192", *n));
+  if (*n < 1) return usage_error(fmt::format("--nproc_per_node: {} must be at least 1", *n));
+  if (*n > 8192) return usage_error(fmt::format("--nproc_per_node: {} is more than 8192", *n));
   return static_cast<int>(*n);
 }
 
@@ -87,7 +86,7 @@ Result<std::vector<int>> parse_signal_list(const std::string& text) {
     std::string full = name.rfind("SIG", 0) == 0 ? name : "SIG" + name;
     auto it = kSignals.find(full);
     if (it == kSignals.end()) {
-      return usage(
+      return usage_error(
           fmt::format("--signals-to-handle: '{}' is not a signal ddprun can handle "
                       "(SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM, "
                       "SIGXCPU, SIGCONT, SIGTSTP, SIGWINCH)",
@@ -110,10 +109,10 @@ std::string unquoted(std::string text) {
 
 Result<ProgramKind> resolve_program_kind(const RawOptions& raw) {
   if (raw.module && raw.no_python) {
-    return usage("-m/--module and --no_python cannot be used together");
+    return usage_error("-m/--module and --no_python cannot be used together");
   }
   if (raw.module && raw.run_path) {
-    return usage("-m/--module and --run_path cannot be used together");
+    return usage_error("-m/--module and --run_path cannot be used together");
   }
   const std::string& program = raw.program_and_args.front();
   if (raw.module) return ProgramKind::PythonModule;
@@ -131,13 +130,13 @@ Result<ConfiguredLaunch> config_from_options(const RawOptions& raw, const HostFa
 
   // The program: with a prefix command, an unknown option lands here as the "program".
   if (raw.program_and_args.empty())
-    return usage("no program given (usage: ddprun [options] PROGRAM [ARGS...])");
+    return usage_error("no program given (usage: ddprun [options] PROGRAM [ARGS...])");
   const std::string& first = raw.program_and_args.front();
   if (first.size() > 1 && first[0] == '-') {
-    return usage(
+    return usage_error(
         fmt::format("unknown option '{}' (options go before the program; see --help)", first));
   }
-  if (first.empty()) return usage("the program name is empty");
+  if (first.empty()) return usage_error("the program name is empty");
   auto kind = resolve_program_kind(raw);
   if (!kind) return kind.error();
   c.program_kind = *kind;
@@ -159,22 +158,22 @@ Result<ConfiguredLaunch> config_from_options(const RawOptions& raw, const HostFa
   c.nproc_per_node = *nproc;
   if (!c.gpus.empty() && c.nproc_per_node > static_cast<int>(c.gpus.size())) {
     if (raw.bind_gpu) {
-      return usage(fmt::format("--bind-gpu: {} processes per node but only {} visible GPU(s)",
-                               c.nproc_per_node, c.gpus.size()));
+      return usage_error(fmt::format("--bind-gpu: {} processes per node but only {} visible GPU(s)",
+                                     c.nproc_per_node, c.gpus.size()));
     }
     out.notices.push_back(fmt::format(
         "warning: {} processes per node but only {} visible GPU(s); some processes share a GPU",
         c.nproc_per_node, c.gpus.size()));
   }
   c.bind_gpu = raw.bind_gpu;
-  if (c.bind_gpu && c.gpus.empty()) return usage("--bind-gpu: no GPU is visible");
+  if (c.bind_gpu && c.gpus.empty()) return usage_error("--bind-gpu: no GPU is visible");
 
   // Rendezvous and the master address.
   c.rdzv_backend = raw.rdzv_backend;
   static const std::set<std::string> kBackends{"static", "c10d", "etcd", "etcd-v2"};
   if (!kBackends.count(c.rdzv_backend)) {
-    return usage(fmt::format("--rdzv_backend: '{}' is not one of static, c10d, etcd, etcd-v2",
-                             c.rdzv_backend));
+    return usage_error(fmt::format("--rdzv_backend: '{}' is not one of static, c10d, etcd, etcd-v2",
+                                   c.rdzv_backend));
   }
   auto conf = parse_key_values("--rdzv_conf", unquoted(raw.rdzv_conf));
   if (!conf) return conf.error();
@@ -197,7 +196,8 @@ Result<ConfiguredLaunch> config_from_options(const RawOptions& raw, const HostFa
   for (size_t at = 0; at < raw.exclude_hosts.size();) {
     const size_t comma = std::min(raw.exclude_hosts.find(',', at), raw.exclude_hosts.size());
     std::string host = raw.exclude_hosts.substr(at, comma - at);
-    if (host.empty()) return usage("--exclude-hosts: an empty host name (expected H1,H2,...)");
+    if (host.empty())
+      return usage_error("--exclude-hosts: an empty host name (expected H1,H2,...)");
     c.exclude_hosts.push_back(std::move(host));
     at = comma + 1;
   }
@@ -219,14 +219,14 @@ Result<ConfiguredLaunch> config_from_options(const RawOptions& raw, const HostFa
     // c10d may name a standby store after a comma (parse_rdzv_endpoints checks that part).
     const auto comma = c.rdzv_endpoint.find(',');
     if (comma != std::string::npos && c.rdzv_backend != "c10d") {
-      return usage(fmt::format(
+      return usage_error(fmt::format(
           "--rdzv_endpoint: '{}' names a standby store, which needs --rdzv_backend=c10d",
           c.rdzv_endpoint));
     }
     auto endpoint = parse_host_port("--rdzv_endpoint", c.rdzv_endpoint.substr(0, comma));
     if (!endpoint) return endpoint.error();
     if (endpoint->host.empty()) {
-      return usage(fmt::format("--rdzv_endpoint: '{}' has no host", c.rdzv_endpoint));
+      return usage_error(fmt::format("--rdzv_endpoint: '{}' has no host", c.rdzv_endpoint));
     }
     if (c.rdzv_backend == "static") {  // torchrun: the static store lives at the endpoint
       c.master_addr = endpoint->host;
@@ -238,11 +238,12 @@ Result<ConfiguredLaunch> config_from_options(const RawOptions& raw, const HostFa
   } else if (raw.store_proxy == "auto") {
     c.store_proxy = c.multi_node();
   } else if (raw.store_proxy != "off") {
-    return usage("--store-proxy must be on, off or auto, got '" + raw.store_proxy + "'");
+    return usage_error("--store-proxy must be on, off or auto, got '" + raw.store_proxy + "'");
   }
   c.standalone = raw.standalone;
   if (c.standalone) {
-    if (c.multi_node()) return usage("--standalone runs one node; drop --nnodes or set it to 1");
+    if (c.multi_node())
+      return usage_error("--standalone runs one node; drop --nnodes or set it to 1");
     c.run_id = host.fresh_run_id;
     c.master_addr = "127.0.0.1";
     if (raw.master_port.empty()) c.master_port = 0;
@@ -260,11 +261,11 @@ Result<ConfiguredLaunch> config_from_options(const RawOptions& raw, const HostFa
   c.monitor_interval_s = *interval;
   static const std::set<std::string> kStartMethods{"spawn", "fork", "forkserver"};
   if (!kStartMethods.count(raw.start_method)) {
-    return usage(fmt::format("--start_method: '{}' is not one of spawn, fork, forkserver",
-                             raw.start_method));
+    return usage_error(fmt::format("--start_method: '{}' is not one of spawn, fork, forkserver",
+                                   raw.start_method));
   }
   c.start_method = raw.start_method;
-  if (raw.role.empty()) return usage("--role: the role name is empty");
+  if (raw.role.empty()) return usage_error("--role: the role name is empty");
   c.role = raw.role;
   std::string grace_text = raw.shutdown_timeout;
   std::string grace_flag = "--shutdown-timeout";
@@ -275,7 +276,7 @@ Result<ConfiguredLaunch> config_from_options(const RawOptions& raw, const HostFa
   }
   auto grace = parse_seconds(grace_flag, grace_text);
   if (!grace) return grace.error();
-  if (*grace > 86400.0 * 365) return usage("--shutdown-timeout: more than a year");
+  if (*grace > 86400.0 * 365) return usage_error("--shutdown-timeout: more than a year");
   c.shutdown_timeout = std::chrono::milliseconds(static_cast<long long>(*grace * 1000.0));
   auto stop_signals = parse_signal_list(raw.signals_to_handle);
   if (!stop_signals) return stop_signals.error();
@@ -283,7 +284,7 @@ Result<ConfiguredLaunch> config_from_options(const RawOptions& raw, const HostFa
 
   // torchrun's Python plugins: ddprun has no plugin loader, so only their defaults are accepted.
   if (!raw.logs_specs.empty() && raw.logs_specs != "default") {
-    return usage(
+    return usage_error(
         fmt::format("--logs-specs: '{}' names a torchrun Python plugin; ddprun accepts "
                     "only default (use --log-dir, --redirects, --tee, --events)",
                     raw.logs_specs));
@@ -291,7 +292,7 @@ Result<ConfiguredLaunch> config_from_options(const RawOptions& raw, const HostFa
   static const std::set<std::string> kEventHandlers{"null", "default", "dynamic_rendezvous",
                                                     "console"};
   if (!kEventHandlers.count(raw.event_log_handler)) {
-    return usage(
+    return usage_error(
         fmt::format("--event-log-handler: '{}' names a torchrun Python plugin; ddprun "
                     "accepts null, default or console (use --events FILE|-|fd:N for "
                     "JSON events)",
@@ -299,7 +300,7 @@ Result<ConfiguredLaunch> config_from_options(const RawOptions& raw, const HostFa
   }
   static const std::set<std::string> kNumaModes{"", "node", "socket", "exclusive", "core-complex"};
   if (!kNumaModes.count(raw.numa_binding)) {
-    return usage(
+    return usage_error(
         fmt::format("--numa-binding: '{}' is not one of node, socket, exclusive, "
                     "core-complex",
                     raw.numa_binding));
@@ -308,7 +309,7 @@ Result<ConfiguredLaunch> config_from_options(const RawOptions& raw, const HostFa
   c.virtual_local_rank = raw.virtual_local_rank;
   if (c.virtual_local_rank && host.cuda_visible_devices &&
       c.nproc_per_node > static_cast<int>(c.gpus.size())) {
-    return usage(
+    return usage_error(
         fmt::format("--virtual-local-rank: {} workers but CUDA_VISIBLE_DEVICES='{}' names "
                     "{} device(s)",
                     c.nproc_per_node, *host.cuda_visible_devices, c.gpus.size()));
@@ -328,8 +329,9 @@ Result<ConfiguredLaunch> config_from_options(const RawOptions& raw, const HostFa
   if (c.console_ranks) {
     for (int r : *c.console_ranks) {
       if (r >= c.nproc_per_node) {
-        return usage(fmt::format("--local_ranks_filter: local rank {} does not exist ({} per node)",
-                                 r, c.nproc_per_node));
+        return usage_error(
+            fmt::format("--local_ranks_filter: local rank {} does not exist ({} per node)", r,
+                        c.nproc_per_node));
       }
     }
   }
@@ -337,7 +339,8 @@ Result<ConfiguredLaunch> config_from_options(const RawOptions& raw, const HostFa
   if (c.events.rfind("fd:", 0) == 0) {
     auto fd = parse_integer("--events fd", std::string_view(c.events).substr(3), 0, 1'000'000);
     if (!fd)
-      return usage(fmt::format("--events: '{}' is not fd:N with N a descriptor number", c.events));
+      return usage_error(
+          fmt::format("--events: '{}' is not fd:N with N a descriptor number", c.events));
   }
   // torchrun's console handler logs events to stderr; ddprun writes its JSON events there.
   if (c.events.empty() && raw.event_log_handler == "console") c.events = "fd:2";
@@ -349,7 +352,7 @@ Result<ConfiguredLaunch> config_from_options(const RawOptions& raw, const HostFa
     c.line_prefix.tmpl = it->second;
   }
   if (c.line_prefix.none && c.line_prefix.tmpl && !raw.log_line_prefix_template.empty()) {
-    return usage("--no-prefix and --log-line-prefix-template cannot be used together");
+    return usage_error("--no-prefix and --log-line-prefix-template cannot be used together");
   }
   auto color = parse_color_mode(raw.color);
   if (!color) return color.error();

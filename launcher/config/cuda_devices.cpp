@@ -8,7 +8,7 @@
 namespace ddp::launcher {
 namespace {
 
-std::string_view trim(std::string_view s) {
+std::string_view trim_whitespace(std::string_view s) {
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
   return s;
@@ -33,11 +33,12 @@ bool is_device_entry(std::string_view entry) {
 
 std::vector<std::string> parse_visible_devices(std::string_view value) {
   std::vector<std::string> devices;
-  if (trim(value).empty()) return devices;
+  if (trim_whitespace(value).empty()) return devices;
   size_t start = 0;
   while (start <= value.size()) {
     size_t comma = value.find(',', start);
-    auto entry = trim(value.substr(start, comma == std::string_view::npos ? comma : comma - start));
+    auto entry = trim_whitespace(
+        value.substr(start, comma == std::string_view::npos ? comma : comma - start));
     if (!is_device_entry(entry)) break;  // CUDA ignores this entry and everything after it
     devices.emplace_back(entry);
     if (comma == std::string_view::npos) break;

@@ -3,16 +3,10 @@
 
 #include <fmt/format.h>
 
-#include "launcher/common/exit_codes.hpp"
+#include "launcher/config/usage_error.hpp"
 #include "launcher/config/value_parsers.hpp"
 
 namespace ddp::launcher {
-namespace {
-
-Error usage(std::string message) { return Error{exit_codes::kUsage, std::move(message)}; }
-
-}  // namespace
-
 std::string scheduler_choice(const RawOptions& raw) {
   return raw.standalone ? "none" : raw.scheduler;
 }
@@ -31,8 +25,8 @@ Result<scheduler::SchedulerPlan> plan_launch_nodes(const RawOptions& raw,
     auto rank = parse_integer("--node_rank", raw.node_rank, 0, 1'000'000);
     if (!rank) return rank.error();
     if (typed.nnodes && *rank >= typed.nnodes->max) {
-      return usage(fmt::format("--node_rank: {} must be less than the number of nodes ({})", *rank,
-                               typed.nnodes->max));
+      return usage_error(fmt::format("--node_rank: {} must be less than the number of nodes ({})",
+                                     *rank, typed.nnodes->max));
     }
     typed.node_rank = static_cast<int>(*rank);
   }
@@ -47,7 +41,7 @@ Result<scheduler::SchedulerPlan> plan_launch_nodes(const RawOptions& raw,
   try {
     return scheduler::plan_node_settings(env, typed, scheduler_choice(raw));
   } catch (const scheduler::SchedulerError& e) {
-    return usage(e.what());
+    return usage_error(e.what());
   }
 }
 
@@ -55,7 +49,7 @@ Result<Ok> resolve_launch_master(scheduler::SchedulerPlan& plan) {
   try {
     scheduler::resolve_plan_master(plan);
   } catch (const scheduler::SchedulerError& e) {
-    return usage(e.what());
+    return usage_error(e.what());
   }
   return Ok{};
 }

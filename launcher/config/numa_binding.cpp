@@ -6,15 +6,9 @@
 #include <algorithm>
 #include <charconv>
 
-#include "launcher/common/exit_codes.hpp"
+#include "launcher/config/usage_error.hpp"
 
 namespace ddp::launcher {
-namespace {
-
-Error usage(std::string message) { return Error{exit_codes::kUsage, std::move(message)}; }
-
-}  // namespace
-
 Result<std::vector<NumaPlacement>> plan_numa_binding(std::string_view mode,
                                                      const NumaTopology& topo,
                                                      const std::vector<std::string>& gpus,
@@ -24,7 +18,7 @@ Result<std::vector<NumaPlacement>> plan_numa_binding(std::string_view mode,
     if (!cpus.empty()) cpu_nodes.push_back(node);
   }
   if (cpu_nodes.empty()) {
-    return usage(
+    return usage_error(
         fmt::format("--numa-binding {}: this machine shows no NUMA nodes with CPUs "
                     "(/sys/devices/system/node)",
                     mode));
@@ -72,7 +66,7 @@ Result<std::vector<NumaPlacement>> plan_numa_binding(std::string_view mode,
     } else if (mode == "exclusive") {
       const int n = static_cast<int>(node_cpus.size());
       if (sharing > n) {
-        return usage(
+        return usage_error(
             fmt::format("--numa-binding exclusive: {} workers on NUMA node {} but it has "
                         "only {} CPU(s)",
                         sharing, p.node, n));
@@ -90,7 +84,7 @@ Result<std::vector<NumaPlacement>> plan_numa_binding(std::string_view mode,
       }
       p.cpus = complexes[slot % complexes.size()];
     } else {
-      return usage(
+      return usage_error(
           fmt::format("--numa-binding: '{}' is not one of node, socket, exclusive, "
                       "core-complex",
                       mode));

@@ -6,12 +6,10 @@
 #include <cmath>
 #include <vector>
 
-#include "launcher/common/exit_codes.hpp"
+#include "launcher/config/usage_error.hpp"
 
 namespace ddp::launcher {
 namespace {
-
-Error usage(std::string message) { return Error{exit_codes::kUsage, std::move(message)}; }
 
 std::optional<long long> to_integer(std::string_view text) {
   long long value = 0;
@@ -44,7 +42,7 @@ std::string_view trim(std::string_view s) {
 
 Result<NodeRange> parse_node_range(std::string_view text) {
   auto bad = [&](std::string_view why) {
-    return usage(
+    return usage_error(
         fmt::format("--nnodes: '{}' {} (expected N or MIN:MAX with 0 < MIN <= MAX)", text, why));
   };
   auto colon = text.find(':');
@@ -65,9 +63,9 @@ Result<NodeRange> parse_node_range(std::string_view text) {
 Result<long long> parse_integer(std::string_view flag, std::string_view text, long long lo,
                                 long long hi) {
   auto value = to_integer(trim(text));
-  if (!value) return usage(fmt::format("{}: '{}' is not a whole number", flag, text));
+  if (!value) return usage_error(fmt::format("{}: '{}' is not a whole number", flag, text));
   if (*value < lo || *value > hi) {
-    return usage(fmt::format("{}: {} is out of range ({}..{})", flag, *value, lo, hi));
+    return usage_error(fmt::format("{}: {} is out of range ({}..{})", flag, *value, lo, hi));
   }
   return *value;
 }
@@ -77,7 +75,7 @@ Result<double> parse_seconds(std::string_view flag, std::string_view text) {
   char* end = nullptr;
   double value = copy.empty() ? NAN : std::strtod(copy.c_str(), &end);
   if (copy.empty() || end != copy.c_str() + copy.size() || !std::isfinite(value) || value < 0) {
-    return usage(fmt::format("{}: '{}' is not a non-negative number of seconds", flag, text));
+    return usage_error(fmt::format("{}: '{}' is not a non-negative number of seconds", flag, text));
   }
   return value;
 }
@@ -90,7 +88,7 @@ StreamSet StreamSpec::for_rank(int local_rank) const {
 
 Result<StreamSpec> parse_stream_spec(std::string_view flag, std::string_view text) {
   auto bad = [&] {
-    return usage(
+    return usage_error(
         fmt::format("{}: '{}' is malformed (expected 0-3, or LOCAL_RANK:0-3 pairs such as 0:1,1:2)",
                     flag, text));
   };
@@ -125,7 +123,7 @@ Result<std::optional<std::set<int>>> parse_ranks_filter(std::string_view text) {
   for (auto item : split(text, ',')) {
     auto rank = to_integer(trim(item));
     if (!rank || *rank < 0 || *rank > 1'000'000) {
-      return usage(fmt::format(
+      return usage_error(fmt::format(
           "--local_ranks_filter: '{}' is malformed (expected local ranks such as 0,3)", text));
     }
     ranks.insert(static_cast<int>(*rank));
@@ -141,8 +139,8 @@ Result<std::map<std::string, std::string>> parse_key_values(std::string_view fla
     auto eq = item.find('=');
     auto key = trim(item.substr(0, eq));
     if (eq == std::string_view::npos || key.empty()) {
-      return usage(fmt::format("{}: '{}' is malformed (expected key=value pairs joined by ',')",
-                               flag, item));
+      return usage_error(fmt::format(
+          "{}: '{}' is malformed (expected key=value pairs joined by ',')", flag, item));
     }
     out[std::string(key)] = std::string(trim(item.substr(eq + 1)));
   }
@@ -155,11 +153,11 @@ Result<HostPort> parse_host_port(std::string_view flag, std::string_view text) {
   if (!text.empty() && text.front() == '[') {  // [v6]:port
     auto close = text.find(']');
     if (close == std::string_view::npos)
-      return usage(fmt::format("{}: '{}' is malformed", flag, text));
+      return usage_error(fmt::format("{}: '{}' is malformed", flag, text));
     hp.host = std::string(text.substr(1, close - 1));
     auto rest = text.substr(close + 1);
     if (!rest.empty()) {
-      if (rest.front() != ':') return usage(fmt::format("{}: '{}' is malformed", flag, text));
+      if (rest.front() != ':') return usage_error(fmt::format("{}: '{}' is malformed", flag, text));
       port_text = rest.substr(1);
     }
   } else {

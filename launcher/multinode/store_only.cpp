@@ -21,7 +21,7 @@ namespace {
 
 constexpr int kDefaultStorePort = 29500;
 
-int usage_error(const std::string& message) {
+int print_usage_error(const std::string& message) {
   write_fully(STDERR_FILENO, fmt::format("ddprun: --store-only: {}\n", message));
   return exit_codes::kUsage;
 }
@@ -35,7 +35,7 @@ int run_store_only(const RawOptions& raw) {
     const auto& text = raw.master_port;
     auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), port);
     if (ec != std::errc() || end != text.data() + text.size() || port < 0 || port > 65535) {
-      return usage_error(fmt::format("--master_port must be 0..65535, got '{}'", text));
+      return print_usage_error(fmt::format("--master_port must be 0..65535, got '{}'", text));
     }
   }
   const std::string addr = raw.master_addr.empty() ? "127.0.0.1" : raw.master_addr;
@@ -44,9 +44,9 @@ int run_store_only(const RawOptions& raw) {
   options.port = static_cast<std::uint16_t>(port);
   if (!raw.follow.empty()) {
     auto primary = parse_host_port("--follow", raw.follow);
-    if (!primary) return usage_error(primary.error().message);
+    if (!primary) return print_usage_error(primary.error().message);
     if (primary->host.empty() || primary->port == 0) {
-      return usage_error(
+      return print_usage_error(
           fmt::format("--follow needs HOST:PORT of the primary store, got '{}'", raw.follow));
     }
     options.replication.follow = raw.follow;

@@ -21,7 +21,7 @@
 namespace ddp::launcher {
 namespace {
 
-constexpr int kPipeBytes = 1 << 20;
+constexpr int kOutputPipeBytes = 1 << 20;
 constexpr size_t kKeepCapacity = size_t{64} * 1024;  // an idle sink gives back larger buffers
 
 /// A second, non-blocking open file description of `fd` (pipe or terminal), or -1.
@@ -155,8 +155,8 @@ OutputSink::OutputSink(boost::asio::io_context& io, int fd, bool owns_fd)
   const bool known = ::fstat(fd, &st) == 0;
   // When the console is a pipe (ddprun ... | tee log), a larger pipe buffer means far fewer
   // writes and context switches for the same data. Best effort; the reader is unaffected.
-  if (known && S_ISFIFO(st.st_mode) && ::fcntl(fd, F_GETPIPE_SZ) < kPipeBytes) {
-    ::fcntl(fd, F_SETPIPE_SZ, kPipeBytes);
+  if (known && S_ISFIFO(st.st_mode) && ::fcntl(fd, F_GETPIPE_SZ) < kOutputPipeBytes) {
+    ::fcntl(fd, F_SETPIPE_SZ, kOutputPipeBytes);
   }
   if (known && (S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode))) {
     own_fd_ = reopen_non_blocking(fd);

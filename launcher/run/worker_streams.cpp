@@ -14,7 +14,7 @@
 namespace ddp::launcher {
 namespace {
 
-constexpr int kPipeBytes = 1 << 20;
+constexpr int kWorkerPipeBytes = 1 << 20;
 
 std::shared_ptr<OutputSink> open_sink(boost::asio::io_context& io, const std::string& path,
                                       bool append, const WorkerStreams::FileError& on_file_error) {
@@ -53,7 +53,7 @@ Result<WorkerStreams> WorkerStreams::open(boost::asio::io_context& io, const Lau
     }
     streams.read_fd_[s] = pipe_fds[0];
     streams.write_fd_[s] = pipe_fds[1];
-    ::fcntl(pipe_fds[1], F_SETPIPE_SZ, kPipeBytes);  // fewer wake-ups; best effort
+    ::fcntl(pipe_fds[1], F_SETPIPE_SZ, kWorkerPipeBytes);  // fewer wake-ups; best effort
     StreamRoute& route = streams.route_[s];
     // With --events on stdout, stdout carries only events: worker stdout goes to stderr.
     OutputSink* console = s == 0 && !c.events_on_stdout() ? &stdout_sink : &stderr_sink;
