@@ -49,7 +49,7 @@ void reap_tools() {
   }
 }
 
-std::string temp_dir() {
+std::string dump_dir() {
   char tmpl[] = "/tmp/ddprun-stacks-XXXXXX";
   REQUIRE(::mkdtemp(tmpl) != nullptr);
   return tmpl;
@@ -66,7 +66,7 @@ TEST_CASE("native stacks of a non-Python process (eu-stack or gdb)") {
   }
   boost::asio::io_context io;
   StackDumper dumper(io, tools, std::chrono::seconds(30));
-  const std::string dir = temp_dir();
+  const std::string dir = dump_dir();
   pid_t sleeper = start({"sleep", "60"});
   ::usleep(100'000);  // let it exec
   std::optional<std::vector<StackResult>> results;
@@ -98,7 +98,7 @@ TEST_CASE("Python stacks through py-spy name the sleeping line") {
   }
   boost::asio::io_context io;
   StackDumper dumper(io, tools, std::chrono::seconds(30));
-  const std::string dir = temp_dir();
+  const std::string dir = dump_dir();
   std::ofstream(dir + "/sleepy.py") << "import time\ndef stuck_here():\n    "
                                        "time.sleep(60)\nprint('ready', flush=True)\nstuck_here()\n";
   pid_t py = start({"python3", dir + "/sleepy.py"});
@@ -121,7 +121,7 @@ TEST_CASE("Python stacks through py-spy name the sleeping line") {
 
 TEST_CASE("a tool that overruns the limit is killed and the dump still completes") {
   // A stand-in "tool" that never ends: the limit must end it.
-  const std::string dir = temp_dir();
+  const std::string dir = dump_dir();
   const std::string fake = dir + "/eu-stack";
   std::ofstream(fake) << "#!/bin/sh\necho partial\nexec sleep 600\n";
   std::filesystem::permissions(fake, std::filesystem::perms::owner_all);
@@ -150,7 +150,7 @@ TEST_CASE("a tool that overruns the limit is killed and the dump still completes
 TEST_CASE("no tool at all: the file says so and the dump completes") {
   boost::asio::io_context io;
   StackDumper dumper(io, StackTools{}, std::chrono::seconds(1));
-  const std::string dir = temp_dir();
+  const std::string dir = dump_dir();
   std::optional<std::vector<StackResult>> results;
   dumper.dump({{0, ::getpid(), dir + "/stacks.txt"}}, "test",
               [&](std::vector<StackResult> r) { results = r; });

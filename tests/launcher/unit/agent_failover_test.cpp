@@ -15,6 +15,7 @@
 #include "multi_node_run.hpp"
 
 using namespace ddp::launcher;
+using ddp::launcher::testing::attempt_of;
 using ddp::launcher::testing::FakeBehaviour;
 using ddp::launcher::testing::FakeJobRendezvous;
 using ddp::launcher::testing::FakeProcessControl;
@@ -22,8 +23,6 @@ using ddp::launcher::testing::MultiNodeRun;
 using ddp::launcher::testing::round_of;
 
 namespace {
-
-int attempt_of(const EnvMap& env) { return std::stoi(env.at("TORCHELASTIC_RESTART_COUNT")); }
 
 const NodeLoss kStoreLost{"lost the store at 127.0.0.1:29400 (its host gone?): refused",
                           std::nullopt};

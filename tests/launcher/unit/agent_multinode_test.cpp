@@ -16,17 +16,16 @@
 #include "multi_node_run.hpp"
 
 using namespace ddp::launcher;
+using ddp::launcher::testing::attempt_of;
 using ddp::launcher::testing::FakeBehaviour;
 using ddp::launcher::testing::FakeJobRendezvous;
 using ddp::launcher::testing::FakeProcessControl;
 using ddp::launcher::testing::kStoreElsewhere;
 using ddp::launcher::testing::MultiNodeRun;
+using ddp::launcher::testing::rank_of;
 using ddp::launcher::testing::round_of;
 
 namespace {
-
-int rank_of(const EnvMap& env) { return std::stoi(env.at("RANK")); }
-int attempt_of(const EnvMap& env) { return std::stoi(env.at("TORCHELASTIC_RESTART_COUNT")); }
 
 StopReason other_node_failed(int code) {
   return StopReason{code, 1, "node 1 (b): rank 3 (pid 7) failed with exit code 9", {}};

@@ -10,19 +10,14 @@
 #include "launcher/run/agent.hpp"
 
 using namespace ddp::launcher;
+using ddp::launcher::testing::attempt_of;
 using ddp::launcher::testing::FakeBehaviour;
 using ddp::launcher::testing::FakeProcessControl;
+using ddp::launcher::testing::rank_of;
 
 namespace {
 // These tests script the processes; the job's store is someone else's (no socket here).
 const StorePlan kStoreElsewhere{StoreRole::Client, "", "127.0.0.1", 0};
-}  // namespace
-
-namespace {
-
-int rank_of(const EnvMap& env) { return std::stoi(env.at("RANK")); }
-int attempt_of(const EnvMap& env) { return std::stoi(env.at("TORCHELASTIC_RESTART_COUNT")); }
-
 }  // namespace
 
 TEST_CASE("all workers succeed: exit 0, nobody is signalled") {

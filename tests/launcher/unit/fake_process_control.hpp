@@ -134,4 +134,8 @@ class FakeProcessControl final : public ProcessControl {
   std::vector<ReapedChild> exited_;
 };
 
+/// The global rank and the restart count a fake worker was started with (its environment).
+inline int rank_of(const EnvMap& env) { return std::stoi(env.at("RANK")); }
+inline int attempt_of(const EnvMap& env) { return std::stoi(env.at("TORCHELASTIC_RESTART_COUNT")); }
+
 }  // namespace ddp::launcher::testing

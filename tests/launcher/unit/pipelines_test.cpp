@@ -26,7 +26,8 @@ HostFacts cpu_host() {
   return h;
 }
 
-Result<ConfiguredLaunch> configure(std::vector<std::string> args, HostFacts host = cpu_host()) {
+Result<ConfiguredLaunch> configure_pipes(std::vector<std::string> args,
+                                         HostFacts host = cpu_host()) {
   auto parsed = parse_command_line(args);
   if (!parsed) return parsed.error();
   return config_from_options(parsed->raw, host);
@@ -110,7 +111,7 @@ TEST_CASE("PET_ variables only for torchrun's flags") {
   ::setenv("PET_DRY_RUN", "1", 1);
   ::setenv("PET_VIRTUAL_LOCAL_RANK", "1", 1);
   ::setenv("PET_HANG_TIMEOUT", "5", 1);
-  auto r = configure({"prog"});
+  auto r = configure_pipes({"prog"});
   ::unsetenv("PET_HANG_TIMEOUT");
   ::unsetenv("PET_DRY_RUN");
   ::unsetenv("PET_VIRTUAL_LOCAL_RANK");
@@ -121,50 +122,51 @@ TEST_CASE("PET_ variables only for torchrun's flags") {
 }
 
 TEST_CASE("torchrun flag values: filters, signals, plugins, rdzv_conf, events") {
-  auto f =
-      configure({"--duplicate-stdout-filters", "a,,b,c", "--duplicate_stderr_filters", "", "prog"});
+  auto f = configure_pipes(
+      {"--duplicate-stdout-filters", "a,,b,c", "--duplicate_stderr_filters", "", "prog"});
   REQUIRE(f.ok());
   CHECK(f->config.duplicate_stdout_filters == std::vector<std::string>{"a,b", "c"});
   CHECK(f->config.duplicate_stderr_filters.empty());
-  auto s = configure({"--signals-to-handle", "SIGTERM, USR1,SIGTERM", "prog"});
+  auto s = configure_pipes({"--signals-to-handle", "SIGTERM, USR1,SIGTERM", "prog"});
   REQUIRE(s.ok());
   CHECK(s->config.stop_signals == std::vector<int>{SIGTERM, SIGUSR1});
-  CHECK_FALSE(configure({"--signals-to-handle", "SIGCHLD", "prog"}).ok());
-  CHECK(configure({"--logs-specs", "default", "--event-log-handler", "null", "prog"}).ok());
-  auto console = configure({"--event-log-handler", "console", "prog"});
+  CHECK_FALSE(configure_pipes({"--signals-to-handle", "SIGCHLD", "prog"}).ok());
+  CHECK(configure_pipes({"--logs-specs", "default", "--event-log-handler", "null", "prog"}).ok());
+  auto console = configure_pipes({"--event-log-handler", "console", "prog"});
   REQUIRE(console.ok());
   CHECK(console->config.events == "fd:2");
-  auto bad = configure({"--logs_specs", "mine", "prog"});
+  auto bad = configure_pipes({"--logs_specs", "mine", "prog"});
   REQUIRE_FALSE(bad.ok());
   CHECK(bad.error().message.find("--logs-specs: 'mine'") == 0);
-  auto conf = configure({"--rdzv_conf", "'join_timeout=5,colour=blue,timeout=\"7\"'", "prog"});
+  auto conf =
+      configure_pipes({"--rdzv_conf", "'join_timeout=5,colour=blue,timeout=\"7\"'", "prog"});
   REQUIRE(conf.ok());
   CHECK(conf->config.rdzv_conf ==
         std::map<std::string, std::string>{{"join_timeout", "5"}, {"timeout", "7"}});
   REQUIRE(conf->notices.size() == 1);
   CHECK(conf->notices[0] == "warning: --rdzv_conf: unknown key 'colour' ignored");
-  auto ev = configure({"--events", "fd:1", "prog"});
+  auto ev = configure_pipes({"--events", "fd:1", "prog"});
   REQUIRE(ev.ok());
   CHECK(ev->config.events_on_stdout());
-  CHECK_FALSE(configure({"--events", "fd:", "prog"}).ok());
+  CHECK_FALSE(configure_pipes({"--events", "fd:", "prog"}).ok());
   HostFacts h = cpu_host();
   h.environment["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] = "${rank}>";
-  auto t = configure({"prog"}, h);
+  auto t = configure_pipes({"prog"}, h);
   REQUIRE(t.ok());
   CHECK(t->config.line_prefix.tmpl == std::optional<std::string>("${rank}>"));
-  auto flag_wins = configure({"--log-line-prefix-template", "X", "prog"}, h);
+  auto flag_wins = configure_pipes({"--log-line-prefix-template", "X", "prog"}, h);
   CHECK(flag_wins->config.line_prefix.tmpl == std::optional<std::string>("X"));
 }
 
 TEST_CASE("--shutdown-timeout defaults to TORCH_ELASTIC_SHUTDOWN_TIMEOUT, as in torchrun") {
   HostFacts h = cpu_host();
-  CHECK(configure({"prog"}, h)->config.shutdown_timeout.count() == 30'000);
+  CHECK(configure_pipes({"prog"}, h)->config.shutdown_timeout.count() == 30'000);
   h.environment["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] = "4";
-  CHECK(configure({"prog"}, h)->config.shutdown_timeout.count() == 4'000);
-  CHECK(configure({"--shutdown-timeout", "2", "prog"}, h)->config.shutdown_timeout.count() ==
+  CHECK(configure_pipes({"prog"}, h)->config.shutdown_timeout.count() == 4'000);
+  CHECK(configure_pipes({"--shutdown-timeout", "2", "prog"}, h)->config.shutdown_timeout.count() ==
         2'000);
   h.environment["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] = "soon";
-  auto bad = configure({"prog"}, h);
+  auto bad = configure_pipes({"prog"}, h);
   REQUIRE_FALSE(bad.ok());
   CHECK(bad.error().message.find("TORCH_ELASTIC_SHUTDOWN_TIMEOUT") == 0);
 }
@@ -172,22 +174,22 @@ TEST_CASE("--shutdown-timeout defaults to TORCH_ELASTIC_SHUTDOWN_TIMEOUT, as in 
 TEST_CASE("--virtual-local-rank: LOCAL_RANK 0 and the worker's own device") {
   HostFacts h = cpu_host();
   h.cuda_visible_devices = "4,6";
-  auto r = configure({"--nproc_per_node", "2", "--virtual-local-rank", "prog"}, h);
+  auto r = configure_pipes({"--nproc_per_node", "2", "--virtual-local-rank", "prog"}, h);
   REQUIRE(r.ok());
   EnvMap parent{{"CUDA_VISIBLE_DEVICES", "4,6"}};
   auto env1 = worker_env_additions(r->config, WorkerSlot{1, 0, 1, "e"}, parent);
   CHECK(env1["LOCAL_RANK"] == "0");
   CHECK(env1["RANK"] == "1");
   CHECK(env1["CUDA_VISIBLE_DEVICES"] == "6");
-  auto no_parent = configure({"--nproc_per_node", "2", "--virtual-local-rank", "prog"});
+  auto no_parent = configure_pipes({"--nproc_per_node", "2", "--virtual-local-rank", "prog"});
   REQUIRE(no_parent.ok());
   CHECK(worker_env_additions(no_parent->config, WorkerSlot{1, 0, 1, "e"},
                              {})["CUDA_VISIBLE_DEVICES"] == "1");
-  CHECK_FALSE(configure({"--nproc_per_node", "3", "--virtual-local-rank", "prog"}, h).ok());
+  CHECK_FALSE(configure_pipes({"--nproc_per_node", "3", "--virtual-local-rank", "prog"}, h).ok());
 }
 
 TEST_CASE("--run_path runs the script through runpy, as torchrun") {
-  auto r = configure({"--run_path", "/abs/train.py", "--lr", "3"});
+  auto r = configure_pipes({"--run_path", "/abs/train.py", "--lr", "3"});
   REQUIRE(r.ok());
   CHECK(r->config.program_kind == ProgramKind::PythonRunPath);
 }
