@@ -5,6 +5,9 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 JOBS="${DDPRUN_JOBS:-$(nproc)}"
+# Ninja for new build trees (an existing tree keeps its generator): it schedules the unity
+# units of several targets better than make (docs/packaging.md#the-first-run).
+if command -v ninja >/dev/null; then export CMAKE_GENERATOR="${CMAKE_GENERATOR:-Ninja}"; fi
 # Given on every run: a build/ that scripts/demo.sh configured without tests gets them here.
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DCMAKE_EXPORT_COMPILE_COMMANDS=ON \
   -DBUILD_TESTING=ON -DDDPRUN_BUILD_BENCH=ON -DDDPRUN_INSTALL_DOCS=ON >/dev/null

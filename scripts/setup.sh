@@ -14,10 +14,11 @@ case "${1:-}" in
   *) echo "usage: scripts/setup.sh [--minimal]" >&2; exit 2 ;;
 esac
 
-# Build tools, the header-only libraries (Boost.Asio/Beast/UUID, CLI11, fmt, nlohmann/json),
-# OpenSSL (the store's token HMAC), Debian's LibTorch 1.13 (CPU, Gloo) and the Fashion-MNIST data.
+# Build tools (Ninja: the scripts' generator; docs/packaging.md#the-first-run), the header-only
+# libraries (Boost.Asio/Beast/UUID, CLI11, fmt, nlohmann/json), OpenSSL (the store's token
+# HMAC), Debian's LibTorch 1.13 (CPU, Gloo) and the Fashion-MNIST data.
 MINIMAL_DEB_PACKAGES=(
-  build-essential cmake pkg-config zlib1g-dev
+  build-essential cmake ninja-build pkg-config zlib1g-dev
   libboost1.81-dev libcli11-dev libfmt-dev nlohmann-json3-dev libssl-dev
   libtorch-dev libgloo-dev
   dataset-fashion-mnist

@@ -9,6 +9,9 @@ cd "$ROOT"
 JOBS="${DDPRUN_JOBS:-$(nproc)}"
 
 scripts/setup.sh
+# Ninja for new build trees (an existing tree keeps its generator): it schedules the unity
+# units of several targets better than make (docs/packaging.md#the-first-run).
+if command -v ninja >/dev/null; then export CMAKE_GENERATOR="${CMAKE_GENERATOR:-Ninja}"; fi
 # Style first (seconds): a file clang-format would change fails the run before anything is built.
 # clang-tidy is not run here; see docs/testing.md#style-checks for why and when to run it.
 scripts/lint.sh --format-only || { echo "test: clang-format check failed (run clang-format -i on the files above)" >&2; exit 1; }
