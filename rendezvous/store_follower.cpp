@@ -6,7 +6,6 @@
 #include <charconv>
 #include <chrono>
 #include <stdexcept>
-#include <string_view>
 
 #include <fmt/format.h>
 #include <boost/asio/read.hpp>
@@ -58,7 +57,8 @@ void StoreFollower::connect() {
   const auto deadline = BlockingSocket::Clock::now() + kSubscribeTimeout;
   BlockingSocket link;
   std::string epoch;
-  const char* stage = "connecting";
+  const char* stage = "the connection";
+  bool subscribing = false;
   try {
     link = BlockingSocket::connect(host, static_cast<std::uint16_t>(port), deadline);
     stage = "the handshake";
@@ -71,6 +71,7 @@ void StoreFollower::connect() {
     // that did not prove it (the replication keys are protected like the rendezvous keys).
     if (after_connect_) after_connect_(link, deadline);
     stage = "the subscription";
+    subscribing = true;
     link.send_all(
         encode_request(Generation::G2, Command{Op::Get, {std::string(kFollowKey)}, {}, 0, 0}),
         deadline);
@@ -81,16 +82,15 @@ void StoreFollower::connect() {
     fail(
         fmt::format("the primary did not answer {} within {} s", stage, kSubscribeTimeout.count()));
   } catch (const StoreError& e) {
-    if (std::string_view(stage) == "the subscription" && !after_connect_) {
+    if (!subscribing) fail(e.what());
+    if (!after_connect_) {
       fail(fmt::format(
-          "the primary closed the subscription ({}): it is a standby itself, not a ddprun-store, "
+          "the primary refused the subscription ({}): it is a standby itself, not a ddprun-store, "
           "or it has the job's token and this standby has none (set DDPRUN_RDZV_TOKEN)",
           e.what()));
     }
-    if (std::string_view(stage) == "the subscription")
-      fail(fmt::format("the primary closed the subscription ({}); is it a primary ddprun-store?",
-                       e.what()));
-    fail(e.what());
+    fail(fmt::format("the primary refused the subscription ({}); is it a primary ddprun-store?",
+                     e.what()));
   }
   const auto parsed = parse_epoch(epoch);
   if (!parsed) fail("bad epoch in the subscription reply");
