@@ -20,7 +20,9 @@
 
 namespace ddp::rdzv {
 
-// Reserved keys, in the form PyTorch's clients send them (they prepend '/').
+// Reserved keys, in the form PyTorch's clients send them (they prepend '/'). With the job's token
+// only a connection that proved it may name a key under kReplicationKeyPrefix (token_auth.hpp).
+inline constexpr std::string_view kReplicationKeyPrefix = "/ddprun.replication/";
 inline constexpr std::string_view kFollowKey = "/ddprun.replication/follow";
 inline constexpr std::string_view kPromoteKey = "/ddprun.replication/promote";
 inline constexpr std::string_view kFenceKey = "/ddprun.replication/fence";

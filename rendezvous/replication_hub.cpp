@@ -133,7 +133,7 @@ void ReplicationHub::start_following(boost::asio::io_context& io, const StoreLim
                                      StoreModel& model) {
   role_ = Role::Standby;
   link_ = std::make_shared<StoreFollower>(
-      io, options_.follow, limits, [this, &model, limits](Command&& cmd) {
+      io, options_.follow, limits, options_.after_connect, [this, &model, limits](Command&& cmd) {
         Outcome outcome =
             handle_command(model, kReplicaClient, Generation::G2, std::move(cmd), false, limits);
         if (outcome.close_reason) {

@@ -14,6 +14,7 @@
 
 #include <boost/asio/io_context.hpp>
 
+#include "rendezvous/blocking_socket.hpp"
 #include "rendezvous/codec.hpp"
 #include "rendezvous/store_model.hpp"
 
@@ -28,6 +29,10 @@ struct ReplicationOptions {
   // Frames owed to one follower that does not keep up: past this the follower is dropped (with a
   // log line) instead of growing the primary's memory.
   std::size_t max_follower_lag_bytes = std::size_t{64} * 1024 * 1024;
+  // Standby: runs on the connection to the primary after VALIDATE + PING, before subscribing,
+  // bounded by the subscription's deadline; throws (StoreAuthError) to refuse. The job's token:
+  // token_prover(token) (token_auth.hpp), as an agent's StoreClientOptions::after_connect.
+  std::function<void(BlockingSocket&, BlockingSocket::Clock::time_point)> after_connect;
 };
 
 class ReplicationHub {
@@ -50,8 +55,8 @@ class ReplicationHub {
   bool has_followers() const { return !followers_.empty(); }
   void follower_closed(ClientId id) { followers_.erase(id); }
 
-  // Standby: subscribe to options().follow now (blocking connect and handshake; throws
-  // std::runtime_error naming the primary and the reason), then apply its stream on `io`.
+  // Standby: subscribe to options().follow now (blocking connect, handshake, after_connect;
+  // throws std::runtime_error naming the primary and the reason), then apply its stream on `io`.
   void start_following(boost::asio::io_context& io, const StoreLimits& limits, StoreModel& model);
   void stop();
 

@@ -1,19 +1,18 @@
 #include "rendezvous/store_follower.hpp"
 
-#include <poll.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
-#include <cerrno>
+#include <charconv>
 #include <chrono>
-#include <cstring>
 #include <stdexcept>
 
 #include <fmt/format.h>
-#include <boost/asio/connect.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/write.hpp>
 
 #include "rendezvous/log.hpp"
+#include "rendezvous/store_errors.hpp"
 
 namespace ddp::rdzv {
 
@@ -22,42 +21,21 @@ using asio::ip::tcp;
 
 namespace {
 
-// The subscription's replies must come within this time: a primary that accepts but never
-// answers (paused, wedged) must not hold the standby's start-up forever.
-constexpr int kSubscribeTimeoutMs = 30000;
-
-// Reads exactly `n` bytes from a blocking socket, giving up after kSubscribeTimeoutMs in total.
-std::string read_exact(int fd, std::size_t n) {
-  std::string out(n, '\0');
-  std::size_t have = 0;
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::milliseconds(kSubscribeTimeoutMs);
-  while (have < n) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0)
-      throw std::runtime_error("the primary did not answer the subscription within 30 s");
-    pollfd p{fd, POLLIN, 0};
-    const int ready = ::poll(&p, 1, static_cast<int>(left.count()));
-    if (ready < 0 && errno == EINTR) continue;
-    if (ready < 0) throw std::runtime_error(std::strerror(errno));
-    if (ready == 0) continue;
-    const ssize_t got = ::recv(fd, out.data() + have, n - have, 0);
-    if (got == 0)
-      throw std::runtime_error(
-          "the primary closed the subscription (is it a primary ddprun-store?)");
-    if (got < 0 && errno != EINTR && errno != EAGAIN)
-      throw std::runtime_error(std::strerror(errno));
-    if (got > 0) have += static_cast<std::size_t>(got);
-  }
-  return out;
-}
+// The subscription (connect, handshake, token, epoch) must be done within this time: a primary
+// that accepts but never answers (paused, wedged) must not hold the standby's start-up forever.
+constexpr auto kSubscribeTimeout = std::chrono::seconds(30);
+constexpr std::uint32_t kPingNonce = 0x5eedu;
+constexpr std::size_t kMaxEpochBytes = 32;
 
 }  // namespace
 
 StoreFollower::StoreFollower(asio::io_context& io, std::string primary, const StoreLimits& limits,
-                             Apply apply)
-    : socket_(io), primary_(std::move(primary)), parser_(limits), apply_(std::move(apply)) {}
+                             AfterConnect after_connect, Apply apply)
+    : socket_(io),
+      primary_(std::move(primary)),
+      after_connect_(std::move(after_connect)),
+      parser_(limits),
+      apply_(std::move(apply)) {}
 
 void StoreFollower::connect() {
   const auto colon = primary_.rfind(':');
@@ -65,32 +43,70 @@ void StoreFollower::connect() {
     throw std::runtime_error(fmt::format("cannot follow {}: {}", primary_, why));
   };
   if (colon == std::string::npos || colon == 0) fail("expected HOST:PORT");
-  const std::string host = primary_.substr(0, colon), port = primary_.substr(colon + 1);
-  boost::system::error_code ec;
-  tcp::resolver resolver(socket_.get_executor());
-  auto endpoints = resolver.resolve(host, port, ec);
-  if (ec) fail(ec.message());
-  asio::connect(socket_, endpoints, ec);
-  if (ec) fail(ec.message());
-  socket_.set_option(tcp::no_delay(true), ec);
-  const std::string hello =
-      encode_request(Generation::G2, Command{Op::Validate, {}, {}, 0, kValidateMagic}) +
-      encode_request(Generation::G2, Command{Op::Ping, {}, {}, 0, 0x5eedu}) +
-      encode_request(Generation::G2, Command{Op::Get, {std::string(kFollowKey)}, {}, 0, 0});
-  asio::write(socket_, asio::buffer(hello), ec);
-  if (ec) fail(ec.message());
+  std::string host = primary_.substr(0, colon);
+  const std::string port_text = primary_.substr(colon + 1);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
+  unsigned port = 0;
+  const auto [end, parse_ec] =
+      std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
+  if (parse_ec != std::errc{} || end != port_text.data() + port_text.size() || port == 0 ||
+      port > 65535)
+    fail("expected HOST:PORT");
+
+  const auto deadline = BlockingSocket::Clock::now() + kSubscribeTimeout;
+  BlockingSocket link;
   std::string epoch;
+  const char* stage = "the connection";
+  bool subscribing = false;
   try {
-    const std::string head =
-        read_exact(socket_.native_handle(), 12);  // PING echo (4) + epoch length (8)
-    const std::uint64_t len = get_u64(head.data() + 4);
-    if (len == 0 || len > 32) fail("bad subscription reply");
-    epoch = read_exact(socket_.native_handle(), len);
-  } catch (const std::runtime_error& e) {
-    fail(e.what());
+    link = BlockingSocket::connect(host, static_cast<std::uint16_t>(port), deadline);
+    stage = "the handshake";
+    link.send_all(encode_request(Generation::G2, Command{Op::Validate, {}, {}, 0, kValidateMagic}) +
+                      encode_request(Generation::G2, Command{Op::Ping, {}, {}, 0, kPingNonce}),
+                  deadline);
+    if (link.recv_u32(deadline) != kPingNonce)
+      fail("the primary answered PING wrongly (is it a ddprun-store?)");
+    // The job's token, when this standby has one: a primary with a token closes a subscription
+    // that did not prove it (the replication keys are protected like the rendezvous keys).
+    if (after_connect_) after_connect_(link, deadline);
+    stage = "the subscription";
+    subscribing = true;
+    link.send_all(
+        encode_request(Generation::G2, Command{Op::Get, {std::string(kFollowKey)}, {}, 0, 0}),
+        deadline);
+    epoch = link.recv_bytes(deadline, kMaxEpochBytes);
+  } catch (const StoreAuthError& e) {
+    fail(e.what());  // the token refused, or a primary without one: never retried
+  } catch (const StoreTimeoutError&) {
+    fail(
+        fmt::format("the primary did not answer {} within {} s", stage, kSubscribeTimeout.count()));
+  } catch (const StoreError& e) {
+    if (!subscribing) fail(e.what());
+    if (!after_connect_) {
+      fail(fmt::format(
+          "the primary refused the subscription ({}): it is a standby itself, not a ddprun-store, "
+          "or it has the job's token and this standby has none (set DDPRUN_RDZV_TOKEN)",
+          e.what()));
+    }
+    fail(fmt::format("the primary refused the subscription ({}); is it a primary ddprun-store?",
+                     e.what()));
   }
   const auto parsed = parse_epoch(epoch);
   if (!parsed) fail("bad epoch in the subscription reply");
+
+  // The subscribed connection lives on in Asio from here (frames, drain, fence).
+  sockaddr_storage local{};
+  socklen_t local_len = sizeof local;
+  const int fd = link.release();
+  const bool v6 = ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_len) == 0 &&
+                  local.ss_family == AF_INET6;
+  boost::system::error_code ec;
+  socket_.assign(v6 ? tcp::v6() : tcp::v4(), fd, ec);
+  if (ec) {
+    ::close(fd);
+    fail(ec.message());
+  }
   primary_epoch_ = *parsed;
   following_ = true;
   log_line(fmt::format("standby: following {} (epoch {})", primary_, primary_epoch_));

@@ -1,6 +1,7 @@
 #pragma once
 
-// A standby's connection to its primary: subscribes (G2 handshake, GET kFollowKey), then reads
+// A standby's connection to its primary: subscribes (G2 handshake, the job's token through
+// `after_connect` when it has one, GET kFollowKey; all on a BlockingSocket within 30 s), then reads
 // the primary's frames on the io_context and hands each mutation, in sequence order, to
 // `apply`. A gap in the sequence or a malformed frame ends following (logged). When the link is
 // lost the standby keeps the state it has: it never resubscribes (a restarted, empty primary
@@ -14,6 +15,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 
+#include "rendezvous/blocking_socket.hpp"
 #include "rendezvous/replication.hpp"
 
 namespace ddp::rdzv {
@@ -21,11 +23,13 @@ namespace ddp::rdzv {
 class StoreFollower : public std::enable_shared_from_this<StoreFollower> {
  public:
   using Apply = std::function<void(Command&&)>;
+  using AfterConnect = std::function<void(BlockingSocket&, BlockingSocket::Clock::time_point)>;
 
   StoreFollower(boost::asio::io_context& io, std::string primary, const StoreLimits& limits,
-                Apply apply);
+                AfterConnect after_connect, Apply apply);
 
-  // Blocking: connect, handshake, subscribe. Throws std::runtime_error("cannot follow H:P: ...").
+  // Blocking: connect, handshake, after_connect (the token), subscribe, all within 30 s. Throws
+  // std::runtime_error("cannot follow H:P: ...") with the reason, a refused token included.
   void connect();
   void start();  // read frames asynchronously
   // Apply every frame already received (promotion must not lose what the kernel holds for us).
@@ -45,6 +49,7 @@ class StoreFollower : public std::enable_shared_from_this<StoreFollower> {
 
   boost::asio::ip::tcp::socket socket_;
   std::string primary_;
+  AfterConnect after_connect_;
   ReplicationFrameParser parser_;
   Apply apply_;
   std::uint64_t last_sequence_ = 0;

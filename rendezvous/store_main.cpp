@@ -87,9 +87,11 @@ int main(int argc, char** argv) {
   }
   opts.limits.idle_timeout =
       std::chrono::milliseconds(static_cast<long long>(idle_timeout_s * 1000));
-  // The job's token (never a flag: the command line is visible to every user of the machine).
+  // The job's token (never a flag: the command line is visible to every user of the machine):
+  // this store checks it, and a standby proves it to its primary.
   if (const char* token = std::getenv("DDPRUN_RDZV_TOKEN"); token != nullptr && *token != '\0') {
     opts.access_policy = std::make_shared<ddp::rdzv::TokenAccessPolicy>(token);
+    opts.replication.after_connect = ddp::rdzv::token_prover(token);
   }
 
   return ddp::rdzv::run_store_until_signal(opts, std::cout);

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "rendezvous/codec.hpp"
+#include "rendezvous/replication.hpp"
 #include "rendezvous/store_errors.hpp"
 
 namespace ddp::rdzv {
@@ -73,8 +74,9 @@ bool same_secret(std::string_view a, std::string_view b) {
   return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
-bool is_rendezvous_key(std::string_view wire_key) {
-  return starts_with(wire_key, kRendezvousKeyPrefix) || starts_with(wire_key, kAuthKeyPrefix);
+bool is_protected_key(std::string_view wire_key) {
+  return starts_with(wire_key, kRendezvousKeyPrefix) ||
+         starts_with(wire_key, kReplicationKeyPrefix) || starts_with(wire_key, kAuthKeyPrefix);
 }
 
 void prove_token(BlockingSocket& socket, std::string_view token,
@@ -140,7 +142,14 @@ std::optional<Outcome> TokenAccessPolicy::screen(const StoreModel& model, Client
   if (auto it = clients_.find(client); it != clients_.end() && it->second.proven)
     return std::nullopt;
   for (const auto& key : cmd.keys) {
-    if (is_rendezvous_key(key)) return close_with("rendezvous key without the job's token");
+    if (starts_with(key, kReplicationKeyPrefix)) {  // named, never echoed: it is a stranger's text
+      const char* what = key == kFollowKey    ? "a standby's subscription"
+                         : key == kPromoteKey ? "a promotion"
+                         : key == kFenceKey   ? "a fence"
+                                              : "a replication key";
+      return close_with(fmt::format("{} without the job's token", what));
+    }
+    if (is_protected_key(key)) return close_with("rendezvous key without the job's token");
   }
   if (cmd.op == Op::ListKeys || cmd.op == Op::GetNumKeys) {
     // The same bound as the handler's LIST_KEYS (the filtered reply is never larger).
@@ -151,7 +160,7 @@ std::optional<Outcome> TokenAccessPolicy::screen(const StoreModel& model, Client
     }
     std::vector<std::string> visible;
     for (auto& key : model.list_keys()) {
-      if (!is_rendezvous_key(key)) visible.push_back(std::move(key));
+      if (!is_protected_key(key)) visible.push_back(std::move(key));
     }
     Outcome out;
     put_i64(out.reply, static_cast<std::int64_t>(visible.size()));

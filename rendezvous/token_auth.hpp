@@ -1,9 +1,10 @@
 #pragma once
 
 // The job's token on the store: a challenge-response handshake (HMAC-SHA256, OpenSSL) that an
-// agent runs on each new connection, and the store's access policy that keeps the rendezvous
-// key space ("/ddprun/...") to connections that completed it. Workers never hold the token and
-// keep full access to every other key. See docs/rendezvous.md, "The token".
+// agent (and a standby store) runs on each new connection, and the store's access policy that
+// keeps the rendezvous key space ("/ddprun/...") and the replication keys ("/ddprun.replication/
+// ...": follow, promote, fence) to connections that completed it. Workers never hold the token
+// and keep full access to every other key. See docs/rendezvous.md, "The token".
 
 #include <chrono>
 #include <functional>
@@ -33,8 +34,9 @@ std::string new_challenge();
 std::string challenge_response(std::string_view token, std::string_view challenge);
 // Constant-time comparison of two secrets' texts.
 bool same_secret(std::string_view a, std::string_view b);
-// Keys only a connection that proved the token may touch (the handshake's own keys included).
-bool is_rendezvous_key(std::string_view wire_key);
+// Keys only a connection that proved the token may touch: the rendezvous keys, the replication
+// keys (replication.hpp) and the handshake's own keys.
+bool is_protected_key(std::string_view wire_key);
 
 // --- client side --------------------------------------------------------------------------
 // Runs the handshake on a fresh connection (after VALIDATE + PING). Throws StoreAuthError when
@@ -46,7 +48,7 @@ std::function<void(BlockingSocket&, BlockingSocket::Clock::time_point)> token_pr
     std::string token);
 
 // --- store side ---------------------------------------------------------------------------
-// Answers the handshake; before it succeeds a connection may not name a rendezvous key (it is
+// Answers the handshake; before it succeeds a connection may not name a protected key (it is
 // closed), and LIST_KEYS / GET_NUM_KEYS leave those keys out. A wrong response closes the
 // connection with a log line.
 class TokenAccessPolicy final : public AccessPolicy {

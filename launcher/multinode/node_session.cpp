@@ -256,14 +256,14 @@ void NodeSession::fail_over(std::function<void(FailoverResult)> done) {
     try {
       if (standby.port == 0) throw std::runtime_error("no standby store was given");
       monitor_.reset();  // it watches the lost store; a new one starts on the standby
-      // No token here: promotion is the standby's own request, outside the rendezvous keys.
+      // The promotion key is protected like the rendezvous keys: the job's token first.
       rdzv::StoreClientOptions asking = store_;
       asking.host = standby.host;
       asking.port = static_cast<std::uint16_t>(standby.port);
       asking.key_prefix = "";
       asking.connect_timeout = asking.timeout = settings_.heartbeat_timeout;
       asking.refused_timeout = settings_.heartbeat_timeout;
-      rdzv::StoreClient promoter(asking);
+      rdzv::StoreClient promoter(rdzv::with_token(asking, settings_.token));
       const std::string reply =
           promoter.compare_set(std::string(rdzv::kPromoteKey), "", std::to_string(kFailoverEpoch));
       std::int64_t epoch = 0;

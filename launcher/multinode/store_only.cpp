@@ -51,9 +51,11 @@ int run_store_only(const RawOptions& raw) {
     }
     options.replication.follow = raw.follow;
   }
-  // With the job's token, only agents that prove it may touch the rendezvous keys.
+  // With the job's token, only agents that prove it may touch the rendezvous and replication
+  // keys, and a standby proves it to its primary.
   if (const char* token = std::getenv("DDPRUN_RDZV_TOKEN"); token != nullptr && *token != '\0') {
     options.access_policy = std::make_shared<rdzv::TokenAccessPolicy>(token);
+    options.replication.after_connect = rdzv::token_prover(token);
   }
   const int code = rdzv::run_store_until_signal(options, std::cout);
   return code == 1 ? multinode_exit_codes::kRendezvous : code;

@@ -9,7 +9,8 @@
 namespace ddp::launcher {
 
 /// Prints the port as the first stdout line; exit 0 after a signal, 69 if the port is taken or
-/// the primary to follow cannot be subscribed to, 2 for a bad address or port.
+/// the primary to follow cannot be subscribed to (unreachable, or it refused this standby's
+/// DDPRUN_RDZV_TOKEN), 2 for a bad address or port.
 int run_store_only(const RawOptions& raw);
 
 }  // namespace ddp::launcher

@@ -13,7 +13,13 @@
 4. bound: a follower that never reads is dropped at --max-follower-lag-bytes with a log line; the
    primary's memory stays bounded and it keeps serving.
 5. `--follow` to nothing: exit 1 with one line.
+6. the job's token (DDPRUN_RDZV_TOKEN) protects replication: a standby without it or with a wrong
+   one is refused by its primary (exit 1, one line), one with it follows; a stranger (raw socket,
+   no token) can neither subscribe, nor promote the standby, nor fence the primary; a client that
+   proves the token (HMAC-SHA256 challenge-response, as agents do) promotes it.
 """
+import hashlib
+import hmac
 import os
 import signal
 import socket
@@ -78,9 +84,9 @@ def has_torch(py):
 
 
 class Store:
-    def __init__(self, store_bin, *args):
+    def __init__(self, store_bin, *args, env=None):
         self.proc = subprocess.Popen([store_bin, "--port", "0", *args], stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True)
+                                     stderr=subprocess.PIPE, text=True, env=env)
         line = self.proc.stdout.readline().strip()
         assert line.isdigit(), f"no port from {args}: {self.proc.stderr.read() if self.proc.poll() is not None else ''}"
         self.port = int(line)
@@ -279,6 +285,91 @@ def test_slow_follower_is_dropped(store_bin):
     assert "dropping it" in log and "--max-follower-lag-bytes" in log, log
 
 
+TOKEN = "standby-test-token-7c1e"
+
+
+def prove_token(sock, token):
+    """The agents' handshake (rendezvous/token_auth.cpp): GET the challenge, GET the response."""
+    sock.sendall(g2_frame(3, b"/ddprun-auth/challenge"))
+    challenge = recv_value(sock)
+    mac = hmac.new(token.encode(), b"ddprun store access\n" + challenge, hashlib.sha256).hexdigest()
+    sock.sendall(g2_frame(3, b"/ddprun-auth/response/" + mac.encode()))
+    assert recv_value(sock) == b"ok", "token refused"
+
+
+def recv_exact(sock, n):
+    out = b""
+    while len(out) < n:
+        chunk = sock.recv(n - len(out))
+        assert chunk, f"closed after {len(out)} of {n} bytes"
+        out += chunk
+    return out
+
+
+def recv_value(sock):
+    (n,) = struct.unpack("<Q", recv_exact(sock, 8))
+    return recv_exact(sock, n)
+
+
+def test_token_protects_replication(store_bin):
+    with_token = dict(os.environ, DDPRUN_RDZV_TOKEN=TOKEN)
+    without = {k: v for k, v in os.environ.items() if k != "DDPRUN_RDZV_TOKEN"}
+    primary = Store(store_bin, env=with_token)
+    standby = None
+    try:
+        # A standby without the token, and one with a wrong token: refused, exit 1, one line.
+        for env, why in ((without, "the job's token and this standby has none"),
+                         (dict(os.environ, DDPRUN_RDZV_TOKEN="not-the-token"), "refused")):
+            r = subprocess.run([store_bin, "--port", "0", "--follow", f"127.0.0.1:{primary.port}"],
+                               capture_output=True, text=True, timeout=60, env=env)
+            err = r.stderr.strip()
+            assert r.returncode == 1 and r.stdout == "", (r.returncode, r.stdout, err)
+            assert err.count("\n") == 0 and f"cannot follow 127.0.0.1:{primary.port}" in err, err
+            assert why in err, err
+        # A stranger cannot subscribe (which would stream every key, the rendezvous keys too).
+        s = raw_connect(primary.port)
+        s.sendall(g2_frame(3, b"/ddprun.replication/follow"))
+        assert closed_by_peer(s), "a stranger must not subscribe to a primary with a token"
+        s.close()
+        # With the token the standby follows and replicates.
+        c = raw_connect(primary.port)
+        c.sendall(g2_frame(1, b"/before", b"1") + PING)
+        assert recv_exact(c, 4) == struct.pack("<I", 7)
+        standby = Store(store_bin, "--follow", f"127.0.0.1:{primary.port}", env=with_token)
+        # A stranger can neither promote the standby...
+        s = raw_connect(standby.port)
+        s.sendall(g2_frame(2, b"/ddprun.replication/promote", b"", b"2"))
+        assert closed_by_peer(s), "a stranger must not promote the standby"
+        s.close()
+        # ...nor fence the primary (which would then refuse every request: the job would end).
+        s = raw_connect(primary.port)
+        s.sendall(g2_frame(1, b"/ddprun.replication/fence", b"9"))
+        assert closed_by_peer(s), "a stranger must not fence the primary"
+        s.close()
+        c.sendall(g2_frame(3, b"/before"))
+        assert recv_value(c) == b"1", "the primary still serves after the stranger's fence"
+        # A client that proves the token promotes the standby, which fences the primary.
+        p = raw_connect(standby.port)
+        prove_token(p, TOKEN)
+        p.sendall(g2_frame(2, b"/ddprun.replication/promote", b"", b"2"))
+        assert recv_value(p) == b"2"
+        p.sendall(g2_frame(3, b"/before"))
+        assert recv_value(p) == b"1", "the standby with the token replicated the primary"
+        assert closed_by_peer(c), "the primary, fenced by its promoted standby, drops its clients"
+        p.close()
+    finally:
+        standby_log = standby.stop() if standby else ""
+        primary_log = primary.stop()
+    assert "a standby's subscription without the job's token" in primary_log, primary_log
+    assert "wrong rendezvous token" in primary_log, primary_log
+    assert "a fence without the job's token" in primary_log, primary_log
+    assert "fenced: a standby was promoted to epoch 2" in primary_log, primary_log
+    assert "a promotion without the job's token" in standby_log, standby_log
+    assert standby_log.count("promoted to primary at epoch 2") == 1, standby_log
+    print("token: a standby without or with a wrong token refused (exit 1); strangers cannot "
+          "subscribe, promote or fence; the token's holder promotes")
+
+
 def test_follow_nothing(store_bin):
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
@@ -302,6 +393,7 @@ def main():
     else:
         print(f"note: {G1_PY} has no torch; torch 1.13 writer skipped")
     test_follow_nothing(store_bin)
+    test_token_protects_replication(store_bin)
     test_standby_role(store_bin)
     test_fencing(store_bin)
     test_slow_follower_is_dropped(store_bin)

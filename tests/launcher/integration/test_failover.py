@@ -3,13 +3,14 @@
 2:3 on 127.0.0.1; the first to bind the primary endpoint hosts the store, a `ddprun --store-only
 --follow` standby replicates it. SIGKILLing the primary's host (its agent, and with it the store)
 makes the survivors promote the standby, re-form without the lost node on it and finish with 0;
-the standby logs one promotion. Real processes, real sockets, the job's token on every store."""
+the standby logs one promotion. Real processes, real sockets, the job's token on every store
+(the agents prove it to promote the standby; a standby without it is refused by its primary)."""
 import os
 import signal
 import subprocess
 import time
 
-from harness import clean_env, main, stop, wait_until
+from harness import clean_env, main, run, start, stop, wait_until
 import test_elastic as el
 import test_multinode as mn
 
@@ -86,6 +87,36 @@ def test_a_standby_that_is_not_there_ends_the_job_with_74(tmp):
         mn.finish(nodes)
     err = other.text()[1]
     assert "did not take over" in err and f"127.0.0.1:{standby_port}" in err, other
+
+
+def test_a_standby_without_the_jobs_token_is_refused_with_69(tmp):
+    # The replication keys are protected by the token: a standby must prove it to subscribe
+    # (else it would read every key, the rendezvous keys included).
+    primary_port = mn.free_port()
+    primary = start(["--store-only", "--master_port", primary_port],
+                    env=clean_env(DDPRUN_RDZV_TOKEN=TOKEN))
+    standby = None
+    try:
+        assert int(primary.stdout.readline()) == primary_port
+        follow = ["--store-only", "--master_port", 0, "--follow", f"127.0.0.1:{primary_port}"]
+        no_token = clean_env()
+        no_token.pop("DDPRUN_RDZV_TOKEN", None)
+        for env, reason in ((no_token, "this standby has none (set DDPRUN_RDZV_TOKEN)"),
+                            (clean_env(DDPRUN_RDZV_TOKEN="not-the-job-token"),
+                             "wrong or missing rendezvous token")):
+            r = run(follow, timeout=60, env=env)
+            assert r.rc == 69, r
+            assert r.out == "", r  # no port line: it never served
+            lines = r.err.strip().splitlines()
+            assert len(lines) == 1, r
+            assert f"cannot follow 127.0.0.1:{primary_port}" in lines[0] and reason in lines[0], r
+        # The same standby with the job's token follows.
+        standby = start(follow, env=clean_env(DDPRUN_RDZV_TOKEN=TOKEN))
+        assert int(standby.stdout.readline()) > 0
+    finally:
+        if standby:
+            stop(standby)
+        stop(primary)
 
 
 if __name__ == "__main__":
