@@ -30,12 +30,11 @@ KILL_AT = (2, 2)  # (epoch, step) of rank 0: two checkpoints written, epoch 2 (1
 
 
 def train_lines(node):
-    """[(prefix, fields)] of the node's TRAIN lines, in order."""
+    """[(kind, fields)] of the node's TRAIN lines (every attempt's), in order."""
     found = []
     for line in node.text()[0].splitlines():
         if "TRAIN " in line:
-            head, rest = line.split("TRAIN ", 1)
-            kind, *kvs = rest.split()
+            kind, *kvs = line.split("TRAIN ", 1)[1].split()
             found.append((kind, dict(kv.split("=", 1) for kv in kvs)))
     return found
 
