@@ -46,6 +46,29 @@ def group_rank(node, attempt):
     return next(e["node_rank"] for e in events(node, "rendezvous") if e["attempt"] == attempt)
 
 
+RESCALE_FIELDS = {"event", "time", "attempt", "reason", "change", "old_nodes", "new_nodes",
+                  "old_num_nodes", "new_num_nodes", "old_world_size", "new_world_size", "seconds"}
+
+
+def one_rescale(node):
+    """The agent's one `rescale` event, checked against its `rendezvous` events: every field, the
+    same on both re-form paths (a lost heartbeat, a restart that formed without a node)."""
+    rescale = events(node, "rescale")
+    assert len(rescale) == 1, node
+    e = rescale[0]
+    assert set(e) == RESCALE_FIELDS, (sorted(e), node)
+    rounds = events(node, "rendezvous")
+    new = next(k for k, r in enumerate(rounds) if r["attempt"] == e["attempt"])
+    assert new > 0, (e, node)
+    before, after = rounds[new - 1], rounds[new]
+    assert e["old_nodes"] == [n["name"] for n in before["nodes"]], (e, before, node)
+    assert e["new_nodes"] == [n["name"] for n in after["nodes"]], (e, after, node)
+    assert e["old_num_nodes"] == before["num_nodes"] and e["new_num_nodes"] == after["num_nodes"], (e, node)
+    assert e["old_world_size"] == before["world_size"] and e["new_world_size"] == after["world_size"], (e, node)
+    assert e["seconds"] >= 0, (e, node)
+    return e
+
+
 def kill_agent(node):
     os.kill(node.proc.pid, signal.SIGKILL)  # the agent only: as if its machine vanished
     return time.monotonic()
@@ -72,8 +95,11 @@ def test_three_at_2_3_lose_one_and_finish_at_2(tmp):
         assert len(second) == 1, node
         assert second[0]["world"] == "2" and second[0]["rank"] == str(new_rank), node
         assert second[0]["group"] == f"{new_rank}/2", node
-        rescale = events(node, "rescale")
-        assert len(rescale) == 1 and rescale[0]["old_world_size"] == 3 and rescale[0]["new_world_size"] == 2, node
+        rescale = one_rescale(node)
+        assert rescale["old_world_size"] == 3 and rescale["new_world_size"] == 2, node
+        assert rescale["old_num_nodes"] == 3 and rescale["new_num_nodes"] == 2, node
+        assert rescale["reason"].startswith("lost node 1") and rescale["change"] == "loss", node
+        assert rescale["seconds"] < 5, node  # the survivors' wait for each other, not the detection
         summary = events(node, "summary")[-1]
         assert summary["exit_code"] == 0 and len(summary["membership_changes"]) == 1, node
         assert "lost node 1" in node.text()[1], node

@@ -129,8 +129,8 @@ def run(tmp):
         assert el.group_rank(node, 1) == new_rank, node
         last = el.worker_fields(node, 1)
         assert len(last) == 1 and last[0]["world"] == "2" and last[0]["group"] == f"{new_rank}/2", node
-        rescale = el.events(node, "rescale")
-        assert len(rescale) == 1 and rescale[0]["old_world_size"] == 3 and rescale[0]["new_world_size"] == 2, node
+        rescale = el.one_rescale(node)
+        assert rescale["old_world_size"] == 3 and rescale["new_world_size"] == 2, node
         assert f"lost node {lost}" in node.text()[1], node
     print(f"  cut node {lost} ({NS[k]}): cut -> survivors' workers running {seen['back'] - cut_at:.2f} s "
           f"(re-formed in {max(e['seconds'] for n in survivors for e in el.events(n, 'rescale')):.2f} s); "
