@@ -105,7 +105,7 @@ def test_three_at_2_3_lose_one_and_finish_at_2(tmp):
         assert "lost node 1" in node.text()[1], node
     took = max(e["seconds"] for n in survivors for e in events(n, "rescale"))
     print(f"  kill -> survivors' workers running: {back_at - killed_at:.2f} s "
-          f"(heartbeat_timeout 2 s; re-form after the decision {took:.2f} s)")
+          f"(heartbeat_timeout 2 s; re-form round, workers stopped -> formed: {took:.2f} s)")
 
 
 def test_below_min_ends_with_74_naming_the_lost_node(tmp):
@@ -225,7 +225,7 @@ def test_three_at_2_3_lose_one_and_a_new_agent_grows_the_job_back_to_3(tmp):
         assert len(events(node, "summary")[-1]["membership_changes"]) == 2, node
     assert "admitting 1 pending node" in survivors[0].text()[1], survivors[0]
     print(f"  new agent started -> 3 nodes' workers running: {grown_at - arrived_at:.2f} s "
-          f"(heartbeat_interval 0.3 s; re-form after the decision {events(survivors[0], 'rescale')[1]['seconds']:.2f} s)")
+          f"(heartbeat_interval 0.3 s; re-form round, workers stopped -> formed: {events(survivors[0], 'rescale')[1]['seconds']:.2f} s)")
 
 
 def test_2_2_with_a_spare_loses_one_and_stays_at_2(tmp):
