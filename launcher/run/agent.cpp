@@ -595,7 +595,7 @@ void Agent::after_attempt() {
       next_round_.nodes = kept.nodes;
       next_round_.node_rank = kept.node_rank;
     }
-    restart_from_nodes_ = round_ ? round_->num_nodes : 0;
+    if (round_) restart_from_ = round_left();
     if (session_ && layout_ && layout_->node_rank == 0 && round_) {
       // Pending nodes that fit meet the others in the restart's round (admit=restart's moment).
       for (const auto& answer :

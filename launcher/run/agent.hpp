@@ -216,18 +216,22 @@ class Agent {
   int own_failures_in_a_row_ = 0;           // earlier attempts in a row whose workers failed here
   bool failed_here_ = false;                // a worker of this attempt failed on this node
   bool quarantined_ = false;                // node_failure_limit reached: this node leaves the job
-  int restart_from_nodes_ = 0;              // nodes of the round a pending restart left (0: none)
   std::vector<rdzv::JoinRequest> pending_;  // live pending nodes of this round, as last heard
   std::set<std::int64_t> told_spare_;       // pending numbers told they are spares
-  struct Reform {                           // a re-form in progress, reported once the round formed
+  struct RoundLeft {  // the round this node left for the next one, and when (its workers stopped)
+    std::vector<rdzv::NodeAssignment> nodes;
+    int world_size = 0;
+    std::chrono::steady_clock::time_point since;
+  };
+  struct Reform {  // a re-form in progress, reported once the round formed
     std::string reason;
     size_t survivors = 0;
     size_t admitted = 0;
-    std::vector<rdzv::NodeAssignment> old_nodes;
-    int old_world_size = 0;
-    std::chrono::steady_clock::time_point since;
+    RoundLeft left;
   };
   std::optional<Reform> reform_;
+  std::optional<RoundLeft> restart_from_;  // the round a pending restart left (none: no restart)
+  RoundLeft round_left() const;            // round_ (empty without one), left now
   enum class Failover { None, Asking, Done };  // the standby store: not asked, asked, answered
   Failover failover_ = Failover::None;
   struct PendingJoin {  // a join that failed while the standby was asked

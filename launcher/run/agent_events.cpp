@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 #include "launcher/run/agent_events.hpp"
 
+#include <fmt/format.h>
+
 namespace ddp::launcher {
 
 nlohmann::json exit_status_fields(const ExitStatus& s) {
@@ -48,6 +50,30 @@ nlohmann::json rendezvous_fields(int attempt, const rdzv::RendezvousResult& join
           {"world_size", joined.world_size},
           {"base_rank", joined.base_rank},
           {"nodes", nodes}};
+}
+
+nlohmann::json rescale_fields(const RescaleRecord& c) {
+  auto names = [](const std::vector<rdzv::NodeAssignment>& nodes) {
+    nlohmann::json j = nlohmann::json::array();
+    for (const auto& n : nodes) j.push_back(n.name);
+    return j;
+  };
+  return {{"attempt", c.attempt},
+          {"reason", c.reason},
+          {"change", c.change},
+          {"old_nodes", names(c.old_nodes)},
+          {"new_nodes", names(c.new_nodes)},
+          {"old_num_nodes", c.old_nodes.size()},
+          {"new_num_nodes", c.new_nodes.size()},
+          {"old_world_size", c.old_world_size},
+          {"new_world_size", c.new_world_size},
+          {"seconds", c.seconds}};
+}
+
+std::string rescale_text(const RescaleRecord& c) {
+  return fmt::format("{} -> {} node(s), world size {} -> {} ({}; re-formed in {:.2f} s)",
+                     c.old_nodes.size(), c.new_nodes.size(), c.old_world_size, c.new_world_size,
+                     c.reason, c.seconds);
 }
 
 nlohmann::json summary_fields(int exit_code, const std::vector<AttemptOutcome>& attempts,

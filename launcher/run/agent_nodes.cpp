@@ -106,64 +106,46 @@ void Agent::on_joined(int attempt, const JobRendezvous::JoinResult& result) {
   round_ = joined;
   lost_nodes_.clear();
   events_.emit("rendezvous", rendezvous_fields(attempt, joined));
-  if (!reform_ && restart_from_nodes_ > joined.num_nodes && elastic_policy().elastic) {
+  // Both re-form paths report one shape (agent_events.hpp): the round left, the round formed.
+  auto record = [&](std::string reason, std::string change, const RoundLeft& left) {
+    return RescaleRecord{
+        attempt,
+        std::move(reason),
+        std::move(change),
+        left.nodes,
+        left.world_size,
+        joined.assignment.nodes,
+        joined.world_size,
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - left.since).count()};
+  };
+  std::optional<RescaleRecord> change;
+  const int restart_from_nodes = restart_from_ ? static_cast<int>(restart_from_->nodes.size()) : 0;
+  if (!reform_ && restart_from_nodes > joined.num_nodes && elastic_policy().elastic) {
     // The restart re-formed without some nodes: the workers most likely failed because a peer
     // vanished (collectives fail long before heartbeats go stale). That is a membership change,
     // not a worker failure: it is counted against max_rescales and the restart is given back.
     --restarts_used_;
     ++rescales_used_;
-    const std::string change = fmt::format(
-        "{} -> {} node(s), world size {} (a restart re-formed without the missing nodes)",
-        restart_from_nodes_, joined.num_nodes, joined.world_size);
-    events_.emit("rescale", {{"attempt", attempt},
-                             {"reason", "restart without the missing nodes"},
-                             {"old_num_nodes", restart_from_nodes_},
-                             {"new_num_nodes", joined.num_nodes},
-                             {"new_world_size", joined.world_size}});
-    membership_changes_.push_back(change);
-    say(fmt::format("re-formed: {}", change));
-  } else if (!reform_ && restart_from_nodes_ > 0 && restart_from_nodes_ < joined.num_nodes) {
+    change = record("restart without the missing nodes", "loss", *restart_from_);
+  } else if (!reform_ && restart_from_nodes > 0 && restart_from_nodes < joined.num_nodes) {
     // The restart admitted pending nodes (admit=restart): a membership change too.
     ++rescales_used_;
-    const std::string change =
-        fmt::format("{} -> {} node(s), world size {} (the restart admitted pending nodes)",
-                    restart_from_nodes_, joined.num_nodes, joined.world_size);
-    events_.emit("rescale", {{"attempt", attempt},
-                             {"reason", "the restart admitted pending nodes"},
-                             {"change", "admit"},
-                             {"old_num_nodes", restart_from_nodes_},
-                             {"new_num_nodes", joined.num_nodes},
-                             {"new_world_size", joined.world_size}});
-    membership_changes_.push_back(change);
-    say(fmt::format("re-formed: {}", change));
+    change = record("the restart admitted pending nodes", "admit", *restart_from_);
   }
-  restart_from_nodes_ = 0;
+  restart_from_.reset();
   if (reform_) {
-    const double took =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - reform_->since).count();
-    nlohmann::json old_nodes = nlohmann::json::array();
-    for (const auto& n : reform_->old_nodes) old_nodes.push_back(n.name);
-    nlohmann::json new_nodes = nlohmann::json::array();
-    for (const auto& n : joined.assignment.nodes) new_nodes.push_back(n.name);
-    events_.emit(
-        "rescale",
-        {{"attempt", attempt},
-         {"reason", reform_->reason},
-         {"change", change_kind(reform_->old_nodes.size(), reform_->survivors, reform_->admitted)},
-         {"old_nodes", old_nodes},
-         {"new_nodes", new_nodes},
-         {"old_world_size", reform_->old_world_size},
-         {"new_world_size", joined.world_size},
-         {"seconds", took}});
-    const std::string change =
-        fmt::format("{} -> {} node(s), world size {} -> {} ({}; re-formed in {:.2f} s)",
-                    reform_->old_nodes.size(), joined.num_nodes, reform_->old_world_size,
-                    joined.world_size, reform_->reason, took);
-    membership_changes_.push_back(change);
-    say(fmt::format("re-formed: {}", change));
+    change = record(reform_->reason,
+                    change_kind(reform_->left.nodes.size(), reform_->survivors, reform_->admitted),
+                    reform_->left);
     reform_.reset();
     next_round_.join_timeout =
         std::chrono::milliseconds(0);  // later restarts: the same nodes, as configured
+  }
+  if (change) {
+    events_.emit("rescale", rescale_fields(*change));
+    const std::string text = rescale_text(*change);
+    membership_changes_.push_back(text);
+    say(fmt::format("re-formed: {}", text));
   }
   launch_workers(attempt);
   consider_arrivals();  // pending nodes heard while this round formed
@@ -238,6 +220,16 @@ void Agent::on_node_lost(const NodeLoss& loss) {
   session_->cancel_waits();
   say(fmt::format("{}; stopping the job", text));
   if (phase_ == Phase::Running) stop_workers(SIGTERM);
+}
+
+Agent::RoundLeft Agent::round_left() const {
+  RoundLeft left;
+  if (round_) {
+    left.nodes = round_->assignment.nodes;
+    left.world_size = round_->world_size;
+  }
+  left.since = std::chrono::steady_clock::now();
+  return left;
 }
 
 ElasticPolicy Agent::elastic_policy() const {
@@ -372,12 +364,7 @@ void Agent::begin_reform() {
   }
   plan->nodes += static_cast<int>(cause.admitted.size());  // the newcomers after the survivors
   ++rescales_used_;
-  reform_ = Reform{cause.text,
-                   cause.survivors.size(),
-                   cause.admitted.size(),
-                   round_ ? round_->assignment.nodes : std::vector<rdzv::NodeAssignment>{},
-                   round_ ? round_->world_size : 0,
-                   std::chrono::steady_clock::now()};
+  reform_ = Reform{cause.text, cause.survivors.size(), cause.admitted.size(), round_left()};
   // The survivors all leave their workers within the stop grace; one that vanished meanwhile
   // must not hold the others for the whole configured join timeout.
   const auto& m = *setup_.multinode;

@@ -46,6 +46,29 @@ def group_rank(node, attempt):
     return next(e["node_rank"] for e in events(node, "rendezvous") if e["attempt"] == attempt)
 
 
+RESCALE_FIELDS = {"event", "time", "attempt", "reason", "change", "old_nodes", "new_nodes",
+                  "old_num_nodes", "new_num_nodes", "old_world_size", "new_world_size", "seconds"}
+
+
+def one_rescale(node):
+    """The agent's one `rescale` event, checked against its `rendezvous` events: every field, the
+    same on both re-form paths (a lost heartbeat, a restart that formed without a node)."""
+    rescale = events(node, "rescale")
+    assert len(rescale) == 1, node
+    e = rescale[0]
+    assert set(e) == RESCALE_FIELDS, (sorted(e), node)
+    rounds = events(node, "rendezvous")
+    new = next(k for k, r in enumerate(rounds) if r["attempt"] == e["attempt"])
+    assert new > 0, (e, node)
+    before, after = rounds[new - 1], rounds[new]
+    assert e["old_nodes"] == [n["name"] for n in before["nodes"]], (e, before, node)
+    assert e["new_nodes"] == [n["name"] for n in after["nodes"]], (e, after, node)
+    assert e["old_num_nodes"] == before["num_nodes"] and e["new_num_nodes"] == after["num_nodes"], (e, node)
+    assert e["old_world_size"] == before["world_size"] and e["new_world_size"] == after["world_size"], (e, node)
+    assert e["seconds"] >= 0, (e, node)
+    return e
+
+
 def kill_agent(node):
     os.kill(node.proc.pid, signal.SIGKILL)  # the agent only: as if its machine vanished
     return time.monotonic()
@@ -72,14 +95,17 @@ def test_three_at_2_3_lose_one_and_finish_at_2(tmp):
         assert len(second) == 1, node
         assert second[0]["world"] == "2" and second[0]["rank"] == str(new_rank), node
         assert second[0]["group"] == f"{new_rank}/2", node
-        rescale = events(node, "rescale")
-        assert len(rescale) == 1 and rescale[0]["old_world_size"] == 3 and rescale[0]["new_world_size"] == 2, node
+        rescale = one_rescale(node)
+        assert rescale["old_world_size"] == 3 and rescale["new_world_size"] == 2, node
+        assert rescale["old_num_nodes"] == 3 and rescale["new_num_nodes"] == 2, node
+        assert rescale["reason"].startswith("lost node 1") and rescale["change"] == "loss", node
+        assert rescale["seconds"] < 5, node  # the survivors' wait for each other, not the detection
         summary = events(node, "summary")[-1]
         assert summary["exit_code"] == 0 and len(summary["membership_changes"]) == 1, node
         assert "lost node 1" in node.text()[1], node
     took = max(e["seconds"] for n in survivors for e in events(n, "rescale"))
     print(f"  kill -> survivors' workers running: {back_at - killed_at:.2f} s "
-          f"(heartbeat_timeout 2 s; re-form after the decision {took:.2f} s)")
+          f"(heartbeat_timeout 2 s; re-form round, workers stopped -> formed: {took:.2f} s)")
 
 
 def test_below_min_ends_with_74_naming_the_lost_node(tmp):
@@ -199,7 +225,7 @@ def test_three_at_2_3_lose_one_and_a_new_agent_grows_the_job_back_to_3(tmp):
         assert len(events(node, "summary")[-1]["membership_changes"]) == 2, node
     assert "admitting 1 pending node" in survivors[0].text()[1], survivors[0]
     print(f"  new agent started -> 3 nodes' workers running: {grown_at - arrived_at:.2f} s "
-          f"(heartbeat_interval 0.3 s; re-form after the decision {events(survivors[0], 'rescale')[1]['seconds']:.2f} s)")
+          f"(heartbeat_interval 0.3 s; re-form round, workers stopped -> formed: {events(survivors[0], 'rescale')[1]['seconds']:.2f} s)")
 
 
 def test_2_2_with_a_spare_loses_one_and_stays_at_2(tmp):

@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -13,6 +14,7 @@
 #include "fake_job_rendezvous.hpp"
 #include "fake_process_control.hpp"
 #include "launcher/run/agent.hpp"
+#include "launcher/run/agent_events.hpp"
 #include "multi_node_run.hpp"
 
 using namespace ddp::launcher;
@@ -229,6 +231,24 @@ FakeJobRendezvous::JoinResult pinned_or(const RoundPlan& plan,
   return first;
 }
 
+/// The fields of a `rescale` event, sorted: one shape on both re-form paths (docs/launcher.md).
+const std::vector<std::string> kRescaleFields{
+    "attempt",   "change",        "event",          "new_nodes", "new_num_nodes", "new_world_size",
+    "old_nodes", "old_num_nodes", "old_world_size", "reason",    "seconds",       "time"};
+
+std::vector<std::string> field_names(const nlohmann::json& event) {
+  std::vector<std::string> names;
+  for (const auto& [k, v] : event.items()) names.push_back(k);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+nlohmann::json node_names(int nodes) {
+  nlohmann::json names = nlohmann::json::array();
+  for (int n = 0; n < nodes; ++n) names.push_back("node" + std::to_string(n));
+  return names;
+}
+
 }  // namespace
 
 TEST_CASE("elastic: a lost node re-forms the survivors, who restart with the new world size") {
@@ -259,10 +279,22 @@ TEST_CASE("elastic: a lost node re-forms the survivors, who restart with the new
   CHECK(attempt_of(run.process->starts[2].env) == 1);
   auto rescales = run.events("rescale");
   REQUIRE(rescales.size() == 1);
-  CHECK(rescales[0]["old_world_size"] == 6);
-  CHECK(rescales[0]["new_world_size"] == 4);
-  CHECK(rescales[0]["new_nodes"].size() == 2);
-  CHECK(run.events("summary")[0]["membership_changes"].size() == 1);
+  const auto& e = rescales[0];
+  CHECK(field_names(e) == kRescaleFields);
+  CHECK(e["attempt"] == 1);
+  CHECK(e["reason"].get<std::string>().find("lost node 1 (node1)") == 0);
+  CHECK(e["change"] == "loss");
+  CHECK(e["old_nodes"] == node_names(3));
+  CHECK(e["new_nodes"] == node_names(2));
+  CHECK(e["old_num_nodes"] == 3);
+  CHECK(e["new_num_nodes"] == 2);
+  CHECK(e["old_world_size"] == 6);
+  CHECK(e["new_world_size"] == 4);
+  CHECK(e["seconds"].get<double>() >= 0.0);
+  CHECK(e["seconds"].get<double>() < 5.0);  // the fake's round forms at once
+  const auto changes = run.events("summary")[0]["membership_changes"];
+  REQUIRE(changes.size() == 1);
+  CHECK(changes[0].get<std::string>().find("3 -> 2 node(s), world size 6 -> 4 (lost node 1") == 0);
 }
 
 TEST_CASE(
@@ -447,8 +479,72 @@ TEST_CASE(
   CHECK(run.run() == 0);
   CHECK(run.rendezvous->joins == std::vector<int>{0, 1, 2});
   CHECK(run.events("restart").size() == 2);
-  CHECK(run.events("rescale").size() == 1);
-  CHECK(run.events("summary")[0]["membership_changes"].size() == 1);
+  auto rescales = run.events("rescale");
+  REQUIRE(rescales.size() == 1);
+  // The same shape as a re-form on a lost heartbeat: every field, old and new.
+  const auto& e = rescales[0];
+  CHECK(field_names(e) == kRescaleFields);
+  CHECK(e["attempt"] == 1);
+  CHECK(e["reason"] == "restart without the missing nodes");
+  CHECK(e["change"] == "loss");
+  CHECK(e["old_nodes"] == node_names(3));
+  CHECK(e["new_nodes"] == node_names(2));
+  CHECK(e["old_num_nodes"] == 3);
+  CHECK(e["new_num_nodes"] == 2);
+  CHECK(e["old_world_size"] == 3);
+  CHECK(e["new_world_size"] == 2);
+  CHECK(e["seconds"].get<double>() >= 0.0);
+  CHECK(e["seconds"].get<double>() < 5.0);
+  const auto changes = run.events("summary")[0]["membership_changes"];
+  REQUIRE(changes.size() == 1);
+  CHECK(changes[0].get<std::string>().find(
+            "3 -> 2 node(s), world size 3 -> 2 (restart without the missing nodes; re-formed "
+            "in ") == 0);
+}
+
+TEST_CASE("elastic: a restart that admitted pending nodes reports the same rescale shape") {
+  MultiNodeRun run;
+  run.settings = elastic(1, 3);
+  run.config.max_restarts = 1;
+  run.script.join = [](int round, const RoundPlan&) {
+    return round == 0 ? round_of(0, 2, 1) : round_of(0, 3, 1);
+  };
+  run.workers = [](const EnvMap& env) {
+    FakeBehaviour b;
+    b.exits_with = ExitStatus::exited(attempt_of(env) == 0 ? 1 : 0);
+    return b;
+  };
+  CHECK(run.run() == 0);
+  auto rescales = run.events("rescale");
+  REQUIRE(rescales.size() == 1);
+  const auto& e = rescales[0];
+  CHECK(field_names(e) == kRescaleFields);
+  CHECK(e["change"] == "admit");
+  CHECK(e["old_nodes"] == node_names(2));
+  CHECK(e["new_nodes"] == node_names(3));
+  CHECK(e["old_world_size"] == 2);
+  CHECK(e["new_world_size"] == 3);
+  CHECK(e["seconds"].get<double>() >= 0.0);
+}
+
+TEST_CASE("rescale_fields and rescale_text: every field of the record, node lists as names") {
+  RescaleRecord r{4,      "lost node 1 (b)",
+                  "loss", round_of(0, 3, 2).assignment.nodes,
+                  6,      round_of(0, 2, 2).assignment.nodes,
+                  4,      0.314};
+  const auto j = rescale_fields(r);
+  CHECK(j == nlohmann::json{{"attempt", 4},
+                            {"reason", "lost node 1 (b)"},
+                            {"change", "loss"},
+                            {"old_nodes", {"node0", "node1", "node2"}},
+                            {"new_nodes", {"node0", "node1"}},
+                            {"old_num_nodes", 3},
+                            {"new_num_nodes", 2},
+                            {"old_world_size", 6},
+                            {"new_world_size", 4},
+                            {"seconds", 0.314}});
+  CHECK(rescale_text(r) ==
+        "3 -> 2 node(s), world size 6 -> 4 (lost node 1 (b); re-formed in 0.31 s)");
 }
 
 TEST_CASE(
