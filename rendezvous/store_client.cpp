@@ -69,7 +69,10 @@ BlockingSocket& StoreClient::connected_socket() {
   auto backoff = options_.initial_backoff;
   std::minstd_rand jitter(static_cast<unsigned>(::getpid()));
   std::string last_error = "no attempt made";
-  std::optional<BlockingSocket::Clock::time_point> refused_since;  // start of a run of refusals
+  // The start of a run of refusals; a plain time_point (not std::optional) because GCC 12 reports a
+  // false -Wmaybe-uninitialized on the optional's value at -O3.
+  bool refusing = false;
+  BlockingSocket::Clock::time_point refused_since{};
   for (;;) {
     try {
       BlockingSocket sock = BlockingSocket::connect(options_.host, options_.port, deadline);
@@ -90,9 +93,10 @@ BlockingSocket& StoreClient::connected_socket() {
     } catch (const StoreRefusedError& e) {
       last_error = e.what();
       const auto now = BlockingSocket::Clock::now();
-      if (!refused_since) refused_since = now;
+      if (!refusing) refused_since = now;
+      refusing = true;
       if (options_.refused_timeout > Duration::zero() &&
-          now - *refused_since >= options_.refused_timeout) {
+          now - refused_since >= options_.refused_timeout) {
         throw StoreConnectError(
             fmt::format("the store at {}:{} refused every connection for {} ms: nothing listens "
                         "there (the store's node "
@@ -101,7 +105,7 @@ BlockingSocket& StoreClient::connected_socket() {
       }
     } catch (const StoreError& e) {
       last_error = e.what();
-      refused_since.reset();
+      refusing = false;
     }
     // Exponential backoff with jitter so many agents restarting together do not reconnect in
     // step. No attempt starts at the deadline itself: it could only time out and hide the

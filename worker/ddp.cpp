@@ -8,7 +8,9 @@
 #include <stdexcept>
 
 namespace ddp::worker {
-namespace {
+// Named, not anonymous: Impl (declared in the header) holds a ReducerState, and GCC warns
+// (-Wsubobject-linkage) when such a field's type has internal linkage in a unity build.
+namespace reducer {
 
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
@@ -145,7 +147,10 @@ void ReducerState::wait_and_account(Clock::time_point backward_done) {
   if (synchronous) ++stats.synchronous_iterations;
 }
 
-}  // namespace
+}  // namespace reducer
+
+using reducer::Bucket;
+using reducer::ReducerState;
 
 struct DistributedDataParallel::Impl {
   std::shared_ptr<torch::nn::Module> module;

@@ -30,8 +30,8 @@ struct SpawnRequest {
   /// forked child moves itself in before anything else, which costs a cgroup migration).
   int cgroup_dir_fd = -1;
   int cgroup_procs_fd = -1;
-  std::vector<int> cpu_affinity;   // --numa-binding: the child's CPUs (empty: inherit)
-  int preferred_memory_node = -1;  // --numa-binding: MPOL_PREFERRED node (-1: inherit)
+  std::vector<int> cpu_affinity{};  // --numa-binding: the child's CPUs (empty: inherit)
+  int preferred_memory_node = -1;   // --numa-binding: MPOL_PREFERRED node (-1: inherit)
 };
 
 /// A forked child that may still be on its way to exec.
