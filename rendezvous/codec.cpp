@@ -57,6 +57,7 @@ Plan plan_for(Op op) {
     case Op::Check:
     case Op::Wait:
     case Op::MultiGet:
+    case Op::Probe:
       return plan_of(kKeyListPlan);
     case Op::MultiSet:
       return plan_of(kPairListPlan);
@@ -453,6 +454,7 @@ std::string encode_request(Generation gen, const Command& cmd) {
     case Op::Check:
     case Op::Wait:
     case Op::MultiGet:
+    case Op::Probe:
       require(cmd.keys.size(), 0);
       put_u64(out, cmd.keys.size());
       for (const auto& k : cmd.keys) put_bytes(out, k);

@@ -142,6 +142,7 @@ std::optional<std::string> refusal(const StoreModel& model, const Command& cmd,
     case Op::Ping:
     case Op::Get:
     case Op::Check:
+    case Op::Probe:
     case Op::GetNumKeys:
     case Op::DeleteKey:
     case Op::CancelWait:
@@ -276,6 +277,10 @@ Outcome handle_command(StoreModel& model, ClientId client, Generation gen, Comma
       for (const auto& key : keys) put_bytes(out.reply, key);
       break;
     }
+    case Op::Probe:
+      put_u8(out.reply, kProbeReplyTag);
+      for (const auto& key : cmd.keys) put_u8(out.reply, model.check({key}) ? 1 : 0);
+      break;
     case Op::Barrier: {
       auto done = model.barrier(client, cmd.keys[0], cmd.number, out.effects);
       if (!done) return close_with("BARRIER on a value that is not a decimal integer");

@@ -28,6 +28,7 @@ std::optional<std::uint8_t> find(const std::array<Op, N>& table, Op op) {
 std::optional<Op> op_from_wire(Generation gen, std::uint8_t byte) {
   if (gen == Generation::G1) {
     if (byte < kG1Ops.size()) return kG1Ops[byte];
+    if (byte == kG1ProbeWire) return Op::Probe;
     return std::nullopt;
   }
   if (byte < kG2Ops.size()) return kG2Ops[byte];
@@ -35,10 +36,12 @@ std::optional<Op> op_from_wire(Generation gen, std::uint8_t byte) {
 }
 
 bool has_op(Generation gen, Op op) {
+  if (op == Op::Probe) return gen == Generation::G1;
   return gen == Generation::G1 ? find(kG1Ops, op).has_value() : find(kG2Ops, op).has_value();
 }
 
 std::uint8_t wire_from_op(Generation gen, Op op) {
+  if (op == Op::Probe) return gen == Generation::G1 ? kG1ProbeWire : 0xFF;
   auto byte = gen == Generation::G1 ? find(kG1Ops, op) : find(kG2Ops, op);
   return byte.value_or(0xFF);
 }
@@ -85,6 +88,8 @@ std::string_view op_name(Op op) {
       return "LIST_KEYS";
     case Op::Barrier:
       return "BARRIER";
+    case Op::Probe:
+      return "PROBE";
   }
   return "?";
 }

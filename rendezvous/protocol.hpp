@@ -35,8 +35,16 @@ enum class Op : std::uint8_t {
   QueueLen,
   ListKeys,
   Barrier,
+  // ddprun extension, G1 connections to ddprun-store only (the store proxy's watch link): a
+  // reply that cannot be mistaken for a watch notification, so it marks a point in that stream.
+  Probe,
 };
-inline constexpr std::size_t kOpCount = static_cast<std::size_t>(Op::Barrier) + 1;
+inline constexpr std::size_t kOpCount = static_cast<std::size_t>(Op::Probe) + 1;
+
+// PROBE: G1 wire byte (unused by 1.13), `u64 n`, n x `str key`. Reply: kProbeReplyTag, then one
+// byte per key in request order, 1 if the key exists, 0 if not. See docs/protocol.md.
+inline constexpr std::uint8_t kG1ProbeWire = 0x40;
+inline constexpr std::uint8_t kProbeReplyTag = 0x04;
 
 inline constexpr std::uint32_t kValidateMagic = 0x3C85F7CE;  // sent little-endian: CE F7 85 3C
 

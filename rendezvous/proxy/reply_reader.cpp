@@ -37,6 +37,8 @@ ReplyShape reply_shape(Op op) {
       return ReplyShape::QueueItem;
     case Op::ListKeys:
       return ReplyShape::KeyList;
+    case Op::Probe:
+      return ReplyShape::Probe;
   }
   throw std::logic_error("reply_shape: unknown op");
 }
@@ -91,6 +93,8 @@ std::optional<std::size_t> complete_reply_size(ReplyShape shape, std::size_t cou
         throw std::length_error("upstream LIST_KEYS count " + std::to_string(n) + " too large");
       return strings_end(buf, 8, n, max_bytes);
     }
+    case ReplyShape::Probe:
+      return buf.size() >= 1 + count ? std::optional<std::size_t>(1 + count) : std::nullopt;
   }
   return std::nullopt;
 }

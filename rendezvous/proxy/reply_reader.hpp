@@ -23,6 +23,7 @@ enum class ReplyShape : std::uint8_t {
   BytesList,  // MULTI_GET: `count` values
   QueueItem,  // QUEUE_POP: i64 length before, then bytes when > 0
   KeyList,    // LIST_KEYS: i64 n, then n strings
+  Probe,      // PROBE (ddprun extension): kProbeReplyTag, then `count` bytes
 };
 
 ReplyShape reply_shape(Op op);
