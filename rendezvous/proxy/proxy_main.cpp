@@ -32,6 +32,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--max-connections", opts.limits.max_connections, "most worker connections")
       ->capture_default_str();
+  app.add_option("--max-watched-keys", opts.max_watched_keys,
+                 "keys watched at once on the watch link that carries every WAIT (ddprun-store "
+                 "root); 0: one upstream connection per pending WAIT instead")
+      ->capture_default_str();
   double idle_timeout_s = std::chrono::duration<double>(opts.limits.idle_timeout).count();
   app.add_option("--idle-timeout", idle_timeout_s,
                  "seconds a worker connection in the middle of a request or owed output may make "
@@ -72,9 +76,9 @@ int main(int argc, char** argv) {
       std::cerr << fmt::format(
           "ddprun-store-proxy: stats downstream_requests={} upstream_requests={} "
           "upstream_connections_opened={} "
-          "coalesced_requests={}\n",
+          "coalesced_requests={} watch_waits={}\n",
           s.downstream_requests, s.upstream_requests, s.upstream_connections_opened,
-          s.coalesced_requests);
+          s.coalesced_requests, s.watch_waits);
       proxy.stop();
       io.stop();
     });

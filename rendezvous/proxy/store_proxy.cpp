@@ -20,6 +20,7 @@
 #include "rendezvous/codec.hpp"
 #include "rendezvous/log.hpp"
 #include "rendezvous/proxy/reply_reader.hpp"
+#include "rendezvous/proxy/wait_table.hpp"
 
 namespace ddp::rdzv::proxy {
 
@@ -28,6 +29,7 @@ using tcp = asio::ip::tcp;
 
 class Downstream;
 class BlockingLink;
+class WatchLink;
 
 // One caller sharing an upstream request: where its answer goes.
 struct Waiter {
@@ -58,6 +60,8 @@ struct Entry {
   // GET/MULTI_GET sent and not yet answered: identical reads arriving meanwhile gather here and
   // are sent together once this one is answered (at most one in flight and one waiting per key).
   std::shared_ptr<Entry> held_next;
+  // A WAIT served by the watch link: its id in the WaitTable (0: not one).
+  std::uint64_t watch_id = 0;
 };
 
 static bool is_write(Op op) {
@@ -87,7 +91,11 @@ static std::string coalesce_key_of(const Command& cmd) {
 // ----------------------------------------------------------------------------------------------
 struct StoreProxy::Core : std::enable_shared_from_this<StoreProxy::Core> {
   Core(asio::io_context& io_context, StoreProxyOptions o)
-      : io(io_context), opts(std::move(o)), acceptor(io_context), sweep_timer(io_context) {}
+      : io(io_context),
+        opts(std::move(o)),
+        acceptor(io_context),
+        sweep_timer(io_context),
+        wait_table(opts.max_watched_keys) {}
 
   asio::io_context& io;
   StoreProxyOptions opts;
@@ -118,6 +126,18 @@ struct StoreProxy::Core : std::enable_shared_from_this<StoreProxy::Core> {
   std::shared_ptr<Entry> open_fence;  // an unsent fence new blocking entries may share
   std::vector<std::shared_ptr<BlockingLink>> idle_links;
 
+  // Watch link: every WAIT on one G1 connection (wait_table.hpp). Off until the first WAIT;
+  // Unsupported once the root proved not to be a ddprun-store (WAIT links from then on).
+  enum class WatchMode { Off, Open, Unsupported };
+  WatchMode watch_mode = WatchMode::Off;
+  bool watch_confirmed = false;  // a link's detection PROBE was answered once
+  int watch_losses = 0;
+  std::shared_ptr<WatchLink> watch;
+  WaitTable wait_table;
+  std::unordered_map<std::uint64_t, std::shared_ptr<Entry>> watch_waits;
+  std::uint64_t next_watch_id = 1;
+  bool watch_flush_posted = false;
+
   void accept();
   void arm_sweep();
   void enqueue_main(const std::shared_ptr<Entry>& e);
@@ -133,6 +153,16 @@ struct StoreProxy::Core : std::enable_shared_from_this<StoreProxy::Core> {
   void submit_blocking(const std::shared_ptr<Downstream>& d, Command&& cmd, std::uint64_t slot);
   void release_blocking(const std::shared_ptr<Entry>& e);
   void submit_wait(const std::shared_ptr<Downstream>& d, Command&& cmd, std::uint64_t slot);
+  void submit_wait_on_links(const std::shared_ptr<Downstream>& d, Command&& cmd,
+                            std::uint64_t slot);
+  void watch_release(const std::shared_ptr<Entry>& e);
+  void schedule_watch_flush();
+  void watch_flush();
+  void watch_answered(const std::vector<std::uint64_t>& ids);
+  void watch_cancel(const std::shared_ptr<Entry>& e);
+  void watch_lost(const std::shared_ptr<WatchLink>& link, const std::string& why, bool refused);
+  void to_wait_links(const std::shared_ptr<Entry>& e);
+  void maybe_rotate_watch();
   void start_check(const std::shared_ptr<Entry>& g);
   void on_check(const std::shared_ptr<Entry>& g, bool ready);
   void on_wait_answered(const std::shared_ptr<Entry>& g);
@@ -214,6 +244,10 @@ class Downstream : public std::enable_shared_from_this<Downstream> {
       }
     }
     fill(pending_blocking_slot_, "");
+    if (e->watch_id != 0) {
+      core_->watch_cancel(e);
+      return;
+    }
     if (e->cmd.op == Op::Wait) {
       if (e->waiters.empty() && e->late.empty()) {
         if (e->waiting_upstream) {
@@ -427,6 +461,160 @@ class BlockingLink : public std::enable_shared_from_this<BlockingLink> {
   bool closed_ = false;
   std::shared_ptr<Entry> entry_;
   std::array<char, 1> byte_{};
+};
+
+// ----------------------------------------------------------------------------------------------
+// The watch link: one G1 connection to the root carrying WATCH_KEY and PROBE for every WAIT
+// (wait_table.hpp). Its first request is a PROBE of no keys: only a ddprun-store answers it (a
+// 1.13 store closes on the unknown opcode, a 2.x store on a G1 connection), so an answer proves
+// the root supports the link, and anything else sends the WAITs back to WAIT links.
+class WatchLink : public std::enable_shared_from_this<WatchLink> {
+ public:
+  static constexpr std::chrono::seconds kDetectTimeout{10};
+
+  explicit WatchLink(std::shared_ptr<StoreProxy::Core> core)
+      : core_(std::move(core)), socket_(core_->io), timer_(core_->io) {}
+
+  void open(bool detect) {
+    detecting_ = detect;
+    ++core_->stats.upstream_connections_opened;
+    if (detect) {
+      Command probe{Op::Probe, {}, {}, 0, 0};
+      out_ = encode_request(Generation::G1, probe) + out_;
+      probes_.push_front(0);
+      ++core_->stats.upstream_requests;
+      timer_.expires_after(kDetectTimeout);
+      timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+        if (ec || self->closed_ || !self->detecting_) return;
+        self->fail("the root store did not answer the watch link's PROBE: not a ddprun-store",
+                   true);
+      });
+    }
+    tcp::resolver resolver(core_->io);
+    boost::system::error_code ec;
+    auto endpoints =
+        resolver.resolve(core_->opts.upstream_host, std::to_string(core_->opts.upstream_port), ec);
+    if (ec) return fail("cannot resolve the root store: " + ec.message(), false);
+    asio::async_connect(
+        socket_, endpoints,
+        [self = shared_from_this()](const boost::system::error_code& cec, const tcp::endpoint&) {
+          if (self->closed_) return;
+          if (cec) return self->fail("cannot reach the root store: " + cec.message(), false);
+          boost::system::error_code ignored;
+          self->socket_.set_option(tcp::no_delay(true), ignored);
+          self->connected_ = true;
+          self->read();
+          self->flush();
+        });
+  }
+
+  // Requests in order: `registrations` WATCH_KEYs, then a PROBE of `probe_keys` keys if any.
+  void send(std::string bytes, std::size_t registrations, std::optional<std::size_t> probe_keys) {
+    out_ += bytes;
+    registrations_ += registrations;
+    if (probe_keys) probes_.push_back(*probe_keys);
+    flush();
+  }
+
+  bool idle() const { return registrations_ == 0 && probes_.empty(); }
+
+  void close() {
+    if (closed_) return;
+    closed_ = true;
+    boost::system::error_code ec;
+    socket_.close(ec);
+    timer_.cancel();
+  }
+
+ private:
+  void flush() {
+    if (closed_ || !connected_ || writing_ || out_.empty()) return;
+    writing_ = true;
+    auto buf = std::make_shared<std::string>(std::move(out_));
+    out_.clear();
+    asio::async_write(
+        socket_, asio::buffer(*buf),
+        [self = shared_from_this(), buf](const boost::system::error_code& ec, std::size_t) {
+          self->writing_ = false;
+          if (self->closed_) return;
+          if (ec)
+            return self->fail("root store connection lost: " + ec.message(), self->detecting_);
+          self->flush();
+        });
+  }
+
+  void read() {
+    socket_.async_read_some(
+        asio::buffer(buf_),
+        [self = shared_from_this()](const boost::system::error_code& ec, std::size_t n) {
+          if (self->closed_) return;
+          if (ec) return self->fail("watch link lost: " + ec.message(), self->detecting_);
+          self->in_.append(self->buf_.data(), n);
+          self->parse();
+          if (!self->closed_) self->read();
+        });
+  }
+
+  void parse() {
+    std::size_t off = 0;
+    while (!closed_) {
+      std::optional<WatchMessage> m;
+      try {
+        m = parse_watch_message(
+            std::string_view(in_).substr(off),
+            probes_.empty() ? std::nullopt : std::optional<std::size_t>(probes_.front()),
+            core_->opts.limits.max_reply_bytes);
+      } catch (const std::exception& e) {
+        return fail(std::string("watch link: ") + e.what(), detecting_);
+      }
+      if (!m) break;
+      off += m->size;
+      std::vector<std::uint64_t> done;
+      if (m->kind == WatchMessage::Kind::Registered) {
+        if (registrations_ == 0) return fail("watch link: unexpected registration reply", true);
+        --registrations_;
+        continue;
+      }
+      if (m->kind == WatchMessage::Kind::ProbeReply) {
+        probes_.pop_front();
+        if (detecting_) {
+          detecting_ = false;
+          timer_.cancel();
+          core_->watch_confirmed = true;
+          continue;
+        }
+        try {
+          done = core_->wait_table.on_probe_reply(m->exists);
+        } catch (const std::exception& e) {
+          return fail(std::string("watch link: ") + e.what(), true);
+        }
+      } else {
+        done = core_->wait_table.on_event(m->key, m->type);
+      }
+      if (!done.empty()) core_->watch_answered(done);
+    }
+    in_.erase(0, off);
+    if (!closed_) core_->maybe_rotate_watch();
+  }
+
+  void fail(const std::string& why, bool refused) {
+    if (closed_) return;
+    close();
+    core_->watch_lost(shared_from_this(), why, refused);
+  }
+
+  std::shared_ptr<StoreProxy::Core> core_;
+  tcp::socket socket_;
+  asio::steady_timer timer_;
+  bool connected_ = false;
+  bool writing_ = false;
+  bool closed_ = false;
+  bool detecting_ = false;
+  std::string out_;
+  std::string in_;
+  std::size_t registrations_ = 0;   // WATCH_KEY replies owed
+  std::deque<std::size_t> probes_;  // PROBE replies owed: key count of each
+  std::array<char, 65536> buf_{};
 };
 
 // ----------------------------------------------------------------------------------------------
@@ -665,6 +853,7 @@ void StoreProxy::Core::submit_blocking(const std::shared_ptr<Downstream>& d, Com
 }
 
 void StoreProxy::Core::release_blocking(const std::shared_ptr<Entry>& e) {
+  if (e->watch_id != 0) return watch_release(e);
   if (e->sent || stopped) return;
   if (!e->coalesce_key.empty()) {
     auto it = unreleased_waits.find(e->coalesce_key);
@@ -694,11 +883,151 @@ void StoreProxy::Core::link_done(const std::shared_ptr<BlockingLink>& link, bool
   }
 }
 
+// WAIT: on the watch link when the root supports it (wait_table.hpp, docs/scale.md "WAITs on
+// one watch link"), else on WAIT links (submit_wait_on_links).
+void StoreProxy::Core::submit_wait(const std::shared_ptr<Downstream>& d, Command&& cmd,
+                                   std::uint64_t slot) {
+  if (opts.max_watched_keys == 0 || watch_mode == WatchMode::Unsupported)
+    return submit_wait_on_links(d, std::move(cmd), slot);
+  if (!watch) {
+    watch = std::make_shared<WatchLink>(shared_from_this());
+    watch_mode = WatchMode::Open;
+    watch->open(!watch_confirmed);
+  }
+  auto e = std::make_shared<Entry>();
+  e->cmd = std::move(cmd);
+  e->waiters.push_back(Waiter{d, slot, 0});
+  e->watch_id = next_watch_id++;
+  d->pending_blocking_ = e;
+  watch_waits[e->watch_id] = e;
+  if (d->last_write_seq > completed_seq) {
+    // Probed only once the caller's own writes were applied: a PING on the main link behind them.
+    if (!open_fence || open_fence->sent) {
+      open_fence = std::make_shared<Entry>();
+      open_fence->cmd.op = Op::Ping;
+      open_fence->cmd.word = 0x00FF0000u;
+      enqueue_main(open_fence);
+    }
+    open_fence->released_by_fence.push_back(e);
+    return;
+  }
+  watch_release(e);
+}
+
+void StoreProxy::Core::watch_release(const std::shared_ptr<Entry>& e) {
+  if (stopped || e->waiters.empty()) return;  // cancelled meanwhile
+  if (!watch || !watch_waits.contains(e->watch_id)) return to_wait_links(e);
+  if (!wait_table.add(e->watch_id, e->cmd.keys)) return to_wait_links(e);  // over the bound
+  schedule_watch_flush();
+}
+
+void StoreProxy::Core::schedule_watch_flush() {
+  if (watch_flush_posted) return;
+  watch_flush_posted = true;
+  // At the end of this turn: WAITs read in the same turn share one PROBE.
+  asio::post(io, [self = shared_from_this()] {
+    self->watch_flush_posted = false;
+    self->watch_flush();
+  });
+}
+
+void StoreProxy::Core::watch_flush() {
+  if (stopped || !watch) return;
+  auto batch = wait_table.take_batch();
+  std::string bytes;
+  for (auto& key : batch.watch) {
+    bytes += encode_request(Generation::G1, Command{Op::WatchKey, {std::move(key)}, {}, 0, 0});
+    ++stats.upstream_requests;
+  }
+  std::optional<std::size_t> probe_keys;
+  if (batch.has_probe) {
+    probe_keys = batch.probe.size();
+    stats.coalesced_requests += batch.waits - 1;  // one PROBE for every WAIT of this turn
+    bytes += encode_request(Generation::G1, Command{Op::Probe, std::move(batch.probe), {}, 0, 0});
+    ++stats.upstream_requests;
+  }
+  if (!bytes.empty()) watch->send(std::move(bytes), batch.watch.size(), probe_keys);
+}
+
+void StoreProxy::Core::watch_answered(const std::vector<std::uint64_t>& ids) {
+  std::string stop;
+  put_u8(stop, kStopWaiting);
+  for (auto id : ids) {
+    auto it = watch_waits.find(id);
+    if (it == watch_waits.end()) continue;
+    auto e = std::move(it->second);
+    watch_waits.erase(it);
+    ++stats.watch_waits;
+    for (auto& w : e->waiters)
+      if (auto d = w.conn.lock()) {
+        if (d->pending_blocking_ == e) d->pending_blocking_.reset();
+        d->fill(w.slot, stop);
+      }
+    e->waiters.clear();
+  }
+}
+
+void StoreProxy::Core::watch_cancel(const std::shared_ptr<Entry>& e) {
+  wait_table.cancel(e->watch_id);
+  watch_waits.erase(e->watch_id);
+  maybe_rotate_watch();
+}
+
+// The link failed. `refused`: the root answered in a way only a store without the PROBE
+// extension does (or not at all): WAIT links from now on. Otherwise (connection lost) a later
+// WAIT opens a new link, up to a few times. Either way the WAITs it held go to WAIT links: they
+// are checked again there, after their arrival, so nothing is answered early.
+void StoreProxy::Core::watch_lost(const std::shared_ptr<WatchLink>& link, const std::string& why,
+                                  bool refused) {
+  if (watch != link) return;
+  watch.reset();
+  ++watch_losses;
+  const bool give_up = refused || watch_losses >= 3;
+  watch_mode = give_up ? WatchMode::Unsupported : WatchMode::Off;
+  log_line(fmt::format("ddprun-store-proxy: {}; {}", why,
+                       give_up ? "WAITs use one upstream connection each from now on"
+                               : "its WAITs move to WAIT links"));
+  auto held = std::move(watch_waits);
+  watch_waits.clear();
+  wait_table = WaitTable(opts.max_watched_keys);
+  std::vector<std::shared_ptr<Entry>> order;
+  for (auto& [id, e] : held) order.push_back(e);
+  std::sort(order.begin(), order.end(),
+            [](const auto& a, const auto& b) { return a->watch_id < b->watch_id; });
+  for (auto& e : order) to_wait_links(e);
+}
+
+void StoreProxy::Core::to_wait_links(const std::shared_ptr<Entry>& e) {
+  watch_waits.erase(e->watch_id);
+  if (stopped || e->waiters.empty()) return;
+  auto w = e->waiters.front();
+  e->waiters.clear();
+  auto d = w.conn.lock();
+  if (!d || d->closed()) return;
+  if (d->pending_blocking_ == e) d->pending_blocking_.reset();
+  Command cmd = e->cmd;
+  submit_wait_on_links(d, std::move(cmd), w.slot);
+}
+
+// The root cannot unwatch a key: a link that watches many keys, or keeps being told about keys
+// nobody waits on, is closed once it holds no WAIT (the root drops its registrations), and the
+// next WAIT opens a fresh one.
+void StoreProxy::Core::maybe_rotate_watch() {
+  if (!watch || !watch_waits.empty() || !wait_table.quiescent() || !watch->idle()) return;
+  const bool many_keys = wait_table.watched_keys() * 2 > opts.max_watched_keys;
+  const bool noisy = wait_table.idle_events() > 1024;
+  if (!many_keys && !noisy) return;
+  watch->close();
+  watch.reset();
+  watch_mode = WatchMode::Off;
+  wait_table = WaitTable(opts.max_watched_keys);
+}
+
 // WAIT: a CHECK on the main link first. It is behind every write its callers sent before (one
 // connection, in order), so READY answers them at once, NOT_READY sends one WAIT on a link for
 // everyone waiting on the same keys. See docs/rendezvous.md, "Store proxy".
-void StoreProxy::Core::submit_wait(const std::shared_ptr<Downstream>& d, Command&& cmd,
-                                   std::uint64_t slot) {
+void StoreProxy::Core::submit_wait_on_links(const std::shared_ptr<Downstream>& d, Command&& cmd,
+                                            std::uint64_t slot) {
   const std::string key = coalesce_key_of(cmd);
   d->pending_blocking_.reset();
   auto it = wait_groups.find(key);
@@ -954,6 +1283,14 @@ void StoreProxy::Core::main_failed(const std::string& why) {
   unreleased_waits.clear();
   wait_groups.clear();
   open_fence.reset();
+  if (watch) {
+    auto link = std::move(watch);
+    watch.reset();
+    link->close();
+  }
+  watch_waits.clear();
+  wait_table = WaitTable(opts.max_watched_keys);
+  if (watch_mode == WatchMode::Open) watch_mode = WatchMode::Off;
   // The workers see what they would see if the store itself went away.
   close_all(why);
 }
@@ -999,6 +1336,7 @@ void StoreProxy::stop() {
   core_->acceptor.close(ec);
   core_->sweep_timer.cancel();
   if (core_->main_socket) core_->main_socket->close(ec);
+  if (core_->watch) core_->watch->close();
   core_->close_all("");
 }
 

@@ -9,7 +9,9 @@
 //     value it would have seen had the ADDs run back to back;
 //   * everything else is forwarded as is, in arrival order, on one pipelined connection;
 //     WAIT and BARRIER (whose replies may come late) each use a connection of their own, sent
-//     only once everything their callers wrote before has been applied by the root.
+//     only once everything their callers wrote before has been applied by the root;
+//   * with a ddprun-store root, WAITs instead share one watch link (G1 WATCH_KEY + the PROBE
+//     extension, see wait_table.hpp and docs/scale.md): one root connection for all of them.
 // One single-threaded boost::asio::io_context runs it.
 
 #include <cstddef>
@@ -31,6 +33,9 @@ struct StoreProxyOptions {
   StoreLimits limits;  // applied to the workers' requests and to the root's replies
   // Connections used for WAIT/BARRIER that are kept open for reuse once answered.
   std::size_t max_idle_blocking_connections = 16;
+  // Keys watched on the watch link at once (each is a registration held by the root until the
+  // link closes); a WAIT that would go past it uses a WAIT link. 0: no watch link at all.
+  std::size_t max_watched_keys = 65536;
 };
 
 struct StoreProxyStats {
@@ -39,6 +44,7 @@ struct StoreProxyStats {
   std::size_t upstream_requests = 0;       // requests sent to the root (fences included)
   std::size_t upstream_connections_opened = 0;
   std::size_t coalesced_requests = 0;  // worker requests answered by another's upstream request
+  std::size_t watch_waits = 0;         // WAITs answered through the watch link
 };
 
 class StoreProxy {

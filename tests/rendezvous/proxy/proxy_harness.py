@@ -38,6 +38,7 @@ class ProxyRun:
     def __init__(self):
         self.store_port = self.proxy_port = None
         self.proxy_log = ""
+        self.store_log = ""
 
     def stats(self):
         """The proxy's counters (valid after the context exits)."""
@@ -47,15 +48,17 @@ class ProxyRun:
 
 
 @contextlib.contextmanager
-def store_and_proxy(store_bin, proxy_bin, store_args=(), proxy_args=()):
+def store_and_proxy(store_bin, proxy_bin, store_args=(), proxy_args=(), upstream=None):
+    """upstream(store_port) -> port: what the proxy connects to instead of the store itself."""
     run = ProxyRun()
     store, store_log, run.store_port = _start([store_bin, "--port", "0", *store_args], "ddprun-store")
     try:
+        up = upstream(run.store_port) if upstream else run.store_port
         proxy, proxy_log, run.proxy_port = _start(
-            [proxy_bin, "--port", "0", "--upstream", f"127.0.0.1:{run.store_port}", *proxy_args], "ddprun-store-proxy")
+            [proxy_bin, "--port", "0", "--upstream", f"127.0.0.1:{up}", *proxy_args], "ddprun-store-proxy")
         try:
             yield run
         finally:
             run.proxy_log = _stop(proxy, proxy_log, "ddprun-store-proxy")
     finally:
-        _stop(store, store_log, "ddprun-store")
+        run.store_log = _stop(store, store_log, "ddprun-store")

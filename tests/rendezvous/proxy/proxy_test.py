@@ -1,6 +1,8 @@
 """The store proxy over real sockets, in front of a real ddprun-store.
 
-  python3 proxy_test.py STORE_BIN PROXY_BIN linearizability|pipelining|bounds|torch [PYTHON...]
+  python3 proxy_test.py STORE_BIN PROXY_BIN MODE [PYTHON...]
+
+MODE: linearizability | linearizability_links | pipelining | bounds | mux | fallback | torch
 
 linearizability: many raw clients (G1 and G2) run random operations on a few keys per round,
   every invocation/response timestamped; each key's history must be linearizable against the
@@ -8,6 +10,12 @@ linearizability: many raw clients (G1 and G2) run random operations on a few key
 pipelining: requests sent in one segment, so what the proxy may coalesce is deterministic:
   combined ADDs get distinct running totals, a GET after the caller's own SET is never answered
   from an earlier GET, a WAIT after the caller's own DELETE does not return early, CANCEL_WAIT.
+linearizability_links: the same with --max-watched-keys 0 (WAITs on WAIT links, no watch link).
+mux: 64 ranks each WAIT on a key of their own through one proxy: the root (--trace) sees at most
+  2 connections (main link + watch link) and no WAIT; none is answered before its key is SET,
+  all are once it is.
+fallback: the pipelining checks through a relay that closes any connection opening with PROBE (as
+  a 1.13 store does): the proxy falls back to WAIT links and nothing goes through a watch link.
 torch: each given interpreter's real torch TCPStore client through the proxy.
 """
 import os
@@ -216,6 +224,91 @@ def pipelining(port):
     print("pipelining: OK")
 
 
+def mux(port, ranks=64):
+    waiters = [WireClient(port, "G2") for _ in range(ranks)]
+    for i, w in enumerate(waiters):
+        w.send(encode("G2", "wait", [f"mux/k{i}"]))
+    writer = WireClient(port, "G2")
+    assert writer.call("ping", 7) == 7
+    time.sleep(0.5)
+    for w in waiters:  # nothing answered before its key exists
+        w.sock.settimeout(0.05)
+        try:
+            w.read_byte()
+            raise AssertionError("WAIT answered before its key was set")
+        except socket.timeout:
+            pass
+        w.sock.settimeout(60)
+    for i in range(0, ranks, 2):  # half the keys: exactly those waiters answered
+        writer.send(encode("G2", "set", f"mux/k{i}", b"x"))
+    assert writer.call("get", f"mux/k{ranks - 2}") == b"x"
+    for i, w in enumerate(waiters):
+        if i % 2 == 0:
+            assert w.read_byte() == 0
+        else:
+            w.sock.settimeout(0.05)
+            try:
+                w.read_byte()
+                raise AssertionError(f"WAIT on mux/k{i} answered, its key was never set")
+            except socket.timeout:
+                pass
+            w.sock.settimeout(60)
+    for i in range(1, ranks, 2):
+        writer.send(encode("G2", "set", f"mux/k{i}", b"y"))
+    for i, w in enumerate(waiters):
+        if i % 2 == 1:
+            assert w.read_byte() == 0
+    # A rank that WAITs on a key that exists is answered at once, through the same link.
+    waiters[0].send(encode("G2", "wait", ["mux/k1", "mux/k2"]))
+    assert waiters[0].read_byte() == 0
+    for w in waiters + [writer]:
+        w.close()
+    print(f"mux: {ranks} WAITs on distinct keys answered")
+
+
+def refusing_relay(store_port):
+    """A relay to the store that closes every connection whose first byte is PROBE's (0x40)."""
+    lsock = socket.socket()
+    lsock.bind(("127.0.0.1", 0))
+    lsock.listen(64)
+
+    def pipe(a, b):
+        try:
+            while True:
+                data = a.recv(65536)
+                if not data:
+                    break
+                b.sendall(data)
+        except OSError:
+            pass
+        for s in (a, b):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def serve():
+        while True:
+            try:
+                c, _ = lsock.accept()
+            except OSError:
+                return
+            first = c.recv(1, socket.MSG_PEEK)
+            if first == b"\x40":
+                refusing_relay.refused += 1
+                c.close()
+                continue
+            up = socket.create_connection(("127.0.0.1", store_port))
+            threading.Thread(target=pipe, args=(c, up), daemon=True).start()
+            threading.Thread(target=pipe, args=(up, c), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return lsock.getsockname()[1]
+
+
+refusing_relay.refused = 0
+
+
 def bounds(port):
     """Run with --idle-timeout 0.3: the store's hardening bounds hold for the proxy too."""
     import struct
@@ -282,12 +375,17 @@ def torch_clients(port, pythons):
 
 def main():
     store_bin, proxy_bin, mode = sys.argv[1:4]
-    proxy_args = ["--idle-timeout", "0.3"] if mode == "bounds" else []
-    with store_and_proxy(store_bin, proxy_bin, proxy_args=proxy_args) as run:
-        if mode == "linearizability":
+    proxy_args = {"bounds": ["--idle-timeout", "0.3"], "linearizability_links": ["--max-watched-keys", "0"]}
+    store_args = ["--trace"] if mode == "mux" else []
+    upstream = refusing_relay if mode == "fallback" else None
+    with store_and_proxy(store_bin, proxy_bin, store_args=store_args, proxy_args=proxy_args.get(mode, []),
+                         upstream=upstream) as run:
+        if mode in ("linearizability", "linearizability_links"):
             linearizability(run.proxy_port)
-        elif mode == "pipelining":
+        elif mode in ("pipelining", "fallback"):
             pipelining(run.proxy_port)
+        elif mode == "mux":
+            mux(run.proxy_port)
         elif mode == "bounds":
             bounds(run.proxy_port)
         elif mode == "torch":
@@ -296,11 +394,28 @@ def main():
             raise SystemExit(f"unknown mode {mode}")
     stats = run.stats()
     print("proxy", stats)
-    if mode == "pipelining":
+    if mode in ("pipelining", "fallback"):
         # 2 combined ADDs + 1, 1 GET, 1 MULTI_GET, 1 WAIT shared at least.
         assert stats["coalesced_requests"] >= 6, stats
         # WAITs on dedicated connections, reused: far fewer connections than requests.
         assert stats["upstream_connections_opened"] <= 6, stats
+    if mode == "pipelining":
+        assert stats["watch_waits"] >= 3, stats  # through the watch link
+    if mode == "fallback":
+        assert stats["watch_waits"] == 0 and refusing_relay.refused == 1, (stats, refusing_relay.refused)
+        assert "WAITs use one upstream connection each" in run.proxy_log, run.proxy_log
+    if mode == "linearizability":
+        assert stats["watch_waits"] > 0, stats
+    if mode == "linearizability_links":
+        assert stats["watch_waits"] == 0, stats
+    if mode == "mux":
+        conns = {line.split("trace conn=")[1].split()[0] for line in run.store_log.splitlines()
+                 if "trace conn=" in line}
+        waits = sum(1 for line in run.store_log.splitlines() if "trace conn=" in line and " WAIT " in line)
+        print(f"mux: the root saw {len(conns)} connections, {waits} WAITs")
+        assert len(conns) <= 2, conns
+        assert waits == 0, waits
+        assert stats["watch_waits"] == 65, stats
 
 
 if __name__ == "__main__":
