@@ -5,7 +5,8 @@
 // nodes would share nothing but the root. Prints the ports, comma-separated, as one stdout line;
 // serves until SIGINT/SIGTERM, then prints the summed counters on stderr as JSON.
 //
-//   proxy_farm --upstream HOST:PORT --count K [--host 127.0.0.1]
+//   proxy_farm --upstream HOST:PORT --count K [--host 127.0.0.1] [--max-watched-keys K]
+//   (--max-watched-keys 0: WAITs on WAIT links, as before the watch link)
 
 #include <sys/resource.h>
 
@@ -35,6 +36,8 @@ int main(int argc, char** argv) {
       count = std::stoi(v);
     else if (f == "--host")
       opts.bind_address = v;
+    else if (f == "--max-watched-keys")
+      opts.max_watched_keys = std::stoul(v);
     else {
       std::cerr << "proxy_farm: unknown option " << f << '\n';
       return 2;
@@ -82,12 +85,13 @@ int main(int argc, char** argv) {
       sum.upstream_requests += s.upstream_requests;
       sum.upstream_connections_opened += s.upstream_connections_opened;
       sum.coalesced_requests += s.coalesced_requests;
+      sum.watch_waits += s.watch_waits;
     }
     std::cerr << fmt::format(
         "{{\"downstream_requests\": {}, \"upstream_requests\": {}, "
-        "\"upstream_connections_opened\": {}, \"coalesced_requests\": {}}}\n",
+        "\"upstream_connections_opened\": {}, \"coalesced_requests\": {}, \"watch_waits\": {}}}\n",
         sum.downstream_requests, sum.upstream_requests, sum.upstream_connections_opened,
-        sum.coalesced_requests);
+        sum.coalesced_requests, sum.watch_waits);
     for (auto& p : proxies) p->stop();
     io.stop();
   });

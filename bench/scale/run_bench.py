@@ -11,7 +11,8 @@ Contenders:
   proxy   ddprun-store behind one store proxy per 8 ranks: one ddprun-store-proxy process each
           (--proxy-bin; --proxy-max-n caps N: 2 cores, 24 GiB here), or with --proxy-farm many
           proxies per proxy_farm process. Root connections and requests are counted from the
-          root's --trace log.
+          root's --trace log. --proxy-max-watched-keys 0 keeps the proxies' WAITs on WAIT links
+          (one upstream connection per distinct pending WAIT, as before the watch link).
 A size the machine cannot hold (one process may open at most RLIMIT_NOFILE descriptors: the
 store holds one per rank) is reported 'not run' with the limit that stopped it.
 """
@@ -121,6 +122,8 @@ def run_with_proxies(args, n, shard_size):
         count = (n + 7) // 8
         # The farms' own log lines (a proxy closing its workers says why): on stderr.
         farm_log = None
+        watch_args = [] if args.proxy_max_watched_keys is None else [
+            "--max-watched-keys", str(args.proxy_max_watched_keys)]
         if args.proxy_farm:
             # Many proxies per process; each holds up to ~24 descriptors (listener, 8 workers,
             # the main link and one wait link per distinct key list waited on at once).
@@ -132,7 +135,7 @@ def run_with_proxies(args, n, shard_size):
                 farm_hosts.append(f"127.0.2.{k + 1}")
                 proxies.append(subprocess.Popen(
                     [os.path.join(args.build, "bin", "proxy_farm"), "--upstream", f"127.0.0.1:{root_port}",
-                     "--count", str(min(per_farm, count - begin)), "--host", farm_hosts[-1]],
+                     "--count", str(min(per_farm, count - begin)), "--host", farm_hosts[-1], *watch_args],
                     stdout=subprocess.PIPE, stderr=farm_log, text=True))
             ports, hosts = [], []
             for p, host in zip(proxies, farm_hosts):
@@ -143,7 +146,8 @@ def run_with_proxies(args, n, shard_size):
                 hosts += [host] * len(line.split(","))
         else:
             for _ in range(count):
-                proxies.append(subprocess.Popen([args.proxy_bin, "--upstream", f"127.0.0.1:{root_port}", "--port", "0"],
+                proxies.append(subprocess.Popen([args.proxy_bin, "--upstream", f"127.0.0.1:{root_port}", "--port", "0",
+                                                 *watch_args],
                                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True))
             ports = [int(p.stdout.readline()) for p in proxies]
             hosts = []
@@ -188,6 +192,8 @@ def main():
                          "N up to the root's descriptor limit) instead of one --proxy-bin each")
     ap.add_argument("--proxy-max-n", type=int, default=4000,
                     help="largest N run with proxies (N/8 proxy processes)")
+    ap.add_argument("--proxy-max-watched-keys", type=int, default=None,
+                    help="the proxies' --max-watched-keys (default: theirs; 0: WAIT links, no watch link)")
     ap.add_argument("--json", action="store_true", help="print one JSON object per row instead of the table")
     args = ap.parse_args()
 
