@@ -467,10 +467,13 @@ class BlockingLink : public std::enable_shared_from_this<BlockingLink> {
 // The watch link: one G1 connection to the root carrying WATCH_KEY and PROBE for every WAIT
 // (wait_table.hpp). Its first request is a PROBE of no keys: only a ddprun-store answers it (a
 // 1.13 store closes on the unknown opcode, a 2.x store on a G1 connection), so an answer proves
-// the root supports the link, and anything else sends the WAITs back to WAIT links.
+// the root supports the link, and anything else sends the WAITs back to WAIT links. Until the
+// answer comes, another PROBE of no keys follows every 200 ms: the libuv store holds a
+// connection's first command unparsed until more bytes arrive, then closes on the unknown opcode.
 class WatchLink : public std::enable_shared_from_this<WatchLink> {
  public:
   static constexpr std::chrono::seconds kDetectTimeout{10};
+  static constexpr std::chrono::milliseconds kDetectNudge{200};
 
   explicit WatchLink(std::shared_ptr<StoreProxy::Core> core)
       : core_(std::move(core)), socket_(core_->io), timer_(core_->io) {}
@@ -479,16 +482,10 @@ class WatchLink : public std::enable_shared_from_this<WatchLink> {
     detecting_ = detect;
     ++core_->stats.upstream_connections_opened;
     if (detect) {
-      Command probe{Op::Probe, {}, {}, 0, 0};
-      out_ = encode_request(Generation::G1, probe) + out_;
-      probes_.push_front(0);
-      ++core_->stats.upstream_requests;
-      timer_.expires_after(kDetectTimeout);
-      timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
-        if (ec || self->closed_ || !self->detecting_) return;
-        self->fail("the root store did not answer the watch link's PROBE: not a ddprun-store",
-                   true);
-      });
+      out_ = empty_probe() + out_;
+      probes_.push_front(OwedProbe{0, false});
+      detect_deadline_ = std::chrono::steady_clock::now() + kDetectTimeout;
+      nudge();
     }
     tcp::resolver resolver(core_->io);
     boost::system::error_code ec;
@@ -512,7 +509,7 @@ class WatchLink : public std::enable_shared_from_this<WatchLink> {
   void send(std::string bytes, std::size_t registrations, std::optional<std::size_t> probe_keys) {
     out_ += bytes;
     registrations_ += registrations;
-    if (probe_keys) probes_.push_back(*probe_keys);
+    if (probe_keys) probes_.push_back(OwedProbe{*probe_keys, true});
     flush();
   }
 
@@ -527,6 +524,28 @@ class WatchLink : public std::enable_shared_from_this<WatchLink> {
   }
 
  private:
+  std::string empty_probe() {
+    ++core_->stats.upstream_requests;
+    return encode_request(Generation::G1, Command{Op::Probe, {}, {}, 0, 0});
+  }
+
+  void nudge() {
+    timer_.expires_after(kDetectNudge);
+    timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+      if (ec || self->closed_ || !self->detecting_) return;
+      if (std::chrono::steady_clock::now() >= self->detect_deadline_) {
+        return self->fail(
+            "the root store did not answer the watch link's PROBE: not a ddprun-store", true);
+      }
+      if (self->connected_) {
+        self->out_ += self->empty_probe();
+        self->probes_.push_back(OwedProbe{0, false});
+        self->flush();
+      }
+      self->nudge();
+    });
+  }
+
   void flush() {
     if (closed_ || !connected_ || writing_ || out_.empty()) return;
     writing_ = true;
@@ -562,7 +581,7 @@ class WatchLink : public std::enable_shared_from_this<WatchLink> {
       try {
         m = parse_watch_message(
             std::string_view(in_).substr(off),
-            probes_.empty() ? std::nullopt : std::optional<std::size_t>(probes_.front()),
+            probes_.empty() ? std::nullopt : std::optional<std::size_t>(probes_.front().keys),
             core_->opts.limits.max_reply_bytes);
       } catch (const std::exception& e) {
         return fail(std::string("watch link: ") + e.what(), detecting_);
@@ -576,11 +595,14 @@ class WatchLink : public std::enable_shared_from_this<WatchLink> {
         continue;
       }
       if (m->kind == WatchMessage::Kind::ProbeReply) {
+        const bool for_table = probes_.front().table;
         probes_.pop_front();
-        if (detecting_) {
-          detecting_ = false;
-          timer_.cancel();
-          core_->watch_confirmed = true;
+        if (!for_table) {  // a detection PROBE (or a nudge after it)
+          if (detecting_) {
+            detecting_ = false;
+            timer_.cancel();
+            core_->watch_confirmed = true;
+          }
           continue;
         }
         try {
@@ -612,8 +634,13 @@ class WatchLink : public std::enable_shared_from_this<WatchLink> {
   bool detecting_ = false;
   std::string out_;
   std::string in_;
-  std::size_t registrations_ = 0;   // WATCH_KEY replies owed
-  std::deque<std::size_t> probes_;  // PROBE replies owed: key count of each
+  std::size_t registrations_ = 0;  // WATCH_KEY replies owed
+  struct OwedProbe {
+    std::size_t keys = 0;
+    bool table = false;  // one of the WaitTable's (else detection)
+  };
+  std::deque<OwedProbe> probes_;  // PROBE replies owed, in order
+  std::chrono::steady_clock::time_point detect_deadline_{};
   std::array<char, 65536> buf_{};
 };
 

@@ -2,7 +2,7 @@
 
   python3 proxy_test.py STORE_BIN PROXY_BIN MODE [PYTHON...]
 
-MODE: linearizability | linearizability_links | pipelining | bounds | mux | fallback | torch
+MODE: linearizability | linearizability_links | pipelining | bounds | mux | fallback | libuv_root | torch
 
 linearizability: many raw clients (G1 and G2) run random operations on a few keys per round,
   every invocation/response timestamped; each key's history must be linearizable against the
@@ -16,6 +16,8 @@ mux: 64 ranks each WAIT on a key of their own through one proxy: the root (--tra
   all are once it is.
 fallback: the pipelining checks through a relay that closes any connection opening with PROBE (as
   a 1.13 store does): the proxy falls back to WAIT links and nothing goes through a watch link.
+libuv_root: the proxy in front of torch 2.x's libuv TCPStore (run by an interpreter with torch;
+  STORE_BIN unused): it has no PROBE, so WAITs go on WAIT links, the first one not held long.
 torch: each given interpreter's real torch TCPStore client through the proxy.
 """
 import os
@@ -266,6 +268,34 @@ def mux(port, ranks=64):
     print(f"mux: {ranks} WAITs on distinct keys answered")
 
 
+def libuv_root(proxy_bin):
+    from torch.distributed import TCPStore
+    root = TCPStore("127.0.0.1", 0, is_master=True, use_libuv=True, wait_for_workers=False)
+    proxy = subprocess.Popen([proxy_bin, "--port", "0", "--upstream", f"127.0.0.1:{root.port}"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        port = int(proxy.stdout.readline())
+        a, b = WireClient(port, "G2"), WireClient(port, "G2")
+        for key in ("lu/k1", "lu/k2"):
+            t0 = time.monotonic()
+            a.send(encode("G2", "wait", [key]))
+            b.call("set", key, b"1")
+            assert a.read_byte() == 0
+            took = time.monotonic() - t0
+            # The watch link's detection gives up on a libuv root within a PROBE nudge (200 ms),
+            # not its 10 s deadline; generous for a loaded machine.
+            assert took < 5, f"WAIT on {key} took {took:.1f} s"
+        assert a.call("get", "lu/k2") == b"1"
+        a.close()
+        b.close()
+    finally:
+        proxy.terminate()
+        _, err = proxy.communicate(timeout=10)
+    assert "WAITs use one upstream connection each" in err, err
+    assert "watch_waits=0" in err, err
+    print("libuv_root: OK")
+
+
 def refusing_relay(store_port):
     """A relay to the store that closes every connection whose first byte is PROBE's (0x40)."""
     lsock = socket.socket()
@@ -375,6 +405,8 @@ def torch_clients(port, pythons):
 
 def main():
     store_bin, proxy_bin, mode = sys.argv[1:4]
+    if mode == "libuv_root":
+        return libuv_root(proxy_bin)
     proxy_args = {"bounds": ["--idle-timeout", "0.3"], "linearizability_links": ["--max-watched-keys", "0"]}
     store_args = ["--trace"] if mode == "mux" else []
     upstream = refusing_relay if mode == "fallback" else None
