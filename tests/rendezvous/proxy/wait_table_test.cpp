@@ -114,7 +114,8 @@ TEST_CASE("wait table: the watched-key bound refuses a WAIT whole, keys already 
 }
 
 TEST_CASE(
-    "wait table: a WAIT on no keys is answered by its PROBE, and events nobody waits on are counted") {
+    "wait table: a WAIT on no keys is answered by its PROBE, and events nobody waits on are "
+    "counted") {
   WaitTable t(4);
   t.add(7, {});
   auto b = t.take_batch();
