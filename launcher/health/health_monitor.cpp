@@ -138,6 +138,7 @@ void HealthMonitor::attempt_started(int attempt, const std::vector<MonitoredWork
   stack_dump_started_ = false;
   progress_events_ = 0;
   std::vector<int> ranks;
+  ranks.reserve(workers.size());
   for (const auto& w : workers) ranks.push_back(w.rank);
   tracker_.start_attempt(ranks, Clock::now());
   stragglers_.reset();
