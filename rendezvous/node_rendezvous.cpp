@@ -438,6 +438,7 @@ void NodeMonitor::run() {
   };
   std::vector<std::string> keys;
   const auto& nodes = joined_.assignment.nodes;
+  keys.reserve(2 * nodes.size());  // heartbeat keys, then (if watched) progress keys
   for (const auto& n : nodes) keys.push_back(prefix_ + "hb/" + std::to_string(n.node_rank));
   // Job-wide progress: every node's progress key after the heartbeat keys, in the same MULTI_GET.
   const bool watch_progress = static_cast<bool>(callbacks_.on_progress_elsewhere);
@@ -538,6 +539,7 @@ void NodeMonitor::run() {
             live.push_back(*entry.join);
         }
         std::vector<std::int64_t> seqs;
+        seqs.reserve(live.size());
         for (const auto& j : live) seqs.push_back(j.seq);
         if (seqs != reported_pending) {
           reported_pending = seqs;

@@ -27,7 +27,7 @@ using asio::ip::tcp;
 
 namespace {
 
-constexpr std::size_t kScratchBytes = 64 * 1024;
+constexpr std::size_t kScratchBytes = std::size_t{64} * 1024;
 constexpr int kListenBacklog = 65535;  // the kernel caps it at net.core.somaxconn
 // Accept failures (out of descriptors or memory) back off exponentially between these bounds
 // instead of spinning, and are logged at most once per kAcceptLogInterval with a count.

@@ -7,8 +7,9 @@
 namespace ddp::rdzv {
 
 namespace {
-constexpr std::size_t kMaxReadsPerWakeup = 8;          // fairness between busy connections
-constexpr std::size_t kKeepCapacityBytes = 64 * 1024;  // idle connections give back larger buffers
+constexpr std::size_t kMaxReadsPerWakeup = 8;  // fairness between busy connections
+// Idle connections give back larger buffers.
+constexpr std::size_t kKeepCapacityBytes = std::size_t{64} * 1024;
 constexpr std::size_t kLargeReadBytes = 4096;  // read buffer of connections with large requests
 
 void release_if_large(std::string& buffer) {

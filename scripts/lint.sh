@@ -43,12 +43,24 @@ if [[ $tidy == 1 ]]; then
   mapfile -t units < <(python3 - "$BUILD_DIR/compile_commands.json" "${files[@]}" <<'PY'
 import json, os, sys
 compiled = {os.path.realpath(e["file"]) for e in json.load(open(sys.argv[1]))}
+skipped = 0
 for f in sys.argv[2:]:
     if os.path.realpath(f) in compiled:
         print(f)
+    elif f.endswith((".cpp", ".cc")):
+        skipped += 1
+if skipped:
+    print(f"lint: {skipped} source files are not in {sys.argv[1]}; not checked by clang-tidy",
+          file=sys.stderr)
 PY
 )
   echo "lint: clang-tidy on ${#units[@]} translation units"
+  # A unity build's database lists its unity_*.cxx files, not the sources: nothing would be checked.
+  if ((${#units[@]} == 0)) && printf '%s\n' "${files[@]}" | grep -qE '\.(cpp|cc)$'; then
+    echo "lint: no source file is in $BUILD_DIR/compile_commands.json (a unity build?); configure" \
+      "a directory with -DCMAKE_UNITY_BUILD=OFF and set DDPRUN_LINT_BUILD_DIR to it" >&2
+    exit 2
+  fi
   if ((${#units[@]})); then
     printf '%s\0' "${units[@]}" |
       xargs -0 -n 4 -P "$JOBS" clang-tidy -p "$BUILD_DIR" --quiet --warnings-as-errors='*' || status=1

@@ -78,9 +78,9 @@ std::optional<int> parse_pid(std::string_view text) {
 }  // namespace
 
 std::uint64_t crc64(std::string_view data, std::uint64_t crc) {
-  static const auto table = make_crc_table();
+  static const auto kTable = make_crc_table();
   crc = ~crc;
-  for (const char c : data) crc = table[(crc ^ static_cast<unsigned char>(c)) & 0xFF] ^ (crc >> 8);
+  for (const char c : data) crc = kTable[(crc ^ static_cast<unsigned char>(c)) & 0xFF] ^ (crc >> 8);
   return ~crc;
 }
 

@@ -244,7 +244,8 @@ c10::intrusive_ptr<c10d::Store> connect_store(const WorkerEnv& env,
   return c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
 }
 
-std::shared_ptr<Communicator> make_gloo(const WorkerEnv& env, c10::intrusive_ptr<c10d::Store> store,
+std::shared_ptr<Communicator> make_gloo(const WorkerEnv& env,
+                                        const c10::intrusive_ptr<c10d::Store>& store,
                                         std::chrono::milliseconds timeout) {
   auto options = c10d::ProcessGroupGloo::Options::create(timeout);
   // On loopback-only hosts the default device (the hostname's address) may be unreachable.

@@ -17,6 +17,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <typeinfo>
+#include <utility>
 
 namespace ddp::worker {
 namespace {
@@ -132,7 +133,7 @@ bool write_error_file(const std::string& path, std::string_view message,
 
 DescribedException describe_exception(std::exception_ptr error) {
   try {
-    std::rethrow_exception(error);
+    std::rethrow_exception(std::move(error));
   } catch (const std::exception& e) {
     std::string what = e.what();
     // c10::Error's what() appends a C++ backtrace after the first line; the summary line keeps

@@ -4,6 +4,7 @@
 #include <torch/autograd.h>
 #include <torch/nn/modules/batchnorm.h>
 
+#include <cmath>
 #include <stdexcept>
 
 namespace ddp::worker {
@@ -46,6 +47,7 @@ struct SyncBatchNormFunction : public torch::autograd::Function<SyncBatchNormFun
     const torch::Tensor& var = saved[3];
     const double eps = ctx->saved_data["eps"].toDouble();
     const auto count = static_cast<double>(ctx->saved_data["count"].toInt());
+    // NOLINTNEXTLINE(performance-no-int-to-ptr): forward() saved the pointer as an int IValue.
     auto* comm = reinterpret_cast<Communicator*>(ctx->saved_data["comm"].toInt());
     // Keep the input's layout (NHWC stays NHWC: the fused kernels have fast paths for both).
     const torch::Tensor grad_out = grad_outputs[0].contiguous(input.suggest_memory_format());
@@ -81,9 +83,9 @@ struct SyncBatchNormFunction : public torch::autograd::Function<SyncBatchNormFun
 
 }  // namespace
 
-SyncBatchNormImpl::SyncBatchNormImpl(const torch::nn::BatchNormOptions& options_,
+SyncBatchNormImpl::SyncBatchNormImpl(const torch::nn::BatchNormOptions& batch_norm_options,
                                      std::shared_ptr<Communicator> communicator)
-    : options(options_), communicator_(std::move(communicator)) {
+    : options(batch_norm_options), communicator_(std::move(communicator)) {
   reset();
 }
 
@@ -129,6 +131,7 @@ torch::Tensor SyncBatchNormImpl::forward(const torch::Tensor& input) {
     // weigh correctly.
     const torch::Tensor x = input.detach();
     const auto [local_mean, local_var] = at::batch_norm_update_stats(x, {}, {}, 0.0);
+    // NOLINTNEXTLINE(bugprone-integer-division): exact, numel() is a multiple of channels.
     const double n = static_cast<double>(input.numel() / channels);
     const torch::Tensor local_mean_d = local_mean.to(torch::kDouble);
     torch::Tensor stats =
@@ -138,7 +141,7 @@ torch::Tensor SyncBatchNormImpl::forward(const torch::Tensor& input) {
             .to(x.device());
     communicator_->all_reduce_sum(stats);
     stats = stats.cpu();
-    global_count = static_cast<int64_t>(stats[2 * channels].item<double>() + 0.5);
+    global_count = std::llround(stats[2 * channels].item<double>());
     TORCH_CHECK(global_count > 1, "SyncBatchNorm: need more than 1 value per channel in training");
     const torch::Tensor mean_d = stats.narrow(0, 0, channels) / global_count;
     const torch::Tensor var_d =
@@ -248,7 +251,8 @@ int convert_tree(torch::nn::Module& module, const std::shared_ptr<Communicator>&
 
 }  // namespace
 
-int convert_sync_batchnorm(torch::nn::Module& module, std::shared_ptr<Communicator> communicator) {
+int convert_sync_batchnorm(torch::nn::Module& module,
+                           const std::shared_ptr<Communicator>& communicator) {
   if (!communicator) throw std::invalid_argument("convert_sync_batchnorm: communicator is null");
   if (is_torch_batch_norm(module)) {
     throw std::invalid_argument(

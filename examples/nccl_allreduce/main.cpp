@@ -125,6 +125,7 @@ int run(const Options& options, const ddp::worker::WorkerEnv& env) {
   check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
   check_cuda(cudaMemcpy(host.data(), buffer, max_count * sizeof(float), cudaMemcpyDeviceToHost),
              "cudaMemcpy");
+  // NOLINTNEXTLINE(bugprone-integer-division): exact, n * (n + 1) is even.
   const float expected = static_cast<float>(env.world_size * (env.world_size + 1) / 2);
   for (std::size_t i = 0; i < max_count; i += 4099) {
     if (host[i] != expected)

@@ -265,6 +265,7 @@ int train(const TrainOptions& options, const worker::WorkerEnv& env) {
         {"train_seconds", train_seconds},
         {"samples_per_second", train_seconds > 0 ? train_samples / train_seconds : 0.0},
         {"cpu_ms_per_1k_samples_per_rank",
+         // NOLINTNEXTLINE(bugprone-integer-division): exact, each step adds len * size() samples.
          train_samples > 0 ? 1e6 * train_cpu_seconds / (train_samples / comm->size()) : 0.0},
         {"test_accuracy", options.evaluate ? nlohmann::json(last_accuracy) : nlohmann::json()},
         {"allreduce_busy_s", stats.comm_busy_s},

@@ -23,16 +23,16 @@ struct TrainOptions {
   std::string resume = "auto";
   uint64_t seed = 0;
   std::string backend = "auto";
-  int64_t synthetic = 0;          ///< > 0: train on this many generated images instead.
-  double timeout_s = 120;         ///< Bound on every collective and store operation.
-  int threads = 0;                ///< Intra-op threads per rank; 0: OMP_NUM_THREADS or cores/ranks.
-  int64_t bucket_kb = 25 * 1024;  ///< DDP bucket cap (the first bucket is min(this, 1 MiB)).
-  int64_t max_steps = 0;          ///< > 0: stop each epoch after this many steps (benchmarks).
-  int64_t log_every = 100;        ///< Plain-line progress interval (non-TTY).
-  std::string dump_params;        ///< Each rank writes its final parameters to <this>.rank<R>.
-  std::string summary_json;       ///< Rank 0 writes throughput/accuracy/overlap here.
-  int64_t fail_after_epoch = -1;  ///< Tests: the last rank SIGKILLs itself after this epoch's
-                                  ///< checkpoint (first attempt only).
+  int64_t synthetic = 0;   ///< > 0: train on this many generated images instead.
+  double timeout_s = 120;  ///< Bound on every collective and store operation.
+  int threads = 0;         ///< Intra-op threads per rank; 0: OMP_NUM_THREADS or cores/ranks.
+  int64_t bucket_kb = 25L * 1024;  ///< DDP bucket cap (the first bucket is min(this, 1 MiB)).
+  int64_t max_steps = 0;           ///< > 0: stop each epoch after this many steps (benchmarks).
+  int64_t log_every = 100;         ///< Plain-line progress interval (non-TTY).
+  std::string dump_params;         ///< Each rank writes its final parameters to <this>.rank<R>.
+  std::string summary_json;        ///< Rank 0 writes throughput/accuracy/overlap here.
+  int64_t fail_after_epoch = -1;   ///< Tests: the last rank SIGKILLs itself after this epoch's
+                                   ///< checkpoint (first attempt only).
   bool evaluate = true;
   bool sync_batch_norm = true;  ///< Convert BatchNorm to SyncBatchNorm (the seed's setup).
   bool shared_memory =

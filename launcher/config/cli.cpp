@@ -223,8 +223,8 @@ class UsageFormatter : public CLI::Formatter {
 }  // namespace
 
 const std::vector<CliOption>& launch_option_table() {
-  static const std::vector<CliOption> table = build_table();
-  return table;
+  static const std::vector<CliOption> kTable = build_table();
+  return kTable;
 }
 
 void add_launch_options(CLI::App& app, RawOptions& raw) {

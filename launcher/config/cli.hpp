@@ -12,7 +12,7 @@
 #include "launcher/common/result.hpp"
 #include "launcher/config/raw_options.hpp"
 
-namespace CLI {
+namespace CLI {  // NOLINT(readability-identifier-naming): CLI11's own namespace, declared here
 class App;
 }
 

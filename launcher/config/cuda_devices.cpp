@@ -75,6 +75,7 @@ std::vector<std::string> visible_gpus(const std::optional<std::string>& cuda_vis
                                       int driver_gpu_count) {
   if (cuda_visible_devices) return parse_visible_devices(*cuda_visible_devices);
   std::vector<std::string> devices;
+  devices.reserve(static_cast<std::size_t>(std::max(driver_gpu_count, 0)));
   for (int i = 0; i < driver_gpu_count; ++i) devices.push_back(std::to_string(i));
   return devices;
 }

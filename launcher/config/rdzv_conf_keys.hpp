@@ -10,22 +10,22 @@
 namespace ddp::launcher {
 
 inline const std::set<std::string>& known_rdzv_conf_keys() {
-  static const std::set<std::string> keys{"join_timeout",
-                                          "last_call_timeout",
-                                          "close_timeout",
-                                          "read_timeout",
-                                          "token",
-                                          "heartbeat_interval",
-                                          "heartbeat_timeout",
-                                          "timeout",
-                                          "is_host",
-                                          "store_bind",
-                                          "refused_timeout",
-                                          "max_rescales",
-                                          "node_failure_limit",
-                                          "admit",
-                                          "spares"};
-  return keys;
+  static const std::set<std::string> kKeys{"join_timeout",
+                                           "last_call_timeout",
+                                           "close_timeout",
+                                           "read_timeout",
+                                           "token",
+                                           "heartbeat_interval",
+                                           "heartbeat_timeout",
+                                           "timeout",
+                                           "is_host",
+                                           "store_bind",
+                                           "refused_timeout",
+                                           "max_rescales",
+                                           "node_failure_limit",
+                                           "admit",
+                                           "spares"};
+  return kKeys;
 }
 
 }  // namespace ddp::launcher

@@ -143,6 +143,7 @@ void FileTimerServer::check_expired() {
   auto expired = table_.expired(epoch_seconds());
   if (!expired.empty()) {
     std::vector<pid_t> handled;
+    handled.reserve(expired.size());
     for (const auto& e : expired) handled.push_back(e.pid);
     table_.clear(handled, [](pid_t) { return true; });
     if (handlers_.on_expired) handlers_.on_expired(expired);

@@ -138,6 +138,7 @@ void HealthMonitor::attempt_started(int attempt, const std::vector<MonitoredWork
   stack_dump_started_ = false;
   progress_events_ = 0;
   std::vector<int> ranks;
+  ranks.reserve(workers.size());
   for (const auto& w : workers) ranks.push_back(w.rank);
   tracker_.start_attempt(ranks, Clock::now());
   stragglers_.reset();
@@ -279,7 +280,7 @@ void HealthMonitor::check_hang() {
 }
 
 void HealthMonitor::hung_elsewhere(const std::string& text,
-                                   std::function<void(const HealthStop&)> then) {
+                                   const std::function<void(const HealthStop&)>& then) {
   if (phase_ != Phase::Running) return;
   phase_ = Phase::Hung;
   hang_timer_.cancel();
@@ -291,7 +292,7 @@ void HealthMonitor::hung_elsewhere(const std::string& text,
 }
 
 void HealthMonitor::dump_stacks(const std::string& reason,
-                                std::function<void(std::vector<std::string>)> then) {
+                                const std::function<void(std::vector<std::string>)>& then) {
   std::vector<StackTarget> targets;
   for (const auto& w : workers_) {
     const auto& ranks = tracker_.ranks();
@@ -305,7 +306,7 @@ void HealthMonitor::dump_stacks(const std::string& reason,
   }
   stack_dump_started_ = true;
   const auto started = Clock::now();
-  stacks_.dump(targets, reason, [this, then, started](std::vector<StackResult> results) {
+  stacks_.dump(targets, reason, [this, then, started](const std::vector<StackResult>& results) {
     std::vector<std::string> saved;
     nlohmann::json files = nlohmann::json::array();
     for (const auto& r : results) {

@@ -90,7 +90,7 @@ class HealthMonitor {
   void stopping();
   /// Multi-node: another node judged the job hung. Saves the local stacks (as for a local
   /// verdict), then calls `then` with what to put in the summary.
-  void hung_elsewhere(const std::string& text, std::function<void(const HealthStop&)> then);
+  void hung_elsewhere(const std::string& text, const std::function<void(const HealthStop&)>& then);
   /// The attempt ended in failure. Returns why no restart should be made (no progress), if so.
   std::optional<std::string> attempt_failed();
   /// The run is over (`succeeded` or not). Closes everything.
@@ -115,7 +115,8 @@ class HealthMonitor {
   void schedule_hang_check();
   void check_hang();
   void schedule_straggler_tick();
-  void dump_stacks(const std::string& reason, std::function<void(std::vector<std::string>)> then);
+  void dump_stacks(const std::string& reason,
+                   const std::function<void(std::vector<std::string>)>& then);
   int local_rank_of(pid_t pid) const;
   std::string status_json() const;
   std::string metrics_text() const;

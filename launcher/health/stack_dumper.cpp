@@ -151,6 +151,7 @@ void StackDumper::dump(const std::vector<StackTarget>& targets, const std::strin
                                        O_WRONLY | O_CREAT | O_APPEND, 0644);
       posix_spawn_file_actions_adddup2(&actions, 1, 2);
       std::vector<char*> args;
+      args.reserve(argv.size() + 1);
       for (auto& a : argv) args.push_back(a.data());
       args.push_back(nullptr);
       pid_t pid = -1;

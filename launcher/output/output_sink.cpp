@@ -55,8 +55,8 @@ struct OutputSink::Shared {
   int fd;
   std::string buffer;
   OutputSink* owner;
-  Shared(boost::asio::io_context& io, int fd_, OutputSink* owner_)
-      : executor(io.get_executor()), fd(fd_), owner(owner_) {}
+  Shared(boost::asio::io_context& io, int fd, OutputSink* owner)
+      : executor(io.get_executor()), fd(fd), owner(owner) {}
 };
 
 namespace {

@@ -78,7 +78,7 @@ std::vector<std::string> abandoned_entries(const std::string& parent) {
     }
     const bool owner_alive = ::kill(*pid, 0) == 0 || errno == EPERM;
     if (owner_alive || !unlocked(parent_fd, entry->d_name)) continue;
-    out.push_back(parent + "/" + name);
+    out.emplace_back(parent).append("/").append(name);
   }
   ::closedir(dir);  // closes parent_fd
   return out;

@@ -106,7 +106,7 @@ Result<Ok> Agent::prepare() {
   if (!events) return events.error();
   // A closed pipe (`ddprun ... | head`) is the reader's choice; anything else (stdout on a full
   // disk) is reported like a log file.
-  stdout_sink_.on_error([this](int error, std::string) {
+  stdout_sink_.on_error([this](int error, const std::string&) {
     if (error == EPIPE) return;
     say(fmt::format("cannot write to stdout: {}; no more output goes there", std::strerror(error)));
     log_errors_.push_back(

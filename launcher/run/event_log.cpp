@@ -65,7 +65,7 @@ Result<Ok> EventLog::open(const std::string& target, boost::asio::io_context& io
 
 void EventLog::on_error(std::function<void(const std::string& path, int error)> handler) {
   if (!file_ || path_.empty()) return;
-  file_->on_error([path = path_, handler = std::move(handler)](int error, std::string) {
+  file_->on_error([path = path_, handler = std::move(handler)](int error, const std::string&) {
     handler(path, error);
   });
 }

@@ -24,8 +24,10 @@ class Module;
 namespace ddp::worker {
 
 struct DdpOptions {
-  std::size_t bucket_cap_bytes = 25u * 1024 * 1024;  ///< PyTorch's bucket_cap_mb=25.
-  std::size_t first_bucket_bytes = 1024 * 1024;      ///< PyTorch's _DEFAULT_FIRST_BUCKET_BYTES.
+  /// PyTorch's bucket_cap_mb=25.
+  std::size_t bucket_cap_bytes = std::size_t{25} * 1024 * 1024;
+  /// PyTorch's _DEFAULT_FIRST_BUCKET_BYTES.
+  std::size_t first_bucket_bytes = std::size_t{1024} * 1024;
   bool broadcast_at_construction = true;
 };
 

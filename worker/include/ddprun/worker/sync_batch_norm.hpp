@@ -51,6 +51,7 @@ TORCH_MODULE(SyncBatchNorm);
 ///    C++ code calls it through a typed member or cast that cannot be redirected (Python can,
 ///    by setattr); declare it as SyncBatchNorm there (without a communicator it is BatchNorm).
 /// Returns how many layers synchronise now. Throws before changing anything when it raises.
-int convert_sync_batchnorm(torch::nn::Module& module, std::shared_ptr<Communicator> communicator);
+int convert_sync_batchnorm(torch::nn::Module& module,
+                           const std::shared_ptr<Communicator>& communicator);
 
 }  // namespace ddp::worker
