@@ -152,6 +152,7 @@ struct StoreProxy::Core : std::enable_shared_from_this<StoreProxy::Core> {
               std::optional<std::uint64_t> slot);
   void submit_blocking(const std::shared_ptr<Downstream>& d, Command&& cmd, std::uint64_t slot);
   void release_blocking(const std::shared_ptr<Entry>& e);
+  void release_after_fence(const std::shared_ptr<Entry>& e);
   void submit_wait(const std::shared_ptr<Downstream>& d, Command&& cmd, std::uint64_t slot);
   void submit_wait_on_links(const std::shared_ptr<Downstream>& d, Command&& cmd,
                             std::uint64_t slot);
@@ -862,21 +863,26 @@ void StoreProxy::Core::submit_blocking(const std::shared_ptr<Downstream>& d, Com
   d->pending_blocking_ = e;
   if (coalescible) unreleased_waits[key] = e;
   if (d->last_write_seq > completed_seq) {
-    // Some of this caller's writes may not have reached the root yet: a PING on the main link
-    // answered means they have (one connection, processed in order).
-    if (!open_fence || open_fence->sent) {
-      open_fence = std::make_shared<Entry>();
-      open_fence->cmd.op = Op::Ping;
-      open_fence->cmd.word = 0x00FF0000u;
-      enqueue_main(open_fence);
-    }
-    e->has_fence = true;
-    e->fence_seq = open_fence->seq;
-    open_fence->released_by_fence.push_back(e);
+    // Some of this caller's writes may not have reached the root yet.
+    release_after_fence(e);
   } else {
     // Released at the end of this turn, so that identical WAITs read in the same turn share it.
     asio::post(io, [self = shared_from_this(), e] { self->release_blocking(e); });
   }
+}
+
+// A PING on the main link behind the caller's writes (one connection, processed in order): its
+// answer means they reached the root, and releases e. Entries read before it is sent share it.
+void StoreProxy::Core::release_after_fence(const std::shared_ptr<Entry>& e) {
+  if (!open_fence || open_fence->sent) {
+    open_fence = std::make_shared<Entry>();
+    open_fence->cmd.op = Op::Ping;
+    open_fence->cmd.word = 0x00FF0000u;
+    enqueue_main(open_fence);
+  }
+  e->has_fence = true;
+  e->fence_seq = open_fence->seq;
+  open_fence->released_by_fence.push_back(e);
 }
 
 void StoreProxy::Core::release_blocking(const std::shared_ptr<Entry>& e) {
@@ -928,14 +934,8 @@ void StoreProxy::Core::submit_wait(const std::shared_ptr<Downstream>& d, Command
   d->pending_blocking_ = e;
   watch_waits[e->watch_id] = e;
   if (d->last_write_seq > completed_seq) {
-    // Probed only once the caller's own writes were applied: a PING on the main link behind them.
-    if (!open_fence || open_fence->sent) {
-      open_fence = std::make_shared<Entry>();
-      open_fence->cmd.op = Op::Ping;
-      open_fence->cmd.word = 0x00FF0000u;
-      enqueue_main(open_fence);
-    }
-    open_fence->released_by_fence.push_back(e);
+    // Probed only once the caller's own writes were applied.
+    release_after_fence(e);
     return;
   }
   watch_release(e);
