@@ -34,6 +34,7 @@ Plan plan_for(Op op) {
   switch (op) {
     case Op::Validate:
     case Op::Ping:
+    case Op::Tagged:
       return plan_of(kWordPlan);
     case Op::GetNumKeys:
     case Op::CancelWait:
@@ -41,6 +42,7 @@ Plan plan_for(Op op) {
       return Plan{nullptr, 0};
     case Op::Get:
     case Op::WatchKey:
+    case Op::Unwatch:
     case Op::DeleteKey:
     case Op::QueuePop:
     case Op::QueueLen:
@@ -418,6 +420,7 @@ std::string encode_request(Generation gen, const Command& cmd) {
   switch (cmd.op) {
     case Op::Validate:
     case Op::Ping:
+    case Op::Tagged:
       put_u32(out, cmd.word);
       break;
     case Op::GetNumKeys:
@@ -426,6 +429,7 @@ std::string encode_request(Generation gen, const Command& cmd) {
       break;
     case Op::Get:
     case Op::WatchKey:
+    case Op::Unwatch:
     case Op::DeleteKey:
     case Op::QueuePop:
     case Op::QueueLen:
@@ -478,6 +482,14 @@ std::string encode_watch_event(WatchEventType type, std::string_view key,
   put_bytes(out, key);
   put_bytes(out, old_value);
   put_bytes(out, new_value);
+  return out;
+}
+
+std::string encode_key_event(WatchEventType type, std::string_view key) {
+  std::string out;
+  out.reserve(1 + 8 + key.size());
+  put_u8(out, static_cast<std::uint8_t>(type));
+  put_bytes(out, key);
   return out;
 }
 

@@ -21,7 +21,7 @@ namespace ddp::rdzv {
 //   keys:   SET/GET/ADD/... one key; CHECK/WAIT/MULTI_GET/MULTI_SET n keys
 //   values: SET/APPEND/QUEUE_PUSH one value; COMPARE_SET {expected, desired}; MULTI_SET n values
 //   number: ADD delta, BARRIER world size
-//   word:   VALIDATE magic, PING nonce
+//   word:   VALIDATE magic, PING nonce, TAGGED version
 struct Command {
   Op op = Op::Set;
   std::vector<std::string> keys;
@@ -158,5 +158,9 @@ std::string encode_request(Generation gen, const Command& cmd);
 // G1 watch notification: u8 type | str key | bytes old | bytes new.
 std::string encode_watch_event(WatchEventType type, std::string_view key,
                                std::string_view old_value, std::string_view new_value);
+
+// The same change as a tagged connection gets it after its kTagEvent (docs/protocol.md, TAGGED):
+// u8 type | str key. No values: the store proxy needs only the key and the type.
+std::string encode_key_event(WatchEventType type, std::string_view key);
 
 }  // namespace ddp::rdzv

@@ -143,6 +143,8 @@ std::optional<std::string> refusal(const StoreModel& model, const Command& cmd,
     case Op::Get:
     case Op::Check:
     case Op::Probe:
+    case Op::Tagged:
+    case Op::Unwatch:
     case Op::GetNumKeys:
     case Op::DeleteKey:
     case Op::CancelWait:
@@ -181,10 +183,31 @@ std::optional<std::string> refusal(const StoreModel& model, const Command& cmd,
   return std::nullopt;
 }
 
+// Why the TAGGED extension's rules forbid the request on this connection, or nullopt.
+std::optional<std::string> framing_refusal(Generation gen, const Command& cmd, Framing framing) {
+  if (gen != Generation::G2) return std::nullopt;  // G1 has no TAGGED; its WATCH_KEY is 1.13's
+  switch (cmd.op) {
+    case Op::Tagged:
+      if (framing == Framing::Tagged) return "TAGGED on a connection already tagged";
+      if (cmd.word != kTaggedVersion)
+        return fmt::format("TAGGED version {} (this store speaks {})", cmd.word, kTaggedVersion);
+      return std::nullopt;
+    case Op::WatchKey:
+    case Op::Unwatch:
+      if (framing != Framing::Tagged) {
+        return fmt::format("G2 {} on a connection not in tagged mode (send TAGGED first)",
+                           op_name(cmd.op));
+      }
+      return std::nullopt;
+    default:
+      return std::nullopt;
+  }
+}
+
 }  // namespace
 
 Outcome handle_command(StoreModel& model, ClientId client, Generation gen, Command&& cmd,
-                       bool first_request, const StoreLimits& limits) {
+                       bool first_request, const StoreLimits& limits, Framing framing) {
   Outcome out;
   // A 1.13 client sends no CANCEL: a new request while its WAIT is still registered means that
   // wait timed out on the client side. Drop it so no stray STOP_WAITING desynchronises the
@@ -195,6 +218,7 @@ Outcome handle_command(StoreModel& model, ClientId client, Generation gen, Comma
     return close_with(first_request ? "first request is not VALIDATE"
                                     : "VALIDATE after the first request");
   }
+  if (auto reason = framing_refusal(gen, cmd, framing)) return close_with(std::move(*reason));
   if (auto reason = refusal(model, cmd, limits)) return close_with(std::move(*reason));
 
   switch (cmd.op) {
@@ -277,6 +301,13 @@ Outcome handle_command(StoreModel& model, ClientId client, Generation gen, Comma
       for (const auto& key : keys) put_bytes(out.reply, key);
       break;
     }
+    case Op::Tagged:
+      out.tags_on = true;
+      put_u8(out.reply, kTaggedOn);
+      break;
+    case Op::Unwatch:
+      put_u8(out.reply, model.unwatch(client, cmd.keys[0]) ? 1 : 0);
+      break;
     case Op::Probe:
       put_u8(out.reply, kProbeReplyTag);
       for (const auto& key : cmd.keys) put_u8(out.reply, model.check({key}) ? 1 : 0);

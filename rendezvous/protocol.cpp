@@ -1,6 +1,7 @@
 #include "rendezvous/protocol.hpp"
 
 #include <array>
+#include <utility>
 
 namespace ddp::rdzv {
 namespace {
@@ -14,6 +15,18 @@ constexpr std::array<Op, 19> kG2Ops = {Op::Validate,   Op::Set,      Op::Compare
                                        Op::DeleteKey,  Op::Append,   Op::MultiGet,   Op::MultiSet,
                                        Op::CancelWait, Op::Ping,     Op::QueuePush,  Op::QueuePop,
                                        Op::QueueLen,   Op::ListKeys, Op::Barrier};
+
+// ddprun extensions of G2 (docs/protocol.md): wire byte -> op.
+constexpr std::pair<std::uint8_t, Op> kG2Extensions[] = {{kG2ProbeWire, Op::Probe},
+                                                         {kG2TaggedWire, Op::Tagged},
+                                                         {kG2WatchKeyWire, Op::WatchKey},
+                                                         {kG2UnwatchWire, Op::Unwatch}};
+
+std::optional<std::uint8_t> g2_extension_wire(Op op) {
+  for (const auto& [wire, ext] : kG2Extensions)
+    if (ext == op) return wire;
+  return std::nullopt;
+}
 
 template <std::size_t N>
 std::optional<std::uint8_t> find(const std::array<Op, N>& table, Op op) {
@@ -32,18 +45,24 @@ std::optional<Op> op_from_wire(Generation gen, std::uint8_t byte) {
     return std::nullopt;
   }
   if (byte < kG2Ops.size()) return kG2Ops[byte];
+  for (const auto& [wire, op] : kG2Extensions)
+    if (wire == byte) return op;
   return std::nullopt;
 }
 
 bool has_op(Generation gen, Op op) {
-  if (op == Op::Probe) return gen == Generation::G1;
-  return gen == Generation::G1 ? find(kG1Ops, op).has_value() : find(kG2Ops, op).has_value();
+  if (op == Op::Probe) return true;
+  if (gen == Generation::G1) return find(kG1Ops, op).has_value();
+  return find(kG2Ops, op).has_value() || g2_extension_wire(op).has_value();
 }
 
 std::uint8_t wire_from_op(Generation gen, Op op) {
-  if (op == Op::Probe) return gen == Generation::G1 ? kG1ProbeWire : 0xFF;
-  auto byte = gen == Generation::G1 ? find(kG1Ops, op) : find(kG2Ops, op);
-  return byte.value_or(0xFF);
+  if (gen == Generation::G1) {
+    if (op == Op::Probe) return kG1ProbeWire;
+    return find(kG1Ops, op).value_or(0xFF);
+  }
+  if (auto byte = find(kG2Ops, op)) return *byte;
+  return g2_extension_wire(op).value_or(0xFF);
 }
 
 std::string_view op_name(Op op) {
@@ -90,6 +109,10 @@ std::string_view op_name(Op op) {
       return "BARRIER";
     case Op::Probe:
       return "PROBE";
+    case Op::Tagged:
+      return "TAGGED";
+    case Op::Unwatch:
+      return "UNWATCH";
   }
   return "?";
 }

@@ -258,8 +258,27 @@ std::optional<bool> StoreModel::barrier(ClientId client, const std::string& key,
 
 void StoreModel::watch(ClientId client, const std::string& key) {
   watchers_[key].push_back(client);
-  watched_keys_[client].push_back(key);
+  ++watched_keys_[client][key];
   held_bytes_ += entry_bytes(key.size(), 0);
+}
+
+bool StoreModel::unwatch(ClientId client, const std::string& key) {
+  auto w = watched_keys_.find(client);
+  if (w == watched_keys_.end()) return false;
+  auto count = w->second.find(key);
+  if (count == w->second.end()) return false;
+  if (--count->second == 0) w->second.erase(count);
+  if (w->second.empty()) watched_keys_.erase(w);
+  auto it = watchers_.find(key);
+  if (it != watchers_.end()) {
+    // The latest registration: a key watched by every node is unwatched in about constant time
+    // by whoever registered last.
+    auto pos = std::find(it->second.rbegin(), it->second.rend(), client);
+    if (pos != it->second.rend()) it->second.erase(std::next(pos).base());
+    if (it->second.empty()) watchers_.erase(it);
+  }
+  held_bytes_ -= entry_bytes(key.size(), 0);
+  return true;
 }
 
 void StoreModel::queue_push(const std::string& queue, std::string item, Effects& fx) {
@@ -297,8 +316,8 @@ void StoreModel::remove_client(ClientId client) {
   cancel_wait(client);
   auto w = watched_keys_.find(client);
   if (w == watched_keys_.end()) return;
-  for (const auto& key : w->second) {
-    held_bytes_ -= entry_bytes(key.size(), 0);
+  for (const auto& [key, registrations] : w->second) {
+    held_bytes_ -= registrations * entry_bytes(key.size(), 0);
     auto it = watchers_.find(key);
     if (it == watchers_.end()) continue;
     std::erase(it->second, client);

@@ -82,6 +82,8 @@ class StoreModel {
                               Effects& fx);
 
   void watch(ClientId client, const std::string& key);
+  // Drops one registration of `client` on `key` (ddprun's UNWATCH); false when it had none.
+  bool unwatch(ClientId client, const std::string& key);
 
   void queue_push(const std::string& queue, std::string item, Effects& fx);
   // Pops the head; `length_before` is the queue length before the pop (0 = nothing popped).
@@ -133,8 +135,9 @@ class StoreModel {
   std::unordered_map<ClientId, PendingWait> pending_;
   // key -> watching clients (a client registered twice is notified twice, like 1.13)
   std::unordered_map<std::string, std::vector<ClientId>> watchers_;
-  std::unordered_map<ClientId, std::vector<std::string>>
-      watched_keys_;  // reverse index for cleanup
+  // Reverse index for cleanup and UNWATCH: client -> key -> registrations (a proxy may hold tens
+  // of thousands and unwatch them one by one).
+  std::unordered_map<ClientId, std::unordered_map<std::string, std::size_t>> watched_keys_;
   std::size_t held_bytes_ = 0;
 };
 

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cctype>
 #include <new>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -88,7 +89,8 @@ std::string describe_request(ClientId id, Generation gen, const Command& cmd) {
   if (cmd.keys.size() > 8) line += fmt::format(" ...({} keys)", cmd.keys.size());
   for (const auto& v : cmd.values) line += fmt::format(" [{}B]", v.size());
   if (cmd.op == Op::Add || cmd.op == Op::Barrier) line += fmt::format(" {}", cmd.number);
-  if (cmd.op == Op::Ping || cmd.op == Op::Validate) line += fmt::format(" {:#x}", cmd.word);
+  if (cmd.op == Op::Ping || cmd.op == Op::Validate || cmd.op == Op::Tagged)
+    line += fmt::format(" {:#x}", cmd.word);
   return line;
 }
 
@@ -202,18 +204,24 @@ struct StoreServer::Core : SessionHost, std::enable_shared_from_this<StoreServer
     }
     std::optional<Command> mutation;
     if (!screened && replication.has_followers()) mutation = replicated_form(cmd);
-    Outcome outcome = screened ? std::move(*screened)
-                               : handle_command(model, session.id(), gen, std::move(cmd),
-                                                first_request, options.limits);
+    Outcome outcome =
+        screened
+            ? std::move(*screened)
+            : handle_command(model, session.id(), gen, std::move(cmd), first_request,
+                             options.limits, session.tagged() ? Framing::Tagged : Framing::Plain);
     if (outcome.close_reason) {
       session.close_for_error(*outcome.close_reason);
     } else {
       if (mutation) replication.publish(*mutation);  // to the followers before the reply
+      if (outcome.tags_on) session.tag_messages();   // TAGGED's own reply is the first tagged
       session.send(outcome.reply);
     }
     if (!outcome.effects.woken.empty() || !outcome.effects.events.empty()) deliver(outcome.effects);
   }
 
+  // STOP_WAITING to woken clients, notifications to watchers: a G1 watcher gets the 1.13 frame
+  // (key, old and new value), a tagged connection the short one (key only); each built once,
+  // when a watcher first needs it.
   void deliver(const Effects& effects) {
     static constexpr char kStop = static_cast<char>(kStopWaiting);
     for (ClientId id : effects.woken) {
@@ -223,28 +231,25 @@ struct StoreServer::Core : SessionHost, std::enable_shared_from_this<StoreServer
       }
     }
     for (const auto& event : effects.events) {
-      std::string frame;
-      try {
-        frame = encode_watch_event(event.type, event.key, event.old_value, event.new_value);
-      } catch (const std::bad_alloc&) {
-        // The change is made; watchers that cannot be told are closed rather than left stale.
-        for (ClientId id : event.watchers)
-          close_session(id, "out of memory for a watch notification");
-        continue;
-      }
+      std::optional<std::string> full, short_form;
       for (ClientId id : event.watchers) {
-        if (auto it = sessions.find(id); it != sessions.end()) {
-          auto session = it->second;
-          session->send(frame);
+        auto it = sessions.find(id);
+        if (it == sessions.end()) continue;
+        auto session = it->second;
+        auto& frame = session->tagged() ? short_form : full;
+        try {
+          if (!frame) {
+            frame = session->tagged() ? encode_key_event(event.type, event.key)
+                                      : encode_watch_event(event.type, event.key, event.old_value,
+                                                           event.new_value);
+          }
+        } catch (const std::bad_alloc&) {
+          // The change is made; a watcher that cannot be told is closed rather than left stale.
+          session->close_for_error("out of memory for a watch notification");
+          continue;
         }
+        session->send(*frame, StoreSession::Message::Event);
       }
-    }
-  }
-
-  void close_session(ClientId id, std::string_view reason) {
-    if (auto it = sessions.find(id); it != sessions.end()) {
-      auto session = it->second;
-      session->close_for_error(reason);
     }
   }
 

@@ -172,7 +172,7 @@ std::size_t StoreSession::decode(std::string_view data) {
   return pos;
 }
 
-void StoreSession::send(std::string_view bytes) {
+void StoreSession::send(std::string_view bytes, Message kind) {
   if (closed_ || bytes.empty()) return;
   const std::size_t cap = limits_.max_pending_output_bytes;
   if (pending_output_bytes() > cap) {
@@ -181,6 +181,7 @@ void StoreSession::send(std::string_view bytes) {
     return;
   }
   try {
+    if (tagged_) out_.push_back(static_cast<char>(kind == Message::Reply ? kTagReply : kTagEvent));
     out_.append(bytes);
   } catch (const std::bad_alloc&) {
     fail_out_of_memory();

@@ -51,7 +51,14 @@ class StoreSession : public std::enable_shared_from_this<StoreSession> {
   StoreSession(boost::asio::ip::tcp::socket socket, ClientId id, std::shared_ptr<SessionHost> host);
 
   void start();
-  void send(std::string_view bytes);
+  // What a message to the peer is. On a tagged connection (ddprun's TAGGED extension,
+  // docs/protocol.md) send() prefixes every message with its kind's tag: the one place tags
+  // are written. Elsewhere the kind changes nothing.
+  enum class Message : std::uint8_t { Reply, Event };
+  void send(std::string_view bytes, Message kind = Message::Reply);
+  // From the next send() on, every message carries its tag (TAGGED was accepted).
+  void tag_messages() { tagged_ = true; }
+  bool tagged() const { return tagged_; }
   // Close without logging (normal end or server stop).
   void close();
   // Close and write one log line naming the peer and the reason.
@@ -115,6 +122,7 @@ class StoreSession : public std::enable_shared_from_this<StoreSession> {
   bool batching_replies_ = false;  // while handling a read: send() queues, the end flushes once
   bool read_armed_ = false;
   bool closed_ = false;
+  bool tagged_ = false;
 };
 
 }  // namespace ddp::rdzv

@@ -178,7 +178,9 @@ TEST_CASE("codec: connection classification") {
 TEST_CASE("codec: encoder rejects ops and shapes a generation does not have") {
   CHECK_THROWS_AS(encode_request(Generation::G1, make(Op::Append, {"k"}, {"v"})),
                   std::invalid_argument);
-  CHECK_THROWS_AS(encode_request(Generation::G2, make(Op::WatchKey, {"k"})), std::invalid_argument);
+  CHECK_THROWS_AS(encode_request(Generation::G1, make(Op::Tagged, {}, {}, 0, kTaggedVersion)),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(encode_request(Generation::G1, make(Op::Unwatch, {"k"})), std::invalid_argument);
   CHECK_THROWS_AS(encode_request(Generation::G2, make(Op::MultiSet, {"a", "b"}, {"1"})),
                   std::invalid_argument);
 }
@@ -243,4 +245,39 @@ TEST_CASE("codec: RequestDecoder refuses an oversize field before holding its by
   CHECK(step.status == DecodeStatus::Bad);
   CHECK(decoder.error() == "G2 SET: value length 1073741824 exceeds limit 32");
   CHECK(decoder.held_bytes() <= frame.size());
+}
+
+TEST_CASE("codec: ddprun's G2 extensions (PROBE, TAGGED, WATCH_KEY, UNWATCH) round trip") {
+  CHECK(op_from_wire(Generation::G2, kG2ProbeWire) == Op::Probe);
+  CHECK(op_from_wire(Generation::G2, kG2TaggedWire) == Op::Tagged);
+  CHECK(op_from_wire(Generation::G2, kG2WatchKeyWire) == Op::WatchKey);
+  CHECK(op_from_wire(Generation::G2, kG2UnwatchWire) == Op::Unwatch);
+  CHECK_FALSE(op_from_wire(Generation::G2, 0x44));
+  CHECK_FALSE(op_from_wire(Generation::G1, kG2TaggedWire));
+  CHECK(wire_from_op(Generation::G1, Op::WatchKey) == 7);  // 1.13's, unchanged
+  const Command cmds[] = {make(Op::Tagged, {}, {}, 0, kTaggedVersion), make(Op::WatchKey, {"/w"}),
+                          make(Op::Unwatch, {"/w"}), make(Op::Probe, {"/a", "/b"})};
+  for (const Command& cmd : cmds) {
+    const std::string wire = encode_request(Generation::G2, cmd);
+    CHECK(op_from_wire(Generation::G2, static_cast<std::uint8_t>(wire[0])) == cmd.op);
+    const DecodeResult r = decode_request(wire, Generation::G2, StoreLimits{});
+    REQUIRE(r.status == DecodeStatus::Ok);
+    CHECK(r.consumed == wire.size());
+    CHECK(r.command == cmd);
+  }
+  CHECK(encode_request(Generation::G2, make(Op::Tagged, {}, {}, 0, kTaggedVersion)) ==
+        hex_bytes({0x41, 1, 0, 0, 0}));
+}
+
+TEST_CASE("codec: PROBE with a huge key count is refused when the count arrives") {
+  std::string wire(1, static_cast<char>(kG2ProbeWire));
+  put_u64(wire, std::uint64_t{1} << 40);
+  const DecodeResult r = decode_request(wire, Generation::G2, StoreLimits{});
+  CHECK(r.status == DecodeStatus::Bad);
+  CHECK(r.error.find("key count") != std::string::npos);
+}
+
+TEST_CASE("codec: a tagged connection's notification body is type and key only") {
+  CHECK(encode_key_event(WatchEventType::KeyDeleted, "/k") ==
+        hex_bytes({0x02, 2, 0, 0, 0, 0, 0, 0, 0, '/', 'k'}));
 }

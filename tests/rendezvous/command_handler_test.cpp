@@ -152,3 +152,65 @@ TEST_CASE("handler: requests past the store's bounds close their connection and 
     }
   }
 }
+
+TEST_CASE("handler: TAGGED turns tags on once; G2 WATCH_KEY and UNWATCH need it") {
+  StoreModel m;
+  const Command tagged = make(Op::Tagged, {}, {}, 0, kTaggedVersion);
+  auto on = handle_command(m, 1, Generation::G2, Command(tagged), false, StoreLimits{});
+  CHECK_FALSE(on.close_reason);
+  CHECK(on.tags_on);
+  CHECK(on.reply == std::string(1, static_cast<char>(kTaggedOn)));
+  // Twice: closed (the client's framing would be ambiguous).
+  auto twice =
+      handle_command(m, 1, Generation::G2, Command(tagged), false, StoreLimits{}, Framing::Tagged);
+  CHECK(twice.close_reason);
+  CHECK_FALSE(twice.tags_on);
+  // An unknown version: closed.
+  CHECK(handle_command(m, 2, Generation::G2, make(Op::Tagged, {}, {}, 0, 99), false).close_reason);
+  // Plain G2: a notification would desynchronise the client, so no WATCH_KEY nor UNWATCH.
+  CHECK(handle_command(m, 3, Generation::G2, make(Op::WatchKey, {"/w"}), false).close_reason);
+  CHECK(handle_command(m, 3, Generation::G2, make(Op::Unwatch, {"/w"}), false).close_reason);
+  CHECK(m.watch_registration_count() == 0);
+  // Tagged: registered (reply 03 as in 1.13), notified, unwatched.
+  auto watch = handle_command(m, 1, Generation::G2, make(Op::WatchKey, {"/w"}), false,
+                              StoreLimits{}, Framing::Tagged);
+  CHECK_FALSE(watch.close_reason);
+  CHECK(watch.reply == std::string(1, '\x03'));
+  CHECK(m.watch_registration_count() == 1);
+  auto set = handle_command(m, 4, Generation::G2, make(Op::Set, {"/w"}, {"v"}), false);
+  REQUIRE(set.effects.events.size() == 1);
+  CHECK(set.effects.events[0].watchers == std::vector<ClientId>{1});
+  auto unwatch = handle_command(m, 1, Generation::G2, make(Op::Unwatch, {"/w"}), false,
+                                StoreLimits{}, Framing::Tagged);
+  CHECK(unwatch.reply == std::string(1, '\x01'));
+  CHECK(m.watch_registration_count() == 0);
+  CHECK(handle_command(m, 1, Generation::G2, make(Op::Unwatch, {"/w"}), false, StoreLimits{},
+                       Framing::Tagged)
+            .reply == std::string(1, '\x00'));
+  CHECK(handle_command(m, 4, Generation::G2, make(Op::Set, {"/w"}, {"x"}), false)
+            .effects.events.empty());
+  // PROBE works on any G2 connection.
+  auto probe = handle_command(m, 3, Generation::G2, make(Op::Probe, {"/w", "/none"}), false);
+  CHECK(probe.reply == std::string("\x04\x01\x00", 3));
+}
+
+TEST_CASE("handler: watch registrations count against the store's bytes, and UNWATCH gives back") {
+  StoreModel m;
+  StoreLimits limits;
+  limits.max_store_bytes = 3 * StoreModel::entry_bytes(2, 0);
+  for (const char* key : {"/a", "/b", "/c"}) {
+    CHECK_FALSE(handle_command(m, 1, Generation::G2, make(Op::WatchKey, {key}), false, limits,
+                               Framing::Tagged)
+                    .close_reason);
+  }
+  CHECK(handle_command(m, 1, Generation::G2, make(Op::WatchKey, {"/d"}), false, limits,
+                       Framing::Tagged)
+            .close_reason);
+  handle_command(m, 1, Generation::G2, make(Op::Unwatch, {"/a"}), false, limits, Framing::Tagged);
+  CHECK_FALSE(handle_command(m, 1, Generation::G2, make(Op::WatchKey, {"/d"}), false, limits,
+                             Framing::Tagged)
+                  .close_reason);
+  m.remove_client(1);
+  CHECK(m.held_bytes() == 0);
+  CHECK(m.watch_registration_count() == 0);
+}

@@ -169,6 +169,79 @@ TEST_CASE(
   CHECK(c.get("wk") == "after");
 }
 
+TEST_CASE("server: a tagged G2 connection gets every reply and notification tagged") {
+  TestServer server;
+  BlockingSocket t = server.raw();
+  g2_handshake(t);
+  // TAGGED, WATCH_KEY and a PROBE pipelined in one segment: the reply to TAGGED is the first
+  // tagged message.
+  t.send_all(encode_request(Generation::G2, make(Op::Tagged, {}, {}, 0, kTaggedVersion)) +
+                 encode_request(Generation::G2, make(Op::WatchKey, {"/tw"})) +
+                 encode_request(Generation::G2, make(Op::Probe, {"/tw"})),
+             soon());
+  CHECK(t.recv_u8(soon()) == kTagReply);
+  CHECK(t.recv_u8(soon()) == kTaggedOn);
+  CHECK(t.recv_u8(soon()) == kTagReply);
+  CHECK(t.recv_u8(soon()) == 3);
+  CHECK(t.recv_u8(soon()) == kTagReply);
+  CHECK(t.recv_u8(soon()) == kProbeReplyTag);
+  CHECK(t.recv_u8(soon()) == 0);
+  // A WAIT answered later: its STOP_WAITING is tagged too; the notification carries the key only.
+  t.send_all(encode_request(Generation::G2, make(Op::Wait, {"/tw"})), soon());
+  server.stats_when([](const StoreServerStats& s) { return s.pending_waits == 1; });
+  StoreClient c(server.client_options());
+  c.set("tw", std::string(1000, 'v'));
+  std::vector<std::uint8_t> tags;
+  for (int i = 0; i < 2; ++i) {
+    const std::uint8_t tag = t.recv_u8(soon());
+    tags.push_back(tag);
+    if (tag == kTagReply) {
+      CHECK(t.recv_u8(soon()) == kStopWaiting);
+    } else {
+      REQUIRE(tag == kTagEvent);
+      CHECK(t.recv_u8(soon()) == static_cast<std::uint8_t>(WatchEventType::KeyCreated));
+      CHECK(t.recv_bytes(soon(), 100) == "/tw");
+    }
+  }
+  std::sort(tags.begin(), tags.end());
+  CHECK(tags == std::vector<std::uint8_t>{kTagReply, kTagEvent});
+  // UNWATCH: no more notifications; a GET's reply is tagged as usual.
+  t.send_all(encode_request(Generation::G2, make(Op::Unwatch, {"/tw"})), soon());
+  CHECK(t.recv_u8(soon()) == kTagReply);
+  CHECK(t.recv_u8(soon()) == 1);
+  c.set("tw", "again");
+  CHECK(c.get("tw") == "again");  // applied before the GET below (SET has no reply)
+  t.send_all(encode_request(Generation::G2, make(Op::Get, {"/tw"})), soon());
+  CHECK(t.recv_u8(soon()) == kTagReply);
+  CHECK(t.recv_bytes(soon(), 100) == "again");
+}
+
+TEST_CASE("server: TAGGED twice, or WATCH_KEY on a plain G2 connection, closes it with one line") {
+  TestServer server;
+  BlockingSocket twice = server.raw();
+  g2_handshake(twice);
+  const std::string tagged =
+      encode_request(Generation::G2, make(Op::Tagged, {}, {}, 0, kTaggedVersion));
+  twice.send_all(tagged + tagged, soon());
+  CHECK(twice.recv_u8(soon()) == kTagReply);
+  CHECK(twice.recv_u8(soon()) == kTaggedOn);
+  char byte;
+  CHECK_THROWS_AS(twice.recv_exact(&byte, 1, soon()), StoreError);
+  BlockingSocket plain = server.raw();
+  g2_handshake(plain);
+  plain.send_all(encode_request(Generation::G2, make(Op::WatchKey, {"/x"})), soon());
+  CHECK_THROWS_AS(plain.recv_exact(&byte, 1, soon()), StoreError);
+  auto stats =
+      server.stats_when([](const StoreServerStats& s) { return s.closed_for_errors == 2; });
+  CHECK(stats.closed_for_errors == 2);
+  CHECK(stats.watch_registrations == 0);
+  CHECK(any_line_contains(server.log(), "TAGGED on a connection already tagged"));
+  CHECK(any_line_contains(server.log(), "not in tagged mode"));
+  StoreClient good(server.client_options());
+  good.set("k", "v");
+  CHECK(good.get("k") == "v");
+}
+
 TEST_CASE("server: the connection limit refuses extra clients and logs it") {
   StoreLimits limits;
   limits.max_connections = 2;

@@ -169,9 +169,9 @@ TEST_CASE("watch link framing: bytes no ddprun-store sends are errors") {
       std::length_error);
 }
 
-TEST_CASE("PROBE: G1 only, and ddprun-store answers it with the tag and one byte per key") {
+TEST_CASE("PROBE: G1 and G2, and ddprun-store answers it with the tag and one byte per key") {
   CHECK(has_op(Generation::G1, Op::Probe));
-  CHECK_FALSE(has_op(Generation::G2, Op::Probe));
+  CHECK(has_op(Generation::G2, Op::Probe));
   CHECK(op_from_wire(Generation::G1, kG1ProbeWire) == Op::Probe);
   CHECK(reply_shape(Op::Probe) == ReplyShape::Probe);
   StoreModel model;
