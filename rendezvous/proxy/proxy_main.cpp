@@ -76,9 +76,9 @@ int main(int argc, char** argv) {
       std::cerr << fmt::format(
           "ddprun-store-proxy: stats downstream_requests={} upstream_requests={} "
           "upstream_connections_opened={} "
-          "coalesced_requests={} watch_waits={}\n",
+          "coalesced_requests={} watch_waits={} tagged_main_links={} unwatched_keys={}\n",
           s.downstream_requests, s.upstream_requests, s.upstream_connections_opened,
-          s.coalesced_requests, s.watch_waits);
+          s.coalesced_requests, s.watch_waits, s.tagged_main_links, s.unwatched_keys);
       proxy.stop();
       io.stop();
     });

@@ -20,6 +20,8 @@ ReplyShape reply_shape(Op op) {
     case Op::Barrier:
     case Op::CancelWait:
     case Op::WatchKey:
+    case Op::Tagged:
+    case Op::Unwatch:
       return ReplyShape::Byte;
     case Op::Ping:
       return ReplyShape::Word;
@@ -97,6 +99,36 @@ std::optional<std::size_t> complete_reply_size(ReplyShape shape, std::size_t cou
       return buf.size() >= 1 + count ? std::optional<std::size_t>(1 + count) : std::nullopt;
   }
   return std::nullopt;
+}
+
+std::optional<TaggedMessage> parse_tagged_message(std::string_view buf,
+                                                  std::optional<ExpectedReply> next,
+                                                  std::size_t max_bytes) {
+  if (buf.empty()) return std::nullopt;
+  const auto tag = static_cast<std::uint8_t>(buf[0]);
+  const std::string_view body = buf.substr(1);
+  TaggedMessage m;
+  if (tag == kTagReply) {
+    if (!next) throw std::runtime_error("a tagged reply with no request in flight");
+    const auto size = complete_reply_size(next->shape, next->count, body, max_bytes);
+    if (!size) return std::nullopt;
+    m.kind = TaggedMessage::Kind::Reply;
+    m.size = 1 + *size;
+    m.reply = body.substr(0, *size);
+    return m;
+  }
+  if (tag != kTagEvent) throw std::runtime_error("unknown tag " + std::to_string(tag));
+  if (body.empty()) return std::nullopt;
+  const auto type = static_cast<std::uint8_t>(body[0]);
+  if (type > static_cast<std::uint8_t>(WatchEventType::KeyDeleted))
+    throw std::runtime_error("unknown watch event type " + std::to_string(type));
+  const auto end = strings_end(body, 1, 1, max_bytes);
+  if (!end) return std::nullopt;
+  m.kind = TaggedMessage::Kind::Event;
+  m.size = 1 + *end;
+  m.type = static_cast<WatchEventType>(type);
+  m.key = body.substr(1 + 8, *end - 1 - 8);
+  return m;
 }
 
 }  // namespace ddp::rdzv::proxy

@@ -95,6 +95,7 @@ struct StoreProxy::Core : std::enable_shared_from_this<StoreProxy::Core> {
         opts(std::move(o)),
         acceptor(io_context),
         sweep_timer(io_context),
+        tags_timer(io_context),
         wait_table(opts.max_watched_keys) {}
 
   asio::io_context& io;
@@ -109,6 +110,20 @@ struct StoreProxy::Core : std::enable_shared_from_this<StoreProxy::Core> {
   std::optional<tcp::socket> main_socket;
   bool main_connected = false;
   bool main_connecting = false;
+  // Each connection of the main link gets a new epoch: callbacks of an older one do nothing.
+  std::uint64_t main_epoch = 0;
+  // Tagged mode (ddprun-store's TAGGED extension, docs/scale.md "One root connection per
+  // node"): the main link also carries WATCH_KEY, PROBE and UNWATCH for every WAIT, and the
+  // root's notifications, each message tagged. Untried: asked for on the next connection.
+  // Negotiating: TAGGED sent, every other request held until its answer. Refused: the root does
+  // not know it (closed, or no answer within kTaggedTimeout): the main link is plain, WAITs use
+  // the G1 watch link or WAIT links.
+  enum class Tags { Untried, Negotiating, On, Refused };
+  static constexpr std::chrono::seconds kTaggedTimeout{10};
+  Tags tags = Tags::Untried;
+  asio::steady_timer tags_timer;
+  // WAITs that arrived while the main link's mode was not known yet, in arrival order.
+  std::vector<std::shared_ptr<Entry>> waits_until_tags_known;
   std::vector<std::shared_ptr<Entry>> unsent;  // in order
   std::deque<std::shared_ptr<Entry>> inflight;
   std::string main_out;
@@ -144,9 +159,17 @@ struct StoreProxy::Core : std::enable_shared_from_this<StoreProxy::Core> {
   void schedule_flush();
   void flush_main();
   void connect_main();
+  void write_main(std::string bytes);
   void read_main();
   void on_main_bytes();
+  void take_main_reply(std::string_view reply);
+  void on_tagged_answer(std::string_view reply);
+  void on_probe_answer(const std::shared_ptr<Entry>& e, std::string_view reply);
+  void main_lost(const std::string& why);
+  void tags_refused(const std::string& why);
   void main_failed(const std::string& why);
+  void decide_held_waits();
+  void resubmit_wait(const std::shared_ptr<Entry>& e, bool links_only);
   void answer(const std::shared_ptr<Entry>& e, std::string_view reply);
   void submit(const std::shared_ptr<Downstream>& d, Command&& cmd,
               std::optional<std::uint64_t> slot);
@@ -667,6 +690,14 @@ void Downstream::handle(Command&& cmd) {
     return;
   }
   first_request_ = false;
+  // ddprun-store's own extensions are the proxy's upstream dialect, not served to workers (a
+  // worker's TAGGED would change the framing of the link the proxy shares between workers).
+  if (cmd.op == Op::Probe || cmd.op == Op::Tagged || cmd.op == Op::Unwatch ||
+      (gen_ == Generation::G2 && cmd.op == Op::WatchKey)) {
+    close(fmt::format("{} {} is not served by the store proxy", generation_name(gen_),
+                      op_name(cmd.op)));
+    return;
+  }
   // A 1.13 client only sends again after its WAIT timed out: forget that WAIT (docs/protocol.md).
   if (gen_ == Generation::G1 && pending_blocking_) {
     auto e = std::move(pending_blocking_);
@@ -916,23 +947,38 @@ void StoreProxy::Core::link_done(const std::shared_ptr<BlockingLink>& link, bool
   }
 }
 
-// WAIT: on the watch link when the root supports it (wait_table.hpp, docs/scale.md "WAITs on
-// one watch link"), else on WAIT links (submit_wait_on_links).
+// WAIT: with a ddprun-store root on the main link itself (tagged mode), else on the G1 watch
+// link when the root has PROBE (wait_table.hpp, docs/scale.md "WAITs on one watch link"), else on
+// WAIT links (submit_wait_on_links). Until the main link's mode is known, WAITs are held.
 void StoreProxy::Core::submit_wait(const std::shared_ptr<Downstream>& d, Command&& cmd,
                                    std::uint64_t slot) {
-  if (opts.max_watched_keys == 0 || watch_mode == WatchMode::Unsupported)
+  if (opts.max_watched_keys == 0) return submit_wait_on_links(d, std::move(cmd), slot);
+  if (tags == Tags::Refused && watch_mode == WatchMode::Unsupported)
     return submit_wait_on_links(d, std::move(cmd), slot);
-  if (!watch) {
-    watch = std::make_shared<WatchLink>(shared_from_this());
-    watch_mode = WatchMode::Open;
-    watch->open(!watch_confirmed);
-  }
   auto e = std::make_shared<Entry>();
   e->cmd = std::move(cmd);
   e->waiters.push_back(Waiter{d, slot, 0});
   e->watch_id = next_watch_id++;
   d->pending_blocking_ = e;
   watch_waits[e->watch_id] = e;
+  switch (tags) {
+    case Tags::Untried:
+    case Tags::Negotiating:
+      waits_until_tags_known.push_back(e);
+      if (!main_connected) connect_main();
+      return;
+    case Tags::On:
+      // No fence: the PROBE goes out on the main link behind every write this caller sent
+      // before (one connection, processed in order).
+      return watch_release(e);
+    case Tags::Refused:
+      break;
+  }
+  if (!watch) {
+    watch = std::make_shared<WatchLink>(shared_from_this());
+    watch_mode = WatchMode::Open;
+    watch->open(!watch_confirmed);
+  }
   if (d->last_write_seq > completed_seq) {
     // Probed only once the caller's own writes were applied.
     release_after_fence(e);
@@ -943,9 +989,35 @@ void StoreProxy::Core::submit_wait(const std::shared_ptr<Downstream>& d, Command
 
 void StoreProxy::Core::watch_release(const std::shared_ptr<Entry>& e) {
   if (stopped || e->waiters.empty()) return;  // cancelled meanwhile
-  if (!watch || !watch_waits.contains(e->watch_id)) return to_wait_links(e);
-  if (!wait_table.add(e->watch_id, e->cmd.keys)) return to_wait_links(e);  // over the bound
+  if (!watch_waits.contains(e->watch_id)) return to_wait_links(e);
+  if (tags != Tags::On && !watch) return to_wait_links(e);
+  if (!wait_table.add(e->watch_id, e->cmd.keys)) {
+    if (tags == Tags::On) maybe_rotate_watch();  // over the bound: shed what nobody needs
+    return to_wait_links(e);
+  }
   schedule_watch_flush();
+}
+
+// The main link's mode is known: the WAITs held meanwhile take the path it allows.
+void StoreProxy::Core::decide_held_waits() {
+  auto held = std::move(waits_until_tags_known);
+  waits_until_tags_known.clear();
+  for (auto& e : held) resubmit_wait(e, false);
+}
+
+// A WAIT served again from the start, by another path (links_only: WAIT links). Its new path
+// checks the key after the re-submission, itself after the WAIT's arrival: nothing is early.
+void StoreProxy::Core::resubmit_wait(const std::shared_ptr<Entry>& e, bool links_only) {
+  watch_waits.erase(e->watch_id);
+  if (stopped || e->waiters.empty()) return;  // cancelled
+  auto w = e->waiters.front();
+  e->waiters.clear();
+  auto d = w.conn.lock();
+  if (!d || d->closed()) return;
+  if (d->pending_blocking_ == e) d->pending_blocking_.reset();
+  Command cmd = e->cmd;
+  if (links_only) return submit_wait_on_links(d, std::move(cmd), w.slot);
+  submit_wait(d, std::move(cmd), w.slot);
 }
 
 void StoreProxy::Core::schedule_watch_flush() {
@@ -959,7 +1031,31 @@ void StoreProxy::Core::schedule_watch_flush() {
 }
 
 void StoreProxy::Core::watch_flush() {
-  if (stopped || !watch) return;
+  if (stopped) return;
+  if (tags == Tags::On) {
+    // On the main link, in order with the writes: WATCH_KEYs, the PROBE, then UNWATCHes of keys
+    // nobody waits on any more (when due).
+    auto batch = wait_table.take_batch();
+    auto enqueue = [&](Op op, std::vector<std::string> keys) {
+      auto e = std::make_shared<Entry>();
+      e->cmd.op = op;
+      e->cmd.keys = std::move(keys);
+      enqueue_main(e);
+    };
+    for (auto& key : batch.watch) enqueue(Op::WatchKey, {std::move(key)});
+    if (batch.has_probe) {
+      stats.coalesced_requests += batch.waits - 1;  // one PROBE for every WAIT of this turn
+      enqueue(Op::Probe, std::move(batch.probe));
+    }
+    if (wait_table.unwatch_due()) {
+      for (auto& key : wait_table.take_unwatch()) {
+        ++stats.unwatched_keys;
+        enqueue(Op::Unwatch, {std::move(key)});
+      }
+    }
+    return;
+  }
+  if (!watch) return;
   auto batch = wait_table.take_batch();
   std::string bytes;
   for (auto& key : batch.watch) {
@@ -1024,22 +1120,17 @@ void StoreProxy::Core::watch_lost(const std::shared_ptr<WatchLink>& link, const 
   for (auto& e : order) to_wait_links(e);
 }
 
-void StoreProxy::Core::to_wait_links(const std::shared_ptr<Entry>& e) {
-  watch_waits.erase(e->watch_id);
-  if (stopped || e->waiters.empty()) return;
-  auto w = e->waiters.front();
-  e->waiters.clear();
-  auto d = w.conn.lock();
-  if (!d || d->closed()) return;
-  if (d->pending_blocking_ == e) d->pending_blocking_.reset();
-  Command cmd = e->cmd;
-  submit_wait_on_links(d, std::move(cmd), w.slot);
-}
+void StoreProxy::Core::to_wait_links(const std::shared_ptr<Entry>& e) { resubmit_wait(e, true); }
 
-// The root cannot unwatch a key: a link that watches many keys, or keeps being told about keys
-// nobody waits on, is closed once it holds no WAIT (the root drops its registrations), and the
-// next WAIT opens a fresh one.
+// Registrations nobody needs any more. On the tagged main link: UNWATCH them (in the next
+// watch_flush) once many keys are watched or keys nobody waits on keep notifying. On the G1
+// watch link the root cannot unwatch: a link in that state is closed once it holds no WAIT (the
+// root drops its registrations), and the next WAIT opens a fresh one.
 void StoreProxy::Core::maybe_rotate_watch() {
+  if (tags == Tags::On) {
+    if (wait_table.unwatch_due()) schedule_watch_flush();
+    return;
+  }
   if (!watch || !watch_waits.empty() || !wait_table.quiescent() || !watch->idle()) return;
   const bool many_keys = wait_table.watched_keys() * 2 > opts.max_watched_keys;
   const bool noisy = wait_table.idle_events() > 1024;
@@ -1169,10 +1260,11 @@ void StoreProxy::Core::flush_main() {
     connect_main();
     return;
   }
-  main_out.clear();
+  if (tags == Tags::Negotiating) return;  // held until the root answered TAGGED
+  std::string out;
   for (auto& e : unsent) {
     e->sent = true;
-    main_out += encode_request(Generation::G2, e->cmd);
+    out += encode_request(Generation::G2, e->cmd);
     ++stats.upstream_requests;
     // Requests without a reply count as applied once a later reply arrives (FIFO link).
     if (reply_shape(e->cmd.op) != ReplyShape::None) inflight.push_back(e);
@@ -1181,19 +1273,26 @@ void StoreProxy::Core::flush_main() {
   unsent.clear();
   unsent_reads.clear();
   unsent_adds.clear();
+  write_main(std::move(out));
+}
+
+void StoreProxy::Core::write_main(std::string bytes) {
+  main_out = std::move(bytes);
   main_writing = true;
   asio::async_write(*main_socket, asio::buffer(main_out),
-                    [self = shared_from_this()](const boost::system::error_code& ec, std::size_t) {
+                    [self = shared_from_this(), epoch = main_epoch](
+                        const boost::system::error_code& ec, std::size_t) {
+                      if (epoch != self->main_epoch || self->stopped) return;
                       self->main_writing = false;
-                      if (ec)
-                        return self->main_failed("root store connection lost: " + ec.message());
+                      if (ec) return self->main_lost("root store connection lost: " + ec.message());
                       self->flush_main();
                     });
 }
 
 void StoreProxy::Core::connect_main() {
-  if (main_connecting) return;
+  if (main_connecting || main_connected || stopped) return;
   main_connecting = true;
+  ++main_epoch;
   main_socket.emplace(io);
   ++stats.upstream_connections_opened;
   tcp::resolver resolver(io);
@@ -1203,69 +1302,193 @@ void StoreProxy::Core::connect_main() {
     return main_failed("cannot resolve the root store " + opts.upstream_host + ": " + ec.message());
   asio::async_connect(
       *main_socket, endpoints,
-      [self = shared_from_this()](const boost::system::error_code& cec, const tcp::endpoint&) {
+      [self = shared_from_this(), epoch = main_epoch](const boost::system::error_code& cec,
+                                                      const tcp::endpoint&) {
+        if (epoch != self->main_epoch || self->stopped) return;
         self->main_connecting = false;
         if (cec) return self->main_failed("cannot reach the root store: " + cec.message());
         boost::system::error_code ignored;
         self->main_socket->set_option(tcp::no_delay(true), ignored);
         self->main_connected = true;
-        // VALIDATE goes first in the same write as the queued requests.
-        auto v = std::make_shared<Entry>();
-        v->cmd.op = Op::Validate;
-        v->cmd.word = kValidateMagic;
-        v->seq = 0;
-        self->unsent.insert(self->unsent.begin(), v);
+        auto validate = std::make_shared<Entry>();
+        validate->cmd.op = Op::Validate;
+        validate->cmd.word = kValidateMagic;
         self->read_main();
+        if (self->tags == Tags::Untried && self->opts.max_watched_keys > 0) {
+          // VALIDATE and TAGGED alone; everything queued waits for the answer (a root that does
+          // not know TAGGED closes the connection: what was sent behind it would be lost, or,
+          // from a root that skipped it, applied with replies we could not frame).
+          auto tagged = std::make_shared<Entry>();
+          tagged->cmd.op = Op::Tagged;
+          tagged->cmd.word = kTaggedVersion;
+          self->tags = Tags::Negotiating;
+          self->inflight.push_back(tagged);
+          self->stats.upstream_requests += 2;
+          self->write_main(encode_request(Generation::G2, validate->cmd) +
+                           encode_request(Generation::G2, tagged->cmd));
+          self->tags_timer.expires_after(kTaggedTimeout);
+          self->tags_timer.async_wait([self, epoch](const boost::system::error_code& tec) {
+            if (tec || epoch != self->main_epoch || self->tags != Tags::Negotiating) return;
+            self->tags_refused(
+                fmt::format("no answer to TAGGED within {} s", kTaggedTimeout.count()));
+          });
+          return;
+        }
+        // VALIDATE goes first in the same write as the queued requests.
+        self->unsent.insert(self->unsent.begin(), validate);
         self->flush_main();
       });
 }
 
 void StoreProxy::Core::read_main() {
   main_socket->async_read_some(
-      asio::buffer(main_read_buf),
-      [self = shared_from_this()](const boost::system::error_code& ec, std::size_t n) {
-        if (self->stopped) return;
-        if (ec) return self->main_failed("root store connection lost: " + ec.message());
+      asio::buffer(main_read_buf), [self = shared_from_this(), epoch = main_epoch](
+                                       const boost::system::error_code& ec, std::size_t n) {
+        if (epoch != self->main_epoch || self->stopped) return;
+        if (ec) return self->main_lost("root store connection lost: " + ec.message());
         self->main_in.append(self->main_read_buf.data(), n);
         self->on_main_bytes();
-        if (self->main_connected) self->read_main();
+        if (epoch == self->main_epoch && self->main_connected) self->read_main();
       });
 }
 
+// The root's messages, in order. Plain: replies only, each shaped by the oldest request in
+// flight. Tagged: replies and notifications, told apart by their tag.
 void StoreProxy::Core::on_main_bytes() {
+  const std::uint64_t epoch = main_epoch;
+  const bool tagged = tags == Tags::Negotiating || tags == Tags::On;
   std::size_t off = 0;
-  while (!inflight.empty()) {
-    auto e = inflight.front();
+  while (epoch == main_epoch) {  // a failure handled meanwhile starts a new epoch
+    const std::string_view rest = std::string_view(main_in).substr(off);
+    std::optional<ExpectedReply> next;
+    if (!inflight.empty())
+      next =
+          ExpectedReply{reply_shape(inflight.front()->cmd.op), inflight.front()->cmd.keys.size()};
+    if (tagged) {
+      std::optional<TaggedMessage> m;
+      try {
+        m = parse_tagged_message(rest, next, opts.limits.max_reply_bytes);
+      } catch (const std::exception& err) {  // runtime_error or length_error: not our root
+        return main_lost(std::string("bad message on the tagged main link: ") + err.what());
+      }
+      if (!m) break;
+      off += m->size;
+      if (m->kind == TaggedMessage::Kind::Event) {
+        const auto done = wait_table.on_event(std::string(m->key), m->type);
+        if (!done.empty()) watch_answered(done);
+        continue;
+      }
+      take_main_reply(m->reply);
+      continue;
+    }
+    if (!next) break;
     std::optional<std::size_t> size;
     try {
-      size =
-          complete_reply_size(reply_shape(e->cmd.op), e->cmd.keys.size(),
-                              std::string_view(main_in).substr(off), opts.limits.max_reply_bytes);
+      size = complete_reply_size(next->shape, next->count, rest, opts.limits.max_reply_bytes);
     } catch (const std::length_error& err) {
       return main_failed(err.what());
     }
     if (!size) break;
-    inflight.pop_front();
-    completed_seq = std::max(completed_seq, e->seq);
-    if (auto g = e->group.lock(); g && e->cmd.op == Op::Check) {
-      on_check(g, main_in[off] == static_cast<char>(kCheckReady));
-    } else {
-      answer(e, std::string_view(main_in).substr(off, *size));
-      if (e->cmd.op == Op::Get || e->cmd.op == Op::MultiGet) {
-        auto f = inflight_reads.find(e->coalesce_key);
-        if (f != inflight_reads.end() && f->second == e) inflight_reads.erase(f);
-        if (auto held = std::move(e->held_next)) {
-          // Sent now, after every caller in it arrived: they share its answer (rule 2).
-          enqueue_main(held);
-          unsent_reads[held->coalesce_key] = held;
+    off += *size;
+    take_main_reply(rest.substr(0, *size));
+  }
+  if (epoch != main_epoch) return;
+  main_in.erase(0, off);
+  if (!tagged && inflight.empty() && !main_in.empty())
+    return main_failed("unexpected bytes from the root store");
+  if (tags == Tags::On) maybe_rotate_watch();
+}
+
+// The reply to the oldest request in flight on the main link.
+void StoreProxy::Core::take_main_reply(std::string_view reply) {
+  auto e = inflight.front();
+  inflight.pop_front();
+  completed_seq = std::max(completed_seq, e->seq);
+  switch (e->cmd.op) {
+    case Op::Tagged:
+      return on_tagged_answer(reply);
+    case Op::WatchKey:
+      if (reply != std::string_view("\x03", 1)) return main_lost("unexpected reply to WATCH_KEY");
+      break;
+    case Op::Unwatch:
+      break;
+    case Op::Probe:
+      on_probe_answer(e, reply);
+      break;
+    default:
+      if (auto g = e->group.lock(); g && e->cmd.op == Op::Check) {
+        on_check(g, !reply.empty() && reply[0] == static_cast<char>(kCheckReady));
+      } else {
+        answer(e, reply);
+        if (e->cmd.op == Op::Get || e->cmd.op == Op::MultiGet) {
+          auto f = inflight_reads.find(e->coalesce_key);
+          if (f != inflight_reads.end() && f->second == e) inflight_reads.erase(f);
+          if (auto held = std::move(e->held_next)) {
+            // Sent now, after every caller in it arrived: they share its answer (rule 2).
+            enqueue_main(held);
+            unsent_reads[held->coalesce_key] = held;
+          }
         }
       }
-    }
-    off += *size;
-    for (auto& b : e->released_by_fence) release_blocking(b);
+      break;
   }
-  main_in.erase(0, off);
-  if (inflight.empty() && !main_in.empty()) main_failed("unexpected bytes from the root store");
+  for (auto& b : e->released_by_fence) release_blocking(b);
+}
+
+void StoreProxy::Core::on_tagged_answer(std::string_view reply) {
+  if (reply != std::string_view("\x01", 1)) return tags_refused("unexpected answer to TAGGED");
+  tags = Tags::On;
+  tags_timer.cancel();
+  ++stats.tagged_main_links;
+  decide_held_waits();
+  flush_main();  // what was held behind TAGGED, and the held WAITs' PROBE at the end of the turn
+}
+
+void StoreProxy::Core::on_probe_answer(const std::shared_ptr<Entry>& e, std::string_view reply) {
+  const std::size_t n = e->cmd.keys.size();
+  if (reply.size() != 1 + n || static_cast<std::uint8_t>(reply[0]) != kProbeReplyTag)
+    return main_lost("bad PROBE reply on the main link");
+  std::vector<bool> exists(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto b = static_cast<std::uint8_t>(reply[1 + i]);
+    if (b > 1) return main_lost("bad byte in a PROBE reply on the main link");
+    exists[i] = b == 1;
+  }
+  std::vector<std::uint64_t> done;
+  try {
+    done = wait_table.on_probe_reply(exists);
+  } catch (const std::runtime_error& err) {
+    return main_lost(std::string("main link: ") + err.what());
+  }
+  if (!done.empty()) watch_answered(done);
+}
+
+// The main link failed. While TAGGED is unanswered that is the root refusing it; after, the root
+// went away.
+void StoreProxy::Core::main_lost(const std::string& why) {
+  if (tags == Tags::Negotiating) return tags_refused(why);
+  main_failed(why);
+}
+
+// Nothing but VALIDATE and TAGGED was sent on the connection: drop it and connect again without
+// TAGGED; the requests held meanwhile go out on the new one.
+void StoreProxy::Core::tags_refused(const std::string& why) {
+  log_line(fmt::format(
+      "ddprun-store-proxy: the root store does not support tagged mode ({}); reconnecting the "
+      "main link without it (WAITs through a watch link or WAIT links)",
+      why));
+  boost::system::error_code ignored;
+  if (main_socket) main_socket->close(ignored);
+  ++main_epoch;
+  tags = Tags::Refused;
+  tags_timer.cancel();
+  main_connected = false;
+  main_connecting = false;
+  main_writing = false;
+  main_in.clear();
+  inflight.clear();
+  decide_held_waits();
+  connect_main();
 }
 
 void StoreProxy::Core::answer(const std::shared_ptr<Entry>& e, std::string_view reply) {
@@ -1299,8 +1522,13 @@ void StoreProxy::Core::main_failed(const std::string& why) {
   log_line("ddprun-store-proxy: " + why + "; closing the workers' connections");
   boost::system::error_code ignored;
   if (main_socket) main_socket->close(ignored);
+  ++main_epoch;
   main_connected = false;
   main_connecting = false;
+  main_writing = false;
+  tags_timer.cancel();
+  if (tags != Tags::Refused) tags = Tags::Untried;  // the next connection asks again
+  waits_until_tags_known.clear();
   main_in.clear();
   inflight.clear();
   unsent.clear();
@@ -1362,6 +1590,7 @@ void StoreProxy::stop() {
   boost::system::error_code ec;
   core_->acceptor.close(ec);
   core_->sweep_timer.cancel();
+  core_->tags_timer.cancel();
   if (core_->main_socket) core_->main_socket->close(ec);
   if (core_->watch) core_->watch->close();
   core_->close_all("");

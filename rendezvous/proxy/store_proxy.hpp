@@ -44,7 +44,9 @@ struct StoreProxyStats {
   std::size_t upstream_requests = 0;       // requests sent to the root (fences included)
   std::size_t upstream_connections_opened = 0;
   std::size_t coalesced_requests = 0;  // worker requests answered by another's upstream request
-  std::size_t watch_waits = 0;         // WAITs answered through the watch link
+  std::size_t watch_waits = 0;         // WAITs answered by watches (watch link or main link)
+  std::size_t tagged_main_links = 0;   // main-link connections in tagged mode (ddprun-store root)
+  std::size_t unwatched_keys = 0;      // UNWATCHes sent on the tagged main link
 };
 
 class StoreProxy {

@@ -83,6 +83,7 @@ std::vector<std::uint64_t> WaitTable::on_event(const std::string& key, WatchEven
   auto it = armed_by_key_.find(key);
   if (it == armed_by_key_.end()) {
     ++idle_events_;
+    ++idle_events_since_shed_;
     return done;
   }
   // A deletion answers nothing (a key seen existing stays seen, as with the root's own WAIT).
@@ -99,6 +100,26 @@ std::vector<std::uint64_t> WaitTable::on_event(const std::string& key, WatchEven
     }
   }
   return done;
+}
+
+bool WaitTable::unwatch_due() const {
+  const bool many = watched_.size() * 2 > max_watched_ && watched_.size() > watched_after_shed_;
+  return many || idle_events_since_shed_ > kIdleEventsBeforeShedding;
+}
+
+std::vector<std::string> WaitTable::take_unwatch() {
+  std::unordered_set<std::string> needed;
+  for (const auto& [id, wait] : waits_)
+    for (const auto& key : wait.missing) needed.insert(key);
+  for (const auto& key : to_watch_) needed.insert(key);  // its WATCH_KEY is not even sent yet
+  std::vector<std::string> idle;
+  for (const auto& key : watched_)
+    if (!needed.contains(key)) idle.push_back(key);
+  for (const auto& key : idle) watched_.erase(key);
+  std::sort(idle.begin(), idle.end());  // deterministic order on the wire
+  idle_events_since_shed_ = 0;
+  watched_after_shed_ = watched_.size();
+  return idle;
 }
 
 std::optional<WatchMessage> parse_watch_message(std::string_view buf,

@@ -60,6 +60,16 @@ class WaitTable {
   std::size_t watched_keys() const { return watched_.size(); }
   std::size_t max_watched_keys() const { return max_watched_; }
   std::size_t probes_outstanding() const { return probes_.size(); }
+
+  // Shedding registrations (a link whose root can UNWATCH: the tagged main link). Due when more
+  // than half the bound is watched and the count grew since the last shedding, or more than
+  // kIdleEventsBeforeShedding notifications came for keys nobody waits on since then.
+  static constexpr std::uint64_t kIdleEventsBeforeShedding = 1024;
+  bool unwatch_due() const;
+  // Every watched key no WAIT in the table still needs (to send UNWATCH for, in order after
+  // whatever take_batch() returned): forgotten as watched, so a later WAIT on one watches it
+  // again. Resets the idle-notification count.
+  std::vector<std::string> take_unwatch();
   // Notifications for keys no WAIT was waiting on, since the table was made: what watching
   // keys nobody waits on any more costs (the root cannot unwatch; closing the link does).
   std::uint64_t idle_events() const { return idle_events_; }
@@ -83,6 +93,8 @@ class WaitTable {
   // Armed WAITs by missing key (answered ones are skipped lazily).
   std::unordered_map<std::string, std::vector<std::uint64_t>> armed_by_key_;
   std::uint64_t idle_events_ = 0;
+  std::uint64_t idle_events_since_shed_ = 0;
+  std::size_t watched_after_shed_ = 0;
 };
 
 // One message of the watch link, parsed. `expect_probe_keys`: the key count of the oldest PROBE

@@ -2,7 +2,8 @@
 
   python3 proxy_test.py STORE_BIN PROXY_BIN MODE [PYTHON...]
 
-MODE: linearizability | linearizability_links | pipelining | bounds | mux | fallback | libuv_root | torch
+MODE: linearizability | linearizability_links | pipelining | bounds | mux | fallback |
+      fallback_untagged | libuv_root | torch
 
 linearizability: many raw clients (G1 and G2) run random operations on a few keys per round,
   every invocation/response timestamped; each key's history must be linearizable against the
@@ -10,14 +11,19 @@ linearizability: many raw clients (G1 and G2) run random operations on a few key
 pipelining: requests sent in one segment, so what the proxy may coalesce is deterministic:
   combined ADDs get distinct running totals, a GET after the caller's own SET is never answered
   from an earlier GET, a WAIT after the caller's own DELETE does not return early, CANCEL_WAIT.
-linearizability_links: the same with --max-watched-keys 0 (WAITs on WAIT links, no watch link).
-mux: 64 ranks each WAIT on a key of their own through one proxy: the root (--trace) sees at most
-  2 connections (main link + watch link) and no WAIT; none is answered before its key is SET,
-  all are once it is.
-fallback: the pipelining checks through a relay that closes any connection opening with PROBE (as
-  a 1.13 store does): the proxy falls back to WAIT links and nothing goes through a watch link.
+  WAITs go through the tagged main link (asserted: one root connection).
+linearizability_links: the same with --max-watched-keys 0 (WAITs on WAIT links, no watches).
+mux: 64 ranks each WAIT on a key of their own through one proxy: the root (--trace) sees 1
+  connection (the tagged main link), one TAGGED and no WAIT; none is answered before its key is
+  SET, all are once it is.
+fallback: the pipelining checks through a relay that closes any connection asking for TAGGED or
+  opening with PROBE (as a 1.13 store does): the proxy reconnects its main link untagged, falls
+  back to WAIT links and nothing goes through a watch link; no worker connection is closed.
+fallback_untagged: the same through a relay that closes only TAGGED (an older ddprun-store):
+  main link reconnected untagged, WAITs through the G1 watch link.
 libuv_root: the proxy in front of torch 2.x's libuv TCPStore (run by an interpreter with torch;
-  STORE_BIN unused): it has no PROBE, so WAITs go on WAIT links, the first one not held long.
+  STORE_BIN unused): it has neither TAGGED nor PROBE, so WAITs go on WAIT links, the first one
+  not held long.
 torch: each given interpreter's real torch TCPStore client through the proxy.
 """
 import os
@@ -291,13 +297,16 @@ def libuv_root(proxy_bin):
     finally:
         proxy.terminate()
         _, err = proxy.communicate(timeout=10)
+    assert "does not support tagged mode" in err, err
     assert "WAITs use one upstream connection each" in err, err
     assert "watch_waits=0" in err, err
     print("libuv_root: OK")
 
 
-def refusing_relay(store_port):
-    """A relay to the store that closes every connection whose first byte is PROBE's (0x40)."""
+def refusing_relay(store_port, refuse=("probe", "tagged")):
+    """A relay to the store that closes every connection opening with what `refuse` names, as a
+    store without the extension does: "probe", first byte PROBE's (0x40, a G1 watch link);
+    "tagged", a G2 connection whose first request after VALIDATE is TAGGED (0x41)."""
     lsock = socket.socket()
     lsock.bind(("127.0.0.1", 0))
     lsock.listen(64)
@@ -317,15 +326,28 @@ def refusing_relay(store_port):
             except OSError:
                 pass
 
+    def first_bytes(c, n):
+        # Every upstream connection of the proxy sends at least 6 bytes at once (VALIDATE and a
+        # request, or a G1 request of 9 bytes or more); give up waiting after a while anyway.
+        deadline = time.monotonic() + 2
+        head = b""
+        while len(head) < n and time.monotonic() < deadline:
+            head = c.recv(n, socket.MSG_PEEK)
+            if len(head) < n:
+                time.sleep(0.01)
+        return head
+
     def serve():
         while True:
             try:
                 c, _ = lsock.accept()
             except OSError:
                 return
-            first = c.recv(1, socket.MSG_PEEK)
-            if first == b"\x40":
-                refusing_relay.refused += 1
+            head = first_bytes(c, 6)
+            is_probe = head[:1] == b"\x40"
+            is_tagged = head[:1] == b"\x00" and head[5:6] == b"\x41"
+            if ("probe" in refuse and is_probe) or ("tagged" in refuse and is_tagged):
+                refusing_relay.refused.append("probe" if is_probe else "tagged")
                 c.close()
                 continue
             up = socket.create_connection(("127.0.0.1", store_port))
@@ -336,7 +358,7 @@ def refusing_relay(store_port):
     return lsock.getsockname()[1]
 
 
-refusing_relay.refused = 0
+refusing_relay.refused = []
 
 
 def bounds(port):
@@ -409,12 +431,16 @@ def main():
         return libuv_root(proxy_bin)
     proxy_args = {"bounds": ["--idle-timeout", "0.3"], "linearizability_links": ["--max-watched-keys", "0"]}
     store_args = ["--trace"] if mode == "mux" else []
-    upstream = refusing_relay if mode == "fallback" else None
+    upstream = None
+    if mode == "fallback":
+        upstream = refusing_relay
+    elif mode == "fallback_untagged":
+        upstream = lambda port: refusing_relay(port, refuse=("tagged",))  # noqa: E731
     with store_and_proxy(store_bin, proxy_bin, store_args=store_args, proxy_args=proxy_args.get(mode, []),
                          upstream=upstream) as run:
         if mode in ("linearizability", "linearizability_links"):
             linearizability(run.proxy_port)
-        elif mode in ("pipelining", "fallback"):
+        elif mode in ("pipelining", "fallback", "fallback_untagged"):
             pipelining(run.proxy_port)
         elif mode == "mux":
             mux(run.proxy_port)
@@ -426,28 +452,48 @@ def main():
             raise SystemExit(f"unknown mode {mode}")
     stats = run.stats()
     print("proxy", stats)
-    if mode in ("pipelining", "fallback"):
+    if mode in ("pipelining", "fallback", "fallback_untagged"):
         # 2 combined ADDs + 1, 1 GET, 1 MULTI_GET, 1 WAIT shared at least.
         assert stats["coalesced_requests"] >= 6, stats
         # WAITs on dedicated connections, reused: far fewer connections than requests.
-        assert stats["upstream_connections_opened"] <= 6, stats
+        assert stats["upstream_connections_opened"] <= 7, stats
     if mode == "pipelining":
-        assert stats["watch_waits"] >= 3, stats  # through the watch link
+        # Every WAIT on the tagged main link: one root connection, and one for the G1 watcher's
+        # tunnel.
+        assert stats["watch_waits"] >= 3 and stats["tagged_main_links"] == 1, stats
+        assert stats["upstream_connections_opened"] == 2, stats
+    if mode in ("fallback", "fallback_untagged"):
+        # TAGGED refused: the main link reconnected without it, the workers kept their connections.
+        assert stats["tagged_main_links"] == 0, stats
+        assert "does not support tagged mode" in run.proxy_log, run.proxy_log
+        assert "closing the workers' connections" not in run.proxy_log, run.proxy_log
     if mode == "fallback":
-        assert stats["watch_waits"] == 0 and refusing_relay.refused == 1, (stats, refusing_relay.refused)
-        assert "WAITs use one upstream connection each" in run.proxy_log, run.proxy_log
-    if mode == "linearizability":
-        assert stats["watch_waits"] > 0, stats
-    if mode == "linearizability_links":
+        # ... and no PROBE either (a 1.13 store): WAIT links.
         assert stats["watch_waits"] == 0, stats
+        assert refusing_relay.refused == ["tagged", "probe"], refusing_relay.refused
+        assert "WAITs use one upstream connection each" in run.proxy_log, run.proxy_log
+    if mode == "fallback_untagged":
+        # ... but PROBE (an older ddprun-store): the G1 watch link.
+        assert stats["watch_waits"] >= 3, stats
+        assert refusing_relay.refused == ["tagged"], refusing_relay.refused
+    if mode == "linearizability":
+        # Through the tagged main link only: WATCH_KEY, PROBE and the notifications on the one
+        # connection that carries the writes.
+        assert stats["watch_waits"] > 0 and stats["tagged_main_links"] == 1, stats
+        assert stats["upstream_connections_opened"] == 1, stats
+    if mode == "linearizability_links":
+        assert stats["watch_waits"] == 0 and stats["tagged_main_links"] == 0, stats
     if mode == "mux":
         conns = {line.split("trace conn=")[1].split()[0] for line in run.store_log.splitlines()
                  if "trace conn=" in line}
-        waits = sum(1 for line in run.store_log.splitlines() if "trace conn=" in line and " WAIT " in line)
-        print(f"mux: the root saw {len(conns)} connections, {waits} WAITs")
-        assert len(conns) <= 2, conns
+        lines = [line for line in run.store_log.splitlines() if "trace conn=" in line]
+        waits = sum(1 for line in lines if " WAIT " in line)
+        tagged = sum(1 for line in lines if " TAGGED " in line)
+        print(f"mux: the root saw {len(conns)} connections, {waits} WAITs, {tagged} TAGGED")
+        assert len(conns) == 1, conns
+        assert tagged == 1, tagged
         assert waits == 0, waits
-        assert stats["watch_waits"] == 65, stats
+        assert stats["watch_waits"] == 65 and stats["tagged_main_links"] == 1, stats
 
 
 if __name__ == "__main__":
