@@ -2,8 +2,8 @@
 
   python3 proxy_test.py STORE_BIN PROXY_BIN MODE [PYTHON...]
 
-MODE: linearizability | linearizability_links | pipelining | bounds | mux | fallback |
-      fallback_untagged | libuv_root | torch
+MODE: linearizability | linearizability_links | linearizability_unwatch | pipelining | bounds |
+      mux | unwatch | fallback | fallback_untagged | libuv_root | torch
 
 linearizability: many raw clients (G1 and G2) run random operations on a few keys per round,
   every invocation/response timestamped; each key's history must be linearizable against the
@@ -13,6 +13,10 @@ pipelining: requests sent in one segment, so what the proxy may coalesce is dete
   from an earlier GET, a WAIT after the caller's own DELETE does not return early, CANCEL_WAIT.
   WAITs go through the tagged main link (asserted: one root connection).
 linearizability_links: the same with --max-watched-keys 0 (WAITs on WAIT links, no watches).
+linearizability_unwatch: the same with --max-watched-keys 3 (keys of earlier rounds UNWATCHed,
+  some WAITs over the bound on WAIT links).
+unwatch: 40 WAITs one after the other on new keys with --max-watched-keys 4: the root (--trace)
+  sees 40 WATCH_KEY and enough UNWATCH to hold at most 4 registrations, on one connection.
 mux: 64 ranks each WAIT on a key of their own through one proxy: the root (--trace) sees 1
   connection (the tagged main link), one TAGGED and no WAIT; none is answered before its key is
   SET, all are once it is.
@@ -274,6 +278,18 @@ def mux(port, ranks=64):
     print(f"mux: {ranks} WAITs on distinct keys answered")
 
 
+def unwatch(port, rounds=40):
+    """Run with --max-watched-keys 4: WAITs on ever new keys, one at a time."""
+    waiter, writer = WireClient(port, "G2"), WireClient(port, "G2")
+    for i in range(rounds):
+        waiter.send(encode("G2", "wait", [f"uw/k{i}"]))
+        writer.call("set", f"uw/k{i}", b"1")
+        assert waiter.read_byte() == 0
+    waiter.close()
+    writer.close()
+    print(f"unwatch: {rounds} WAITs on distinct keys answered")
+
+
 def libuv_root(proxy_bin):
     from torch.distributed import TCPStore
     root = TCPStore("127.0.0.1", 0, is_master=True, use_libuv=True, wait_for_workers=False)
@@ -429,8 +445,9 @@ def main():
     store_bin, proxy_bin, mode = sys.argv[1:4]
     if mode == "libuv_root":
         return libuv_root(proxy_bin)
-    proxy_args = {"bounds": ["--idle-timeout", "0.3"], "linearizability_links": ["--max-watched-keys", "0"]}
-    store_args = ["--trace"] if mode == "mux" else []
+    proxy_args = {"bounds": ["--idle-timeout", "0.3"], "linearizability_links": ["--max-watched-keys", "0"],
+                  "linearizability_unwatch": ["--max-watched-keys", "3"], "unwatch": ["--max-watched-keys", "4"]}
+    store_args = ["--trace"] if mode in ("mux", "unwatch") else []
     upstream = None
     if mode == "fallback":
         upstream = refusing_relay
@@ -438,8 +455,10 @@ def main():
         upstream = lambda port: refusing_relay(port, refuse=("tagged",))  # noqa: E731
     with store_and_proxy(store_bin, proxy_bin, store_args=store_args, proxy_args=proxy_args.get(mode, []),
                          upstream=upstream) as run:
-        if mode in ("linearizability", "linearizability_links"):
+        if mode in ("linearizability", "linearizability_links", "linearizability_unwatch"):
             linearizability(run.proxy_port)
+        elif mode == "unwatch":
+            unwatch(run.proxy_port)
         elif mode in ("pipelining", "fallback", "fallback_untagged"):
             pipelining(run.proxy_port)
         elif mode == "mux":
@@ -481,6 +500,20 @@ def main():
         # connection that carries the writes.
         assert stats["watch_waits"] > 0 and stats["tagged_main_links"] == 1, stats
         assert stats["upstream_connections_opened"] == 1, stats
+    if mode == "linearizability_unwatch":
+        # A bound of 3 keys: keys of earlier rounds are unwatched on the main link, and WAITs
+        # over the bound take WAIT links; still linearizable.
+        assert stats["watch_waits"] > 0 and stats["tagged_main_links"] == 1, stats
+        assert stats["unwatched_keys"] > 0, stats
+    if mode == "unwatch":
+        lines = [line for line in run.store_log.splitlines() if "trace conn=" in line]
+        watches = sum(1 for line in lines if " WATCH_KEY " in line)
+        unwatches = sum(1 for line in lines if " UNWATCH " in line)
+        print(f"unwatch: the root saw {watches} WATCH_KEY, {unwatches} UNWATCH")
+        # Registrations stay within the bound on the one connection: no WAIT link, no rotation.
+        assert watches == 40 and 0 < watches - unwatches <= 4, (watches, unwatches)
+        assert stats["upstream_connections_opened"] == 1 and stats["watch_waits"] == 40, stats
+        assert stats["unwatched_keys"] == unwatches, stats
     if mode == "linearizability_links":
         assert stats["watch_waits"] == 0 and stats["tagged_main_links"] == 0, stats
     if mode == "mux":

@@ -190,3 +190,52 @@ TEST_CASE("PROBE: G1 and G2, and ddprun-store answers it with the tag and one by
   REQUIRE(step.status == DecodeStatus::Ok);
   CHECK(dec.take() == probe);
 }
+
+TEST_CASE("wait table: past half the bound, keys nobody waits on are unwatched; needed ones stay") {
+  WaitTable t(4);
+  CHECK(t.add(1, {"/a"}));
+  CHECK(t.add(2, {"/b"}));
+  CHECK(t.add(3, {"/c"}));
+  auto b = t.take_batch();
+  CHECK(b.watch == std::vector<std::string>{"/a", "/b", "/c"});
+  CHECK(t.on_probe_reply({false, false, false}).empty());
+  CHECK(t.on_event("/a", WatchEventType::KeyCreated) == Ids{1});
+  CHECK(t.on_event("/b", WatchEventType::KeyCreated) == Ids{2});
+  CHECK(t.unwatch_due());                                           // 3 of 4 watched
+  CHECK(t.take_unwatch() == std::vector<std::string>{"/a", "/b"});  // /c: WAIT 3 needs it
+  CHECK(t.watched_keys() == 1);
+  CHECK_FALSE(t.unwatch_due());
+  // A later WAIT on an unwatched key watches it again, before its PROBE.
+  CHECK(t.add(4, {"/a"}));
+  b = t.take_batch();
+  CHECK(b.watch == std::vector<std::string>{"/a"});
+  CHECK(b.probe == std::vector<std::string>{"/a"});
+  // Keys of a WAIT whose PROBE is out are needed too; nothing is shed while the count has not
+  // grown since the last shedding.
+  CHECK(t.add(5, {"/d"}));
+  t.take_batch();
+  CHECK(t.watched_keys() == 3);
+  CHECK(t.unwatch_due());
+  CHECK(t.take_unwatch().empty());
+  CHECK_FALSE(t.unwatch_due());
+  CHECK(t.on_probe_reply({true}) == Ids{4});
+  CHECK(t.on_probe_reply({false}).empty());
+  CHECK(t.on_event("/c", WatchEventType::KeyUpdated) == Ids{3});
+  CHECK(t.on_event("/d", WatchEventType::KeyUpdated) == Ids{5});
+  CHECK(t.quiescent());
+}
+
+TEST_CASE("wait table: a key that keeps notifying with nobody waiting is unwatched") {
+  WaitTable t(100);
+  CHECK(t.add(1, {"/counter"}));
+  t.take_batch();
+  CHECK(t.on_probe_reply({true}) == Ids{1});
+  for (std::uint64_t i = 0; i < WaitTable::kIdleEventsBeforeShedding; ++i)
+    t.on_event("/counter", WatchEventType::KeyUpdated);
+  CHECK_FALSE(t.unwatch_due());
+  t.on_event("/counter", WatchEventType::KeyUpdated);
+  CHECK(t.unwatch_due());
+  CHECK(t.take_unwatch() == std::vector<std::string>{"/counter"});
+  CHECK_FALSE(t.unwatch_due());
+  CHECK(t.watched_keys() == 0);
+}
