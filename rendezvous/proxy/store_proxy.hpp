@@ -10,8 +10,11 @@
 //   * everything else is forwarded as is, in arrival order, on one pipelined connection;
 //     WAIT and BARRIER (whose replies may come late) each use a connection of their own, sent
 //     only once everything their callers wrote before has been applied by the root;
-//   * with a ddprun-store root, WAITs instead share one watch link (G1 WATCH_KEY + the PROBE
-//     extension, see wait_table.hpp and docs/scale.md): one root connection for all of them.
+//   * with a ddprun-store root, WAITs instead go on the main link itself in ddprun's tagged mode
+//     (WATCH_KEY + PROBE in order with the writes, notifications told from replies by a tag; see
+//     wait_table.hpp and docs/scale.md "One root connection per node"): one root connection per
+//     node. A root that refuses tagged mode gets a plain main link, and the WAITs one G1 watch
+//     link (older ddprun-store: G1 WATCH_KEY + PROBE) or WAIT links.
 // One single-threaded boost::asio::io_context runs it.
 
 #include <cstddef>
@@ -33,8 +36,9 @@ struct StoreProxyOptions {
   StoreLimits limits;  // applied to the workers' requests and to the root's replies
   // Connections used for WAIT/BARRIER that are kept open for reuse once answered.
   std::size_t max_idle_blocking_connections = 16;
-  // Keys watched on the watch link at once (each is a registration held by the root until the
-  // link closes); a WAIT that would go past it uses a WAIT link. 0: no watch link at all.
+  // Keys watched at once (each is a registration held by the root until unwatched or the link
+  // closes); a WAIT that would go past it uses a WAIT link. 0: no watches at all (WAIT links,
+  // and the main link does not ask for tagged mode).
   std::size_t max_watched_keys = 65536;
 };
 

@@ -3,6 +3,11 @@
 // The store proxy's multiplexed WAITs: the bookkeeping of the watch link, pure (no I/O), so that
 // it can be tested on its own. See docs/scale.md ("WAITs on one watch link").
 //
+// The link is the main link in tagged mode (G2 WATCH_KEY / PROBE / UNWATCH between the writes,
+// every message from the root tagged: docs/scale.md "One root connection per node") or, with a
+// root that refuses tagged mode, the watch link described here. The same argument holds for
+// both: one ordered connection whose messages are points of the root's history.
+//
 // The watch link is one G1 connection to the root (ddprun-store). On it the proxy sends only
 // WATCH_KEY (reply KEY_CALLBACK_REGISTERED, 0x03) and PROBE (ddprun extension, reply
 // kProbeReplyTag then one existence byte per key); the root adds notifications (first byte
