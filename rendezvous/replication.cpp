@@ -47,6 +47,12 @@ std::optional<ReplicationFrame> ReplicationFrameParser::next() {
   return frame;
 }
 
+bool standby_admits(const Command& cmd, bool handshake) {
+  if (cmd.op == Op::Validate || cmd.op == Op::Ping) return true;
+  if (cmd.op == Op::CompareSet && cmd.keys.size() == 1 && cmd.keys[0] == kPromoteKey) return true;
+  return handshake;
+}
+
 std::optional<std::int64_t> parse_epoch(std::string_view text) {
   std::int64_t value = 0;
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);

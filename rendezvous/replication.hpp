@@ -55,6 +55,12 @@ class ReplicationFrameParser {
   std::size_t offset_ = 0;
 };
 
+// What a standby serves before promotion, whatever its client proved: VALIDATE, PING, the
+// promotion (COMPARE_SET of kPromoteKey) and, when `handshake`, a request of the access policy's
+// proof (AccessPolicy::is_handshake). Anything else (reads of its possibly stale state included)
+// is refused before the access policy sees it.
+bool standby_admits(const Command& cmd, bool handshake);
+
 // A PROMOTE proposal is COMPARE_SET(kPromoteKey, "", "<epoch>"): the epoch it carries, or
 // nullopt when the text is not a positive decimal number.
 std::optional<std::int64_t> parse_epoch(std::string_view text);

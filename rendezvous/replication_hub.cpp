@@ -21,6 +21,22 @@ std::string bytes_reply(std::string_view text) {
 }
 }  // namespace
 
+bool ReplicationHub::refuse_by_role(StoreSession& session, const Command& cmd, bool handshake) {
+  if (role_ == Role::Primary || (role_ == Role::Standby && standby_admits(cmd, handshake))) {
+    return false;
+  }
+  if (role_ == Role::Fenced) {
+    session.close_for_error(
+        fmt::format("this store was fenced: a standby was promoted to epoch {}", epoch_));
+  } else if (cmd.op == Op::Get && cmd.keys.size() == 1 && cmd.keys[0] == kFollowKey) {
+    session.close_for_error("a standby cannot be followed");
+  } else {
+    session.close_for_error(fmt::format(
+        "this store is a standby of {}; it serves only after promotion", options_.follow));
+  }
+  return true;
+}
+
 bool ReplicationHub::intercept(StoreSession& session, const Command& cmd, StoreModel& model,
                                const CloseAll& close_all) {
   if (role_ == Role::Fenced) {

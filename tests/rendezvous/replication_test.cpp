@@ -59,3 +59,22 @@ TEST_CASE("replication: epochs are positive decimals") {
   CHECK_FALSE(parse_epoch("-1").has_value());
   CHECK_FALSE(parse_epoch("2x").has_value());
 }
+
+TEST_CASE("replication: a standby admits VALIDATE, PING, the promotion and a policy's proof only") {
+  CHECK(standby_admits(Command{Op::Validate, {}, {}, 0, 0x3C85F7CE}, false));
+  CHECK(standby_admits(Command{Op::Ping, {}, {}, 0, 7}, false));
+  CHECK(
+      standby_admits(Command{Op::CompareSet, {std::string(kPromoteKey)}, {"", "2"}, 0, 0}, false));
+  CHECK(standby_admits(Command{Op::Get, {"/ddprun-auth/challenge"}, {}, 0, 0}, true));
+  // Reads of its possibly stale state, whatever the client proved.
+  for (Op op : {Op::ListKeys, Op::GetNumKeys}) {
+    CHECK_FALSE(standby_admits(Command{op, {}, {}, 0, 0}, false));
+  }
+  CHECK_FALSE(standby_admits(Command{Op::Get, {"/k"}, {}, 0, 0}, false));
+  CHECK_FALSE(standby_admits(Command{Op::Check, {"/k"}, {}, 0, 0}, false));
+  CHECK_FALSE(standby_admits(Command{Op::QueueLen, {"/q"}, {}, 0, 0}, false));
+  CHECK_FALSE(standby_admits(Command{Op::Set, {"/k"}, {"v"}, 0, 0}, false));
+  CHECK_FALSE(standby_admits(
+      Command{Op::CompareSet, {"/ddprun.replication/other"}, {"", "2"}, 0, 0}, false));
+  CHECK_FALSE(standby_admits(Command{Op::Get, {std::string(kFollowKey)}, {}, 0, 0}, false));
+}
