@@ -30,6 +30,25 @@ std::string encode_replication_frame(std::uint64_t sequence, const Command& muta
   return frame;
 }
 
+ReplicationSnapshot encode_snapshot(const StoreModel& model, std::uint64_t& sequence) {
+  ReplicationSnapshot out;
+  for (const auto& key : model.list_keys()) {
+    if (const std::string* value = model.get(key)) {
+      out.frames += encode_replication_frame(++sequence, Command{Op::Set, {key}, {*value}, 0, 0});
+      ++out.keys;
+    }
+  }
+  // After the keys: a queue's items are pushed in order, so the standby's queue pops the same.
+  for (const auto& [queue, items] : model.queues()) {
+    for (const auto& item : items) {
+      out.frames +=
+          encode_replication_frame(++sequence, Command{Op::QueuePush, {queue}, {item}, 0, 0});
+      ++out.queue_items;
+    }
+  }
+  return out;
+}
+
 std::optional<ReplicationFrame> ReplicationFrameParser::next() {
   const std::string_view rest(buffer_.data() + offset_, buffer_.size() - offset_);
   if (rest.size() < 8) return std::nullopt;

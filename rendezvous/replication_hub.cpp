@@ -87,16 +87,12 @@ void ReplicationHub::subscribe(StoreSession& session, StoreModel& model) {
   // next publish() (one thread).
   followers_[session.id()] = session.weak_from_this();
   session.send(bytes_reply(std::to_string(epoch_)));
-  std::string frames;
-  for (const auto& key : model.list_keys()) {
-    if (const std::string* value = model.get(key)) {
-      frames += encode_replication_frame(++sequence_, Command{Op::Set, {key}, {*value}, 0, 0});
-    }
-  }
-  session.send(frames);
-  log_line(fmt::format(
-      "replication: follower connection {} subscribed at sequence {} ({} keys in the snapshot)",
-      session.id(), sequence_, model.list_keys().size()));
+  const ReplicationSnapshot snapshot = encode_snapshot(model, sequence_);
+  session.send(snapshot.frames);
+  log_line(
+      fmt::format("replication: follower connection {} subscribed at sequence {} ({} keys and {} "
+                  "queue items in the snapshot)",
+                  session.id(), sequence_, snapshot.keys, snapshot.queue_items));
 }
 
 void ReplicationHub::promote(StoreSession& session, const Command& cmd) {

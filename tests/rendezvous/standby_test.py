@@ -19,6 +19,8 @@
    one is refused by its primary (exit 1, one line), one with it follows; a stranger (raw socket,
    no token) can neither subscribe, nor promote the standby, nor fence the primary; a client that
    proves the token (HMAC-SHA256 challenge-response, as agents do) promotes it.
+7. queues: items pushed before the standby subscribed are in its snapshot (after the keys, each
+   queue head first); the promoted standby pops them, then those pushed later, in order.
 """
 import hashlib
 import hmac
@@ -428,6 +430,49 @@ def test_standby_reads_refused_whatever_was_proven(store_bin):
     print("standby: no reads before promotion, to strangers or to proven clients; fenced: none")
 
 
+def queue_pop(sock, queue):
+    """QUEUE_POP (15): the item, or None when the queue was empty."""
+    sock.sendall(g2_frame(15, queue))
+    (length_before,) = struct.unpack("<q", recv_exact(sock, 8))
+    return recv_value(sock) if length_before > 0 else None
+
+
+def test_queues_in_the_snapshot(store_bin):
+    # Items pushed (and some popped) before the standby subscribes reach it in the snapshot,
+    # after the keys; items pushed later in the stream; the promoted standby pops them in order.
+    primary = Store(store_bin)
+    standby = None
+    try:
+        c = raw_connect(primary.port)
+        for item in (b"a", b"b", b"c"):
+            c.sendall(g2_frame(14, b"/jobs", item))  # QUEUE_PUSH: no reply
+        c.sendall(g2_frame(14, b"/other", b"x") + g2_frame(1, b"/k", b"v"))
+        assert queue_pop(c, b"/jobs") == b"a"
+        standby = Store(store_bin, "--follow", f"127.0.0.1:{primary.port}")
+        c.sendall(g2_frame(14, b"/jobs", b"d") + PING)
+        assert recv_exact(c, 4) == struct.pack("<I", 7)
+        p = raw_connect(standby.port)
+        # The PING's echo came after the primary handed d's frame to the standby's connection, and
+        # promotion drains what the standby's socket holds; a margin for a loaded machine.
+        time.sleep(0.3)
+        p.sendall(g2_frame(2, b"/ddprun.replication/promote", b"", b"2"))
+        assert recv_value(p) == b"2"
+        p.sendall(g2_frame(16, b"/jobs"))  # QUEUE_LEN
+        assert struct.unpack("<q", recv_exact(p, 8))[0] == 3
+        assert [queue_pop(p, b"/jobs") for _ in range(4)] == [b"b", b"c", b"d", None]
+        assert queue_pop(p, b"/other") == b"x"
+        p.sendall(g2_frame(3, b"/k"))
+        assert recv_value(p) == b"v"
+        p.close()
+        c.close()
+    finally:
+        standby_log = standby.stop() if standby else ""
+        primary_log = primary.stop()
+    assert "(1 keys and 3 queue items in the snapshot)" in primary_log, primary_log
+    assert "promoted to primary at epoch 2" in standby_log, standby_log
+    print("queues: items pushed before the standby subscribed reach it, in order, after promotion")
+
+
 def test_follow_nothing(store_bin):
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
@@ -456,6 +501,7 @@ def main():
         print(f"note: {G1_PY} has no torch; torch 1.13 writer skipped")
     test_follow_nothing(store_bin)
     test_standby_reads_refused_whatever_was_proven(store_bin)
+    test_queues_in_the_snapshot(store_bin)
     test_token_protects_replication(store_bin)
     test_standby_role(store_bin)
     test_fencing(store_bin)
