@@ -30,6 +30,25 @@ std::string encode_replication_frame(std::uint64_t sequence, const Command& muta
   return frame;
 }
 
+ReplicationSnapshot encode_snapshot(const StoreModel& model, std::uint64_t& sequence) {
+  ReplicationSnapshot out;
+  for (const auto& key : model.list_keys()) {
+    if (const std::string* value = model.get(key)) {
+      out.frames += encode_replication_frame(++sequence, Command{Op::Set, {key}, {*value}, 0, 0});
+      ++out.keys;
+    }
+  }
+  // After the keys: a queue's items are pushed in order, so the standby's queue pops the same.
+  for (const auto& [queue, items] : model.queues()) {
+    for (const auto& item : items) {
+      out.frames +=
+          encode_replication_frame(++sequence, Command{Op::QueuePush, {queue}, {item}, 0, 0});
+      ++out.queue_items;
+    }
+  }
+  return out;
+}
+
 std::optional<ReplicationFrame> ReplicationFrameParser::next() {
   const std::string_view rest(buffer_.data() + offset_, buffer_.size() - offset_);
   if (rest.size() < 8) return std::nullopt;
@@ -45,6 +64,12 @@ std::optional<ReplicationFrame> ReplicationFrameParser::next() {
     offset_ = 0;
   }
   return frame;
+}
+
+bool standby_admits(const Command& cmd, bool handshake) {
+  if (cmd.op == Op::Validate || cmd.op == Op::Ping) return true;
+  if (cmd.op == Op::CompareSet && cmd.keys.size() == 1 && cmd.keys[0] == kPromoteKey) return true;
+  return handshake;
 }
 
 std::optional<std::int64_t> parse_epoch(std::string_view text) {

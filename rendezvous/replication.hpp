@@ -8,7 +8,8 @@
 // kFollowKey; the reply is the primary's epoch (decimal). From then on the primary sends, on
 // that connection, one frame per mutation in the order it applied them: u64 sequence number
 // (1, 2, ...) followed by the mutation as a G2 request. The first frames are a snapshot of the
-// keys present at subscription time (SETs). A promoted standby sends one SET of kFenceKey = its
+// state at subscription time: a SET per key, then a QUEUE_PUSH per queue item (each queue's
+// items head first). A promoted standby sends one SET of kFenceKey = its
 // epoch back on the same connection before closing it: a primary that reads it steps down.
 
 #include <cstdint>
@@ -17,6 +18,7 @@
 #include <string_view>
 
 #include "rendezvous/codec.hpp"
+#include "rendezvous/store_model.hpp"
 
 namespace ddp::rdzv {
 
@@ -33,6 +35,14 @@ inline constexpr std::string_view kFenceKey = "/ddprun.replication/fence";
 std::optional<Command> replicated_form(const Command& cmd);
 
 std::string encode_replication_frame(std::uint64_t sequence, const Command& mutation);
+
+// The snapshot frames for `model`, numbered from `sequence` + 1; `sequence` ends at the last one.
+struct ReplicationSnapshot {
+  std::string frames;
+  std::size_t keys = 0;
+  std::size_t queue_items = 0;
+};
+ReplicationSnapshot encode_snapshot(const StoreModel& model, std::uint64_t& sequence);
 
 struct ReplicationFrame {
   std::uint64_t sequence = 0;
@@ -54,6 +64,12 @@ class ReplicationFrameParser {
   std::string buffer_;
   std::size_t offset_ = 0;
 };
+
+// What a standby serves before promotion, whatever its client proved: VALIDATE, PING, the
+// promotion (COMPARE_SET of kPromoteKey) and, when `handshake`, a request of the access policy's
+// proof (AccessPolicy::is_handshake). Anything else (reads of its possibly stale state included)
+// is refused before the access policy sees it.
+bool standby_admits(const Command& cmd, bool handshake);
 
 // A PROMOTE proposal is COMPARE_SET(kPromoteKey, "", "<epoch>"): the epoch it carries, or
 // nullopt when the text is not a positive decimal number.

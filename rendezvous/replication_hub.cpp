@@ -21,6 +21,22 @@ std::string bytes_reply(std::string_view text) {
 }
 }  // namespace
 
+bool ReplicationHub::refuse_by_role(StoreSession& session, const Command& cmd, bool handshake) {
+  if (role_ == Role::Primary || (role_ == Role::Standby && standby_admits(cmd, handshake))) {
+    return false;
+  }
+  if (role_ == Role::Fenced) {
+    session.close_for_error(
+        fmt::format("this store was fenced: a standby was promoted to epoch {}", epoch_));
+  } else if (cmd.op == Op::Get && cmd.keys.size() == 1 && cmd.keys[0] == kFollowKey) {
+    session.close_for_error("a standby cannot be followed");
+  } else {
+    session.close_for_error(fmt::format(
+        "this store is a standby of {}; it serves only after promotion", options_.follow));
+  }
+  return true;
+}
+
 bool ReplicationHub::intercept(StoreSession& session, const Command& cmd, StoreModel& model,
                                const CloseAll& close_all) {
   if (role_ == Role::Fenced) {
@@ -71,16 +87,12 @@ void ReplicationHub::subscribe(StoreSession& session, StoreModel& model) {
   // next publish() (one thread).
   followers_[session.id()] = session.weak_from_this();
   session.send(bytes_reply(std::to_string(epoch_)));
-  std::string frames;
-  for (const auto& key : model.list_keys()) {
-    if (const std::string* value = model.get(key)) {
-      frames += encode_replication_frame(++sequence_, Command{Op::Set, {key}, {*value}, 0, 0});
-    }
-  }
-  session.send(frames);
-  log_line(fmt::format(
-      "replication: follower connection {} subscribed at sequence {} ({} keys in the snapshot)",
-      session.id(), sequence_, model.list_keys().size()));
+  const ReplicationSnapshot snapshot = encode_snapshot(model, sequence_);
+  session.send(snapshot.frames);
+  log_line(
+      fmt::format("replication: follower connection {} subscribed at sequence {} ({} keys and {} "
+                  "queue items in the snapshot)",
+                  session.id(), sequence_, snapshot.keys, snapshot.queue_items));
 }
 
 void ReplicationHub::promote(StoreSession& session, const Command& cmd) {

@@ -45,6 +45,10 @@ class ReplicationHub {
   // What the server needs from its owner: close every other connection when fenced.
   using CloseAll = std::function<void(const std::string& reason)>;
 
+  // Checked before any access policy: a standby refuses (closes the connection of) every request
+  // standby_admits() does not let through, a fenced store every request, whatever the client
+  // proved. `handshake`: the access policy's AccessPolicy::is_handshake(cmd). true: refused.
+  bool refuse_by_role(StoreSession& session, const Command& cmd, bool handshake);
   // Requests replication answers itself (subscribe, promote, fence) or refuses by role. true:
   // `cmd` was consumed here (replied to, or its connection closed).
   bool intercept(StoreSession& session, const Command& cmd, StoreModel& model,

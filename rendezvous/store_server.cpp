@@ -191,6 +191,10 @@ struct StoreServer::Core : SessionHost, std::enable_shared_from_this<StoreServer
   void handle(StoreSession& session, Generation gen, Command&& cmd, bool first_request) override {
     ++requests[static_cast<std::size_t>(cmd.op)];
     if (options.trace) log_line(describe_request(session.id(), gen, cmd));
+    // A standby's (or fenced store's) role comes first: what a client proved to the access policy
+    // never makes it answer from its possibly stale state.
+    const bool handshake = options.access_policy && options.access_policy->is_handshake(cmd);
+    if (replication.refuse_by_role(session, cmd, handshake)) return;
     std::optional<Outcome> screened;
     if (options.access_policy && !(gen == Generation::G2 && first_request)) {
       screened = options.access_policy->screen(model, session.id(), cmd, options.limits);

@@ -117,6 +117,11 @@ std::function<void(BlockingSocket&, BlockingSocket::Clock::time_point)> token_pr
   };
 }
 
+bool TokenAccessPolicy::is_handshake(const Command& cmd) const {
+  return cmd.op == Op::Get && cmd.keys.size() == 1 &&
+         (cmd.keys[0] == kAuthChallengeKey || starts_with(cmd.keys[0], kAuthResponsePrefix));
+}
+
 std::optional<Outcome> TokenAccessPolicy::screen(const StoreModel& model, ClientId client,
                                                  const Command& cmd, const StoreLimits& limits) {
   if (cmd.op == Op::Get && cmd.keys.size() == 1) {

@@ -57,6 +57,8 @@ class TokenAccessPolicy final : public AccessPolicy {
   std::optional<Outcome> screen(const StoreModel& model, ClientId client, const Command& cmd,
                                 const StoreLimits& limits) override;
   void forget(ClientId client) override { clients_.erase(client); }
+  // GET of the challenge key or of a response key.
+  bool is_handshake(const Command& cmd) const override;
 
  private:
   struct ClientState {

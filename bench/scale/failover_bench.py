@@ -3,14 +3,20 @@
 
   python3 bench/scale/failover_bench.py --build build [--rounds 5] [--keys 10000]
 
-Each round: a fresh primary and standby (`--follow`); a raw G2 client writes --keys SETs and a
-PING (echo = all applied); a second client is already connected to the standby; the primary is
-SIGKILLed; the second client promotes the standby (COMPARE_SET of the promote key) and GETs the
-last key written. Reported: kill -> promotion answered, and kill -> the GET answered, median and
+Each round: a fresh primary and standby (`--follow`), both given the job's token
+(DDPRUN_RDZV_TOKEN, a fresh random one per run) as in a job: the standby proves it to subscribe,
+and only a connection that proved it may promote (docs/rendezvous.md, "The token"). A raw G2
+client (a worker: no token) writes --keys SETs and a PING (echo = all applied); a second client
+is already connected to the standby and has proved the token (as an agent's connection has); the
+primary is SIGKILLed; the second client promotes the standby (COMPARE_SET of the promote key) and
+GETs the last key written. Reported: kill -> promotion answered, and kill -> the GET answered, median and
 max over the rounds. Detection of the loss (the agents' heartbeat timeout) is not included.
 """
 import argparse
+import hashlib
+import hmac
 import os
+import secrets
 import signal
 import socket
 import statistics
@@ -47,19 +53,42 @@ def connect(port):
     return s
 
 
-def start(binary, *args):
-    p = subprocess.Popen([binary, "--port", "0", *args], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    return p, int(p.stdout.readline())
+def recv_value(s):
+    (n,) = struct.unpack("<Q", recv_exact(s, 8))
+    return recv_exact(s, n)
 
 
-def one_round(binary, keys):
-    primary, pport = start(binary)
-    standby, sport = start(binary, "--follow", f"127.0.0.1:{pport}")
+def prove_token(s, token):
+    """The agents' handshake (rendezvous/token_auth.cpp): GET the challenge, GET the response."""
+    s.sendall(frame(3, b"/ddprun-auth/challenge"))
+    challenge = recv_value(s)
+    mac = hmac.new(token.encode(), b"ddprun store access\n" + challenge, hashlib.sha256).hexdigest()
+    s.sendall(frame(3, b"/ddprun-auth/response/" + mac.encode()))
+    if recv_value(s) != b"ok":
+        raise RuntimeError("the standby refused the token")
+
+
+def start(binary, token, *args):
+    env = dict(os.environ, DDPRUN_RDZV_TOKEN=token)
+    p = subprocess.Popen([binary, "--port", "0", *args], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                         text=True, env=env)
+    line = p.stdout.readline()
+    if not line.strip().isdigit():
+        p.kill()
+        p.wait()
+        raise RuntimeError(f"{binary} {' '.join(args)} did not start (exit {p.returncode})")
+    return p, int(line)
+
+
+def one_round(binary, keys, token):
+    primary, pport = start(binary, token)
+    standby, sport = start(binary, token, "--follow", f"127.0.0.1:{pport}")
     try:
         w = connect(pport)
         w.sendall(b"".join(frame(1, f"/k{i}".encode(), b"v" * 64) for i in range(keys)) + PING)
         recv_exact(w, 4)
         c = connect(sport)
+        prove_token(c, token)
         primary.send_signal(signal.SIGKILL)
         t0 = time.perf_counter()
         c.sendall(frame(2, b"/ddprun.replication/promote", b"", b"2"))
@@ -88,11 +117,13 @@ def main():
     ap.add_argument("--keys", type=int, default=1000)
     args = ap.parse_args()
     binary = os.path.join(args.build, "bin", "ddprun-store")
-    promote, serve = zip(*(one_round(binary, args.keys) for _ in range(args.rounds)))
+    token = secrets.token_hex(16)
+    promote, serve = zip(*(one_round(binary, args.keys, token) for _ in range(args.rounds)))
     lost = sum(1 for x in serve if x is None)
     serve = [x for x in serve if x is not None] or [float("nan")]
     ms = lambda xs: f"median {statistics.median(xs) * 1000:.2f} ms, max {max(xs) * 1000:.2f} ms"
-    print(f"{args.rounds} rounds, {args.keys} keys replicated; load average {os.getloadavg()[0]:.1f}")
+    print(f"{args.rounds} rounds, {args.keys} keys replicated, token on both stores (proved before the "
+          f"kill); load average {os.getloadavg()[0]:.1f}")
     print(f"kill -> promoted:             {ms(promote)}")
     print(f"kill -> serving (GET answered): {ms(serve)}")
     if lost:

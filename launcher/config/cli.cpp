@@ -128,6 +128,11 @@ constexpr OptionSpec kOptions[] = {
      nullptr, "on off auto",
      "Serve the workers through a store proxy on this node (fewer root-store connections and "
      "requests): on, off (default) or auto (on for multi-node jobs)"},
+    {"--store-proxy-max-watched-keys,--store_proxy_max_watched_keys", "N",
+     "DDPRUN_STORE_PROXY_MAX_WATCHED_KEYS", &RawOptions::store_proxy_max_watched_keys, nullptr,
+     nullptr,
+     "With --store-proxy: keys the proxy watches at once on its one watch link (default 65536; "
+     "0: every WAIT on a connection of its own to the root)"},
     {"--python", "PYTHON", nullptr, &RawOptions::python, nullptr, nullptr,
      "Interpreter for .py programs and -m (default $PYTHON_EXEC, else python3)"},
     {"--scheduler", "NAME", nullptr, &RawOptions::scheduler, nullptr,

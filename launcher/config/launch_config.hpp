@@ -6,6 +6,7 @@
 #include <signal.h>
 
 #include <chrono>
+#include <cstddef>
 #include <map>
 #include <optional>
 #include <set>
@@ -85,6 +86,9 @@ struct LaunchConfig {
   /// --store-proxy, resolved (auto = multi-node): the workers reach the job's store through a
   /// proxy on their own node (rendezvous/proxy), only while the agents host the store.
   bool store_proxy = false;
+  /// --store-proxy-max-watched-keys: keys watched at once on the proxy's watch link (0: none,
+  /// every WAIT on a WAIT link of its own; rendezvous/proxy/store_proxy.hpp).
+  std::size_t store_proxy_max_watched_keys = 65536;
 
   /// True when OMP_NUM_THREADS must be set to 1 for the workers (unset and nproc > 1).
   bool default_omp_threads = false;

@@ -58,11 +58,12 @@ struct RawOptions {
   std::string color = "auto";  // auto, always or never
   bool dry_run = false;
   bool bind_gpu = false;
-  std::string python;               // empty: $PYTHON_EXEC, else python3 on PATH
-  std::string store_proxy = "off";  // on, off or auto (on for multi-node jobs)
-  std::string scheduler = "auto";   // auto, none or one detector (slurm, openmpi, ...)
-  bool print_env_detect = false;    // print the scheduler detection report and exit
-  bool store_only = false;          // serve only the store at master_addr:master_port
+  std::string python;                        // empty: $PYTHON_EXEC, else python3 on PATH
+  std::string store_proxy = "off";           // on, off or auto (on for multi-node jobs)
+  std::string store_proxy_max_watched_keys;  // empty: the proxy's default (65536)
+  std::string scheduler = "auto";            // auto, none or one detector (slurm, openmpi, ...)
+  bool print_env_detect = false;             // print the scheduler detection report and exit
+  bool store_only = false;                   // serve only the store at master_addr:master_port
   std::string follow;               // --store-only: HOST:PORT of the primary (a standby store)
   health::RawHealthOptions health;  // --hang-timeout, --status-port, ... (docs/health.md)
 

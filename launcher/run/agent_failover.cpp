@@ -77,8 +77,9 @@ void Agent::on_failed_over(const NodeLoss& loss, const JobRendezvous::FailoverRe
   if (proxy_) {
     proxy_.reset();
     try {
-      proxy_ = std::make_unique<NodeStoreProxy>(promoted.host,
-                                                static_cast<std::uint16_t>(promoted.port));
+      proxy_ =
+          std::make_unique<NodeStoreProxy>(promoted.host, static_cast<std::uint16_t>(promoted.port),
+                                           setup_.config.store_proxy_max_watched_keys);
     } catch (const std::runtime_error& e) {
       proxy_note = fmt::format(" (--store-proxy: {}; workers connect directly)", e.what());
     }

@@ -42,7 +42,8 @@ Result<Ok> Agent::open_store() {
   if (setup_.config.store_proxy && setup_.config.use_agent_store && setup_.master_port != 0) {
     try {
       proxy_ = std::make_unique<NodeStoreProxy>(plan.connect_host,
-                                                static_cast<std::uint16_t>(setup_.master_port));
+                                                static_cast<std::uint16_t>(setup_.master_port),
+                                                setup_.config.store_proxy_max_watched_keys);
     } catch (const std::runtime_error& e) {
       return Error{multinode_exit_codes::kRendezvous, fmt::format("--store-proxy: {}", e.what())};
     }

@@ -8,19 +8,22 @@
 namespace ddp::launcher {
 
 namespace {
-rdzv::proxy::StoreProxyOptions proxy_options(const std::string& root_host,
-                                             std::uint16_t root_port) {
+rdzv::proxy::StoreProxyOptions proxy_options(const std::string& root_host, std::uint16_t root_port,
+                                             std::size_t max_watched_keys) {
   rdzv::proxy::StoreProxyOptions o;
   o.bind_address = "127.0.0.1";
   o.port = 0;
   o.upstream_host = root_host;
   o.upstream_port = root_port;
+  o.max_watched_keys = max_watched_keys;
   return o;
 }
 }  // namespace
 
-NodeStoreProxy::NodeStoreProxy(const std::string& root_host, std::uint16_t root_port)
-    : proxy_(std::make_unique<rdzv::proxy::StoreProxy>(io_, proxy_options(root_host, root_port))),
+NodeStoreProxy::NodeStoreProxy(const std::string& root_host, std::uint16_t root_port,
+                               std::size_t max_watched_keys)
+    : proxy_(std::make_unique<rdzv::proxy::StoreProxy>(
+          io_, proxy_options(root_host, root_port, max_watched_keys))),
       port_(proxy_->port()) {
   proxy_->start();
   // Signals stay with the supervision loop's signal_sets.

@@ -5,6 +5,7 @@
 /// store traffic. Listens on 127.0.0.1; the workers get that address as MASTER_ADDR:MASTER_PORT.
 
 #include <boost/asio/io_context.hpp>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -17,7 +18,9 @@ namespace ddp::launcher {
 class NodeStoreProxy {
  public:
   /// Listens at once (port() is valid); throws std::runtime_error when it cannot.
-  NodeStoreProxy(const std::string& root_host, std::uint16_t root_port);
+  /// max_watched_keys: StoreProxyOptions::max_watched_keys (--store-proxy-max-watched-keys).
+  NodeStoreProxy(const std::string& root_host, std::uint16_t root_port,
+                 std::size_t max_watched_keys);
   /// Closes every connection and joins the thread.
   ~NodeStoreProxy();
   NodeStoreProxy(const NodeStoreProxy&) = delete;

@@ -4,6 +4,7 @@
 
 #include <stdexcept>
 
+#include "rendezvous/command_handler.hpp"
 #include "rendezvous/replication.hpp"
 
 using namespace ddp::rdzv;
@@ -58,4 +59,59 @@ TEST_CASE("replication: epochs are positive decimals") {
   CHECK_FALSE(parse_epoch("0").has_value());
   CHECK_FALSE(parse_epoch("-1").has_value());
   CHECK_FALSE(parse_epoch("2x").has_value());
+}
+
+TEST_CASE("replication: a standby admits VALIDATE, PING, the promotion and a policy's proof only") {
+  CHECK(standby_admits(Command{Op::Validate, {}, {}, 0, 0x3C85F7CE}, false));
+  CHECK(standby_admits(Command{Op::Ping, {}, {}, 0, 7}, false));
+  CHECK(
+      standby_admits(Command{Op::CompareSet, {std::string(kPromoteKey)}, {"", "2"}, 0, 0}, false));
+  CHECK(standby_admits(Command{Op::Get, {"/ddprun-auth/challenge"}, {}, 0, 0}, true));
+  // Reads of its possibly stale state, whatever the client proved.
+  for (Op op : {Op::ListKeys, Op::GetNumKeys}) {
+    CHECK_FALSE(standby_admits(Command{op, {}, {}, 0, 0}, false));
+  }
+  CHECK_FALSE(standby_admits(Command{Op::Get, {"/k"}, {}, 0, 0}, false));
+  CHECK_FALSE(standby_admits(Command{Op::Check, {"/k"}, {}, 0, 0}, false));
+  CHECK_FALSE(standby_admits(Command{Op::QueueLen, {"/q"}, {}, 0, 0}, false));
+  CHECK_FALSE(standby_admits(Command{Op::Set, {"/k"}, {"v"}, 0, 0}, false));
+  CHECK_FALSE(standby_admits(
+      Command{Op::CompareSet, {"/ddprun.replication/other"}, {"", "2"}, 0, 0}, false));
+  CHECK_FALSE(standby_admits(Command{Op::Get, {std::string(kFollowKey)}, {}, 0, 0}, false));
+}
+
+TEST_CASE("replication: the snapshot is every key, then every queue's items head first") {
+  StoreModel primary;
+  Effects fx;
+  primary.queue_push("/q", "a", fx);
+  primary.queue_push("/q", "b", fx);
+  primary.queue_push("/q", "c", fx);
+  std::int64_t length_before = 0;
+  CHECK(primary.queue_pop("/q", length_before) == "a");  // popped before the snapshot: not in it
+  primary.queue_push("/other", "x", fx);
+  primary.append("/k", "v", fx);
+  std::uint64_t sequence = 41;
+  const ReplicationSnapshot snapshot = encode_snapshot(primary, sequence);
+  CHECK(snapshot.keys == 1);
+  CHECK(snapshot.queue_items == 3);
+  CHECK(sequence == 45);
+  // Applied in order to an empty standby model, as StoreFollower does.
+  StoreModel standby;
+  ReplicationFrameParser parser{StoreLimits{}};
+  parser.append(snapshot.frames);
+  std::uint64_t expected = 42;
+  while (auto frame = parser.next()) {
+    CHECK(frame->sequence == expected++);
+    const Outcome out =
+        handle_command(standby, 1, Generation::G2, std::move(frame->mutation), false);
+    CHECK_FALSE(out.close_reason.has_value());
+  }
+  CHECK(expected == 46);
+  REQUIRE(standby.get("/k") != nullptr);
+  CHECK(*standby.get("/k") == "v");
+  CHECK(standby.queue_len("/q") == 2);
+  CHECK(standby.queue_pop("/q", length_before) == "b");
+  CHECK(standby.queue_pop("/q", length_before) == "c");
+  CHECK(standby.queue_pop("/other", length_before) == "x");
+  CHECK(standby.key_count() == 1);  // the queues are gone once popped
 }

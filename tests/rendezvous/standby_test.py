@@ -8,6 +8,8 @@
    (kill -> promoted standby served a GET); not asserted.
 2. standby role: before promotion it answers PING but refuses anything else (closes), cannot be
    followed, and a second promotion does not change the epoch.
+   With the token it answers no read either (LIST_KEYS, GET_NUM_KEYS, GET, CHECK), to a stranger
+   or to a client that proved the token; a fenced primary neither.
 3. fencing: a primary that was paused (SIGSTOP) while its standby was promoted refuses every
    request once it runs again.
 4. bound: a follower that never reads is dropped at --max-follower-lag-bytes with a log line; the
@@ -17,6 +19,8 @@
    one is refused by its primary (exit 1, one line), one with it follows; a stranger (raw socket,
    no token) can neither subscribe, nor promote the standby, nor fence the primary; a client that
    proves the token (HMAC-SHA256 challenge-response, as agents do) promotes it.
+7. queues: items pushed before the standby subscribed are in its snapshot (after the keys, each
+   queue head first); the promoted standby pops them, then those pushed later, in order.
 """
 import hashlib
 import hmac
@@ -370,6 +374,105 @@ def test_token_protects_replication(store_bin):
           "subscribe, promote or fence; the token's holder promotes")
 
 
+def answered_or_closed(sock, request):
+    """Sends `request`; the reply's first bytes, or None when the peer closed the connection."""
+    sock.sendall(request)
+    try:
+        data = sock.recv(64)
+    except ConnectionResetError:
+        return None
+    return data or None
+
+
+GET_NUM_KEYS, LIST_KEYS = bytes([7]), bytes([17])
+
+
+def test_standby_reads_refused_whatever_was_proven(store_bin):
+    # Before promotion a standby started with the token answers only VALIDATE, PING, the token's
+    # proof and the promotion: no read of its possibly stale state, to a stranger (whose
+    # LIST_KEYS / GET_NUM_KEYS the token policy would answer itself) or to a proven client. A
+    # fenced primary refuses them too.
+    env = dict(os.environ, DDPRUN_RDZV_TOKEN=TOKEN)
+    primary = Store(store_bin, env=env)
+    standby = None
+    try:
+        c = raw_connect(primary.port)
+        c.sendall(g2_frame(1, b"/stale", b"1") + PING)
+        assert recv_exact(c, 4) == struct.pack("<I", 7)
+        standby = Store(store_bin, "--follow", f"127.0.0.1:{primary.port}", env=env)
+        for proven in (False, True):
+            for name, request in (("GET_NUM_KEYS", GET_NUM_KEYS), ("LIST_KEYS", LIST_KEYS),
+                                  ("GET", g2_frame(3, b"/stale")), ("CHECK", struct.pack("<BQ", 5, 1) +
+                                                                     struct.pack("<Q", 6) + b"/stale")):
+                s = raw_connect(standby.port)
+                if proven:
+                    prove_token(s, TOKEN)
+                got = answered_or_closed(s, request)
+                assert got is None, f"the standby answered {name} ({got!r}) to a {'proven' if proven else 'stranger'}'s connection"
+                s.close()
+        # The proof and the promotion still work; then it serves.
+        p = raw_connect(standby.port)
+        prove_token(p, TOKEN)
+        p.sendall(g2_frame(2, b"/ddprun.replication/promote", b"", b"2"))
+        assert recv_value(p) == b"2"
+        assert answered_or_closed(p, GET_NUM_KEYS) == struct.pack("<q", 1), "the promoted standby serves"
+        assert closed_by_peer(c), "the old primary is fenced"
+        # A G1 connection (no VALIDATE, which a fenced store refuses) asks for GETNUMKEYS (6).
+        s = socket.create_connection(("127.0.0.1", primary.port), timeout=10)
+        got = answered_or_closed(s, bytes([6]))
+        assert got is None, f"a fenced primary answered GETNUMKEYS ({got!r})"
+        s.close()
+        p.close()
+    finally:
+        standby_log = standby.stop() if standby else ""
+        primary.stop()
+    assert "it serves only after promotion" in standby_log, standby_log
+    print("standby: no reads before promotion, to strangers or to proven clients; fenced: none")
+
+
+def queue_pop(sock, queue):
+    """QUEUE_POP (15): the item, or None when the queue was empty."""
+    sock.sendall(g2_frame(15, queue))
+    (length_before,) = struct.unpack("<q", recv_exact(sock, 8))
+    return recv_value(sock) if length_before > 0 else None
+
+
+def test_queues_in_the_snapshot(store_bin):
+    # Items pushed (and some popped) before the standby subscribes reach it in the snapshot,
+    # after the keys; items pushed later in the stream; the promoted standby pops them in order.
+    primary = Store(store_bin)
+    standby = None
+    try:
+        c = raw_connect(primary.port)
+        for item in (b"a", b"b", b"c"):
+            c.sendall(g2_frame(14, b"/jobs", item))  # QUEUE_PUSH: no reply
+        c.sendall(g2_frame(14, b"/other", b"x") + g2_frame(1, b"/k", b"v"))
+        assert queue_pop(c, b"/jobs") == b"a"
+        standby = Store(store_bin, "--follow", f"127.0.0.1:{primary.port}")
+        c.sendall(g2_frame(14, b"/jobs", b"d") + PING)
+        assert recv_exact(c, 4) == struct.pack("<I", 7)
+        p = raw_connect(standby.port)
+        # The PING's echo came after the primary handed d's frame to the standby's connection, and
+        # promotion drains what the standby's socket holds; a margin for a loaded machine.
+        time.sleep(0.3)
+        p.sendall(g2_frame(2, b"/ddprun.replication/promote", b"", b"2"))
+        assert recv_value(p) == b"2"
+        p.sendall(g2_frame(16, b"/jobs"))  # QUEUE_LEN
+        assert struct.unpack("<q", recv_exact(p, 8))[0] == 3
+        assert [queue_pop(p, b"/jobs") for _ in range(4)] == [b"b", b"c", b"d", None]
+        assert queue_pop(p, b"/other") == b"x"
+        p.sendall(g2_frame(3, b"/k"))
+        assert recv_value(p) == b"v"
+        p.close()
+        c.close()
+    finally:
+        standby_log = standby.stop() if standby else ""
+        primary_log = primary.stop()
+    assert "(1 keys and 3 queue items in the snapshot)" in primary_log, primary_log
+    assert "promoted to primary at epoch 2" in standby_log, standby_log
+    print("queues: items pushed before the standby subscribed reach it, in order, after promotion")
+
+
 def test_follow_nothing(store_bin):
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
@@ -384,6 +487,10 @@ def test_follow_nothing(store_bin):
 
 def main():
     store_bin = sys.argv[1]
+    if len(sys.argv) > 2:  # named cases only (debugging), e.g. test_standby_role
+        for name in sys.argv[2:]:
+            globals()[name](store_bin)
+        return
     if not has_torch(G2_PY):
         print(f"skipped: {G2_PY} has no torch")
         sys.exit(77)
@@ -393,6 +500,8 @@ def main():
     else:
         print(f"note: {G1_PY} has no torch; torch 1.13 writer skipped")
     test_follow_nothing(store_bin)
+    test_standby_reads_refused_whatever_was_proven(store_bin)
+    test_queues_in_the_snapshot(store_bin)
     test_token_protects_replication(store_bin)
     test_standby_role(store_bin)
     test_fencing(store_bin)

@@ -155,3 +155,14 @@ TEST_CASE("access policy: the replication keys (follow, promote, fence) need the
   CHECK_FALSE(
       screen(standby, Command{Op::CompareSet, {std::string(kPromoteKey)}, {"", "2"}, 0, 0}));
 }
+
+TEST_CASE(
+    "access policy: the handshake's own requests are named as such (a standby lets them in)") {
+  TokenAccessPolicy policy("t0ken");
+  CHECK(policy.is_handshake(Command{Op::Get, {std::string(kAuthChallengeKey)}, {}, 0, 0}));
+  CHECK(policy.is_handshake(
+      Command{Op::Get, {std::string(kAuthResponsePrefix) + "abcdef"}, {}, 0, 0}));
+  CHECK_FALSE(policy.is_handshake(Command{Op::Get, {"/ddprun/k"}, {}, 0, 0}));
+  CHECK_FALSE(policy.is_handshake(Command{Op::Set, {std::string(kAuthChallengeKey)}, {"x"}, 0, 0}));
+  CHECK_FALSE(policy.is_handshake(Command{Op::ListKeys, {}, {}, 0, 0}));
+}

@@ -222,3 +222,31 @@ TEST_CASE("--exclude-hosts: a comma-separated list of node names") {
   CHECK(r->config.exclude_hosts == std::vector<std::string>{"a", "b.example"});
   check_error({"--exclude_hosts", "a,,b", "train"}, 2, "--exclude-hosts: an empty host name");
 }
+
+TEST_CASE("--store-proxy-max-watched-keys: a whole number >= 0, also from its DDPRUN_ variable") {
+  auto dflt = configure({"--store-proxy", "on", "train"});
+  REQUIRE(dflt.ok());
+  CHECK(dflt->config.store_proxy_max_watched_keys == 65536);  // the proxy's own default
+  for (const char* flag : {"--store-proxy-max-watched-keys", "--store_proxy_max_watched_keys"}) {
+    auto none = configure({"--store-proxy", "on", flag, "0", "train"});
+    REQUIRE_MESSAGE(none.ok(), flag);
+    CHECK(none->config.store_proxy_max_watched_keys == 0);
+  }
+  auto some = configure({"--store-proxy-max-watched-keys=128", "train"});
+  REQUIRE(some.ok());
+  CHECK(some->config.store_proxy_max_watched_keys == 128);
+  {
+    ScopedEnv env("DDPRUN_STORE_PROXY_MAX_WATCHED_KEYS", "7");
+    auto from_env = configure({"train"});
+    REQUIRE(from_env.ok());
+    CHECK(from_env->config.store_proxy_max_watched_keys == 7);
+    auto flag_wins = configure({"--store-proxy-max-watched-keys", "9", "train"});
+    REQUIRE(flag_wins.ok());
+    CHECK(flag_wins->config.store_proxy_max_watched_keys == 9);
+  }
+  check_error({"--store-proxy-max-watched-keys", "-1", "train"}, 2,
+              "--store-proxy-max-watched-keys: -1 is out of range");
+  check_error({"--store-proxy-max-watched-keys", "lots", "train"}, 2,
+              "--store-proxy-max-watched-keys: 'lots' is not a whole number");
+  check_error({"--store-proxy-max-watched-keys", "1.5", "train"}, 2, "not a whole number");
+}
