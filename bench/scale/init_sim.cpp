@@ -16,7 +16,9 @@
 //            [--gloo-peers 2] [--source-ips 16] [--connect-window 1024] [--timeout 120] [--tag RUN]
 //            [--hosts A[,A...]]   (one IPv4 address per --ports entry; default 127.0.0.1)
 // Output: one JSON object: wall-clock start/end (CLOCK_REALTIME, so shards in several processes
-// can be combined), init seconds, requests and connections this process made.
+// can be combined), init seconds, requests and connections this process made, and when each
+// rank finished each phase (connect, handshake, barrier, id, done): percentiles in seconds since
+// start ("phases") and 10 ms histograms ("hist": [bucket, count] pairs, for combining shards).
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -26,6 +28,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <ctime>
@@ -140,6 +143,9 @@ struct Rank {
   bool want_write = false;
 };
 
+enum Phase : std::uint8_t { kConnect, kHandshake, kBarrier, kId, kDone, kPhases };
+constexpr const char* kPhaseNames[kPhases] = {"connect", "handshake", "barrier", "id", "done"};
+
 constexpr std::size_t kIdBytes = 128;   // ncclUniqueId
 constexpr std::size_t kAddrBytes = 64;  // a Gloo pair address
 
@@ -147,6 +153,7 @@ class Sim {
  public:
   explicit Sim(const Args& a) : a_(a), ep_(::epoll_create1(EPOLL_CLOEXEC)) {
     ranks_.resize(static_cast<std::size_t>(a.rank_end - a.rank_begin));
+    for (auto& t : phase_ms_) t.reserve(ranks_.size());
     barrier_key_ = "/store_based_barrier_key:" + a.tag;
     release_key_ = barrier_key_ + ":last_worker";
     id_key_ = "/" + a.tag + "/nccl_unique_id";
@@ -158,6 +165,7 @@ class Sim {
   }
 
   void run() {
+    start_ = Clock::now();
     const auto deadline = Clock::now() + std::chrono::duration<double>(a_.timeout);
     std::size_t started = 0;
     auto start_more = [&] {
@@ -182,6 +190,7 @@ class Sim {
           if (r.step == Step::Connecting) {
             --in_flight_connects_;
             ++connections_;
+            mark(kConnect);
             set_events(r, false);
             handshake(r);
           } else {
@@ -195,6 +204,33 @@ class Sim {
   }
 
   std::uint64_t requests() const { return requests_; }
+
+  // ,"phases":{...},"hist":{...} for the JSON line.
+  std::string phases_json() {
+    std::string q = ",\"phases\":{", h = ",\"hist\":{";
+    for (int p = 0; p < kPhases; ++p) {
+      auto& t = phase_ms_[p];
+      std::sort(t.begin(), t.end());
+      const auto at = [&](double f) {
+        return t.empty() ? 0.0 : t[std::min(t.size() - 1, static_cast<std::size_t>(f * t.size()))] / 1e3;
+      };
+      q += fmt::format("{}\"{}\":[{:.3f},{:.3f},{:.3f},{:.3f}]", p ? "," : "", kPhaseNames[p],
+                       at(0.5), at(0.9), at(0.99), at(1.0));
+      h += fmt::format("{}\"{}\":[", p ? "," : "", kPhaseNames[p]);
+      std::size_t i = 0;
+      bool first = true;
+      while (i < t.size()) {
+        const std::uint32_t b = t[i] / 10;
+        std::size_t j = i;
+        while (j < t.size() && t[j] / 10 == b) ++j;
+        h += fmt::format("{}[{},{}]", first ? "" : ",", b, j - i);
+        first = false;
+        i = j;
+      }
+      h += "]";
+    }
+    return q + "}" + h + "}";
+  }
   std::uint64_t connections() const { return connections_; }
 
  private:
@@ -318,11 +354,18 @@ class Sim {
   void finish(Rank& r) {
     r.step = Step::Done;
     ++done_;
+    mark(kDone);
+  }
+
+  void mark(Phase p) {
+    phase_ms_[p].push_back(static_cast<std::uint32_t>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start_).count()));
   }
 
   void advance(Rank& r, const std::string& reply) {
     switch (r.step) {
       case Step::Handshake:
+        mark(kHandshake);
         send(r, Step::BarrierAdd, req(Op::Add, {barrier_key_}, {}, 1), 8);
         break;
       case Step::BarrierAdd: {
@@ -332,6 +375,8 @@ class Sim {
         break;
       }
       case Step::BarrierWait:
+        mark(kBarrier);
+        if (r.rank == 0) mark(kId);
         if (r.rank == 0) {
           r.out.append(req(Op::Set, {id_key_}, {std::string(kIdBytes, 'i')}));
           start_gloo(r);
@@ -343,6 +388,7 @@ class Sim {
         send(r, Step::IdGet, req(Op::Get, {id_key_}), 8 + kIdBytes);
         break;
       case Step::IdGet:
+        mark(kId);
         start_gloo(r);
         break;
       case Step::PeerWait:
@@ -369,6 +415,8 @@ class Sim {
   std::size_t done_ = 0;
   std::uint64_t requests_ = 0;
   std::uint64_t connections_ = 0;
+  Clock::time_point start_;
+  std::vector<std::uint32_t> phase_ms_[kPhases];
 };
 
 double wall_now() {
@@ -394,9 +442,9 @@ int main(int argc, char** argv) {
     fmt::print(
         "{{\"ranks\":{},\"world\":{},\"start\":{:.6f},\"end\":{:.6f},\"init_s\":{:.3f},"
         "\"requests\":{},"
-        "\"connections\":{},\"gloo_peers\":{}}}\n",
+        "\"connections\":{},\"gloo_peers\":{}{}}}\n",
         a.rank_end - a.rank_begin, a.world, start, end, end - start, sim.requests(),
-        sim.connections(), a.gloo_peers);
+        sim.connections(), a.gloo_peers, sim.phases_json());
     return 0;
   } catch (const std::exception& e) {
     fmt::print("{{\"error\":\"{}\"}}\n", e.what());

@@ -76,18 +76,62 @@ def stop_server(proc):
         proc.wait()
 
 
-def cpu_seconds(pid):
+def cpu_times(pid):
+    """(user, sys) CPU seconds of a live process, from /proc."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        tck = os.sysconf("SC_CLK_TCK")
+        return int(fields[11]) / tck, int(fields[12]) / tck
     except OSError:
-        return 0.0
+        return 0.0, 0.0
+
+
+def cpu_seconds(pid):
+    return sum(cpu_times(pid))
+
+
+def cpu_delta(pids, before):
+    """Summed (user, sys) of live processes since `before` (a list of (user, sys) per pid)."""
+    now = [cpu_times(p) for p in pids]
+    return (round(sum(n[0] - b[0] for n, b in zip(now, before)), 2),
+            round(sum(n[1] - b[1] for n, b in zip(now, before)), 2))
+
+
+PHASES = ("connect", "handshake", "barrier", "id", "done")
+
+
+def merge_phases(results):
+    """Combines the shards' per-phase histograms (10 ms buckets from each shard's start) into
+    percentiles of seconds since the earliest shard's start."""
+    t0 = min(r["start"] for r in results)
+    out = {}
+    for ph in PHASES:
+        counts = {}
+        for r in results:
+            shift = round((r["start"] - t0) * 100)
+            for b, c in r.get("hist", {}).get(ph, []):
+                counts[b + shift] = counts.get(b + shift, 0) + c
+        total = sum(counts.values())
+        if not total:
+            continue
+        qs, acc, it = {}, 0, iter(sorted(counts.items()))
+        for q in (50, 90, 99, 100):
+            while acc < total * q / 100:
+                b, c = next(it)
+                acc += c
+                last = b
+            qs[f"p{q}"] = round((last + 1) / 100, 2)
+        out[ph] = qs
+    return out
 
 
 def run_sim(build, ports, world, shard_size, args, tag, hosts=()):
     """Runs init_sim in ceil(world / shard_size) processes (each holds one descriptor per rank it
-    plays) and combines their wall-clock spans."""
+    plays; --sim-shards asks for more) and combines their wall-clock spans, CPU times (user, sys,
+    from wait4) and per-phase completion times."""
+    shards = max(-(-world // shard_size), args.sim_shards)
+    shard_size = -(-world // shards)
     procs = []
     for begin in range(0, world, shard_size):
         end = min(world, begin + shard_size)
@@ -98,8 +142,13 @@ def run_sim(build, ports, world, shard_size, args, tag, hosts=()):
             cmd += ["--hosts", ",".join(hosts)]
         procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True))
     results = []
+    user = system = 0.0
     for p in procs:
-        out, _ = p.communicate()
+        out = p.stdout.read()
+        _, status, ru = os.wait4(p.pid, 0)
+        p.returncode = os.waitstatus_to_exitcode(status)
+        user += ru.ru_utime
+        system += ru.ru_stime
         results.append(json.loads(out.strip().splitlines()[-1]))
     errors = [r["error"] for r in results if "error" in r]
     if errors:
@@ -108,6 +157,9 @@ def run_sim(build, ports, world, shard_size, args, tag, hosts=()):
         "init_s": max(r["end"] for r in results) - min(r["start"] for r in results),
         "requests": sum(r["requests"] for r in results),
         "connections": sum(r["connections"] for r in results),
+        "sim_procs": len(procs),
+        "sim_cpu_s": [round(user, 2), round(system, 2)],
+        "phases_s": merge_phases(results),
     }
 
 
@@ -125,9 +177,13 @@ def run_with_proxies(args, n, shard_size):
         watch_args = [] if args.proxy_max_watched_keys is None else [
             "--max-watched-keys", str(args.proxy_max_watched_keys)]
         if args.proxy_farm:
-            # Many proxies per process; each holds up to ~24 descriptors (listener, 8 workers,
-            # the main link and one wait link per distinct key list waited on at once).
-            per_farm = max(1, (shard_size - 64) // 24)
+            # Many proxies per process. With the watch link each holds 12 descriptors at most
+            # (listener, 8 workers, the main and watch links, one spare WAIT/BARRIER link); with
+            # WAIT links (--proxy-max-watched-keys 0) up to ~24 (one per distinct key list waited
+            # on at once). --farms asks for more processes than the descriptor limit needs.
+            fds = 24 if args.proxy_max_watched_keys == 0 else 12
+            per_farm = max(1, (shard_size - 64) // fds)
+            per_farm = min(per_farm, -(-count // max(1, args.farms)))
             # Each farm listens on its own 127.0.2.x address, so that the proxies' listening
             # ports do not come out of the ephemeral range their root links use on 127.0.0.1.
             farm_hosts = []
@@ -151,11 +207,18 @@ def run_with_proxies(args, n, shard_size):
                                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True))
             ports = [int(p.stdout.readline()) for p in proxies]
             hosts = []
-        cpu0 = cpu_seconds(root.pid)
+        cpu0 = cpu_times(root.pid)
+        farm0 = [cpu_times(p.pid) for p in proxies]
         with open(trace_path) as f:
             before = sum(1 for line in f if "trace conn=" in line)
+        load0 = os.getloadavg()[0]
         r = run_sim(args.build, ports, n, shard_size, args, f"proxy{n}-{time.time_ns()}", hosts)
-        r["root_cpu_s"] = round(cpu_seconds(root.pid) - cpu0, 2)
+        root_user, root_sys = cpu_delta([root.pid], [cpu0])
+        r["root_cpu_s"] = round(root_user + root_sys, 2)
+        r["root_user_sys_s"] = [root_user, root_sys]
+        r["farm_procs"] = len(proxies)
+        r["farm_cpu_s"] = list(cpu_delta([p.pid for p in proxies], farm0))
+        r["load"] = [round(load0, 1), round(os.getloadavg()[0], 1)]
         conns = set()
         requests = 0
         with open(trace_path) as f:
@@ -194,6 +257,10 @@ def main():
                     help="largest N run with proxies (N/8 proxy processes)")
     ap.add_argument("--proxy-max-watched-keys", type=int, default=None,
                     help="the proxies' --max-watched-keys (default: theirs; 0: WAIT links, no watch link)")
+    ap.add_argument("--sim-shards", type=int, default=1,
+                    help="init_sim processes at least (more if the descriptor limit needs more)")
+    ap.add_argument("--farms", type=int, default=1,
+                    help="proxy_farm processes at least (more if the descriptor limit needs more)")
     ap.add_argument("--json", action="store_true", help="print one JSON object per row instead of the table")
     args = ap.parse_args()
 
@@ -217,10 +284,14 @@ def main():
             else:
                 proc, port = start_server(kind, args.build)
                 try:
-                    cpu0 = cpu_seconds(proc.pid)
+                    cpu0 = cpu_times(proc.pid)
+                    load0 = os.getloadavg()[0]
                     r = run_sim(args.build, [port], n, max_per_process, args, f"{kind}{n}-{time.time_ns()}")
                     row.update(r)
-                    row["root_cpu_s"] = round(cpu_seconds(proc.pid) - cpu0, 2)
+                    root_user, root_sys = cpu_delta([proc.pid], [cpu0])
+                    row["root_cpu_s"] = round(root_user + root_sys, 2)
+                    row["root_user_sys_s"] = [root_user, root_sys]
+                    row["load"] = [round(load0, 1), round(os.getloadavg()[0], 1)]
                     row["root_connections"] = r.get("connections")
                     row["root_requests"] = r.get("requests")
                 finally:
@@ -237,6 +308,13 @@ def main():
         if "init_s" in r:
             print(f"{r['contender']:<9} {r['N']:>7} {r['init_s']:>8.2f} {r['root_connections']:>10} "
                   f"{r['root_requests']:>10} {r['root_cpu_s']:>10}")
+            cpu = f"sim {r['sim_cpu_s'][0]}+{r['sim_cpu_s'][1]} ({r['sim_procs']} procs)"
+            if "farm_cpu_s" in r:
+                cpu += f", farms {r['farm_cpu_s'][0]}+{r['farm_cpu_s'][1]} ({r['farm_procs']} procs)"
+            cpu += f", root {r['root_user_sys_s'][0]}+{r['root_user_sys_s'][1]}"
+            print(f"{'':<9} CPU s user+sys: {cpu}; load {r['load'][0]}->{r['load'][1]}")
+            print(f"{'':<9} done by (s, p50/p99/max): " + ", ".join(
+                f"{ph} {q['p50']}/{q['p99']}/{q['p100']}" for ph, q in r["phases_s"].items()))
         else:
             print(f"{r['contender']:<9} {r['N']:>7} {'-':>8} {'-':>10} {'-':>10} {'-':>10}  {r.get('note', r.get('error'))}")
 
