@@ -165,15 +165,20 @@ def run_sim(build, ports, world, shard_size, args, tag, hosts=()):
 
 def run_with_proxies(args, n, shard_size):
     trace_path = f"/tmp/ddprun-scale-root-{os.getpid()}.log"
-    with open(trace_path, "w") as trace:
-        root = subprocess.Popen([os.path.join(args.build, "bin", "ddprun-store"), "--port", "0", "--trace"],
-                                stdout=subprocess.PIPE, stderr=trace, text=True)
+    # --trace makes the root write a log line per request (2 syscalls each: ~10% of the root's
+    # CPU at 64k); without it root requests and connections are the farms' upstream counters.
+    trace = args.root_counts == "trace" or not args.proxy_farm
+    with open(trace_path, "w") as trace_file:
+        root = subprocess.Popen([os.path.join(args.build, "bin", "ddprun-store"), "--port", "0"]
+                                + (["--trace"] if trace else []),
+                                stdout=subprocess.PIPE, stderr=trace_file, text=True)
     proxies = []
+    farm_logs = []
     try:
         root_port = int(root.stdout.readline())
         count = (n + 7) // 8
-        # The farms' own log lines (a proxy closing its workers says why): on stderr.
-        farm_log = None
+        # The farms' own log lines (a proxy closing its workers says why) and their counters at
+        # exit: in a file per farm, passed on to our stderr at the end.
         watch_args = [] if args.proxy_max_watched_keys is None else [
             "--max-watched-keys", str(args.proxy_max_watched_keys)]
         if args.proxy_farm:
@@ -186,13 +191,21 @@ def run_with_proxies(args, n, shard_size):
             per_farm = min(per_farm, -(-count // max(1, args.farms)))
             # Each farm listens on its own 127.0.2.x address, so that the proxies' listening
             # ports do not come out of the ephemeral range their root links use on 127.0.0.1.
+            # Their ports are fixed (--farm-base-port, below the ephemeral range), so that the
+            # listeners do not take ephemeral ports that the root links from 127.0.0.1 need (a
+            # port bound by any listener is skipped by connect()).
             farm_hosts = []
             for k, begin in enumerate(range(0, count, per_farm)):
                 farm_hosts.append(f"127.0.2.{k + 1}")
+                farm_logs.append(open(f"/tmp/ddprun-scale-farm-{os.getpid()}-{k}.log", "w+"))
+                extra = ["--base-port", str(args.farm_base_port)] if args.farm_base_port else []
+                if args.farm_prefault:
+                    extra += ["--prefault-mib", str(min(per_farm, count - begin) + 64)]
                 proxies.append(subprocess.Popen(
                     [os.path.join(args.build, "bin", "proxy_farm"), "--upstream", f"127.0.0.1:{root_port}",
-                     "--count", str(min(per_farm, count - begin)), "--host", farm_hosts[-1], *watch_args],
-                    stdout=subprocess.PIPE, stderr=farm_log, text=True))
+                     "--count", str(min(per_farm, count - begin)), "--host", farm_hosts[-1], *watch_args,
+                     *extra],
+                    stdout=subprocess.PIPE, stderr=farm_logs[-1], text=True))
             ports, hosts = [], []
             for p, host in zip(proxies, farm_hosts):
                 line = p.stdout.readline().strip()
@@ -219,15 +232,16 @@ def run_with_proxies(args, n, shard_size):
         r["farm_procs"] = len(proxies)
         r["farm_cpu_s"] = list(cpu_delta([p.pid for p in proxies], farm0))
         r["load"] = [round(load0, 1), round(os.getloadavg()[0], 1)]
-        conns = set()
-        requests = 0
-        with open(trace_path) as f:
-            for line in f:
-                if "trace conn=" in line:
-                    requests += 1
-                    conns.add(line.split("trace conn=")[1].split()[0])
-        r["root_requests"] = requests - before
-        r["root_connections"] = len(conns)
+        if trace:
+            conns = set()
+            requests = 0
+            with open(trace_path) as f:
+                for line in f:
+                    if "trace conn=" in line:
+                        requests += 1
+                        conns.add(line.split("trace conn=")[1].split()[0])
+            r["root_requests"] = requests - before
+            r["root_connections"] = len(conns)
         return r
     finally:
         for p in proxies:
@@ -240,6 +254,21 @@ def run_with_proxies(args, n, shard_size):
                 p.wait()
         stop_server(root)
         os.unlink(trace_path)
+        counters = []
+        for f in farm_logs:
+            f.seek(0)
+            for line in f:
+                if line.startswith("{"):
+                    counters.append(json.loads(line))
+                else:
+                    sys.stderr.write(line)
+            f.close()
+            os.unlink(f.name)
+        if not trace and "r" in locals() and len(counters) == len(farm_logs):
+            # Each proxy's requests to the root (fences, WATCH_KEY, PROBE included) and the
+            # connections it opened to it, summed over the farms.
+            r["root_requests"] = sum(c["upstream_requests"] for c in counters)
+            r["root_connections"] = sum(c["upstream_connections_opened"] for c in counters)
 
 
 def main():
@@ -261,6 +290,16 @@ def main():
                     help="init_sim processes at least (more if the descriptor limit needs more)")
     ap.add_argument("--farms", type=int, default=1,
                     help="proxy_farm processes at least (more if the descriptor limit needs more)")
+    ap.add_argument("--root-counts", choices=("trace", "farms"), default="farms",
+                    help="with --proxy-farm: count root requests and connections from the root's --trace "
+                         "log, or from the farms' upstream counters (default; the root runs untraced)")
+    ap.add_argument("--farm-base-port", type=int, default=20000,
+                    help="proxy k of each farm listens on this + k (0: kernel-picked, ephemeral ports)")
+    ap.add_argument("--farm-prefault", action="store_true",
+                    help="farms touch ~1 MiB of heap per proxy before the run (measures the page faults' share)")
+    ap.add_argument("--root-links-per-proxy", type=int, default=2,
+                    help="root connections each proxy holds (main + watch link: 2); sizes over the root's "
+                         "descriptor limit are reported 'not run'")
     ap.add_argument("--json", action="store_true", help="print one JSON object per row instead of the table")
     args = ap.parse_args()
 
@@ -276,6 +315,10 @@ def main():
             elif kind == "proxy" and n > args.proxy_max_n and not args.proxy_farm:
                 row["note"] = (f"not run: N over --proxy-max-n {args.proxy_max_n} ({n // 8} proxy processes "
                                f"on {os.cpu_count()} cores)")
+            elif kind == "proxy" and -(-n // 8) * args.root_links_per_proxy > max_per_process:
+                row["note"] = (f"not run: the root would hold {-(-n // 8) * args.root_links_per_proxy} "
+                               f"connections ({args.root_links_per_proxy} per proxy), over the "
+                               f"{fd_limit}-descriptor limit per process (RLIMIT_NOFILE hard)")
             elif kind == "proxy":
                 row.update(run_with_proxies(args, n, max_per_process))
             elif n > max_per_process:
