@@ -15,6 +15,10 @@
 //   init_sim --ports P[,P...] --world N [--rank-begin 0 --rank-end N] [--ranks-per-agent 8]
 //            [--gloo-peers 2] [--source-ips 16] [--connect-window 1024] [--timeout 120] [--tag RUN]
 //            [--hosts A[,A...]]   (one IPv4 address per --ports entry; default 127.0.0.1)
+//            [--hold 1]   (after the JSON line, keep every connection open until stdin closes:
+//                          the ranks of a PyTorch job keep their store connection; a shard that
+//                          closed its thousands of connections at once would load the machine
+//                          while other shards are still initialising)
 // Output: one JSON object: wall-clock start/end (CLOCK_REALTIME, so shards in several processes
 // can be combined), init seconds, requests and connections this process made, and when each
 // rank finished each phase (connect, handshake, barrier, id, done): percentiles in seconds since
@@ -30,6 +34,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <ctime>
 #include <stdexcept>
@@ -57,6 +62,7 @@ struct Args {
   int connect_window = 1024;
   double timeout = 120;
   std::string tag = "run";
+  bool hold = false;
 };
 
 Args parse(int argc, char** argv) {
@@ -102,6 +108,8 @@ Args parse(int argc, char** argv) {
       a.timeout = std::stod(v);
     else if (f == "--tag")
       a.tag = v;
+    else if (f == "--hold")
+      a.hold = v != "0";
     else
       throw std::runtime_error("unknown flag " + f);
   }
@@ -445,6 +453,12 @@ int main(int argc, char** argv) {
         "\"connections\":{},\"gloo_peers\":{}{}}}\n",
         a.rank_end - a.rank_begin, a.world, start, end, end - start, sim.requests(),
         sim.connections(), a.gloo_peers, sim.phases_json());
+    if (a.hold) {
+      std::fflush(stdout);
+      char c = 0;
+      while (::read(0, &c, 1) > 0) {
+      }
+    }
     return 0;
   } catch (const std::exception& e) {
     fmt::print("{{\"error\":\"{}\"}}\n", e.what());

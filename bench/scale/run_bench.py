@@ -129,7 +129,8 @@ def merge_phases(results):
 def run_sim(build, ports, world, shard_size, args, tag, hosts=()):
     """Runs init_sim in ceil(world / shard_size) processes (each holds one descriptor per rank it
     plays; --sim-shards asks for more) and combines their wall-clock spans, CPU times (user, sys,
-    from wait4) and per-phase completion times."""
+    from /proc when each is done, before it closes its connections) and per-phase completion
+    times."""
     shards = max(-(-world // shard_size), args.sim_shards)
     shard_size = -(-world // shards)
     procs = []
@@ -140,15 +141,21 @@ def run_sim(build, ports, world, shard_size, args, tag, hosts=()):
                "--gloo-peers", str(args.gloo_peers), "--timeout", str(args.timeout), "--tag", tag]
         if hosts:
             cmd += ["--hosts", ",".join(hosts)]
-        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True))
+        # --hold: a shard done keeps its connections (as ranks do) until every shard is done.
+        procs.append(subprocess.Popen(cmd + ["--hold", "1"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      text=True))
+    lines = [p.stdout.readline() for p in procs]
+    cpu = [cpu_times(p.pid) for p in procs]
+    for p in procs:
+        p.stdin.close()
     results = []
     user = system = 0.0
-    for p in procs:
-        out = p.stdout.read()
-        _, status, ru = os.wait4(p.pid, 0)
+    for p, line, (u, s) in zip(procs, lines, cpu):
+        out = line + p.stdout.read()
+        user += u
+        system += s
+        _, status, _ = os.wait4(p.pid, 0)
         p.returncode = os.waitstatus_to_exitcode(status)
-        user += ru.ru_utime
-        system += ru.ru_stime
         results.append(json.loads(out.strip().splitlines()[-1]))
     errors = [r["error"] for r in results if "error" in r]
     if errors:
@@ -187,8 +194,8 @@ def run_with_proxies(args, n, shard_size):
             # WAIT links (--proxy-max-watched-keys 0) up to ~24 (one per distinct key list waited
             # on at once). --farms asks for more processes than the descriptor limit needs.
             fds = 24 if args.proxy_max_watched_keys == 0 else 12
-            per_farm = max(1, (shard_size - 64) // fds)
-            per_farm = min(per_farm, -(-count // max(1, args.farms)))
+            farms = max(-(-count // max(1, (shard_size - 64) // fds)), args.farms)
+            per_farm = -(-count // farms)  # balanced: one farm's thread is one core at most
             # Each farm listens on its own 127.0.2.x address, so that the proxies' listening
             # ports do not come out of the ephemeral range their root links use on 127.0.0.1.
             # Their ports are fixed (--farm-base-port, below the ephemeral range), so that the
