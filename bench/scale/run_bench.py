@@ -176,7 +176,11 @@ def run_with_proxies(args, n, shard_size):
     # CPU at 64k); without it root requests and connections are the farms' upstream counters.
     trace = args.root_counts == "trace" or not args.proxy_farm
     with open(trace_path, "w") as trace_file:
+        # --spread-root-links: the root listens on every address and each proxy of a farm links
+        # to its own 127.1.x.y (see proxy_farm --spread-upstream).
+        spread = args.proxy_farm and args.spread_root_links
         root = subprocess.Popen([os.path.join(args.build, "bin", "ddprun-store"), "--port", "0"]
+                                + (["--host", "0.0.0.0"] if spread else [])
                                 + (["--trace"] if trace else []),
                                 stdout=subprocess.PIPE, stderr=trace_file, text=True)
     proxies = []
@@ -206,6 +210,8 @@ def run_with_proxies(args, n, shard_size):
                 farm_hosts.append(f"127.0.2.{k + 1}")
                 farm_logs.append(open(f"/tmp/ddprun-scale-farm-{os.getpid()}-{k}.log", "w+"))
                 extra = ["--base-port", str(args.farm_base_port)] if args.farm_base_port else []
+                if spread:
+                    extra += ["--spread-upstream", "1"]
                 if args.farm_prefault:
                     extra += ["--prefault-mib", str(min(per_farm, count - begin) + 64)]
                 proxies.append(subprocess.Popen(
@@ -302,6 +308,9 @@ def main():
                          "log, or from the farms' upstream counters (default; the root runs untraced)")
     ap.add_argument("--farm-base-port", type=int, default=20000,
                     help="proxy k of each farm listens on this + k (0: kernel-picked, ephemeral ports)")
+    ap.add_argument("--spread-root-links", action=argparse.BooleanOptionalAction, default=True,
+                    help="with --proxy-farm: the root listens on 0.0.0.0 and each proxy connects to its "
+                         "own 127.1.x.y (connect()'s port search is O(links to one address) per link)")
     ap.add_argument("--farm-prefault", action="store_true",
                     help="farms touch ~1 MiB of heap per proxy before the run (measures the page faults' share)")
     ap.add_argument("--root-links-per-proxy", type=int, default=2,
