@@ -148,7 +148,6 @@ struct Rank {
   std::size_t out_off = 0;
   std::string in;
   std::size_t expect = 0;
-  bool want_write = false;
 };
 
 enum Phase : std::uint8_t { kConnect, kHandshake, kBarrier, kId, kDone, kPhases };
@@ -199,9 +198,8 @@ class Sim {
             --in_flight_connects_;
             ++connections_;
             mark(kConnect);
-            set_events(r, false);
             handshake(r);
-          } else {
+          } else if (r.out_off < r.out.size()) {
             flush(r);
           }
         }
@@ -275,19 +273,14 @@ class Sim {
         errno != EINPROGRESS) {
       throw std::runtime_error(fmt::format("connect: {}", std::strerror(errno)));
     }
+    // Edge-triggered for both directions from the start: no EPOLL_CTL_MOD per rank, and epoll
+    // does not poll a socket again after reporting it (level-triggered re-polls every reported
+    // socket at the next epoll_wait). EPOLLOUT reports the connect, then a send that had to wait.
     epoll_event ev{};
-    ev.events = EPOLLOUT;
+    ev.events = EPOLLIN | EPOLLOUT | EPOLLET;
     ev.data.u32 = static_cast<std::uint32_t>(index);
     ::epoll_ctl(ep_, EPOLL_CTL_ADD, r.fd, &ev);
     ++in_flight_connects_;
-  }
-
-  void set_events(Rank& r, bool want_write) {
-    epoll_event ev{};
-    ev.events = EPOLLIN | (want_write ? EPOLLOUT : 0u);
-    ev.data.u32 = static_cast<std::uint32_t>(&r - ranks_.data());
-    ::epoll_ctl(ep_, EPOLL_CTL_MOD, r.fd, &ev);
-    r.want_write = want_write;
   }
 
   void send(Rank& r, Step next, const std::string& bytes, std::size_t expect) {
@@ -305,32 +298,33 @@ class Sim {
         r.out_off += static_cast<std::size_t>(n);
         continue;
       }
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-        if (!r.want_write) set_events(r, true);
-        return;
-      }
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;  // EPOLLOUT resumes
       throw std::runtime_error(fmt::format("send: {}", std::strerror(errno)));
     }
     r.out.clear();
     r.out_off = 0;
-    if (r.want_write) set_events(r, false);
   }
 
+  // Edge-triggered: reads until a short read (the socket was empty then; bytes arriving later
+  // raise a new edge), without the extra recv that would only answer EAGAIN.
   void read(Rank& r) {
     char buf[4096];
-    const ssize_t n = ::recv(r.fd, buf, sizeof buf, 0);
-    if (n == 0)
-      throw std::runtime_error(fmt::format("rank {}: connection closed by the server", r.rank));
-    if (n < 0) {
-      if (errno == EAGAIN || errno == EWOULDBLOCK) return;
-      throw std::runtime_error(fmt::format("recv: {}", std::strerror(errno)));
-    }
-    r.in.append(buf, static_cast<std::size_t>(n));
-    while (r.expect > 0 && r.in.size() >= r.expect) {
-      const std::string reply = r.in.substr(0, r.expect);
-      r.in.erase(0, r.expect);
-      r.expect = 0;
-      advance(r, reply);
+    for (;;) {
+      const ssize_t n = ::recv(r.fd, buf, sizeof buf, 0);
+      if (n == 0)
+        throw std::runtime_error(fmt::format("rank {}: connection closed by the server", r.rank));
+      if (n < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+        throw std::runtime_error(fmt::format("recv: {}", std::strerror(errno)));
+      }
+      r.in.append(buf, static_cast<std::size_t>(n));
+      while (r.expect > 0 && r.in.size() >= r.expect) {
+        const std::string reply = r.in.substr(0, r.expect);
+        r.in.erase(0, r.expect);
+        r.expect = 0;
+        advance(r, reply);
+      }
+      if (static_cast<std::size_t>(n) < sizeof buf) return;
     }
   }
 
