@@ -13,6 +13,10 @@ Contenders:
           proxies per proxy_farm process. Root connections and requests are counted from the
           root's --trace log. --proxy-max-watched-keys 0 keeps the proxies' WAITs on WAIT links
           (one upstream connection per distinct pending WAIT, as before the watch link).
+Per row it also prints CPU seconds user+sys per process class (init_sim shards, proxy farms, root)
+and when the ranks finished each phase (connect, handshake, barrier, id, done: p50/p99/max); see
+docs/scale.md, "Where the time goes at scale", for the farm options (--farms, --sim-shards,
+--farm-prefault, --spread-root-links, --farm-base-port, --root-counts, --root-links-per-proxy).
 A size the machine cannot hold (one process may open at most RLIMIT_NOFILE descriptors: the
 store holds one per rank) is reported 'not run' with the limit that stopped it.
 """
