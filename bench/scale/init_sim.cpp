@@ -218,7 +218,8 @@ class Sim {
       auto& t = phase_ms_[p];
       std::sort(t.begin(), t.end());
       const auto at = [&](double f) {
-        return t.empty() ? 0.0 : t[std::min(t.size() - 1, static_cast<std::size_t>(f * t.size()))] / 1e3;
+        return t.empty() ? 0.0
+                         : t[std::min(t.size() - 1, static_cast<std::size_t>(f * t.size()))] / 1e3;
       };
       q += fmt::format("{}\"{}\":[{:.3f},{:.3f},{:.3f},{:.3f}]", p ? "," : "", kPhaseNames[p],
                        at(0.5), at(0.9), at(0.99), at(1.0));

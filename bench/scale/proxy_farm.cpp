@@ -103,7 +103,8 @@ int main(int argc, char** argv) {
     std::string ports;
     for (int k = 0; k < count; ++k) {
       auto o = opts;
-      if (spread_upstream) o.upstream_host = fmt::format("127.1.{}.{}", (k + 1) >> 8, (k + 1) & 255);
+      if (spread_upstream)
+        o.upstream_host = fmt::format("127.1.{}.{}", (k + 1) >> 8, (k + 1) & 255);
       if (base_port > 0) {
         o.port = static_cast<std::uint16_t>(base_port + k);
         try {
