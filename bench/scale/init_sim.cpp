@@ -15,8 +15,14 @@
 //   init_sim --ports P[,P...] --world N [--rank-begin 0 --rank-end N] [--ranks-per-agent 8]
 //            [--gloo-peers 2] [--source-ips 16] [--connect-window 1024] [--timeout 120] [--tag RUN]
 //            [--hosts A[,A...]]   (one IPv4 address per --ports entry; default 127.0.0.1)
+//            [--hold 1]   (after the JSON line, keep every connection open until stdin closes:
+//                          the ranks of a PyTorch job keep their store connection; a shard that
+//                          closed its thousands of connections at once would load the machine
+//                          while other shards are still initialising)
 // Output: one JSON object: wall-clock start/end (CLOCK_REALTIME, so shards in several processes
-// can be combined), init seconds, requests and connections this process made.
+// can be combined), init seconds, requests and connections this process made, and when each
+// rank finished each phase (connect, handshake, barrier, id, done): percentiles in seconds since
+// start ("phases") and 10 ms histograms ("hist": [bucket, count] pairs, for combining shards).
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -26,7 +32,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <ctime>
 #include <stdexcept>
@@ -54,6 +62,7 @@ struct Args {
   int connect_window = 1024;
   double timeout = 120;
   std::string tag = "run";
+  bool hold = false;
 };
 
 Args parse(int argc, char** argv) {
@@ -99,6 +108,8 @@ Args parse(int argc, char** argv) {
       a.timeout = std::stod(v);
     else if (f == "--tag")
       a.tag = v;
+    else if (f == "--hold")
+      a.hold = v != "0";
     else
       throw std::runtime_error("unknown flag " + f);
   }
@@ -137,8 +148,10 @@ struct Rank {
   std::size_t out_off = 0;
   std::string in;
   std::size_t expect = 0;
-  bool want_write = false;
 };
+
+enum Phase : std::uint8_t { kConnect, kHandshake, kBarrier, kId, kDone, kPhases };
+constexpr const char* kPhaseNames[kPhases] = {"connect", "handshake", "barrier", "id", "done"};
 
 constexpr std::size_t kIdBytes = 128;   // ncclUniqueId
 constexpr std::size_t kAddrBytes = 64;  // a Gloo pair address
@@ -147,6 +160,7 @@ class Sim {
  public:
   explicit Sim(const Args& a) : a_(a), ep_(::epoll_create1(EPOLL_CLOEXEC)) {
     ranks_.resize(static_cast<std::size_t>(a.rank_end - a.rank_begin));
+    for (auto& t : phase_ms_) t.reserve(ranks_.size());
     barrier_key_ = "/store_based_barrier_key:" + a.tag;
     release_key_ = barrier_key_ + ":last_worker";
     id_key_ = "/" + a.tag + "/nccl_unique_id";
@@ -158,6 +172,7 @@ class Sim {
   }
 
   void run() {
+    start_ = Clock::now();
     const auto deadline = Clock::now() + std::chrono::duration<double>(a_.timeout);
     std::size_t started = 0;
     auto start_more = [&] {
@@ -182,9 +197,9 @@ class Sim {
           if (r.step == Step::Connecting) {
             --in_flight_connects_;
             ++connections_;
-            set_events(r, false);
+            mark(kConnect);
             handshake(r);
-          } else {
+          } else if (r.out_off < r.out.size()) {
             flush(r);
           }
         }
@@ -195,6 +210,34 @@ class Sim {
   }
 
   std::uint64_t requests() const { return requests_; }
+
+  // ,"phases":{...},"hist":{...} for the JSON line.
+  std::string phases_json() {
+    std::string q = ",\"phases\":{", h = ",\"hist\":{";
+    for (int p = 0; p < kPhases; ++p) {
+      auto& t = phase_ms_[p];
+      std::sort(t.begin(), t.end());
+      const auto at = [&](double f) {
+        return t.empty() ? 0.0
+                         : t[std::min(t.size() - 1, static_cast<std::size_t>(f * t.size()))] / 1e3;
+      };
+      q += fmt::format("{}\"{}\":[{:.3f},{:.3f},{:.3f},{:.3f}]", p ? "," : "", kPhaseNames[p],
+                       at(0.5), at(0.9), at(0.99), at(1.0));
+      h += fmt::format("{}\"{}\":[", p ? "," : "", kPhaseNames[p]);
+      std::size_t i = 0;
+      bool first = true;
+      while (i < t.size()) {
+        const std::uint32_t b = t[i] / 10;
+        std::size_t j = i;
+        while (j < t.size() && t[j] / 10 == b) ++j;
+        h += fmt::format("{}[{},{}]", first ? "" : ",", b, j - i);
+        first = false;
+        i = j;
+      }
+      h += "]";
+    }
+    return q + "}" + h + "}";
+  }
   std::uint64_t connections() const { return connections_; }
 
  private:
@@ -231,19 +274,14 @@ class Sim {
         errno != EINPROGRESS) {
       throw std::runtime_error(fmt::format("connect: {}", std::strerror(errno)));
     }
+    // Edge-triggered for both directions from the start: no EPOLL_CTL_MOD per rank, and epoll
+    // does not poll a socket again after reporting it (level-triggered re-polls every reported
+    // socket at the next epoll_wait). EPOLLOUT reports the connect, then a send that had to wait.
     epoll_event ev{};
-    ev.events = EPOLLOUT;
+    ev.events = EPOLLIN | EPOLLOUT | EPOLLET;
     ev.data.u32 = static_cast<std::uint32_t>(index);
     ::epoll_ctl(ep_, EPOLL_CTL_ADD, r.fd, &ev);
     ++in_flight_connects_;
-  }
-
-  void set_events(Rank& r, bool want_write) {
-    epoll_event ev{};
-    ev.events = EPOLLIN | (want_write ? EPOLLOUT : 0u);
-    ev.data.u32 = static_cast<std::uint32_t>(&r - ranks_.data());
-    ::epoll_ctl(ep_, EPOLL_CTL_MOD, r.fd, &ev);
-    r.want_write = want_write;
   }
 
   void send(Rank& r, Step next, const std::string& bytes, std::size_t expect) {
@@ -261,32 +299,33 @@ class Sim {
         r.out_off += static_cast<std::size_t>(n);
         continue;
       }
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-        if (!r.want_write) set_events(r, true);
-        return;
-      }
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;  // EPOLLOUT resumes
       throw std::runtime_error(fmt::format("send: {}", std::strerror(errno)));
     }
     r.out.clear();
     r.out_off = 0;
-    if (r.want_write) set_events(r, false);
   }
 
+  // Edge-triggered: reads until a short read (the socket was empty then; bytes arriving later
+  // raise a new edge), without the extra recv that would only answer EAGAIN.
   void read(Rank& r) {
     char buf[4096];
-    const ssize_t n = ::recv(r.fd, buf, sizeof buf, 0);
-    if (n == 0)
-      throw std::runtime_error(fmt::format("rank {}: connection closed by the server", r.rank));
-    if (n < 0) {
-      if (errno == EAGAIN || errno == EWOULDBLOCK) return;
-      throw std::runtime_error(fmt::format("recv: {}", std::strerror(errno)));
-    }
-    r.in.append(buf, static_cast<std::size_t>(n));
-    while (r.expect > 0 && r.in.size() >= r.expect) {
-      const std::string reply = r.in.substr(0, r.expect);
-      r.in.erase(0, r.expect);
-      r.expect = 0;
-      advance(r, reply);
+    for (;;) {
+      const ssize_t n = ::recv(r.fd, buf, sizeof buf, 0);
+      if (n == 0)
+        throw std::runtime_error(fmt::format("rank {}: connection closed by the server", r.rank));
+      if (n < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+        throw std::runtime_error(fmt::format("recv: {}", std::strerror(errno)));
+      }
+      r.in.append(buf, static_cast<std::size_t>(n));
+      while (r.expect > 0 && r.in.size() >= r.expect) {
+        const std::string reply = r.in.substr(0, r.expect);
+        r.in.erase(0, r.expect);
+        r.expect = 0;
+        advance(r, reply);
+      }
+      if (static_cast<std::size_t>(n) < sizeof buf) return;
     }
   }
 
@@ -318,11 +357,18 @@ class Sim {
   void finish(Rank& r) {
     r.step = Step::Done;
     ++done_;
+    mark(kDone);
+  }
+
+  void mark(Phase p) {
+    phase_ms_[p].push_back(static_cast<std::uint32_t>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start_).count()));
   }
 
   void advance(Rank& r, const std::string& reply) {
     switch (r.step) {
       case Step::Handshake:
+        mark(kHandshake);
         send(r, Step::BarrierAdd, req(Op::Add, {barrier_key_}, {}, 1), 8);
         break;
       case Step::BarrierAdd: {
@@ -332,6 +378,8 @@ class Sim {
         break;
       }
       case Step::BarrierWait:
+        mark(kBarrier);
+        if (r.rank == 0) mark(kId);
         if (r.rank == 0) {
           r.out.append(req(Op::Set, {id_key_}, {std::string(kIdBytes, 'i')}));
           start_gloo(r);
@@ -343,6 +391,7 @@ class Sim {
         send(r, Step::IdGet, req(Op::Get, {id_key_}), 8 + kIdBytes);
         break;
       case Step::IdGet:
+        mark(kId);
         start_gloo(r);
         break;
       case Step::PeerWait:
@@ -369,6 +418,8 @@ class Sim {
   std::size_t done_ = 0;
   std::uint64_t requests_ = 0;
   std::uint64_t connections_ = 0;
+  Clock::time_point start_;
+  std::vector<std::uint32_t> phase_ms_[kPhases];
 };
 
 double wall_now() {
@@ -394,9 +445,15 @@ int main(int argc, char** argv) {
     fmt::print(
         "{{\"ranks\":{},\"world\":{},\"start\":{:.6f},\"end\":{:.6f},\"init_s\":{:.3f},"
         "\"requests\":{},"
-        "\"connections\":{},\"gloo_peers\":{}}}\n",
+        "\"connections\":{},\"gloo_peers\":{}{}}}\n",
         a.rank_end - a.rank_begin, a.world, start, end, end - start, sim.requests(),
-        sim.connections(), a.gloo_peers);
+        sim.connections(), a.gloo_peers, sim.phases_json());
+    if (a.hold) {
+      std::fflush(stdout);
+      char c = 0;
+      while (::read(0, &c, 1) > 0) {
+      }
+    }
     return 0;
   } catch (const std::exception& e) {
     fmt::print("{{\"error\":\"{}\"}}\n", e.what());

@@ -6,12 +6,27 @@
 // serves until SIGINT/SIGTERM, then prints the summed counters on stderr as JSON.
 //
 //   proxy_farm --upstream HOST:PORT --count K [--host 127.0.0.1] [--max-watched-keys K]
+//              [--base-port P] [--prefault-mib M] [--spread-upstream 1]
 //   (--max-watched-keys 0: WAITs on WAIT links, as before the watch link)
+//   --base-port P: proxy k listens on P + k (else the kernel picks, out of the ephemeral range
+//     that the proxies' root links need too: at 12,500 proxies that range is half taken);
+//     a port found taken falls back to a kernel-picked one.
+//   --spread-upstream 1: proxy k connects to the root at 127.1.x.y (x.y = k + 1) instead of HOST,
+//     for a root listening on every address. connect() picks an ephemeral port by scanning from
+//     an offset that advances per (source, destination) pair, so N links from one address to one
+//     root address cost O(N) each (measured: __inet_hash_connect + __inet_check_established 13%
+//     of the farms' CPU at 64k ranks); one destination address per proxy makes it O(1).
+//   --prefault-mib M: before the proxies start, touch M MiB of heap and keep it (no trim), so the
+//     proxies' allocations do not page-fault during the run. For measuring what the page faults
+//     cost (each worker connection's Downstream holds ~80 KiB of zeroed buffers); off by default.
 
+#include <malloc.h>
 #include <sys/resource.h>
 
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -28,6 +43,9 @@ int main(int argc, char** argv) {
   ddp::rdzv::proxy::StoreProxyOptions opts;
   std::string upstream;
   int count = 0;
+  int base_port = 0;
+  std::size_t prefault_mib = 0;
+  bool spread_upstream = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string f = argv[i], v = argv[i + 1];
     if (f == "--upstream")
@@ -36,6 +54,12 @@ int main(int argc, char** argv) {
       count = std::stoi(v);
     else if (f == "--host")
       opts.bind_address = v;
+    else if (f == "--base-port")
+      base_port = std::stoi(v);
+    else if (f == "--spread-upstream")
+      spread_upstream = v != "0";
+    else if (f == "--prefault-mib")
+      prefault_mib = std::stoul(v);
     else if (f == "--max-watched-keys")
       opts.max_watched_keys = std::stoul(v);
     else {
@@ -61,12 +85,35 @@ int main(int argc, char** argv) {
     lim.rlim_cur = lim.rlim_max;
     ::setrlimit(RLIMIT_NOFILE, &lim);
   }
+  if (prefault_mib > 0) {
+    // Allocations stay on the brk heap (no mmap) and freed memory is never returned, so the
+    // pages touched here serve the proxies' allocations without faulting again.
+    ::mallopt(M_MMAP_THRESHOLD, 32 << 20);  // glibc's maximum
+    ::mallopt(M_TRIM_THRESHOLD, -1);        // never trim
+    std::vector<void*> chunks;
+    for (std::size_t i = 0; i < prefault_mib / 16; ++i) {
+      chunks.push_back(std::malloc(16 << 20));
+      if (chunks.back() != nullptr) std::memset(chunks.back(), 1, 16 << 20);
+    }
+    for (void* c : chunks) std::free(c);
+  }
   boost::asio::io_context io(1);
   std::vector<std::unique_ptr<ddp::rdzv::proxy::StoreProxy>> proxies;
   try {
     std::string ports;
     for (int k = 0; k < count; ++k) {
-      proxies.push_back(std::make_unique<ddp::rdzv::proxy::StoreProxy>(io, opts));
+      auto o = opts;
+      if (spread_upstream)
+        o.upstream_host = fmt::format("127.1.{}.{}", (k + 1) >> 8, (k + 1) & 255);
+      if (base_port > 0) {
+        o.port = static_cast<std::uint16_t>(base_port + k);
+        try {
+          proxies.push_back(std::make_unique<ddp::rdzv::proxy::StoreProxy>(io, o));
+        } catch (const std::runtime_error&) {
+          o.port = 0;
+        }
+      }
+      if (o.port == 0) proxies.push_back(std::make_unique<ddp::rdzv::proxy::StoreProxy>(io, o));
       proxies.back()->start();
       ports += (k ? "," : "") + std::to_string(proxies.back()->port());
     }

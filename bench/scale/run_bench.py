@@ -13,6 +13,10 @@ Contenders:
           proxies per proxy_farm process. Root connections and requests are counted from the
           root's --trace log. --proxy-max-watched-keys 0 keeps the proxies' WAITs on WAIT links
           (one upstream connection per distinct pending WAIT, as before the watch link).
+Per row it also prints CPU seconds user+sys per process class (init_sim shards, proxy farms, root)
+and when the ranks finished each phase (connect, handshake, barrier, id, done: p50/p99/max); see
+docs/scale.md, "Where the time goes at scale", for the farm options (--farms, --sim-shards,
+--farm-prefault, --spread-root-links, --farm-base-port, --root-counts, --root-links-per-proxy).
 A size the machine cannot hold (one process may open at most RLIMIT_NOFILE descriptors: the
 store holds one per rank) is reported 'not run' with the limit that stopped it.
 """
@@ -76,18 +80,63 @@ def stop_server(proc):
         proc.wait()
 
 
-def cpu_seconds(pid):
+def cpu_times(pid):
+    """(user, sys) CPU seconds of a live process, from /proc."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        tck = os.sysconf("SC_CLK_TCK")
+        return int(fields[11]) / tck, int(fields[12]) / tck
     except OSError:
-        return 0.0
+        return 0.0, 0.0
+
+
+def cpu_seconds(pid):
+    return sum(cpu_times(pid))
+
+
+def cpu_delta(pids, before):
+    """Summed (user, sys) of live processes since `before` (a list of (user, sys) per pid)."""
+    now = [cpu_times(p) for p in pids]
+    return (round(sum(n[0] - b[0] for n, b in zip(now, before)), 2),
+            round(sum(n[1] - b[1] for n, b in zip(now, before)), 2))
+
+
+PHASES = ("connect", "handshake", "barrier", "id", "done")
+
+
+def merge_phases(results):
+    """Combines the shards' per-phase histograms (10 ms buckets from each shard's start) into
+    percentiles of seconds since the earliest shard's start."""
+    t0 = min(r["start"] for r in results)
+    out = {}
+    for ph in PHASES:
+        counts = {}
+        for r in results:
+            shift = round((r["start"] - t0) * 100)
+            for b, c in r.get("hist", {}).get(ph, []):
+                counts[b + shift] = counts.get(b + shift, 0) + c
+        total = sum(counts.values())
+        if not total:
+            continue
+        qs, acc, it = {}, 0, iter(sorted(counts.items()))
+        for q in (50, 90, 99, 100):
+            while acc < total * q / 100:
+                b, c = next(it)
+                acc += c
+                last = b
+            qs[f"p{q}"] = round((last + 1) / 100, 2)
+        out[ph] = qs
+    return out
 
 
 def run_sim(build, ports, world, shard_size, args, tag, hosts=()):
     """Runs init_sim in ceil(world / shard_size) processes (each holds one descriptor per rank it
-    plays) and combines their wall-clock spans."""
+    plays; --sim-shards asks for more) and combines their wall-clock spans, CPU times (user, sys,
+    from /proc when each is done, before it closes its connections) and per-phase completion
+    times."""
+    shards = max(-(-world // shard_size), args.sim_shards)
+    shard_size = -(-world // shards)
     procs = []
     for begin in range(0, world, shard_size):
         end = min(world, begin + shard_size)
@@ -96,10 +145,21 @@ def run_sim(build, ports, world, shard_size, args, tag, hosts=()):
                "--gloo-peers", str(args.gloo_peers), "--timeout", str(args.timeout), "--tag", tag]
         if hosts:
             cmd += ["--hosts", ",".join(hosts)]
-        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True))
-    results = []
+        # --hold: a shard done keeps its connections (as ranks do) until every shard is done.
+        procs.append(subprocess.Popen(cmd + ["--hold", "1"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      text=True))
+    lines = [p.stdout.readline() for p in procs]
+    cpu = [cpu_times(p.pid) for p in procs]
     for p in procs:
-        out, _ = p.communicate()
+        p.stdin.close()
+    results = []
+    user = system = 0.0
+    for p, line, (u, s) in zip(procs, lines, cpu):
+        out = line + p.stdout.read()
+        user += u
+        system += s
+        _, status, _ = os.wait4(p.pid, 0)
+        p.returncode = os.waitstatus_to_exitcode(status)
         results.append(json.loads(out.strip().splitlines()[-1]))
     errors = [r["error"] for r in results if "error" in r]
     if errors:
@@ -108,35 +168,61 @@ def run_sim(build, ports, world, shard_size, args, tag, hosts=()):
         "init_s": max(r["end"] for r in results) - min(r["start"] for r in results),
         "requests": sum(r["requests"] for r in results),
         "connections": sum(r["connections"] for r in results),
+        "sim_procs": len(procs),
+        "sim_cpu_s": [round(user, 2), round(system, 2)],
+        "phases_s": merge_phases(results),
     }
 
 
 def run_with_proxies(args, n, shard_size):
     trace_path = f"/tmp/ddprun-scale-root-{os.getpid()}.log"
-    with open(trace_path, "w") as trace:
-        root = subprocess.Popen([os.path.join(args.build, "bin", "ddprun-store"), "--port", "0", "--trace"],
-                                stdout=subprocess.PIPE, stderr=trace, text=True)
+    # --trace makes the root write a log line per request (2 syscalls each: ~10% of the root's
+    # CPU at 64k); without it root requests and connections are the farms' upstream counters.
+    trace = args.root_counts == "trace" or not args.proxy_farm
+    with open(trace_path, "w") as trace_file:
+        # --spread-root-links: the root listens on every address and each proxy of a farm links
+        # to its own 127.1.x.y (see proxy_farm --spread-upstream).
+        spread = args.proxy_farm and args.spread_root_links
+        root = subprocess.Popen([os.path.join(args.build, "bin", "ddprun-store"), "--port", "0"]
+                                + (["--host", "0.0.0.0"] if spread else [])
+                                + (["--trace"] if trace else []),
+                                stdout=subprocess.PIPE, stderr=trace_file, text=True)
     proxies = []
+    farm_logs = []
     try:
         root_port = int(root.stdout.readline())
         count = (n + 7) // 8
-        # The farms' own log lines (a proxy closing its workers says why): on stderr.
-        farm_log = None
+        # The farms' own log lines (a proxy closing its workers says why) and their counters at
+        # exit: in a file per farm, passed on to our stderr at the end.
         watch_args = [] if args.proxy_max_watched_keys is None else [
             "--max-watched-keys", str(args.proxy_max_watched_keys)]
         if args.proxy_farm:
-            # Many proxies per process; each holds up to ~24 descriptors (listener, 8 workers,
-            # the main link and one wait link per distinct key list waited on at once).
-            per_farm = max(1, (shard_size - 64) // 24)
+            # Many proxies per process. With the watch link each holds 12 descriptors at most
+            # (listener, 8 workers, the main and watch links, one spare WAIT/BARRIER link); with
+            # WAIT links (--proxy-max-watched-keys 0) up to ~24 (one per distinct key list waited
+            # on at once). --farms asks for more processes than the descriptor limit needs.
+            fds = 24 if args.proxy_max_watched_keys == 0 else 12
+            farms = max(-(-count // max(1, (shard_size - 64) // fds)), args.farms)
+            per_farm = -(-count // farms)  # balanced: one farm's thread is one core at most
             # Each farm listens on its own 127.0.2.x address, so that the proxies' listening
             # ports do not come out of the ephemeral range their root links use on 127.0.0.1.
+            # Their ports are fixed (--farm-base-port, below the ephemeral range), so that the
+            # listeners do not take ephemeral ports that the root links from 127.0.0.1 need (a
+            # port bound by any listener is skipped by connect()).
             farm_hosts = []
             for k, begin in enumerate(range(0, count, per_farm)):
                 farm_hosts.append(f"127.0.2.{k + 1}")
+                farm_logs.append(open(f"/tmp/ddprun-scale-farm-{os.getpid()}-{k}.log", "w+"))
+                extra = ["--base-port", str(args.farm_base_port)] if args.farm_base_port else []
+                if spread:
+                    extra += ["--spread-upstream", "1"]
+                if args.farm_prefault:
+                    extra += ["--prefault-mib", str(min(per_farm, count - begin) + 64)]
                 proxies.append(subprocess.Popen(
                     [os.path.join(args.build, "bin", "proxy_farm"), "--upstream", f"127.0.0.1:{root_port}",
-                     "--count", str(min(per_farm, count - begin)), "--host", farm_hosts[-1], *watch_args],
-                    stdout=subprocess.PIPE, stderr=farm_log, text=True))
+                     "--count", str(min(per_farm, count - begin)), "--host", farm_hosts[-1], *watch_args,
+                     *extra],
+                    stdout=subprocess.PIPE, stderr=farm_logs[-1], text=True))
             ports, hosts = [], []
             for p, host in zip(proxies, farm_hosts):
                 line = p.stdout.readline().strip()
@@ -151,20 +237,28 @@ def run_with_proxies(args, n, shard_size):
                                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True))
             ports = [int(p.stdout.readline()) for p in proxies]
             hosts = []
-        cpu0 = cpu_seconds(root.pid)
+        cpu0 = cpu_times(root.pid)
+        farm0 = [cpu_times(p.pid) for p in proxies]
         with open(trace_path) as f:
             before = sum(1 for line in f if "trace conn=" in line)
+        load0 = os.getloadavg()[0]
         r = run_sim(args.build, ports, n, shard_size, args, f"proxy{n}-{time.time_ns()}", hosts)
-        r["root_cpu_s"] = round(cpu_seconds(root.pid) - cpu0, 2)
-        conns = set()
-        requests = 0
-        with open(trace_path) as f:
-            for line in f:
-                if "trace conn=" in line:
-                    requests += 1
-                    conns.add(line.split("trace conn=")[1].split()[0])
-        r["root_requests"] = requests - before
-        r["root_connections"] = len(conns)
+        root_user, root_sys = cpu_delta([root.pid], [cpu0])
+        r["root_cpu_s"] = round(root_user + root_sys, 2)
+        r["root_user_sys_s"] = [root_user, root_sys]
+        r["farm_procs"] = len(proxies)
+        r["farm_cpu_s"] = list(cpu_delta([p.pid for p in proxies], farm0))
+        r["load"] = [round(load0, 1), round(os.getloadavg()[0], 1)]
+        if trace:
+            conns = set()
+            requests = 0
+            with open(trace_path) as f:
+                for line in f:
+                    if "trace conn=" in line:
+                        requests += 1
+                        conns.add(line.split("trace conn=")[1].split()[0])
+            r["root_requests"] = requests - before
+            r["root_connections"] = len(conns)
         return r
     finally:
         for p in proxies:
@@ -177,6 +271,21 @@ def run_with_proxies(args, n, shard_size):
                 p.wait()
         stop_server(root)
         os.unlink(trace_path)
+        counters = []
+        for f in farm_logs:
+            f.seek(0)
+            for line in f:
+                if line.startswith("{"):
+                    counters.append(json.loads(line))
+                else:
+                    sys.stderr.write(line)
+            f.close()
+            os.unlink(f.name)
+        if not trace and "r" in locals() and len(counters) == len(farm_logs):
+            # Each proxy's requests to the root (fences, WATCH_KEY, PROBE included) and the
+            # connections it opened to it, summed over the farms.
+            r["root_requests"] = sum(c["upstream_requests"] for c in counters)
+            r["root_connections"] = sum(c["upstream_connections_opened"] for c in counters)
 
 
 def main():
@@ -194,6 +303,23 @@ def main():
                     help="largest N run with proxies (N/8 proxy processes)")
     ap.add_argument("--proxy-max-watched-keys", type=int, default=None,
                     help="the proxies' --max-watched-keys (default: theirs; 0: WAIT links, no watch link)")
+    ap.add_argument("--sim-shards", type=int, default=1,
+                    help="init_sim processes at least (more if the descriptor limit needs more)")
+    ap.add_argument("--farms", type=int, default=1,
+                    help="proxy_farm processes at least (more if the descriptor limit needs more)")
+    ap.add_argument("--root-counts", choices=("trace", "farms"), default="farms",
+                    help="with --proxy-farm: count root requests and connections from the root's --trace "
+                         "log, or from the farms' upstream counters (default; the root runs untraced)")
+    ap.add_argument("--farm-base-port", type=int, default=20000,
+                    help="proxy k of each farm listens on this + k (0: kernel-picked, ephemeral ports)")
+    ap.add_argument("--spread-root-links", action=argparse.BooleanOptionalAction, default=True,
+                    help="with --proxy-farm: the root listens on 0.0.0.0 and each proxy connects to its "
+                         "own 127.1.x.y (connect()'s port search is O(links to one address) per link)")
+    ap.add_argument("--farm-prefault", action="store_true",
+                    help="farms touch ~1 MiB of heap per proxy before the run (measures the page faults' share)")
+    ap.add_argument("--root-links-per-proxy", type=int, default=2,
+                    help="root connections each proxy holds (main + watch link: 2); sizes over the root's "
+                         "descriptor limit are reported 'not run'")
     ap.add_argument("--json", action="store_true", help="print one JSON object per row instead of the table")
     args = ap.parse_args()
 
@@ -209,6 +335,10 @@ def main():
             elif kind == "proxy" and n > args.proxy_max_n and not args.proxy_farm:
                 row["note"] = (f"not run: N over --proxy-max-n {args.proxy_max_n} ({n // 8} proxy processes "
                                f"on {os.cpu_count()} cores)")
+            elif kind == "proxy" and -(-n // 8) * args.root_links_per_proxy > max_per_process:
+                row["note"] = (f"not run: the root would hold {-(-n // 8) * args.root_links_per_proxy} "
+                               f"connections ({args.root_links_per_proxy} per proxy), over the "
+                               f"{fd_limit}-descriptor limit per process (RLIMIT_NOFILE hard)")
             elif kind == "proxy":
                 row.update(run_with_proxies(args, n, max_per_process))
             elif n > max_per_process:
@@ -217,10 +347,14 @@ def main():
             else:
                 proc, port = start_server(kind, args.build)
                 try:
-                    cpu0 = cpu_seconds(proc.pid)
+                    cpu0 = cpu_times(proc.pid)
+                    load0 = os.getloadavg()[0]
                     r = run_sim(args.build, [port], n, max_per_process, args, f"{kind}{n}-{time.time_ns()}")
                     row.update(r)
-                    row["root_cpu_s"] = round(cpu_seconds(proc.pid) - cpu0, 2)
+                    root_user, root_sys = cpu_delta([proc.pid], [cpu0])
+                    row["root_cpu_s"] = round(root_user + root_sys, 2)
+                    row["root_user_sys_s"] = [root_user, root_sys]
+                    row["load"] = [round(load0, 1), round(os.getloadavg()[0], 1)]
                     row["root_connections"] = r.get("connections")
                     row["root_requests"] = r.get("requests")
                 finally:
@@ -237,6 +371,13 @@ def main():
         if "init_s" in r:
             print(f"{r['contender']:<9} {r['N']:>7} {r['init_s']:>8.2f} {r['root_connections']:>10} "
                   f"{r['root_requests']:>10} {r['root_cpu_s']:>10}")
+            cpu = f"sim {r['sim_cpu_s'][0]}+{r['sim_cpu_s'][1]} ({r['sim_procs']} procs)"
+            if "farm_cpu_s" in r:
+                cpu += f", farms {r['farm_cpu_s'][0]}+{r['farm_cpu_s'][1]} ({r['farm_procs']} procs)"
+            cpu += f", root {r['root_user_sys_s'][0]}+{r['root_user_sys_s'][1]}"
+            print(f"{'':<9} CPU s user+sys: {cpu}; load {r['load'][0]}->{r['load'][1]}")
+            print(f"{'':<9} done by (s, p50/p99/max): " + ", ".join(
+                f"{ph} {q['p50']}/{q['p99']}/{q['p100']}" for ph, q in r["phases_s"].items()))
         else:
             print(f"{r['contender']:<9} {r['N']:>7} {'-':>8} {'-':>10} {'-':>10} {'-':>10}  {r.get('note', r.get('error'))}")
 
