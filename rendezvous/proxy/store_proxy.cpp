@@ -4,6 +4,7 @@
 #include <chrono>
 #include <deque>
 #include <map>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -26,6 +27,18 @@ namespace ddp::rdzv::proxy {
 
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
+
+// Worker connections and tunnels are read on readiness into one buffer per thread, not one each:
+// a 64 KiB array per connection was zero-filled and page-faulted in on every accept (17-27% of a
+// proxy farm's CPU at 64k ranks, docs/scale.md "Where the time goes at scale"). The bytes are
+// consumed (decoded or copied) before the handler returns and one io_context runs on one thread,
+// so no read can overwrite them while in use.
+constexpr std::size_t kScratchBytes = 65536;
+asio::mutable_buffer read_scratch() {
+  thread_local const std::unique_ptr<char[]> scratch =
+      std::make_unique_for_overwrite<char[]>(kScratchBytes);
+  return {scratch.get(), kScratchBytes};
+}
 
 class Downstream;
 class BlockingLink;
@@ -130,7 +143,8 @@ struct StoreProxy::Core : std::enable_shared_from_this<StoreProxy::Core> {
   bool main_writing = false;
   bool flush_posted = false;
   std::string main_in;
-  std::array<char, 65536> main_read_buf{};
+  // Not zero-filled: only what a read writes is ever looked at.
+  std::unique_ptr<char[]> main_read_buf = std::make_unique_for_overwrite<char[]>(kScratchBytes);
   std::uint64_t next_seq = 1;
   std::uint64_t completed_seq = 0;  // every main request up to here has been applied by the root
   std::unordered_map<std::string, std::shared_ptr<Entry>> unsent_reads;  // GET/MULTI_GET
@@ -205,7 +219,14 @@ class Downstream : public std::enable_shared_from_this<Downstream> {
   Downstream(tcp::socket s, std::shared_ptr<StoreProxy::Core> core)
       : socket_(std::move(s)), core_(std::move(core)) {}
 
-  void start() { arm_read(); }
+  void start() {
+    // Reads happen on readiness (read_scratch()); a non-blocking socket makes a spurious
+    // readiness a would_block instead of a stalled loop.
+    boost::system::error_code ec;
+    socket_.non_blocking(true, ec);
+    if (ec) return close("cannot make the connection non-blocking: " + ec.message());
+    arm_read();
+  }
 
   // Reply slots: every request with a reply takes the next slot; answers leave in slot order.
   std::uint64_t take_slot() {
@@ -302,17 +323,27 @@ class Downstream : public std::enable_shared_from_this<Downstream> {
     if (out_.size() - out_off_ > core_->opts.limits.max_pending_output_bytes) return;
     if (slots_.size() > kMaxOutstandingRequests) return;
     reading_ = true;
-    socket_.async_read_some(
-        asio::buffer(buf_),
-        [self = shared_from_this()](const boost::system::error_code& ec, std::size_t n) {
+    socket_.async_wait(
+        tcp::socket::wait_read, [self = shared_from_this()](const boost::system::error_code& ec) {
           self->reading_ = false;
           if (self->closed_) return;
-          self->last_progress_ = std::chrono::steady_clock::now();
           if (ec) {
             self->close();
             return;
           }
-          self->on_bytes(std::string_view(self->buf_.data(), n));
+          const auto scratch = read_scratch();
+          boost::system::error_code rec;
+          const std::size_t n = self->socket_.read_some(scratch, rec);
+          if (rec == asio::error::would_block || rec == asio::error::try_again) {
+            self->arm_read();
+            return;
+          }
+          self->last_progress_ = std::chrono::steady_clock::now();
+          if (rec) {
+            self->close();
+            return;
+          }
+          self->on_bytes(std::string_view(static_cast<const char*>(scratch.data()), n));
           self->arm_read();
         });
   }
@@ -375,7 +406,6 @@ class Downstream : public std::enable_shared_from_this<Downstream> {
 
   tcp::socket socket_;
   std::shared_ptr<StoreProxy::Core> core_;
-  std::array<char, 65536> buf_{};
   std::string in_;
   Generation gen_ = Generation::G2;
   std::optional<RequestDecoder> decoder_;
@@ -390,7 +420,6 @@ class Downstream : public std::enable_shared_from_this<Downstream> {
   std::chrono::steady_clock::time_point last_progress_ = std::chrono::steady_clock::now();
   // G1 watch connections are tunnelled to the root as they are.
   std::unique_ptr<tcp::socket> tunnel_;
-  std::array<char, 16384> tunnel_buf_{};
 };
 
 // A dedicated upstream connection for one WAIT or BARRIER at a time.
@@ -588,11 +617,11 @@ class WatchLink : public std::enable_shared_from_this<WatchLink> {
 
   void read() {
     socket_.async_read_some(
-        asio::buffer(buf_),
+        asio::buffer(buf_.get(), kScratchBytes),
         [self = shared_from_this()](const boost::system::error_code& ec, std::size_t n) {
           if (self->closed_) return;
           if (ec) return self->fail("watch link lost: " + ec.message(), self->detecting_);
-          self->in_.append(self->buf_.data(), n);
+          self->in_.append(self->buf_.get(), n);
           self->parse();
           if (!self->closed_) self->read();
         });
@@ -665,7 +694,7 @@ class WatchLink : public std::enable_shared_from_this<WatchLink> {
   };
   std::deque<OwedProbe> probes_;  // PROBE replies owed, in order
   std::chrono::steady_clock::time_point detect_deadline_{};
-  std::array<char, 65536> buf_{};
+  std::unique_ptr<char[]> buf_ = std::make_unique_for_overwrite<char[]>(kScratchBytes);
 };
 
 // ----------------------------------------------------------------------------------------------
@@ -760,6 +789,9 @@ void Downstream::start_tunnel(Command&& first) {
                                                            const tcp::endpoint&) {
                         if (self->closed_) return;
                         if (cec) return self->close("cannot reach the root store");
+                        boost::system::error_code nbec;
+                        self->tunnel_->non_blocking(true, nbec);
+                        if (nbec) return self->close("cannot make the tunnel non-blocking");
                         asio::async_write(
                             *self->tunnel_, asio::buffer(*request),
                             [self, request](const boost::system::error_code& wec, std::size_t) {
@@ -770,14 +802,19 @@ void Downstream::start_tunnel(Command&& first) {
 }
 
 void Downstream::tunnel_read() {
-  tunnel_->async_read_some(
-      asio::buffer(tunnel_buf_),
-      [self = shared_from_this()](const boost::system::error_code& ec, std::size_t n) {
-        if (self->closed_) return;
-        if (ec) return self->close();
-        self->relay(std::string_view(self->tunnel_buf_.data(), n));
-        self->tunnel_read();
-      });
+  tunnel_->async_wait(tcp::socket::wait_read,
+                      [self = shared_from_this()](const boost::system::error_code& ec) {
+                        if (self->closed_) return;
+                        if (ec) return self->close();
+                        const auto scratch = read_scratch();
+                        boost::system::error_code rec;
+                        const std::size_t n = self->tunnel_->read_some(scratch, rec);
+                        if (rec == asio::error::would_block || rec == asio::error::try_again)
+                          return self->tunnel_read();
+                        if (rec) return self->close();
+                        self->relay(std::string_view(static_cast<const char*>(scratch.data()), n));
+                        self->tunnel_read();
+                      });
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -1342,11 +1379,12 @@ void StoreProxy::Core::connect_main() {
 
 void StoreProxy::Core::read_main() {
   main_socket->async_read_some(
-      asio::buffer(main_read_buf), [self = shared_from_this(), epoch = main_epoch](
-                                       const boost::system::error_code& ec, std::size_t n) {
+      asio::buffer(main_read_buf.get(), kScratchBytes),
+      [self = shared_from_this(), epoch = main_epoch](const boost::system::error_code& ec,
+                                                      std::size_t n) {
         if (epoch != self->main_epoch || self->stopped) return;
         if (ec) return self->main_lost("root store connection lost: " + ec.message());
-        self->main_in.append(self->main_read_buf.data(), n);
+        self->main_in.append(self->main_read_buf.get(), n);
         self->on_main_bytes();
         if (epoch == self->main_epoch && self->main_connected) self->read_main();
       });
