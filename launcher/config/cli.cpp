@@ -127,11 +127,11 @@ constexpr OptionSpec kOptions[] = {
     {"--store-proxy,--store_proxy", "on|off|auto", "DDPRUN_STORE_PROXY", &RawOptions::store_proxy,
      nullptr, "on off auto",
      "Serve the workers through a store proxy on this node (fewer root-store connections and "
-     "requests): on, off (default) or auto (on for multi-node jobs)"},
+     "requests): on, off or auto (default: on for multi-node jobs with 2 or more ranks per node)"},
     {"--store-proxy-max-watched-keys,--store_proxy_max_watched_keys", "N",
      "DDPRUN_STORE_PROXY_MAX_WATCHED_KEYS", &RawOptions::store_proxy_max_watched_keys, nullptr,
      nullptr,
-     "With --store-proxy: keys the proxy watches at once on its one watch link (default 65536; "
+     "With --store-proxy: keys the proxy watches at once on its root link (default 65536; "
      "0: every WAIT on a connection of its own to the root)"},
     {"--python", "PYTHON", nullptr, &RawOptions::python, nullptr, nullptr,
      "Interpreter for .py programs and -m (default $PYTHON_EXEC, else python3)"},

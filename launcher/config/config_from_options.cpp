@@ -236,7 +236,9 @@ Result<ConfiguredLaunch> config_from_options(const RawOptions& raw, const HostFa
   if (raw.store_proxy == "on") {
     c.store_proxy = true;
   } else if (raw.store_proxy == "auto") {
-    c.store_proxy = c.multi_node();
+    // One rank per node gains nothing from a proxy (one worker connection, one root link) and
+    // would pay its loopback hop; docs/rendezvous.md "Store proxy" has the measurements.
+    c.store_proxy = c.multi_node() && c.nproc_per_node > 1;
   } else if (raw.store_proxy != "off") {
     return usage_error("--store-proxy must be on, off or auto, got '" + raw.store_proxy + "'");
   }
