@@ -197,8 +197,8 @@ def run_with_proxies(args, n, shard_size):
         watch_args = [] if args.proxy_max_watched_keys is None else [
             "--max-watched-keys", str(args.proxy_max_watched_keys)]
         if args.proxy_farm:
-            # Many proxies per process. With the watch link each holds 12 descriptors at most
-            # (listener, 8 workers, the main and watch links, one spare WAIT/BARRIER link); with
+            # Many proxies per process. With watches each holds 12 descriptors at most
+            # (listener, 8 workers, the main link (and a watch link), one spare link); with
             # WAIT links (--proxy-max-watched-keys 0) up to ~24 (one per distinct key list waited
             # on at once). --farms asks for more processes than the descriptor limit needs.
             fds = 24 if args.proxy_max_watched_keys == 0 else 12
@@ -317,8 +317,9 @@ def main():
                          "own 127.1.x.y (connect()'s port search is O(links to one address) per link)")
     ap.add_argument("--farm-prefault", action="store_true",
                     help="farms touch ~1 MiB of heap per proxy before the run (measures the page faults' share)")
-    ap.add_argument("--root-links-per-proxy", type=int, default=2,
-                    help="root connections each proxy holds (main + watch link: 2); sizes over the root's "
+    ap.add_argument("--root-links-per-proxy", type=int, default=1,
+                    help="root connections each proxy holds (the tagged main link: 1; main + watch link "
+                         "with a root that has no tagged mode: 2); sizes over the root's "
                          "descriptor limit are reported 'not run'")
     ap.add_argument("--json", action="store_true", help="print one JSON object per row instead of the table")
     args = ap.parse_args()

@@ -127,7 +127,7 @@ constexpr OptionSpec kOptions[] = {
     {"--store-proxy,--store_proxy", "on|off|auto", "DDPRUN_STORE_PROXY", &RawOptions::store_proxy,
      nullptr, "on off auto",
      "Serve the workers through a store proxy on this node (fewer root-store connections and "
-     "requests): on, off or auto (default: on for multi-node jobs with 2 or more ranks per node)"},
+     "requests): on, off or auto (default: on for multi-node jobs of 1024+ ranks, 2+ per node)"},
     {"--store-proxy-max-watched-keys,--store_proxy_max_watched_keys", "N",
      "DDPRUN_STORE_PROXY_MAX_WATCHED_KEYS", &RawOptions::store_proxy_max_watched_keys, nullptr,
      nullptr,

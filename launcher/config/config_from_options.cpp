@@ -236,9 +236,13 @@ Result<ConfiguredLaunch> config_from_options(const RawOptions& raw, const HostFa
   if (raw.store_proxy == "on") {
     c.store_proxy = true;
   } else if (raw.store_proxy == "auto") {
-    // One rank per node gains nothing from a proxy (one worker connection, one root link) and
-    // would pay its loopback hop; docs/rendezvous.md "Store proxy" has the measurements.
-    c.store_proxy = c.multi_node() && c.nproc_per_node > 1;
+    // Where it pays (docs/rendezvous.md, "When it pays"): from 1024 ranks a direct root holds
+    // more descriptors than the usual soft RLIMIT_NOFILE and its CPU is 5x what proxies cost it.
+    // Below that the root is not loaded, and workers keep torchrun's MASTER_ADDR (the root's
+    // host, which some programs use to reach rank 0 themselves). One rank per node gains nothing.
+    constexpr int kStoreProxyAutoMinRanks = 1024;
+    c.store_proxy =
+        c.multi_node() && c.nproc_per_node > 1 && c.world_size() >= kStoreProxyAutoMinRanks;
   } else if (raw.store_proxy != "off") {
     return usage_error("--store-proxy must be on, off or auto, got '" + raw.store_proxy + "'");
   }

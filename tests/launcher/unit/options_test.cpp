@@ -223,23 +223,25 @@ TEST_CASE("--exclude-hosts: a comma-separated list of node names") {
   check_error({"--exclude_hosts", "a,,b", "train"}, 2, "--exclude-hosts: an empty host name");
 }
 
-TEST_CASE("--store-proxy: auto by default, on for multi-node jobs with 2+ ranks per node") {
+TEST_CASE("--store-proxy: auto by default, on for multi-node jobs of 1024+ ranks, 2+ per node") {
   const auto proxy = [](std::vector<std::string> args) {
     args.emplace_back("train");
     auto r = configure(std::move(args));
     REQUIRE(r.ok());
     return r->config.store_proxy;
   };
-  CHECK(proxy({"--nnodes", "2", "--nproc_per_node", "2", "--master_addr", "h"}));
-  CHECK(proxy({"--nnodes", "1:3", "--nproc_per_node", "8", "--rdzv_backend", "c10d",
-               "--rdzv_endpoint", "h:29400"}));
-  CHECK_FALSE(proxy({"--nnodes", "2", "--nproc_per_node", "1", "--master_addr", "h"}));
-  CHECK_FALSE(proxy({"--nproc_per_node", "8"}));  // single node: nothing to save
-  CHECK_FALSE(proxy({"--store-proxy", "off", "--nnodes", "2", "--nproc_per_node", "2"}));
+  CHECK(proxy({"--nnodes", "128", "--nproc_per_node", "8", "--master_addr", "h"}));
+  CHECK(proxy({"--nnodes", "1:512", "--nproc_per_node", "2", "--rdzv_backend", "c10d",
+               "--rdzv_endpoint", "h:29400"}));  // the largest world counts
+  CHECK_FALSE(proxy({"--nnodes", "127", "--nproc_per_node", "8", "--master_addr", "h"}));
+  CHECK_FALSE(proxy({"--nnodes", "2", "--nproc_per_node", "2", "--master_addr", "h"}));
+  CHECK_FALSE(proxy({"--nnodes", "2048", "--nproc_per_node", "1", "--master_addr", "h"}));
+  CHECK_FALSE(proxy({"--nproc_per_node", "1024"}));  // single node: nothing to save
+  CHECK_FALSE(proxy({"--store-proxy", "off", "--nnodes", "128", "--nproc_per_node", "8"}));
   CHECK(proxy({"--store_proxy", "on", "--nproc_per_node", "2"}));
   {
     ScopedEnv env("DDPRUN_STORE_PROXY", "off");
-    CHECK_FALSE(proxy({"--nnodes", "2", "--nproc_per_node", "2"}));
+    CHECK_FALSE(proxy({"--nnodes", "128", "--nproc_per_node", "8"}));
   }
   check_error({"--store-proxy", "maybe", "train"}, 2, "--store-proxy must be on, off or auto");
 }
