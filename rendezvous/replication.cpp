@@ -30,6 +30,18 @@ std::string encode_replication_frame(std::uint64_t sequence, const Command& muta
   return frame;
 }
 
+std::string encode_acknowledgement(std::uint64_t sequence) {
+  return encode_request(Generation::G2,
+                        Command{Op::Set, {std::string(kAckKey)}, {std::to_string(sequence)}, 0, 0});
+}
+
+std::optional<std::uint64_t> parse_sequence(std::string_view text) {
+  std::uint64_t value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || ec != std::errc{} || end != text.data() + text.size()) return std::nullopt;
+  return value;
+}
+
 ReplicationSnapshot encode_snapshot(const StoreModel& model, std::uint64_t& sequence) {
   ReplicationSnapshot out;
   for (const auto& key : model.list_keys()) {

@@ -9,8 +9,11 @@
 // that connection, one frame per mutation in the order it applied them: u64 sequence number
 // (1, 2, ...) followed by the mutation as a G2 request. The first frames are a snapshot of the
 // state at subscription time: a SET per key, then a QUEUE_PUSH per queue item (each queue's
-// items head first). A promoted standby sends one SET of kFenceKey = its
-// epoch back on the same connection before closing it: a primary that reads it steps down.
+// items head first). The standby acknowledges what it applied with SET kAckKey = the last
+// sequence number (decimal), on the same connection; the primary holds every client's output
+// that may reveal a mutation until its standby acknowledged it (synchronous replication). A
+// promoted standby sends one SET of kFenceKey = its epoch back on the same connection before
+// closing it: a primary that reads it steps down.
 
 #include <cstdint>
 #include <optional>
@@ -28,6 +31,7 @@ inline constexpr std::string_view kReplicationKeyPrefix = "/ddprun.replication/"
 inline constexpr std::string_view kFollowKey = "/ddprun.replication/follow";
 inline constexpr std::string_view kPromoteKey = "/ddprun.replication/promote";
 inline constexpr std::string_view kFenceKey = "/ddprun.replication/fence";
+inline constexpr std::string_view kAckKey = "/ddprun.replication/ack";
 
 // The mutation to send to followers for `cmd`, or nullopt when `cmd` changes nothing that
 // outlives its connection (reads, WAIT, watches, PING). BARRIER travels as ADD key 1: the
@@ -43,6 +47,11 @@ struct ReplicationSnapshot {
   std::size_t queue_items = 0;
 };
 ReplicationSnapshot encode_snapshot(const StoreModel& model, std::uint64_t& sequence);
+
+// The standby's acknowledgement of every frame up to `sequence` (a G2 SET of kAckKey).
+std::string encode_acknowledgement(std::uint64_t sequence);
+// The sequence number an acknowledgement carries, or nullopt when it is not a decimal number.
+std::optional<std::uint64_t> parse_sequence(std::string_view text);
 
 struct ReplicationFrame {
   std::uint64_t sequence = 0;

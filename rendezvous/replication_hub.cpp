@@ -1,5 +1,8 @@
 #include "rendezvous/replication_hub.hpp"
 
+#include <algorithm>
+#include <vector>
+
 #include <fmt/format.h>
 
 #include "rendezvous/command_handler.hpp"
@@ -59,6 +62,10 @@ bool ReplicationHub::intercept(StoreSession& session, const Command& cmd, StoreM
     }
     return true;
   }
+  if (cmd.op == Op::Set && key == kAckKey) {
+    acknowledge(session, cmd);
+    return true;
+  }
   if (cmd.op == Op::Set && key == kFenceKey) {
     const auto epoch =
         parse_epoch(cmd.values.empty() ? std::string_view{} : std::string_view(cmd.values[0]));
@@ -85,10 +92,17 @@ bool ReplicationHub::intercept(StoreSession& session, const Command& cmd, StoreM
 void ReplicationHub::subscribe(StoreSession& session, StoreModel& model) {
   // The snapshot and the stream are one sequence: nothing runs between these lines and the
   // next publish() (one thread).
-  followers_[session.id()] = session.weak_from_this();
+  // Registered first: a follower's own output is never held. Clients' output is held from here
+  // until it acknowledged the snapshot, so what they see from now on is on the standby.
+  followers_[session.id()] = Follower{session.weak_from_this(), sequence_, {}};
   session.send(bytes_reply(std::to_string(epoch_)));
   const ReplicationSnapshot snapshot = encode_snapshot(model, sequence_);
   session.send(snapshot.frames);
+  if (auto it = followers_.find(session.id()); it != followers_.end()) {
+    if (it->second.acknowledged < sequence_)
+      it->second.owing_since = std::chrono::steady_clock::now();
+  }
+  update_acknowledged();
   log_line(
       fmt::format("replication: follower connection {} subscribed at sequence {} ({} keys and {} "
                   "queue items in the snapshot)",
@@ -121,24 +135,91 @@ void ReplicationHub::promote(StoreSession& session, const Command& cmd) {
 
 void ReplicationHub::publish(const Command& mutation) {
   std::string frame;
+  bool dropped = false;
   for (auto it = followers_.begin(); it != followers_.end();) {
-    auto session = it->second.lock();
+    auto session = it->second.session.lock();
     if (!session || !session->is_open()) {
       it = followers_.erase(it);
+      dropped = true;
       continue;
     }
     if (session->pending_output_bytes() > options_.max_follower_lag_bytes) {
       it = followers_.erase(it);
+      dropped = true;
       session->close_for_error(
           fmt::format("follower is {} bytes behind (--max-follower-lag-bytes {}); dropping it: "
                       "that standby is no longer current",
                       session->pending_output_bytes(), options_.max_follower_lag_bytes));
       continue;
     }
-    if (frame.empty()) frame = encode_replication_frame(++sequence_, mutation);
+    if (frame.empty()) frame = encode_replication_frame(sequence_ + 1, mutation);
+    if (it->second.acknowledged == sequence_) {
+      it->second.owing_since = std::chrono::steady_clock::now();
+    }
     session->send(frame);
     ++it;
   }
+  if (!frame.empty()) ++sequence_;
+  if (dropped) update_acknowledged();
+}
+
+void ReplicationHub::acknowledge(StoreSession& session, const Command& cmd) {
+  const auto it = followers_.find(session.id());
+  const auto sequence =
+      parse_sequence(cmd.values.empty() ? std::string_view{} : std::string_view(cmd.values[0]));
+  if (it == followers_.end() || !sequence || *sequence > sequence_ ||
+      *sequence < it->second.acknowledged) {
+    session.close_for_error(it == followers_.end() ? "acknowledgement from a connection that is "
+                                                     "not a follower"
+                                                   : "acknowledgement of an unsent sequence");
+    return;
+  }
+  it->second.acknowledged = *sequence;
+  if (*sequence < sequence_) it->second.owing_since = std::chrono::steady_clock::now();
+  update_acknowledged();
+}
+
+void ReplicationHub::follower_closed(ClientId id) {
+  if (followers_.erase(id) > 0) update_acknowledged();
+}
+
+void ReplicationHub::update_acknowledged() {
+  std::uint64_t least = sequence_;
+  for (const auto& [id, follower] : followers_) least = std::min(least, follower.acknowledged);
+  const bool advanced = least > acknowledged_;
+  acknowledged_ = least;
+  if (advanced && released_) released_(acknowledged_);
+}
+
+std::optional<std::chrono::steady_clock::time_point> ReplicationHub::next_ack_deadline() const {
+  std::optional<std::chrono::steady_clock::time_point> earliest;
+  for (const auto& [id, follower] : followers_) {
+    if (follower.acknowledged == sequence_) continue;
+    const auto deadline = follower.owing_since + options_.ack_timeout;
+    if (!earliest || deadline < *earliest) earliest = deadline;
+  }
+  return earliest;
+}
+
+void ReplicationHub::drop_overdue_followers(std::chrono::steady_clock::time_point now) {
+  std::vector<std::shared_ptr<StoreSession>> overdue;
+  for (auto it = followers_.begin(); it != followers_.end();) {
+    const Follower& follower = it->second;
+    if (follower.acknowledged == sequence_ || now < follower.owing_since + options_.ack_timeout) {
+      ++it;
+      continue;
+    }
+    if (auto session = follower.session.lock()) overdue.push_back(std::move(session));
+    it = followers_.erase(it);
+  }
+  if (overdue.empty()) return;
+  for (auto& session : overdue) {
+    session->close_for_error(fmt::format(
+        "follower did not acknowledge sequence {} within {} ms (--follower-ack-timeout); "
+        "dropping it: that standby is no longer current, replies no longer wait for it",
+        sequence_, options_.ack_timeout.count()));
+  }
+  update_acknowledged();
 }
 
 void ReplicationHub::start_following(boost::asio::io_context& io, const StoreLimits& limits,

@@ -6,9 +6,11 @@
 // kPromoteKey carrying a higher epoch; a primary told by its promoted standby that a higher
 // epoch exists steps down (fenced) and refuses every request from then on.
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
@@ -29,6 +31,10 @@ struct ReplicationOptions {
   // Frames owed to one follower that does not keep up: past this the follower is dropped (with a
   // log line) instead of growing the primary's memory.
   std::size_t max_follower_lag_bytes = std::size_t{64} * 1024 * 1024;
+  // A follower that owes an acknowledgement for this long is dropped (with a log line), so a
+  // stalled standby holds clients' replies at most this long: keep it below the agents'
+  // heartbeat timeout, which would otherwise take the stall for the store's loss.
+  std::chrono::milliseconds ack_timeout{2000};
   // Standby: runs on the connection to the primary after VALIDATE + PING, before subscribing,
   // bounded by the subscription's deadline; throws (StoreAuthError) to refuse. The job's token:
   // token_prover(token) (token_auth.hpp), as an agent's StoreClientOptions::after_connect.
@@ -57,7 +63,23 @@ class ReplicationHub {
   // after replying has already handed the frame to the kernel).
   void publish(const Command& mutation);
   bool has_followers() const { return !followers_.empty(); }
-  void follower_closed(ClientId id) { followers_.erase(id); }
+  void follower_closed(ClientId id);
+
+  // Synchronous replication: output to `client` sent now waits until every follower
+  // acknowledged this sequence number; 0 when nothing is unacknowledged (or `client` is a
+  // follower).
+  std::uint64_t output_gate(ClientId client) const {
+    if (acknowledged_ == sequence_ || followers_.contains(client)) return 0;
+    return sequence_;
+  }
+  // What the followers acknowledged advanced to `acknowledged` (or the last lagging one left):
+  // the server releases output held behind it.
+  using Released = std::function<void(std::uint64_t acknowledged)>;
+  void on_released(Released released) { released_ = std::move(released); }
+  // The earliest time a follower that owes an acknowledgement must be dropped, if any owes one.
+  std::optional<std::chrono::steady_clock::time_point> next_ack_deadline() const;
+  // Drops every follower whose acknowledgement is overdue at `now` (with a log line).
+  void drop_overdue_followers(std::chrono::steady_clock::time_point now);
 
   // Standby: subscribe to options().follow now (blocking connect, handshake, after_connect;
   // throws std::runtime_error naming the primary and the reason), then apply its stream on `io`.
@@ -71,12 +93,26 @@ class ReplicationHub {
  private:
   void subscribe(StoreSession& session, StoreModel& model);
   void promote(StoreSession& session, const Command& cmd);
+  void acknowledge(StoreSession& session, const Command& cmd);
+  // Recomputes acknowledged_ (the least of the followers'; sequence_ with none) and releases
+  // held output when it advanced.
+  void update_acknowledged();
+
+  struct Follower {
+    std::weak_ptr<StoreSession> session;
+    std::uint64_t acknowledged = 0;
+    // Since when it owes an acknowledgement (set when it was caught up and a frame was sent,
+    // or when an acknowledgement left it still behind).
+    std::chrono::steady_clock::time_point owing_since{};
+  };
 
   ReplicationOptions options_;
   Role role_ = Role::Primary;
   std::int64_t epoch_;
-  std::uint64_t sequence_ = 0;  // last frame sent
-  std::unordered_map<ClientId, std::weak_ptr<StoreSession>> followers_;
+  std::uint64_t sequence_ = 0;      // last frame sent
+  std::uint64_t acknowledged_ = 0;  // by every follower (== sequence_ when none is behind)
+  std::unordered_map<ClientId, Follower> followers_;
+  Released released_;
   std::shared_ptr<StoreFollower> link_;  // standby: the connection to the primary
 };
 

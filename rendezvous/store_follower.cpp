@@ -112,7 +112,11 @@ void StoreFollower::connect() {
   log_line(fmt::format("standby: following {} (epoch {})", primary_, primary_epoch_));
 }
 
-void StoreFollower::start() { read_more(); }
+void StoreFollower::start() {
+  boost::system::error_code ec;
+  socket_.non_blocking(true, ec);  // acknowledgements are written without waiting
+  read_more();
+}
 
 void StoreFollower::read_more() {
   socket_.async_read_some(
@@ -125,7 +129,8 @@ void StoreFollower::read_more() {
         }
         self->parser_.append(std::string_view(self->buf_, n));
         if (!self->apply_buffered()) return;
-        self->read_more();
+        self->acknowledge();
+        if (self->following_) self->read_more();
       });
 }
 
@@ -145,6 +150,34 @@ bool StoreFollower::apply_buffered() {
     return false;
   }
   return true;
+}
+
+void StoreFollower::acknowledge() {
+  if (!following_ || last_sequence_ == acknowledged_ || out_off_ < out_.size()) return;
+  out_ = encode_acknowledgement(last_sequence_);
+  out_off_ = 0;
+  acknowledged_ = last_sequence_;
+  write_pending();
+}
+
+void StoreFollower::write_pending() {
+  boost::system::error_code ec;
+  out_off_ += socket_.write_some(asio::buffer(out_.data() + out_off_, out_.size() - out_off_), ec);
+  if (ec && ec != asio::error::would_block && ec != asio::error::try_again) {
+    lost(fmt::format("cannot acknowledge: {}", ec.message()));
+    return;
+  }
+  if (out_off_ < out_.size()) {
+    socket_.async_wait(tcp::socket::wait_write,
+                       [self = shared_from_this()](const boost::system::error_code& wait_ec) {
+                         if (!self->following_ || wait_ec) return;  // the reader reports errors
+                         self->write_pending();
+                       });
+    return;
+  }
+  out_.clear();
+  out_off_ = 0;
+  acknowledge();  // frames applied while this one was waiting
 }
 
 void StoreFollower::drain() {
@@ -172,7 +205,9 @@ void StoreFollower::fence(std::int64_t epoch) {
   if (following_) {
     // Best effort and bounded: a non-blocking write into the socket's buffer; a primary that is
     // alive (or paused) reads it when it runs again, one whose host is gone never will.
-    const std::string fence = encode_request(
+    // After the rest of a partly written acknowledgement, so the primary parses whole requests.
+    std::string fence = out_.substr(out_off_);
+    fence += encode_request(
         Generation::G2, Command{Op::Set, {std::string(kFenceKey)}, {std::to_string(epoch)}, 0, 0});
     boost::system::error_code ec;
     socket_.non_blocking(true, ec);

@@ -2,10 +2,10 @@
 
 // A standby's connection to its primary: subscribes (G2 handshake, the job's token through
 // `after_connect` when it has one, GET kFollowKey; all on a BlockingSocket within 30 s), then reads
-// the primary's frames on the io_context and hands each mutation, in sequence order, to
-// `apply`. A gap in the sequence or a malformed frame ends following (logged). When the link is
-// lost the standby keeps the state it has: it never resubscribes (a restarted, empty primary
-// must not wipe it) and waits to be promoted.
+// the primary's frames on the io_context, hands each mutation, in sequence order, to `apply` and
+// acknowledges what it applied. A gap in the sequence or a malformed frame ends following (logged).
+// When the link is lost the standby keeps the state it has: it never resubscribes (a restarted,
+// empty primary must not wipe it) and waits to be promoted.
 
 #include <cstdint>
 #include <functional>
@@ -43,6 +43,10 @@ class StoreFollower : public std::enable_shared_from_this<StoreFollower> {
 
  private:
   void read_more();
+  // Acknowledge what was applied (the primary holds its clients' replies until then): one ack in
+  // flight at a time, the latest sequence sent when the socket takes it.
+  void acknowledge();
+  void write_pending();
   // Parse and apply buffered frames; false when following ended (gap or malformed frame).
   bool apply_buffered();
   void lost(const std::string& why);
@@ -53,6 +57,9 @@ class StoreFollower : public std::enable_shared_from_this<StoreFollower> {
   ReplicationFrameParser parser_;
   Apply apply_;
   std::uint64_t last_sequence_ = 0;
+  std::uint64_t acknowledged_ = 0;  // the last sequence put into out_
+  std::string out_;                 // to the primary, not yet taken by the socket, from out_off_
+  std::size_t out_off_ = 0;
   std::int64_t primary_epoch_ = 0;
   bool following_ = false;
   char buf_[64 * 1024];

@@ -102,9 +102,12 @@ struct StoreServer::Core : SessionHost, std::enable_shared_from_this<StoreServer
         acceptor(io_context),
         retry_timer(io_context),
         sweep_timer(io_context),
+        ack_timer(io_context),
         options(opts),
         scratch(kScratchBytes, '\0'),
-        replication(opts.replication) {}
+        replication(opts.replication) {
+    replication.on_released([this](std::uint64_t acknowledged) { release_held(acknowledged); });
+  }
 
   const StoreLimits& limits() const override { return options.limits; }
   std::string& scratch_buffer() override { return scratch; }
@@ -221,6 +224,40 @@ struct StoreServer::Core : SessionHost, std::enable_shared_from_this<StoreServer
       session.send(outcome.reply);
     }
     if (!outcome.effects.woken.empty() || !outcome.effects.events.empty()) deliver(outcome.effects);
+    if (replication.has_followers()) arm_ack_timer();
+  }
+
+  // Synchronous replication (replication_hub.hpp): output that may reveal an unacknowledged
+  // mutation waits in its session; the sessions holding some are listed here.
+  std::uint64_t output_gate(const StoreSession& session) const override {
+    return replication.output_gate(session.id());
+  }
+  void output_held(StoreSession& session) override { holding.push_back(session.id()); }
+
+  void release_held(std::uint64_t acknowledged) {
+    std::vector<ClientId> waiting;
+    waiting.swap(holding);
+    for (ClientId id : waiting) {
+      auto it = sessions.find(id);
+      if (it == sessions.end()) continue;
+      auto session = it->second;  // alive even if writing closes it
+      if (session->release_output(acknowledged)) holding.push_back(id);
+    }
+  }
+
+  // Wakes when the earliest owed acknowledgement is due, to drop a standby that stalls clients.
+  void arm_ack_timer() {
+    if (ack_timer_armed || stopped) return;
+    const auto deadline = replication.next_ack_deadline();
+    if (!deadline) return;
+    ack_timer_armed = true;
+    ack_timer.expires_at(*deadline);
+    ack_timer.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+      self->ack_timer_armed = false;
+      if (ec || self->stopped) return;
+      self->replication.drop_overdue_followers(std::chrono::steady_clock::now());
+      self->arm_ack_timer();
+    });
   }
 
   // STOP_WAITING to woken clients, notifications to watchers: a G1 watcher gets the 1.13 frame
@@ -378,6 +415,7 @@ struct StoreServer::Core : SessionHost, std::enable_shared_from_this<StoreServer
     acceptor.close(ignored);
     retry_timer.cancel();
     sweep_timer.cancel();
+    ack_timer.cancel();
     replication.stop();
     auto open = sessions;  // closing erases from `sessions`
     for (auto& [id, session] : open) session->close();
@@ -387,11 +425,14 @@ struct StoreServer::Core : SessionHost, std::enable_shared_from_this<StoreServer
   tcp::acceptor acceptor;
   asio::steady_timer retry_timer;
   asio::steady_timer sweep_timer;
+  asio::steady_timer ack_timer;
+  bool ack_timer_armed = false;
   StoreServerOptions options;
   std::string scratch;
   StoreModel model;
   ReplicationHub replication;
   std::unordered_map<ClientId, std::shared_ptr<StoreSession>> sessions;
+  std::vector<ClientId> holding;  // sessions holding output behind the standby (some may be gone)
   ClientId next_id = 1;
   std::uint16_t port = 0;
   bool stopped = false;

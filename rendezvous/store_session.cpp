@@ -180,9 +180,21 @@ void StoreSession::send(std::string_view bytes, Message kind) {
         fmt::format("owed more than {} bytes of replies and notifications it does not read", cap));
     return;
   }
+  const std::size_t start = out_.size();
   try {
     if (tagged_) out_.push_back(static_cast<char>(kind == Message::Reply ? kTagReply : kTagEvent));
     out_.append(bytes);
+    // Behind a gate when this output may reveal a mutation the standby has not acknowledged
+    // yet; output after held output waits with it (a connection's messages keep their order).
+    const std::uint64_t gate = host_->output_gate(*this);
+    if (gate > (held_.empty() ? 0 : held_.back().sequence)) {
+      held_.push_back(HeldOutput{start, gate});
+      if (held_.size() == 1) {
+        // Waiting on the standby is not the peer's stall: --idle-timeout counts from here.
+        last_progress_tick_ = host_->progress_tick();
+        host_->output_held(*this);
+      }
+    }
   } catch (const std::bad_alloc&) {
     fail_out_of_memory();
     return;
@@ -190,13 +202,29 @@ void StoreSession::send(std::string_view bytes, Message kind) {
   if (!batching_replies_) flush();
 }
 
+bool StoreSession::release_output(std::uint64_t acknowledged) {
+  if (closed_) return false;
+  auto first_held = held_.begin();
+  while (first_held != held_.end() && first_held->sequence <= acknowledged) ++first_held;
+  if (first_held == held_.begin()) return !held_.empty();
+  held_.erase(held_.begin(), first_held);
+  if (held_.empty()) std::vector<HeldOutput>().swap(held_);
+  flush();
+  return !held_.empty();
+}
+
 void StoreSession::flush() {
-  if (closed_ || batching_replies_ || write_in_flight_ || out_off_ == out_.size()) return;
+  if (closed_ || batching_replies_ || write_in_flight_) return;
+  const std::size_t end = writable_end();
+  if (out_off_ == end) {
+    account_output();  // held output (if any) counts as owed
+    return;
+  }
   // Write straight away on the non-blocking socket: almost every reply fits in the socket
   // buffer, and skipping an async operation per reply is most of the server's per-request cost.
   boost::system::error_code ec;
   const std::size_t n =
-      socket_.write_some(boost::asio::buffer(out_.data() + out_off_, out_.size() - out_off_), ec);
+      socket_.write_some(boost::asio::buffer(out_.data() + out_off_, end - out_off_), ec);
   if (ec && ec != boost::asio::error::would_block && ec != boost::asio::error::try_again) {
     finish(false);
     return;
@@ -211,7 +239,12 @@ void StoreSession::flush() {
   }
   if (out_off_ > out_.size() / 2) {  // keep the unsent tail at the front without quadratic copying
     out_.erase(0, out_off_);
+    for (auto& part : held_) part.start -= out_off_;
     out_off_ = 0;
+  }
+  if (out_off_ == writable_end()) {  // all that may go went; the rest waits for the standby
+    account_output();
+    return;
   }
   // The peer is slow to read: wait until the socket is writable again. Owing output starts the
   // --idle-timeout clock even if the connection had been quiet for long.
@@ -298,6 +331,7 @@ void StoreSession::finish(bool for_error) {
   decoder_.reset();
   std::string().swap(out_);
   out_off_ = 0;
+  std::vector<HeldOutput>().swap(held_);
   account_input();
   account_output();
   host_->session_closed(id_, for_error);

@@ -17,6 +17,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <boost/asio/ip/tcp.hpp>
 
@@ -40,6 +41,12 @@ class SessionHost {
   // holding the most (which may be `session`).
   virtual void input_bytes_changed(StoreSession& session, std::ptrdiff_t delta) = 0;
   virtual void output_bytes_changed(StoreSession& session, std::ptrdiff_t delta) = 0;
+  // Synchronous replication (docs/scale.md, "Replication link"): output sent to `session` now
+  // may reach it only once the standby acknowledged this sequence number (0: at once). The
+  // host calls StoreSession::release_output() as acknowledgements arrive.
+  virtual std::uint64_t output_gate(const StoreSession& session) const = 0;
+  // `session` started holding output behind a gate (it was holding none).
+  virtual void output_held(StoreSession& session) = 0;
   // A coarse clock for --idle-timeout: advanced by the host's sweep timer.
   virtual std::uint64_t progress_tick() const = 0;
   // One line about a connection closed for cause (the host rate-limits them).
@@ -59,6 +66,10 @@ class StoreSession : public std::enable_shared_from_this<StoreSession> {
   // From the next send() on, every message carries its tag (TAGGED was accepted).
   void tag_messages() { tagged_ = true; }
   bool tagged() const { return tagged_; }
+  // The standby acknowledged every mutation up to `acknowledged`: write what that releases.
+  // Returns whether output is still held.
+  bool release_output(std::uint64_t acknowledged);
+  bool holds_output() const { return !held_.empty(); }
   // Close without logging (normal end or server stop).
   void close();
   // Close and write one log line naming the peer and the reason.
@@ -118,6 +129,15 @@ class StoreSession : public std::enable_shared_from_this<StoreSession> {
 
   std::string out_;  // replies not yet accepted by the socket, from out_off_
   std::size_t out_off_ = 0;
+  // Output behind replication gates: from `start` (an offset in out_) on, nothing may be written
+  // before the standby acknowledged `sequence`. Starts and sequences increase; each part runs to
+  // the next one's start (the last to the end of out_).
+  struct HeldOutput {
+    std::size_t start;
+    std::uint64_t sequence;
+  };
+  std::vector<HeldOutput> held_;  // a vector: an empty one costs an idle connection nothing
+  std::size_t writable_end() const { return held_.empty() ? out_.size() : held_.front().start; }
   bool write_in_flight_ = false;   // waiting for the socket to become writable
   bool batching_replies_ = false;  // while handling a read: send() queues, the end flushes once
   bool read_armed_ = false;

@@ -151,6 +151,7 @@ std::optional<Outcome> TokenAccessPolicy::screen(const StoreModel& model, Client
       const char* what = key == kFollowKey    ? "a standby's subscription"
                          : key == kPromoteKey ? "a promotion"
                          : key == kFenceKey   ? "a fence"
+                         : key == kAckKey     ? "a standby's acknowledgement"
                                               : "a replication key";
       return close_with(fmt::format("{} without the job's token", what));
     }

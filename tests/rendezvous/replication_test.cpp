@@ -115,3 +115,18 @@ TEST_CASE("replication: the snapshot is every key, then every queue's items head
   CHECK(standby.queue_pop("/other", length_before) == "x");
   CHECK(standby.key_count() == 1);  // the queues are gone once popped
 }
+
+TEST_CASE("replication: an acknowledgement is a SET of the ack key carrying a decimal sequence") {
+  const std::string ack = encode_acknowledgement(12345);
+  StoreLimits limits;
+  DecodeResult r = decode_request(ack, Generation::G2, limits);
+  REQUIRE(r.status == DecodeStatus::Ok);
+  CHECK(r.command.op == Op::Set);
+  CHECK(r.command.keys == std::vector<std::string>{std::string(kAckKey)});
+  CHECK(parse_sequence(r.command.values.at(0)) == 12345u);
+  CHECK(parse_sequence("0") == 0u);
+  CHECK_FALSE(parse_sequence(""));
+  CHECK_FALSE(parse_sequence("-1"));
+  CHECK_FALSE(parse_sequence("12x"));
+  CHECK_FALSE(parse_sequence("99999999999999999999999"));
+}

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <thread>
 
+#include "rendezvous/replication.hpp"
 #include "tests/rendezvous/frames.hpp"
 #include "tests/rendezvous/test_server.hpp"
 
@@ -389,4 +390,108 @@ TEST_CASE(
   CHECK_THROWS_AS(s.recv_exact(&byte, 1, soon()), StoreError);
   CHECK(server.stats_when([](const StoreServerStats& st) { return st.closed_for_errors == 1; })
             .closed_for_errors == 1);
+}
+
+namespace {
+// A follower speaking the replication protocol by hand: subscribes, reads frames, acknowledges.
+struct HandFollower {
+  BlockingSocket link;
+  explicit HandFollower(const TestServer& server) : link(server.raw()) {
+    g2_handshake(link);
+    link.send_all(encode_request(Generation::G2, make(Op::Get, {std::string(kFollowKey)})), soon());
+    CHECK(link.recv_bytes(soon(), 64) == "1");  // the primary's epoch
+  }
+  // The next frame's sequence number (its mutation is read and dropped).
+  std::uint64_t next_frame() {
+    char seq[8];
+    link.recv_exact(seq, 8, soon());
+    char op = 0;
+    link.recv_exact(&op, 1, soon());
+    CHECK(op == static_cast<char>(Op::Set));
+    link.recv_bytes(soon(), 1 << 20);  // key
+    link.recv_bytes(soon(), 1 << 20);  // value
+    return get_u64(seq);
+  }
+  void ack(std::uint64_t sequence) { link.send_all(encode_acknowledgement(sequence), soon()); }
+};
+
+bool silent_for(BlockingSocket& s, std::chrono::milliseconds how_long) {
+  return !s.wait_readable(std::chrono::steady_clock::now() + how_long);
+}
+
+void set_then_ping(BlockingSocket& s, const std::string& key) {
+  s.send_all(encode_request(Generation::G2, make(Op::Set, {key}, {"v"})) +
+                 encode_request(Generation::G2, make(Op::Ping, {}, {}, 0, 5)),
+             soon());
+}
+}  // namespace
+
+TEST_CASE("server: with a follower, a reply waits until the follower acknowledged the write") {
+  TestServer server;
+  BlockingSocket client = server.raw();
+  g2_handshake(client);
+  client.send_all(encode_request(Generation::G2, make(Op::Set, {"/before"}, {"v"})), soon());
+  HandFollower follower(server);
+  CHECK(follower.next_frame() == 1);  // the snapshot: /before
+  // Until the snapshot is acknowledged, nothing is answered (a GET would reveal /before).
+  client.send_all(encode_request(Generation::G2, make(Op::Ping, {}, {}, 0, 4)), soon());
+  CHECK(silent_for(client, std::chrono::milliseconds(200)));
+  follower.ack(1);
+  CHECK(client.recv_u32(soon()) == 4);
+  BlockingSocket reader = server.raw();
+  g2_handshake(reader);  // answered at once: nothing is unacknowledged now
+
+  set_then_ping(client, "/a");
+  CHECK(follower.next_frame() == 2);
+  CHECK(silent_for(client, std::chrono::milliseconds(200)));
+  // Another client's read waits too (it may reveal /a), behind every later write.
+  set_then_ping(client, "/b");
+  CHECK(follower.next_frame() == 3);
+  reader.send_all(encode_request(Generation::G2, make(Op::Get, {"/a"})), soon());
+  CHECK(silent_for(reader, std::chrono::milliseconds(100)));
+  follower.ack(2);  // releases the first PING, not the second (behind /b) nor the GET
+  CHECK(client.recv_u32(soon()) == 5);
+  CHECK(silent_for(client, std::chrono::milliseconds(100)));
+  CHECK(silent_for(reader, std::chrono::milliseconds(50)));
+  follower.ack(3);
+  CHECK(client.recv_u32(soon()) == 5);
+  CHECK(reader.recv_bytes(soon(), 64) == "v");
+
+  // An acknowledgement of a frame never sent, or from a connection that is not a follower,
+  // closes that connection; with no follower left, replies are no longer held.
+  reader.send_all(encode_acknowledgement(3), soon());
+  char byte = 0;
+  CHECK_THROWS_AS(reader.recv_exact(&byte, 1, soon()), StoreError);
+  set_then_ping(client, "/c");
+  CHECK(follower.next_frame() == 4);
+  follower.ack(9);
+  CHECK_THROWS_AS(follower.link.recv_exact(&byte, 1, soon()), StoreError);
+  CHECK(client.recv_u32(soon()) == 5);
+  const auto log = server.log();
+  auto logged = [&](std::string_view text) {
+    return std::any_of(log.begin(), log.end(),
+                       [&](const std::string& l) { return l.find(text) != std::string::npos; });
+  };
+  CHECK(logged("acknowledgement from a connection that is not a follower"));
+  CHECK(logged("acknowledgement of an unsent sequence"));
+}
+
+TEST_CASE("server: a follower that owes an acknowledgement past the timeout is dropped") {
+  ReplicationOptions replication;
+  replication.ack_timeout = std::chrono::milliseconds(150);
+  TestServer server({}, nullptr, replication);
+  HandFollower follower(server);
+  BlockingSocket client = server.raw();
+  g2_handshake(client);
+  const auto start = std::chrono::steady_clock::now();
+  set_then_ping(client, "/a");
+  CHECK(follower.next_frame() == 1);
+  CHECK(client.recv_u32(soon()) == 5);  // once the silent follower is dropped
+  CHECK(std::chrono::steady_clock::now() - start >= std::chrono::milliseconds(140));
+  char byte = 0;
+  CHECK_THROWS_AS(follower.link.recv_exact(&byte, 1, soon()), StoreError);
+  const auto log = server.log();
+  CHECK(std::any_of(log.begin(), log.end(), [](const std::string& l) {
+    return l.find("did not acknowledge sequence 1 within 150 ms") != std::string::npos;
+  }));
 }

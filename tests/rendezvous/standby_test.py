@@ -21,6 +21,11 @@
    proves the token (HMAC-SHA256 challenge-response, as agents do) promotes it.
 7. queues: items pushed before the standby subscribed are in its snapshot (after the keys, each
    queue head first); the promoted standby pops them, then those pushed later, in order.
+8. synchronous replication: while the standby is paused (SIGSTOP) the primary answers nothing that
+   could reveal a write the standby lacks (a SET's following PING, another client's GET); the
+   replies come once it runs again. A standby paused past --follower-ack-timeout is dropped (log
+   line) and the primary answers again. 10000 pipelined SETs acknowledged by one PING, then the
+   primary SIGKILLed: the promoted standby holds all of them (3 rounds).
 """
 import hashlib
 import hmac
@@ -452,9 +457,7 @@ def test_queues_in_the_snapshot(store_bin):
         c.sendall(g2_frame(14, b"/jobs", b"d") + PING)
         assert recv_exact(c, 4) == struct.pack("<I", 7)
         p = raw_connect(standby.port)
-        # The PING's echo came after the primary handed d's frame to the standby's connection, and
-        # promotion drains what the standby's socket holds; a margin for a loaded machine.
-        time.sleep(0.3)
+        # The PING's echo came after the standby acknowledged d (synchronous replication).
         p.sendall(g2_frame(2, b"/ddprun.replication/promote", b"", b"2"))
         assert recv_value(p) == b"2"
         p.sendall(g2_frame(16, b"/jobs"))  # QUEUE_LEN
@@ -471,6 +474,83 @@ def test_queues_in_the_snapshot(store_bin):
     assert "(1 keys and 3 queue items in the snapshot)" in primary_log, primary_log
     assert "promoted to primary at epoch 2" in standby_log, standby_log
     print("queues: items pushed before the standby subscribed reach it, in order, after promotion")
+
+
+def answered_within(sock, n, seconds):
+    """n bytes from sock within `seconds`, or None when nothing came in that time."""
+    sock.settimeout(seconds)
+    try:
+        return recv_exact(sock, n)
+    except socket.timeout:
+        return None
+    finally:
+        sock.settimeout(10)
+
+
+def promote(port):
+    p = raw_connect(port)
+    p.sendall(g2_frame(2, b"/ddprun.replication/promote", b"", b"2"))
+    assert recv_value(p) == b"2"
+    return p
+
+
+def test_replies_wait_for_the_standby(store_bin):
+    primary = Store(store_bin, "--follower-ack-timeout", "120")
+    standby = Store(store_bin, "--follow", f"127.0.0.1:{primary.port}")
+    try:
+        writer, reader = raw_connect(primary.port), raw_connect(primary.port)
+        standby.proc.send_signal(signal.SIGSTOP)
+        writer.sendall(g2_frame(1, b"/k", b"v") + PING)
+        assert answered_within(writer, 4, 1.0) is None, "a write acknowledged before the standby had it"
+        reader.sendall(g2_frame(3, b"/k"))
+        assert answered_within(reader, 9, 0.3) is None, "a read revealed a write the standby lacks"
+        standby.proc.send_signal(signal.SIGCONT)
+        assert answered_within(writer, 4, 30) == struct.pack("<I", 7)
+        assert answered_within(reader, 9, 30) == struct.pack("<Q", 1) + b"v"
+        # Every round: many writes acknowledged by one PING, then the primary killed at once.
+        for round_ in range(3):
+            writer.sendall(b"".join(g2_frame(1, b"/r%d/%d" % (round_, i), b"x" * 64) for i in range(10000)) + PING)
+            assert answered_within(writer, 4, 60) == struct.pack("<I", 7)
+            if round_ < 2:
+                continue
+            primary.proc.send_signal(signal.SIGKILL)
+            primary.proc.wait()
+            p = promote(standby.port)
+            for r in range(3):
+                for i in (0, 5000, 9999):
+                    p.sendall(g2_frame(3, b"/r%d/%d" % (r, i)))
+                    assert recv_value(p) == b"x" * 64, f"acknowledged write /r{r}/{i} lost"
+            p.sendall(GET_NUM_KEYS)
+            assert struct.unpack("<q", recv_exact(p, 8))[0] == 1 + 3 * 10000
+            p.close()
+        writer.close()
+        reader.close()
+    finally:
+        standby_log = standby.stop()
+        primary.stop()
+    assert "promoted to primary at epoch 2" in standby_log, standby_log
+    print("synchronous replication: replies wait for the standby; 3 x 10000 pipelined SETs all on it after SIGKILL")
+
+
+def test_stalled_standby_is_dropped(store_bin):
+    primary = Store(store_bin, "--follower-ack-timeout", "0.3")
+    standby = Store(store_bin, "--follow", f"127.0.0.1:{primary.port}")
+    try:
+        c = raw_connect(primary.port)
+        standby.proc.send_signal(signal.SIGSTOP)
+        t0 = time.monotonic()
+        c.sendall(g2_frame(1, b"/k", b"v") + PING)
+        assert answered_within(c, 4, 30) == struct.pack("<I", 7), "the primary must answer once it drops the standby"
+        waited = time.monotonic() - t0
+        assert waited >= 0.25, f"answered after {waited:.3f} s, before --follower-ack-timeout"
+        c.sendall(g2_frame(1, b"/k2", b"v") + PING)  # no standby now: answered at once
+        assert answered_within(c, 4, 30) == struct.pack("<I", 7)
+        c.close()
+    finally:
+        standby.stop()
+        log = primary.stop()
+    assert "did not acknowledge" in log and "--follower-ack-timeout" in log, log
+    print(f"stalled standby: dropped after {waited:.2f} s (--follower-ack-timeout 0.3); the primary answers again")
 
 
 def test_follow_nothing(store_bin):
@@ -506,6 +586,8 @@ def main():
     test_standby_role(store_bin)
     test_fencing(store_bin)
     test_slow_follower_is_dropped(store_bin)
+    test_replies_wait_for_the_standby(store_bin)
+    test_stalled_standby_is_dropped(store_bin)
     test_failover(store_bin, writers)
     print("standby store: OK")
 

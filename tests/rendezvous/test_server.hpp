@@ -25,7 +25,8 @@ namespace ddp::rdzv::test {
 class TestServer {
  public:
   explicit TestServer(StoreLimits limits = {},
-                      std::shared_ptr<AccessPolicy> access_policy = nullptr) {
+                      std::shared_ptr<AccessPolicy> access_policy = nullptr,
+                      ReplicationOptions replication = {}) {
     set_log_sink([this](std::string_view line) {
       std::lock_guard lock(log_mutex_);
       log_.emplace_back(line);
@@ -33,6 +34,7 @@ class TestServer {
     StoreServerOptions opts;
     opts.limits = limits;
     opts.access_policy = std::move(access_policy);
+    opts.replication = std::move(replication);
     server_ = std::make_unique<StoreServer>(io_, opts);
     server_->start();
     thread_ = std::thread([this] { io_.run(); });
