@@ -90,6 +90,11 @@ StorePlan plan_store(const LaunchConfig& c) {
   if (c.rdzv_backend == "c10d") {
     // The agent on the endpoint's host serves; binding the exact address decides who that is.
     plan.role = StoreRole::TryHost;
+    if (auto endpoints = parse_rdzv_endpoints(c.rdzv_endpoint); endpoints && endpoints->standby) {
+      plan.standby_role = StoreRole::TryHost;
+      plan.standby_bind_address = listen_address_for(endpoints->standby->host);
+      plan.standby_port = endpoints->standby->port;
+    }
   } else if (c.multi_node() && c.node_rank != 0) {
     plan.role = StoreRole::Client;
   }

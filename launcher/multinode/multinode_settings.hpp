@@ -36,6 +36,12 @@ struct StorePlan {
   std::string bind_address = "127.0.0.1";  // for Host / TryHost
   std::string connect_host = "127.0.0.1";  // what agents and workers connect to
   int port = 0;                            // 0: the kernel picks (single node only)
+  /// c10d with `--rdzv_endpoint PRIMARY,STANDBY`: an agent that does not host the primary and
+  /// can bind the standby's own address (never --rdzv_conf store_bind: one host is the
+  /// standby's) hosts the standby store once its first round formed. Client: it never does.
+  StoreRole standby_role = StoreRole::Client;
+  std::string standby_bind_address;
+  int standby_port = 0;
 };
 
 /// The rendezvous settings of a multi-node job (--nnodes > 1 or c10d).

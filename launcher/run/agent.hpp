@@ -123,6 +123,9 @@ class Agent {
   void on_waiting(const std::string& role);
   void on_barrier(const JobRendezvous::BarrierResult& result);
   // Standby store (agent_failover.cpp).
+  /// After this node's first round: host the standby store when the plan allows it, this node
+  /// does not host the primary and it can bind the standby's address (once per run).
+  void host_standby_store();
   /// A standby was given and has not been asked yet.
   bool may_fail_over() const;
   /// The store is lost: true when a standby takes over (asked now, or already being asked), so
@@ -204,6 +207,8 @@ class Agent {
 
   // The store and the other nodes.
   std::unique_ptr<HostedStore> store_;
+  std::unique_ptr<HostedStore> standby_store_;  // --rdzv_endpoint PRIMARY,STANDBY, on this node
+  bool standby_store_tried_ = false;
   std::unique_ptr<NodeStoreProxy> proxy_;  // --store-proxy: the workers' store address
   JobRendezvousFactory make_rendezvous_;
   std::unique_ptr<JobRendezvous> session_;

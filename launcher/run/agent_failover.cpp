@@ -6,12 +6,55 @@
 // up again there, and the primary's host, if it was a node of the job, is lost like any node:
 // its heartbeats stop on the standby and the survivors re-form.
 #include <fmt/format.h>
+#include <boost/asio/post.hpp>
 
+#include <memory>
 #include <utility>
 
 #include "launcher/run/agent.hpp"
+#include "rendezvous/store_server.hpp"
+#include "rendezvous/token_auth.hpp"
 
 namespace ddp::launcher {
+
+void Agent::host_standby_store() {
+  const StorePlan& plan = setup_.store;
+  // After the first round: the primary serves then (this node met through it), and the
+  // subscription's snapshot carries that round. Never next to the primary, whose host's loss it
+  // must survive; never after a failover (the standby is then the job's store).
+  if (standby_store_tried_ || plan.standby_role == StoreRole::Client || store_ ||
+      !setup_.multinode || failover_ != Failover::None) {
+    return;
+  }
+  standby_store_tried_ = true;
+  rdzv::StoreServerOptions options;
+  options.bind_address = plan.standby_bind_address;
+  options.port = static_cast<std::uint16_t>(plan.standby_port);
+  const bool v6 = plan.connect_host.find(':') != std::string::npos;
+  options.replication.follow = v6 ? fmt::format("[{}]:{}", plan.connect_host, setup_.master_port)
+                                  : fmt::format("{}:{}", plan.connect_host, setup_.master_port);
+  if (const std::string& token = setup_.multinode->token; !token.empty()) {
+    options.access_policy = std::make_shared<rdzv::TokenAccessPolicy>(token);
+    options.replication.after_connect = rdzv::token_prover(token);
+  }
+  const std::string where = fmt::format("{}:{}", plan.standby_bind_address, plan.standby_port);
+  try {
+    // The failure comes from the store's thread; the Agent hears of it on its own loop.
+    standby_store_ = std::make_unique<HostedStore>(options, [this, where](const std::string& why) {
+      boost::asio::post(io_, [this, where, why] {
+        events_.emit("standby_store", {{"role", "failed"}, {"address", where}, {"error", why}});
+        say(fmt::format("could not serve the standby store at {}: {}; the job has no standby",
+                        where, why));
+      });
+    });
+  } catch (const rdzv::StoreBindError&) {
+    return;  // not this host's address, or another node (or a --store-only --follow) serves it
+  }
+  events_.emit("standby_store",
+               {{"role", "host"}, {"address", where}, {"following", options.replication.follow}});
+  say(fmt::format("serving the standby store at {} (following {})", where,
+                  options.replication.follow));
+}
 
 bool Agent::may_fail_over() const {
   return session_ && setup_.multinode && setup_.multinode->standby.port != 0 &&

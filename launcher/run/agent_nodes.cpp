@@ -26,6 +26,14 @@ Result<Ok> Agent::open_store() {
     if (setup_.multinode && !setup_.multinode->token.empty()) {
       options.access_policy = std::make_shared<rdzv::TokenAccessPolicy>(setup_.multinode->token);
     }
+    if (setup_.multinode) {
+      // A standby that stalls holds the store's replies at most this long (docs/scale.md): well
+      // inside the heartbeat timeout, which would otherwise take the stall for the store's loss.
+      options.replication.ack_timeout =
+          std::clamp(std::chrono::duration_cast<std::chrono::milliseconds>(
+                         setup_.multinode->heartbeat_timeout / 3),
+                     std::chrono::milliseconds(10), options.replication.ack_timeout);
+    }
     try {
       store_ = std::make_unique<HostedStore>(options);
       setup_.master_port = store_->port();
@@ -107,6 +115,7 @@ void Agent::on_joined(int attempt, const JobRendezvous::JoinResult& result) {
   round_ = joined;
   lost_nodes_.clear();
   events_.emit("rendezvous", rendezvous_fields(attempt, joined));
+  host_standby_store();
   // Both re-form paths report one shape (agent_events.hpp): the round left, the round formed.
   auto record = [&](std::string reason, std::string change, const RoundLeft& left) {
     return RescaleRecord{

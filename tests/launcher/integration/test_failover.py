@@ -1,13 +1,11 @@
 # SPDX-License-Identifier: MIT
 """A standby store (--rdzv_endpoint PRIMARY,STANDBY, docs/scale.md): three real c10d agents at
-2:3 on 127.0.0.1; the first to bind the primary endpoint hosts the store, a `ddprun --store-only
---follow` standby replicates it. SIGKILLing the primary's host (its agent, and with it the store)
-makes the survivors promote the standby, re-form without the lost node on it and finish with 0;
-the standby logs one promotion. Real processes, real sockets, the job's token on every store
-(the agents prove it to promote the standby; a standby without it is refused by its primary)."""
-import os
-import signal
-import subprocess
+2:3 on 127.0.0.1; the first to bind the primary endpoint hosts the store, and once the first round
+formed another agent binds the standby endpoint and hosts the standby, which replicates it.
+SIGKILLing the primary's host (its agent, and with it the store) makes the survivors promote the
+standby, re-form without the lost node on it and finish with 0; the standby logs one promotion.
+Real processes, real sockets, the job's token on every store (the agents prove it to promote the
+standby; a standby without it is refused by its primary)."""
 import time
 
 from harness import clean_env, main, run, start, stop, wait_until
@@ -22,7 +20,6 @@ def test_losing_the_primarys_host_promotes_the_standby_and_the_job_finishes(tmp)
     primary, standby_port = mn.free_port(), mn.free_port()
     endpoint = f"127.0.0.1:{primary},127.0.0.1:{standby_port}"
     nodes = []
-    standby = None
     try:
         for k in range(3):
             args = ["--rdzv_backend", "c10d", "--rdzv_endpoint", endpoint, "--rdzv_id", "fo",
@@ -30,14 +27,17 @@ def test_losing_the_primarys_host_promotes_the_standby_and_the_job_finishes(tmp)
                     "sleep_once"]
             nodes.append(mn.Node(tmp, f"agent{k}", args, env=env))
         wait_until(lambda: all(n.started_workers() == 1 for n in nodes), 30, "workers on all 3 agents")
-        # The standby subscribes once the primary serves; its port line means it follows.
-        standby_err = open(os.path.join(tmp, "standby.err"), "w")
-        standby = subprocess.Popen(
-            [os.environ["DDPRUN"], "--store-only", "--master_port", str(standby_port), "--follow",
-             f"127.0.0.1:{primary}"], stdout=subprocess.PIPE, stderr=standby_err, text=True,
-            env=env, start_new_session=True)
-        assert int(standby.stdout.readline()) == standby_port
         host = next(n for n in nodes if el.events(n, "store")[0]["role"] == "host")
+        # One agent other than the primary's hosts the standby; it follows once subscribed.
+        wait_until(lambda: any(el.events(n, "standby_store") for n in nodes), 30, "a standby store")
+        standby_hosts = [n for n in nodes if el.events(n, "standby_store")]
+        assert len(standby_hosts) == 1, [el.events(n, "standby_store") for n in nodes]
+        standby_host = standby_hosts[0]
+        assert standby_host is not host, "the standby must not share the primary's host"
+        hosted = el.events(standby_host, "standby_store")[0]
+        assert hosted["role"] == "host" and hosted["address"] == f"127.0.0.1:{standby_port}", hosted
+        assert hosted["following"] == f"127.0.0.1:{primary}", hosted
+        wait_until(lambda: "standby: following" in standby_host.text()[1], 30, "the standby's subscription")
         survivors = [n for n in nodes if n is not host]
         killed_at = el.kill_agent(host)
         wait_until(lambda: all(n.started_workers() == 2 for n in survivors), 60, "re-formed workers")
@@ -45,10 +45,7 @@ def test_losing_the_primarys_host_promotes_the_standby_and_the_job_finishes(tmp)
         assert mn.finish(survivors, timeout=60) == [0, 0], survivors
     finally:
         mn.finish(nodes)
-        if standby:
-            stop(standby)
-    with open(os.path.join(tmp, "standby.err")) as f:
-        standby_log = f.read()
+    standby_log = standby_host.text()[1]
     assert standby_log.count("promoted to primary at epoch 2") == 1, standby_log
     for node in survivors:
         failover = el.events(node, "store_failover")
@@ -68,9 +65,10 @@ def test_losing_the_primarys_host_promotes_the_standby_and_the_job_finishes(tmp)
 
 
 def test_a_standby_that_is_not_there_ends_the_job_with_74(tmp):
-    # The standby was named but never started: the store's loss is still the end, said in one line.
+    # The standby was named on an address no agent can bind (TEST-NET-1), so none serves it: the
+    # store's loss is still the end, said in one line.
     primary, standby_port = mn.free_port(), mn.free_port()
-    endpoint = f"127.0.0.1:{primary},127.0.0.1:{standby_port}"
+    endpoint = f"127.0.0.1:{primary},192.0.2.1:{standby_port}"
     nodes = []
     try:
         for k in range(2):
@@ -86,7 +84,8 @@ def test_a_standby_that_is_not_there_ends_the_job_with_74(tmp):
     finally:
         mn.finish(nodes)
     err = other.text()[1]
-    assert "did not take over" in err and f"127.0.0.1:{standby_port}" in err, other
+    assert "did not take over" in err and f"192.0.2.1:{standby_port}" in err, other
+    assert not any(el.events(n, "standby_store") for n in nodes), "no agent can serve 192.0.2.1"
 
 
 def test_a_standby_without_the_jobs_token_is_refused_with_69(tmp):

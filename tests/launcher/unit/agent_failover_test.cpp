@@ -47,7 +47,10 @@ struct FailoverRun : MultiNodeRun {
       if (plan.nodes > 0) return round_of(plan.node_rank, plan.nodes, 1);
       return round_of(1, 3, 1);
     };
-    store = StorePlan{StoreRole::Client, "", "127.0.0.1", 29400};
+    store.role = StoreRole::Client;
+    store.bind_address = "";
+    store.connect_host = "127.0.0.1";
+    store.port = 29400;
     agent_port = 29400;
   }
 };

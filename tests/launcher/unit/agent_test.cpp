@@ -17,7 +17,13 @@ using ddp::launcher::testing::rank_of;
 
 namespace {
 // These tests script the processes; the job's store is someone else's (no socket here).
-const StorePlan kStoreElsewhere{StoreRole::Client, "", "127.0.0.1", 0};
+const StorePlan kStoreElsewhere = [] {
+  StorePlan plan;
+  plan.role = StoreRole::Client;
+  plan.bind_address = "";
+  plan.connect_host = "127.0.0.1";
+  return plan;
+}();
 }  // namespace
 
 TEST_CASE("all workers succeed: exit 0, nobody is signalled") {

@@ -17,7 +17,13 @@
 
 namespace ddp::launcher::testing {
 
-inline const StorePlan kStoreElsewhere{StoreRole::Client, "", "127.0.0.1", 0};
+inline const StorePlan kStoreElsewhere = [] {
+  StorePlan plan;
+  plan.role = StoreRole::Client;
+  plan.bind_address = "";
+  plan.connect_host = "127.0.0.1";
+  return plan;
+}();
 
 /// One agent of a multi-node job with both seams faked; the fakes stay reachable after run().
 struct MultiNodeRun {

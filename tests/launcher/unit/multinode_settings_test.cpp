@@ -86,6 +86,18 @@ TEST_CASE("--rdzv_endpoint PRIMARY,STANDBY: the standby store of a c10d job") {
   REQUIRE(s);
   CHECK(s->standby.host == "127.0.0.6");
   CHECK(s->standby.port == 1235);
+  // Any agent may host the standby store where it can bind the standby's own address; a
+  // store_bind for the primary does not widen it.
+  c.rdzv_conf = {{"store_bind", "0.0.0.0"}};
+  const StorePlan plan = plan_store(c);
+  CHECK(plan.standby_role == StoreRole::TryHost);
+  CHECK(plan.standby_bind_address == "127.0.0.6");
+  CHECK(plan.standby_port == 1235);
+  CHECK(plan.bind_address == "0.0.0.0");
+  c.rdzv_conf.clear();
+  LaunchConfig one_store = c;
+  one_store.rdzv_endpoint = "127.0.0.5:1234";
+  CHECK(plan_store(one_store).standby_role == StoreRole::Client);
   bool agreed = false;  // every node must name the same standby
   for (const auto& [flag, value] : s->must_agree) {
     if (flag == "--rdzv_endpoint standby") agreed = value == "127.0.0.6:1235";
