@@ -32,6 +32,10 @@ inline constexpr std::string_view kFollowKey = "/ddprun.replication/follow";
 inline constexpr std::string_view kPromoteKey = "/ddprun.replication/promote";
 inline constexpr std::string_view kFenceKey = "/ddprun.replication/fence";
 inline constexpr std::string_view kAckKey = "/ddprun.replication/ack";
+// The last frame a primary sends a follower it drops (lag, acknowledgement timeout): SET of this
+// key, the reason as its value. The standby then knows it is no longer current and refuses
+// promotion (its state may lack acknowledged writes).
+inline constexpr std::string_view kDroppedKey = "/ddprun.replication/dropped";
 
 // The mutation to send to followers for `cmd`, or nullopt when `cmd` changes nothing that
 // outlives its connection (reads, WAIT, watches, PING). BARRIER travels as ADD key 1: the

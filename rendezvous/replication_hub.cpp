@@ -116,10 +116,17 @@ void ReplicationHub::promote(StoreSession& session, const Command& cmd) {
     session.close_for_error("promote: the proposed epoch is not a positive number");
     return;
   }
-  if (role_ == Role::Standby) {
+  // What the socket already holds comes first: the last mutations, or the primary's notice
+  // that it dropped this standby.
+  if (role_ == Role::Standby && link_) link_->drain();
+  if (role_ == Role::Standby && link_ && !link_->dropped_because().empty()) {
+    log_line(fmt::format(
+        "refusing promotion to epoch {}: {} dropped this standby ({}), so it may lack writes its "
+        "clients saw acknowledged",
+        *proposal, options_.follow, link_->dropped_because()));
+  } else if (role_ == Role::Standby) {
     const std::int64_t primary_epoch = link_ ? link_->primary_epoch() : 0;
     if (*proposal > std::max(primary_epoch, epoch_)) {
-      if (link_) link_->drain();
       const std::uint64_t applied = link_ ? link_->last_sequence() : 0;
       if (link_) link_->fence(*proposal);
       link_.reset();
@@ -146,10 +153,10 @@ void ReplicationHub::publish(const Command& mutation) {
     if (session->pending_output_bytes() > options_.max_follower_lag_bytes) {
       it = followers_.erase(it);
       dropped = true;
-      session->close_for_error(
-          fmt::format("follower is {} bytes behind (--max-follower-lag-bytes {}); dropping it: "
-                      "that standby is no longer current",
-                      session->pending_output_bytes(), options_.max_follower_lag_bytes));
+      drop(*session,
+           fmt::format("follower is {} bytes behind (--max-follower-lag-bytes {}); dropping it: "
+                       "that standby is no longer current",
+                       session->pending_output_bytes(), options_.max_follower_lag_bytes));
       continue;
     }
     if (frame.empty()) frame = encode_replication_frame(sequence_ + 1, mutation);
@@ -177,6 +184,19 @@ void ReplicationHub::acknowledge(StoreSession& session, const Command& cmd) {
   it->second.acknowledged = *sequence;
   if (*sequence < sequence_) it->second.owing_since = std::chrono::steady_clock::now();
   update_acknowledged();
+}
+
+void ReplicationHub::drop(StoreSession& session, const std::string& reason) {
+  // Told first, so that a standby that runs again knows it is not current (never promoted with
+  // acknowledged writes missing). Numbered as the next frame for it alone: the others' stream
+  // goes on without a gap. A follower still owed frames is not told: its connection is reset,
+  // which discards what the kernel did not deliver, the notice included.
+  if (session.pending_output_bytes() == 0) {
+    session.send(encode_replication_frame(
+        sequence_ + 1, Command{Op::Set, {std::string(kDroppedKey)}, {reason}, 0, 0}));
+  }
+  followers_.erase(session.id());
+  session.close_for_error(reason);
 }
 
 void ReplicationHub::follower_closed(ClientId id) {
@@ -209,15 +229,18 @@ void ReplicationHub::drop_overdue_followers(std::chrono::steady_clock::time_poin
       ++it;
       continue;
     }
-    if (auto session = follower.session.lock()) overdue.push_back(std::move(session));
-    it = followers_.erase(it);
+    if (auto session = follower.session.lock()) {
+      overdue.push_back(std::move(session));
+      ++it;  // drop() unregisters it after the notice, which must not wait on itself
+    } else {
+      it = followers_.erase(it);
+    }
   }
-  if (overdue.empty()) return;
   for (auto& session : overdue) {
-    session->close_for_error(fmt::format(
-        "follower did not acknowledge sequence {} within {} ms (--follower-ack-timeout); "
-        "dropping it: that standby is no longer current, replies no longer wait for it",
-        sequence_, options_.ack_timeout.count()));
+    drop(*session, fmt::format("follower did not acknowledge sequence {} within {} ms "
+                               "(--follower-ack-timeout); dropping it: that standby is no longer "
+                               "current, replies no longer wait for it",
+                               sequence_, options_.ack_timeout.count()));
   }
   update_acknowledged();
 }

@@ -94,6 +94,8 @@ class ReplicationHub {
   void subscribe(StoreSession& session, StoreModel& model);
   void promote(StoreSession& session, const Command& cmd);
   void acknowledge(StoreSession& session, const Command& cmd);
+  // Tells a follower it is dropped (kDroppedKey), then closes its connection with `reason`.
+  void drop(StoreSession& session, const std::string& reason);
   // Recomputes acknowledged_ (the least of the followers'; sequence_ with none) and releases
   // held output when it advanced.
   void update_acknowledged();

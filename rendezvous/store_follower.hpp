@@ -39,6 +39,8 @@ class StoreFollower : public std::enable_shared_from_this<StoreFollower> {
   void stop();
 
   std::uint64_t last_sequence() const { return last_sequence_; }
+  // The primary dropped this standby (kDroppedKey): why, empty while it was not dropped.
+  const std::string& dropped_because() const { return dropped_because_; }
   std::int64_t primary_epoch() const { return primary_epoch_; }
 
  private:
@@ -62,6 +64,7 @@ class StoreFollower : public std::enable_shared_from_this<StoreFollower> {
   std::size_t out_off_ = 0;
   std::int64_t primary_epoch_ = 0;
   bool following_ = false;
+  std::string dropped_because_;
   char buf_[64 * 1024];
 };
 

@@ -401,17 +401,18 @@ struct HandFollower {
     link.send_all(encode_request(Generation::G2, make(Op::Get, {std::string(kFollowKey)})), soon());
     CHECK(link.recv_bytes(soon(), 64) == "1");  // the primary's epoch
   }
-  // The next frame's sequence number (its mutation is read and dropped).
+  // The next frame's sequence number (the SET it carries is kept in `key` and `value`).
   std::uint64_t next_frame() {
     char seq[8];
     link.recv_exact(seq, 8, soon());
     char op = 0;
     link.recv_exact(&op, 1, soon());
     CHECK(op == static_cast<char>(Op::Set));
-    link.recv_bytes(soon(), 1 << 20);  // key
-    link.recv_bytes(soon(), 1 << 20);  // value
+    key = link.recv_bytes(soon(), 1 << 20);
+    value = link.recv_bytes(soon(), 1 << 20);
     return get_u64(seq);
   }
+  std::string key, value;
   void ack(std::uint64_t sequence) { link.send_all(encode_acknowledgement(sequence), soon()); }
 };
 
@@ -488,6 +489,10 @@ TEST_CASE("server: a follower that owes an acknowledgement past the timeout is d
   CHECK(follower.next_frame() == 1);
   CHECK(client.recv_u32(soon()) == 5);  // once the silent follower is dropped
   CHECK(std::chrono::steady_clock::now() - start >= std::chrono::milliseconds(140));
+  // It is told, as its last frame, so that it never serves as a current standby.
+  CHECK(follower.next_frame() == 2);
+  CHECK(follower.key == kDroppedKey);
+  CHECK(follower.value.find("did not acknowledge sequence 1") != std::string::npos);
   char byte = 0;
   CHECK_THROWS_AS(follower.link.recv_exact(&byte, 1, soon()), StoreError);
   const auto log = server.log();

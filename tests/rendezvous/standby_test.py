@@ -24,7 +24,7 @@
 8. synchronous replication: while the standby is paused (SIGSTOP) the primary answers nothing that
    could reveal a write the standby lacks (a SET's following PING, another client's GET); the
    replies come once it runs again. A standby paused past --follower-ack-timeout is dropped (log
-   line) and the primary answers again. 10000 pipelined SETs acknowledged by one PING, then the
+   line) and the primary answers again; told so, the standby then refuses promotion. 10000 pipelined SETs acknowledged by one PING, then the
    primary SIGKILLed: the promoted standby holds all of them (3 rounds).
 """
 import hashlib
@@ -546,10 +546,18 @@ def test_stalled_standby_is_dropped(store_bin):
         c.sendall(g2_frame(1, b"/k2", b"v") + PING)  # no standby now: answered at once
         assert answered_within(c, 4, 30) == struct.pack("<I", 7)
         c.close()
+        # The primary told the standby it was dropped: running again, it refuses promotion (it
+        # lacks /k2, which a client saw acknowledged) and answers the epoch in force, 1.
+        standby.proc.send_signal(signal.SIGCONT)
+        p = raw_connect(standby.port)
+        p.sendall(g2_frame(2, b"/ddprun.replication/promote", b"", b"2"))
+        assert recv_value(p) == b"1", "a dropped standby must not be promoted"
+        p.close()
     finally:
-        standby.stop()
+        standby_log = standby.stop()
         log = primary.stop()
     assert "did not acknowledge" in log and "--follower-ack-timeout" in log, log
+    assert "the primary dropped this standby" in standby_log and "refusing promotion" in standby_log, standby_log
     print(f"stalled standby: dropped after {waited:.2f} s (--follower-ack-timeout 0.3); the primary answers again")
 
 
