@@ -146,9 +146,10 @@ bool StoreFollower::apply_buffered() {
       if (mutation.op == Op::Set && mutation.keys.size() == 1 && mutation.keys[0] == kDroppedKey) {
         dropped_because_ = mutation.values.empty() ? "no reason given" : mutation.values[0];
         if (dropped_because_.empty()) dropped_because_ = "no reason given";
-        lost(fmt::format("the primary dropped this standby: {}; it is no longer current and "
-                         "refuses promotion",
-                         dropped_because_));
+        lost(
+            fmt::format("the primary dropped this standby: {}; it is no longer current and "
+                        "refuses promotion",
+                        dropped_because_));
         return false;
       }
       last_sequence_ = frame->sequence;
