@@ -57,7 +57,7 @@ int main(int argc, char** argv) {
   app.add_option("--idle-timeout", idle_timeout_s,
                  "seconds a connection in the middle of a request or owed output may make no "
                  "progress; 0: never")
-      ->check(CLI::NonNegativeNumber)
+      ->check(CLI::Range(0.0, 1e7))  // ~115 days; larger would overflow the milliseconds
       ->capture_default_str();
   app.add_option(
       "--follow", opts.replication.follow,
