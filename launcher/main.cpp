@@ -86,6 +86,15 @@ int run_main(int argc, char** argv) {
     return fail(
         Error{exit_codes::kUsage, "--follow needs --store-only (it starts a standby store)"});
   }
+  for (const auto& [flag, value] :
+       {std::pair{"--follower-ack-timeout", &parsed->raw.follower_ack_timeout},
+        std::pair{"--max-follower-lag-bytes", &parsed->raw.max_follower_lag_bytes}}) {
+    if (!value->empty()) {
+      return fail(
+          Error{exit_codes::kUsage,
+                fmt::format("{} needs --store-only (it sets the store's replication)", flag)});
+    }
+  }
   if (parsed->raw.print_env_detect) return print_env_detect(parsed->raw);
 
   HostFacts host;

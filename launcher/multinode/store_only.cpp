@@ -5,8 +5,10 @@
 #include <unistd.h>
 
 #include <charconv>
+#include <chrono>
 #include <cstdlib>
 #include <iostream>
+#include <limits>
 
 #include "launcher/common/exit_codes.hpp"
 #include "launcher/config/value_parsers.hpp"
@@ -50,6 +52,24 @@ int run_store_only(const RawOptions& raw) {
           fmt::format("--follow needs HOST:PORT of the primary store, got '{}'", raw.follow));
     }
     options.replication.follow = raw.follow;
+  }
+  if (!raw.follower_ack_timeout.empty()) {
+    // The same range as ddprun-store's: positive, and small enough for milliseconds.
+    auto seconds = parse_seconds("--follower-ack-timeout", raw.follower_ack_timeout);
+    if (!seconds) return print_usage_error(seconds.error().message);
+    if (*seconds < 0.001 || *seconds > 3600) {
+      return print_usage_error(
+          fmt::format("--follower-ack-timeout must be 0.001..3600 seconds, got '{}'",
+                      raw.follower_ack_timeout));
+    }
+    options.replication.ack_timeout =
+        std::chrono::milliseconds(static_cast<long long>(*seconds * 1000));
+  }
+  if (!raw.max_follower_lag_bytes.empty()) {
+    auto bytes = parse_integer("--max-follower-lag-bytes", raw.max_follower_lag_bytes, 1,
+                               std::numeric_limits<long long>::max());
+    if (!bytes) return print_usage_error(bytes.error().message);
+    options.replication.max_follower_lag_bytes = static_cast<std::size_t>(*bytes);
   }
   // With the job's token, only agents that prove it may touch the rendezvous and replication
   // keys, and a standby proves it to its primary.

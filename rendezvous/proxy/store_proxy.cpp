@@ -35,9 +35,9 @@ using tcp = asio::ip::tcp;
 // so no read can overwrite them while in use.
 constexpr std::size_t kScratchBytes = 65536;
 asio::mutable_buffer read_scratch() {
-  thread_local const std::unique_ptr<char[]> scratch =
+  thread_local const std::unique_ptr<char[]> kScratch =
       std::make_unique_for_overwrite<char[]>(kScratchBytes);
-  return {scratch.get(), kScratchBytes};
+  return {kScratch.get(), kScratchBytes};
 }
 
 class Downstream;
@@ -559,7 +559,8 @@ class WatchLink : public std::enable_shared_from_this<WatchLink> {
   }
 
   // Requests in order: `registrations` WATCH_KEYs, then a PROBE of `probe_keys` keys if any.
-  void send(std::string bytes, std::size_t registrations, std::optional<std::size_t> probe_keys) {
+  void send(const std::string& bytes, std::size_t registrations,
+            std::optional<std::size_t> probe_keys) {
     out_ += bytes;
     registrations_ += registrations;
     if (probe_keys) probes_.push_back(OwedProbe{*probe_keys, true});
@@ -1106,7 +1107,7 @@ void StoreProxy::Core::watch_flush() {
     bytes += encode_request(Generation::G1, Command{Op::Probe, std::move(batch.probe), {}, 0, 0});
     ++stats.upstream_requests;
   }
-  if (!bytes.empty()) watch->send(std::move(bytes), batch.watch.size(), probe_keys);
+  if (!bytes.empty()) watch->send(bytes, batch.watch.size(), probe_keys);
 }
 
 void StoreProxy::Core::watch_answered(const std::vector<std::uint64_t>& ids) {

@@ -111,6 +111,7 @@ TEST_CASE("server: 200 concurrent clients agree on a counter") {
   TestServer server;
   constexpr int kClients = 200;
   std::vector<std::thread> threads;
+  threads.reserve(kClients);
   std::vector<std::int64_t> seen(kClients, 0);
   for (int i = 0; i < kClients; ++i) {
     threads.emplace_back([&, i] {

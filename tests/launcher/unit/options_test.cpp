@@ -24,14 +24,15 @@ HostFacts cpu_host() {
   return h;
 }
 
-Result<ConfiguredLaunch> configure(std::vector<std::string> args, HostFacts host = cpu_host()) {
+Result<ConfiguredLaunch> configure(const std::vector<std::string>& args,
+                                   const HostFacts& host = cpu_host()) {
   auto parsed = parse_command_line(args);
   if (!parsed) return parsed.error();
   return config_from_options(parsed->raw, host);
 }
 
-void check_error(std::vector<std::string> args, int code, const std::string& needle,
-                 HostFacts host = cpu_host()) {
+void check_error(const std::vector<std::string>& args, int code, const std::string& needle,
+                 const HostFacts& host = cpu_host()) {
   auto r = configure(args, host);
   REQUIRE_FALSE(r.ok());
   CHECK(r.error().exit_code == code);
@@ -226,7 +227,7 @@ TEST_CASE("--exclude-hosts: a comma-separated list of node names") {
 TEST_CASE("--store-proxy: auto by default, on for multi-node jobs of 1024+ ranks, 2+ per node") {
   const auto proxy = [](std::vector<std::string> args) {
     args.emplace_back("train");
-    auto r = configure(std::move(args));
+    auto r = configure(args);
     REQUIRE(r.ok());
     return r->config.store_proxy;
   };
