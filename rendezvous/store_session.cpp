@@ -2,6 +2,8 @@
 
 #include <new>
 
+#include <boost/asio/post.hpp>
+
 #include <fmt/format.h>
 
 namespace ddp::rdzv {
@@ -210,7 +212,25 @@ bool StoreSession::release_output(std::uint64_t acknowledged) {
   held_.erase(held_.begin(), first_held);
   if (held_.empty()) std::vector<HeldOutput>().swap(held_);
   flush();
-  return !held_.empty();
+  // Held output may have been what stopped reading (past --max-pending-output-bytes). Resumed
+  // from the loop, not from here: this runs inside another connection's request (the standby's
+  // acknowledgement), which must not handle this connection's requests in its midst. The
+  // connection's own read path resumes by itself when this runs inside it.
+  if (!closed_ && !batching_replies_ && !read_armed_ && !write_in_flight_ && !resume_posted_) {
+    resume_posted_ = true;
+    boost::asio::post(socket_.get_executor(), [self = shared_from_this()] {
+      self->resume_posted_ = false;
+      if (self->read_armed_) return;
+      try {
+        self->resume_reading();
+      } catch (const std::bad_alloc&) {
+        self->fail_out_of_memory();
+      } catch (const std::length_error&) {
+        self->fail_out_of_memory();
+      }
+    });
+  }
+  return !closed_ && !held_.empty();
 }
 
 void StoreSession::flush() {
@@ -266,19 +286,29 @@ void StoreSession::on_writable(const boost::system::error_code& ec) {
   }
   try {
     flush();
-    if (!closed_ && !output_backlogged()) {
-      batching_replies_ = true;
-      process_held_input();  // requests held back while the peer was not reading
-      batching_replies_ = false;
-      flush();
-      if (!closed_) account_input();
-      arm_read();
-    }
+    resume_reading();
   } catch (const std::bad_alloc&) {
     fail_out_of_memory();
   } catch (const std::length_error&) {
     fail_out_of_memory();
   }
+}
+
+void StoreSession::resume_reading() {
+  // Requests held back while the peer was not reading, in batches: a batch stops at the output
+  // bound, and when the socket takes all of it at once nothing else would wake this connection
+  // for the rest (no bytes arrive: they are already here).
+  while (!closed_ && !output_backlogged() && !in_.empty()) {
+    const std::size_t before = in_.size();
+    batching_replies_ = true;
+    process_held_input();
+    batching_replies_ = false;
+    flush();
+    if (in_.size() == before) break;  // the rest is an unfinished request: read more
+  }
+  if (closed_) return;
+  account_input();
+  arm_read();
 }
 
 void StoreSession::account_input() {

@@ -97,6 +97,8 @@ class StoreSession : public std::enable_shared_from_this<StoreSession> {
   std::size_t decode(std::string_view data);
   void flush();
   void on_writable(const boost::system::error_code& ec);
+  // Once the output owed is small again: handle the requests held back, then read again.
+  void resume_reading();
   bool output_backlogged() const;
   std::string describe_peer() const;
   void fail_out_of_memory();
@@ -141,6 +143,7 @@ class StoreSession : public std::enable_shared_from_this<StoreSession> {
   bool write_in_flight_ = false;   // waiting for the socket to become writable
   bool batching_replies_ = false;  // while handling a read: send() queues, the end flushes once
   bool read_armed_ = false;
+  bool resume_posted_ = false;  // resume_reading() is queued on the loop
   bool closed_ = false;
   bool tagged_ = false;
 };

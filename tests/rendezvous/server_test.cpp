@@ -478,6 +478,34 @@ TEST_CASE("server: with a follower, a reply waits until the follower acknowledge
   CHECK(logged("acknowledgement of an unsent sequence"));
 }
 
+TEST_CASE(
+    "server: a connection whose held replies passed the output bound reads again once released") {
+  // Held replies count against --max-pending-output-bytes: past it the connection stops reading
+  // (backpressure). The acknowledgement that releases them must also resume its reading.
+  StoreLimits limits;
+  limits.max_pending_output_bytes = 4096;
+  TestServer server(limits);
+  HandFollower follower(server);
+  BlockingSocket client = server.raw();
+  g2_handshake(client);
+  const std::string value(1000, 'v');
+  client.send_all(encode_request(Generation::G2, make(Op::Set, {"/big"}, {value})), soon());
+  CHECK(follower.next_frame() == 1);
+  std::string gets;
+  constexpr int kGets = 50;  // 50 KB of replies: far past the 4 KiB bound
+  for (int i = 0; i < kGets; ++i) {
+    gets += encode_request(Generation::G2, make(Op::Get, {"/big"}));
+  }
+  client.send_all(gets + encode_request(Generation::G2, make(Op::Ping, {}, {}, 0, 9)), soon());
+  CHECK(silent_for(client, std::chrono::milliseconds(200)));
+  follower.ack(1);
+  for (int i = 0; i < kGets; ++i) {
+    INFO("reply " << i);
+    REQUIRE(client.recv_bytes(soon(), 4096) == value);
+  }
+  CHECK(client.recv_u32(soon()) == 9);
+}
+
 TEST_CASE("server: a follower that owes an acknowledgement past the timeout is dropped") {
   ReplicationOptions replication;
   replication.ack_timeout = std::chrono::milliseconds(150);
