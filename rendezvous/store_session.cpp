@@ -124,7 +124,7 @@ void StoreSession::read_and_process(const boost::system::error_code& ec, std::si
     finish(false);
     return;
   }
-  arm_read();
+  resume_reading();  // what the output bound held back in this read, then read again
 }
 
 void StoreSession::on_bytes(std::string_view data) {

@@ -478,6 +478,26 @@ TEST_CASE("server: with a follower, a reply waits until the follower acknowledge
   CHECK(logged("acknowledgement of an unsent sequence"));
 }
 
+TEST_CASE("server: a pipelined burst whose replies pass the output bound is answered in full") {
+  // The burst's requests stop being handled at the bound; once the socket took those replies, the
+  // rest (already read, no more bytes coming) must be handled too.
+  StoreLimits limits;
+  limits.max_pending_output_bytes = 4096;
+  TestServer server(limits);
+  BlockingSocket client = server.raw();
+  g2_handshake(client);
+  const std::string value(1000, 'v');
+  std::string burst = encode_request(Generation::G2, make(Op::Set, {"/big"}, {value}));
+  constexpr int kGets = 50;
+  for (int i = 0; i < kGets; ++i) burst += encode_request(Generation::G2, make(Op::Get, {"/big"}));
+  client.send_all(burst + encode_request(Generation::G2, make(Op::Ping, {}, {}, 0, 8)), soon());
+  for (int i = 0; i < kGets; ++i) {
+    INFO("reply " << i);
+    REQUIRE(client.recv_bytes(soon(), 4096) == value);
+  }
+  CHECK(client.recv_u32(soon()) == 8);
+}
+
 TEST_CASE(
     "server: a connection whose held replies passed the output bound reads again once released") {
   // Held replies count against --max-pending-output-bytes: past it the connection stops reading
