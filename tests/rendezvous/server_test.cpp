@@ -470,12 +470,8 @@ TEST_CASE("server: with a follower, a reply waits until the follower acknowledge
   CHECK_THROWS_AS(follower.link.recv_exact(&byte, 1, soon()), StoreError);
   CHECK(client.recv_u32(soon()) == 5);
   const auto log = server.log();
-  auto logged = [&](std::string_view text) {
-    return std::any_of(log.begin(), log.end(),
-                       [&](const std::string& l) { return l.find(text) != std::string::npos; });
-  };
-  CHECK(logged("acknowledgement from a connection that is not a follower"));
-  CHECK(logged("acknowledgement of an unsent sequence"));
+  CHECK(any_line_contains(log, "acknowledgement from a connection that is not a follower"));
+  CHECK(any_line_contains(log, "acknowledgement of an unsent sequence"));
 }
 
 TEST_CASE("server: a pipelined burst whose replies pass the output bound is answered in full") {
@@ -544,8 +540,5 @@ TEST_CASE("server: a follower that owes an acknowledgement past the timeout is d
   CHECK(follower.value.find("did not acknowledge sequence 1") != std::string::npos);
   char byte = 0;
   CHECK_THROWS_AS(follower.link.recv_exact(&byte, 1, soon()), StoreError);
-  const auto log = server.log();
-  CHECK(std::any_of(log.begin(), log.end(), [](const std::string& l) {
-    return l.find("did not acknowledge sequence 1 within 150 ms") != std::string::npos;
-  }));
+  CHECK(any_line_contains(server.log(), "did not acknowledge sequence 1 within 150 ms"));
 }
