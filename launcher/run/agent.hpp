@@ -128,6 +128,9 @@ class Agent {
   void host_standby_store();
   /// A standby was given and has not been asked yet.
   bool may_fail_over() const;
+  /// The job's store when this node serves it: the primary, or the standby it hosts once that
+  /// took over. Its host stays until the others have left, and reports its metrics.
+  HostedStore* job_store() const;
   /// The store is lost: true when a standby takes over (asked now, or already being asked), so
   /// the loss does not end the job.
   bool takes_store_loss(const NodeLoss& loss);
@@ -237,7 +240,8 @@ class Agent {
   std::optional<Reform> reform_;
   std::optional<RoundLeft> restart_from_;  // the round a pending restart left (none: no restart)
   RoundLeft round_left() const;            // round_ (empty without one), left now
-  enum class Failover { None, Asking, Done };  // the standby store: not asked, asked, answered
+  // The standby store: not asked, asked, took over, or could not.
+  enum class Failover { None, Asking, TookOver, Failed };
   Failover failover_ = Failover::None;
   struct PendingJoin {  // a join that failed while the standby was asked
     int attempt = 0;

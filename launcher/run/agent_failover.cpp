@@ -10,6 +10,7 @@
 
 #include <memory>
 #include <utility>
+#include <variant>
 
 #include "launcher/run/agent.hpp"
 #include "rendezvous/store_server.hpp"
@@ -56,6 +57,12 @@ void Agent::host_standby_store() {
                   options.replication.follow));
 }
 
+HostedStore* Agent::job_store() const {
+  if (store_) return store_.get();
+  // One standby address, so a standby this node hosts is the one that took over.
+  return failover_ == Failover::TookOver ? standby_store_.get() : nullptr;
+}
+
 bool Agent::may_fail_over() const {
   return session_ && setup_.multinode && setup_.multinode->standby.port != 0 &&
          failover_ == Failover::None;
@@ -92,7 +99,8 @@ bool Agent::resume_barrier_after_failover(const NodeLoss& loss) {
 
 void Agent::on_failed_over(const NodeLoss& loss, const JobRendezvous::FailoverResult& result,
                            std::chrono::steady_clock::time_point since) {
-  failover_ = Failover::Done;  // one standby, one failover: a second loss ends the job
+  // One standby, one failover: a second loss ends the job.
+  failover_ = std::holds_alternative<StorePromoted>(result) ? Failover::TookOver : Failover::Failed;
   std::optional<PendingJoin> rejoin = std::exchange(rejoin_, std::nullopt);
   const bool resume_barrier = std::exchange(resume_barrier_, false);
   if (phase_ == Phase::Done) return;

@@ -6,7 +6,8 @@
   fail_once   rank 1 exits 3 on attempt 0 only; everyone else (and attempt 1) exits 0
   done:R      rank R exits 0 at once; the others sleep 60 s
   until:PATH  exit 0 once PATH exists (at most 60 s)
-  sleep_once  attempt 0 sleeps 60 s (until stopped); later attempts exit 0 (elastic tests)
+  sleep_once  attempt 0 sleeps 60 s (until stopped); later attempts exit 0 (elastic tests), 1.5 s
+              late where the file named by DDP_LATE_IF exists by then
   sleep_until:N  attempts below N sleep 60 s (until stopped); later ones exit 0 (elastic tests)
   fail_when:PATH attempt 0: rank 0 exits 3 once PATH exists, the others sleep 60 s; later
               attempts exit 0 (admit=restart)
@@ -27,6 +28,8 @@ print(f"MN rank={rank} world={env['WORLD_SIZE']} group={env['GROUP_RANK']}/{env[
       flush=True)
 if mode == "sleep" or (mode == "sleep_once" and restart == 0):
     time.sleep(60)
+elif mode == "sleep_once" and os.path.exists(env.get("DDP_LATE_IF", "")):
+    time.sleep(1.5)
 elif mode.startswith("sleep_until:"):
     if restart < int(mode.split(":")[1]):
         time.sleep(60)

@@ -160,16 +160,26 @@ def main(namespace):
     skipped = []
     for name in names:
         t0 = time.monotonic()
+        failure = None
         try:
             with tempfile.TemporaryDirectory(prefix="ddprun_it_") as tmp:
-                namespace[name](tmp)
-            print(f"PASS {name} ({time.monotonic() - t0:.2f}s)", flush=True)
+                try:
+                    namespace[name](tmp)
+                except Skip:
+                    raise
+                except Exception:
+                    # Formatted here: an assertion's message often reads the test's files
+                    # (a node's output), which are gone once the directory is.
+                    failure = traceback.format_exc()
         except Skip as why:
             skipped.append(name)
             print(f"SKIP {name}: {why}", flush=True)
-        except Exception:
+            continue
+        if failure:
             failed.append(name)
-            print(f"FAIL {name}\n{traceback.format_exc()}", flush=True)
+            print(f"FAIL {name}\n{failure}", flush=True)
+        else:
+            print(f"PASS {name} ({time.monotonic() - t0:.2f}s)", flush=True)
     if failed:
         print("failed:", " ".join(failed))
         sys.exit(1)

@@ -6,6 +6,7 @@ SIGKILLing the primary's host (its agent, and with it the store) makes the survi
 standby, re-form without the lost node on it and finish with 0; the standby logs one promotion.
 Real processes, real sockets, the job's token on every store (the agents prove it to promote the
 standby; a standby without it is refused by its primary)."""
+import os
 import time
 
 from harness import clean_env, main, run, start, stop, wait_until
@@ -25,7 +26,8 @@ def test_losing_the_primarys_host_promotes_the_standby_and_the_job_finishes(tmp)
             args = ["--rdzv_backend", "c10d", "--rdzv_endpoint", endpoint, "--rdzv_id", "fo",
                     "--nnodes", "2:3", "--nproc_per_node", 1, "--rdzv_conf", el.FAST, mn.WORKER,
                     "sleep_once"]
-            nodes.append(mn.Node(tmp, f"agent{k}", args, env=env))
+            late_if = os.path.join(tmp, f"agent{k}.late")
+            nodes.append(mn.Node(tmp, f"agent{k}", args, env={**env, "DDP_LATE_IF": late_if}))
         wait_until(lambda: all(n.started_workers() == 1 for n in nodes), 30, "workers on all 3 agents")
         host = next(n for n in nodes if el.events(n, "store")[0]["role"] == "host")
         # One agent other than the primary's hosts the standby; it follows once subscribed.
@@ -38,6 +40,9 @@ def test_losing_the_primarys_host_promotes_the_standby_and_the_job_finishes(tmp)
         assert hosted["role"] == "host" and hosted["address"] == f"127.0.0.1:{standby_port}", hosted
         assert hosted["following"] == f"127.0.0.1:{primary}", hosted
         wait_until(lambda: "standby: following" in standby_host.text()[1], 30, "the standby's subscription")
+        # The standby's host finishes last: it now serves the job's store, so it must stay until
+        # the other survivor (waiting in the exit barrier) has read the outcome.
+        open(os.path.join(tmp, f"agent{nodes.index(standby_host)}.late"), "w").close()
         survivors = [n for n in nodes if n is not host]
         killed_at = el.kill_agent(host)
         wait_until(lambda: all(n.started_workers() == 2 for n in survivors), 60, "re-formed workers")

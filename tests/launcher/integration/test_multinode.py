@@ -55,7 +55,9 @@ class Node:
         return self.proc.returncode
 
     def text(self):
-        with open(self.out_path) as o, open(self.err_path) as e:
+        # UTF-8 whatever the locale (CI runs under C): a failure's message must never fail itself.
+        with open(self.out_path, encoding="utf-8", errors="replace") as o, \
+                open(self.err_path, encoding="utf-8", errors="replace") as e:
             return o.read(), e.read()
 
     def started_workers(self):

@@ -421,13 +421,17 @@ def main():
     failed = []
     for name in names:
         t0 = time.monotonic()
-        try:
-            with tempfile.TemporaryDirectory(prefix="ddprun_parity_") as tmp:
+        failure = None
+        with tempfile.TemporaryDirectory(prefix="ddprun_parity_") as tmp:
+            try:
                 namespace[name](launcher, tmp)
-            print(f"PASS {launcher} {name} ({time.monotonic() - t0:.2f}s)", flush=True)
-        except Exception:
+            except Exception:
+                failure = traceback.format_exc()  # while the files its message may read exist
+        if failure:
             failed.append(name)
-            print(f"FAIL {launcher} {name}\n{traceback.format_exc()}", flush=True)
+            print(f"FAIL {launcher} {name}\n{failure}", flush=True)
+        else:
+            print(f"PASS {launcher} {name} ({time.monotonic() - t0:.2f}s)", flush=True)
     if failed:
         print("failed:", " ".join(failed))
         sys.exit(1)

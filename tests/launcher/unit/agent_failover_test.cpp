@@ -6,6 +6,8 @@
 #include <doctest/doctest.h>
 #include <unistd.h>
 
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -54,6 +56,14 @@ struct FailoverRun : MultiNodeRun {
   }
 };
 
+/// A port nothing listens on now (the kernel's pick, released).
+int free_port() {
+  boost::asio::io_context io;
+  boost::asio::ip::tcp::acceptor acceptor(
+      io, boost::asio::ip::tcp::endpoint(boost::asio::ip::make_address("127.0.0.1"), 0));
+  return acceptor.local_endpoint().port();
+}
+
 JobRendezvous::FailoverResult promoted(FakeJobRendezvous&) {
   return StorePromoted{"127.0.0.9", 29401, 2};
 }
@@ -92,6 +102,33 @@ TEST_CASE("failover: the standby takes over, the store's host is lost, the survi
   CHECK(failover[0]["epoch"] == 2);
   CHECK(run.events("store_lost").size() == 1);
   CHECK(run.events("rescale").size() == 1);
+  CHECK(r.leaves == std::vector<bool>{false});  // another node serves the store: no need to stay
+}
+
+TEST_CASE("failover: the node whose standby took over stays until the others have left") {
+  // It now serves the job's store, as the primary's host did: leaving at once would take the
+  // store from a node still reading the exit barrier's outcome (seen as exit 74 there).
+  FailoverRun run;
+  const int standby_port = free_port();
+  run.settings.standby = HostPort{"127.0.0.1", standby_port};
+  run.store.standby_role = StoreRole::TryHost;
+  run.store.standby_bind_address = "127.0.0.1";
+  run.store.standby_port = standby_port;
+  run.script.on_round = [](FakeJobRendezvous& r, int round) {
+    if (round == 0) r.deliver_loss(kStoreLost);
+  };
+  run.script.fail_over = [standby_port](FakeJobRendezvous&) -> JobRendezvous::FailoverResult {
+    return StorePromoted{"127.0.0.1", standby_port, 2};
+  };
+  run.script.after_fail_over = [](FakeJobRendezvous& r) {
+    r.deliver_loss(NodeLoss{"lost node 0 (node0): no heartbeat for 5 s", 0});
+  };
+  CHECK(run.run() == 0);
+  auto hosted = run.events("standby_store");
+  REQUIRE(!hosted.empty());
+  CHECK(hosted[0]["role"] == "host");  // this node served the standby
+  CHECK(run.rendezvous->failovers == 1);
+  CHECK(run.rendezvous->leaves == std::vector<bool>{true});
 }
 
 TEST_CASE("failover: a second report of the lost store while the standby is asked is no news") {
