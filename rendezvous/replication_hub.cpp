@@ -187,16 +187,34 @@ void ReplicationHub::acknowledge(StoreSession& session, const Command& cmd) {
 }
 
 void ReplicationHub::drop(StoreSession& session, const std::string& reason) {
-  // Told first, so that a standby that runs again knows it is not current (never promoted with
-  // acknowledged writes missing). Numbered as the next frame for it alone: the others' stream
-  // goes on without a gap. A follower still owed frames is not told: its connection is reset,
-  // which discards what the kernel did not deliver, the notice included.
-  if (session.pending_output_bytes() == 0) {
-    session.send(encode_replication_frame(
-        sequence_ + 1, Command{Op::Set, {std::string(kDroppedKey)}, {reason}, 0, 0}));
-  }
+  // Told, so that a standby that runs again knows it is not current (never promoted with
+  // acknowledged writes missing): the notice follows the frames it is still owed, numbered as
+  // the next frame for it alone (the others' stream goes on without a gap), and the connection
+  // closes once the standby has read it all and closed its side, or is reset at the deadline.
   followers_.erase(session.id());
-  session.close_for_error(reason);
+  session.close_after_output(
+      reason, encode_replication_frame(
+                  sequence_ + 1, Command{Op::Set, {std::string(kDroppedKey)}, {reason}, 0, 0}));
+  if (session.is_open()) {
+    closing_.push_back(Closing{session.weak_from_this(),
+                               std::chrono::steady_clock::now() + options_.dropped_drain_timeout});
+  }
+}
+
+void ReplicationHub::end_overdue_closings(std::chrono::steady_clock::time_point now) {
+  std::erase_if(closing_, [this, now](const Closing& closing) {
+    auto session = closing.session.lock();
+    if (!session || !session->is_open()) return true;
+    if (now < closing.deadline) return false;
+    if (session->pending_output_bytes() > 0) {
+      log_line(fmt::format(
+          "a dropped follower did not read its last {} bytes within {} ms; resetting it: it may "
+          "not know it was dropped",
+          session->pending_output_bytes(), options_.dropped_drain_timeout.count()));
+    }
+    session->finish_closing();
+    return true;
+  });
 }
 
 void ReplicationHub::follower_closed(ClientId id) {
@@ -213,6 +231,9 @@ void ReplicationHub::update_acknowledged() {
 
 std::optional<std::chrono::steady_clock::time_point> ReplicationHub::next_ack_deadline() const {
   std::optional<std::chrono::steady_clock::time_point> earliest;
+  for (const Closing& closing : closing_) {
+    if (!earliest || closing.deadline < *earliest) earliest = closing.deadline;
+  }
   for (const auto& [id, follower] : followers_) {
     if (follower.acknowledged == sequence_) continue;
     const auto deadline = follower.owing_since + options_.ack_timeout;
@@ -222,6 +243,7 @@ std::optional<std::chrono::steady_clock::time_point> ReplicationHub::next_ack_de
 }
 
 void ReplicationHub::drop_overdue_followers(std::chrono::steady_clock::time_point now) {
+  end_overdue_closings(now);
   std::vector<std::shared_ptr<StoreSession>> overdue;
   for (auto it = followers_.begin(); it != followers_.end();) {
     const Follower& follower = it->second;

@@ -13,6 +13,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include <boost/asio/io_context.hpp>
 
@@ -35,6 +36,10 @@ struct ReplicationOptions {
   // stalled standby holds clients' replies at most this long: keep it below the agents'
   // heartbeat timeout, which would otherwise take the stall for the store's loss.
   std::chrono::milliseconds ack_timeout{2000};
+  // A dropped follower gets this long to read what it was owed and the notice that it was
+  // dropped (and to close its side); one that does not (stopped, its host gone) is reset and
+  // may then not know.
+  std::chrono::milliseconds dropped_drain_timeout{10000};
   // Standby: runs on the connection to the primary after VALIDATE + PING, before subscribing,
   // bounded by the subscription's deadline; throws (StoreAuthError) to refuse. The job's token:
   // token_prover(token) (token_auth.hpp), as an agent's StoreClientOptions::after_connect.
@@ -63,6 +68,8 @@ class ReplicationHub {
   // after replying has already handed the frame to the kernel).
   void publish(const Command& mutation);
   bool has_followers() const { return !followers_.empty(); }
+  // Followers, or dropped ones still being closed: next_ack_deadline() may say when to look.
+  bool has_deadlines() const { return !followers_.empty() || !closing_.empty(); }
   void follower_closed(ClientId id);
 
   // Synchronous replication: output to `client` sent now waits until every follower
@@ -76,9 +83,11 @@ class ReplicationHub {
   // the server releases output held behind it.
   using Released = std::function<void(std::uint64_t acknowledged)>;
   void on_released(Released released) { released_ = std::move(released); }
-  // The earliest time a follower that owes an acknowledgement must be dropped, if any owes one.
+  // The earliest time a follower that owes an acknowledgement must be dropped, or a dropped one
+  // still being closed must be reset, if any.
   std::optional<std::chrono::steady_clock::time_point> next_ack_deadline() const;
-  // Drops every follower whose acknowledgement is overdue at `now` (with a log line).
+  // Drops every follower whose acknowledgement is overdue at `now` (with a log line), and resets
+  // dropped ones that did not take their last frames within options().dropped_drain_timeout.
   void drop_overdue_followers(std::chrono::steady_clock::time_point now);
 
   // Standby: subscribe to options().follow now (blocking connect, handshake, after_connect;
@@ -94,8 +103,11 @@ class ReplicationHub {
   void subscribe(StoreSession& session, StoreModel& model);
   void promote(StoreSession& session, const Command& cmd);
   void acknowledge(StoreSession& session, const Command& cmd);
-  // Tells a follower it is dropped (kDroppedKey), then closes its connection with `reason`.
+  // Tells a follower it is dropped (kDroppedKey) after what it is still owed, and closes its
+  // connection once it took everything (within options().dropped_drain_timeout), with `reason`
+  // logged.
   void drop(StoreSession& session, const std::string& reason);
+  void end_overdue_closings(std::chrono::steady_clock::time_point now);
   // Recomputes acknowledged_ (the least of the followers'; sequence_ with none) and releases
   // held output when it advanced.
   void update_acknowledged();
@@ -114,6 +126,12 @@ class ReplicationHub {
   std::uint64_t sequence_ = 0;      // last frame sent
   std::uint64_t acknowledged_ = 0;  // by every follower (== sequence_ when none is behind)
   std::unordered_map<ClientId, Follower> followers_;
+  // Dropped followers whose connection closes once they have read their notice.
+  struct Closing {
+    std::weak_ptr<StoreSession> session;
+    std::chrono::steady_clock::time_point deadline;
+  };
+  std::vector<Closing> closing_;
   Released released_;
   std::shared_ptr<StoreFollower> link_;  // standby: the connection to the primary
 };

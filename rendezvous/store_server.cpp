@@ -224,7 +224,7 @@ struct StoreServer::Core : SessionHost, std::enable_shared_from_this<StoreServer
       session.send(outcome.reply);
     }
     if (!outcome.effects.woken.empty() || !outcome.effects.events.empty()) deliver(outcome.effects);
-    if (replication.has_followers()) arm_ack_timer();
+    if (replication.has_deadlines()) arm_ack_timer();
   }
 
   // Synchronous replication (replication_hub.hpp): output that may reveal an unacknowledged
@@ -251,7 +251,10 @@ struct StoreServer::Core : SessionHost, std::enable_shared_from_this<StoreServer
     const auto deadline = replication.next_ack_deadline();
     if (!deadline) return;
     ack_timer_armed = true;
-    ack_timer.expires_at(*deadline);
+    // At most a second ahead: a deadline that comes up while the timer waits for a later one
+    // (a dropped follower's close, under a long --follower-ack-timeout) is then late by < 1 s.
+    ack_timer.expires_at(
+        std::min(*deadline, std::chrono::steady_clock::now() + std::chrono::seconds(1)));
     ack_timer.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
       self->ack_timer_armed = false;
       if (ec || self->stopped) return;

@@ -51,7 +51,8 @@ bool StoreSession::output_backlogged() const {
 }
 
 void StoreSession::arm_read() {
-  if (closed_ || read_armed_ || output_backlogged()) return;
+  // Closing: read on (and discard) regardless of what is owed, to see the peer's FIN.
+  if (closed_ || read_armed_ || (output_backlogged() && !closing_)) return;
   read_armed_ = true;
   read_into_large_ = large_read_ != nullptr;
   const auto landing = read_into_large_ ? boost::asio::buffer(large_read_.get(), kLargeReadBytes)
@@ -128,7 +129,7 @@ void StoreSession::read_and_process(const boost::system::error_code& ec, std::si
 }
 
 void StoreSession::on_bytes(std::string_view data) {
-  if (closed_) return;
+  if (closed_ || closing_) return;  // closing: no more requests
   if (kind_ == ConnectionKind::Undetermined || !in_.empty()) {
     in_.append(data);
     process_held_input();
@@ -175,7 +176,7 @@ std::size_t StoreSession::decode(std::string_view data) {
 }
 
 void StoreSession::send(std::string_view bytes, Message kind) {
-  if (closed_ || bytes.empty()) return;
+  if (closed_ || closing_ || bytes.empty()) return;
   const std::size_t cap = limits_.max_pending_output_bytes;
   if (pending_output_bytes() > cap) {
     close_for_error(
@@ -238,6 +239,7 @@ void StoreSession::flush() {
   const std::size_t end = writable_end();
   if (out_off_ == end) {
     account_output();  // held output (if any) counts as owed
+    if (closing_ && pending_output_bytes() == 0) shut_down_sending();
     return;
   }
   // Write straight away on the non-blocking socket: almost every reply fits in the socket
@@ -255,6 +257,7 @@ void StoreSession::flush() {
     out_off_ = 0;
     release_if_large(out_);
     account_output();
+    if (closing_) shut_down_sending();
     return;
   }
   if (out_off_ > out_.size() / 2) {  // keep the unsent tail at the front without quadratic copying
@@ -337,15 +340,54 @@ void StoreSession::close_for_error(std::string_view reason) {
   flush();  // earlier requests of the same read keep their replies, as if each had been sent at
             // once
   if (closed_) return;
+  log_closing(reason);
+  if (pending_output_bytes() > 0) {
+    // The peer is not reading what it is owed: reset instead of a graceful close, so the kernel
+    // drops the unsent bytes at once rather than trickling them into a closed window.
+    boost::system::error_code ignored;
+    socket_.set_option(boost::asio::socket_base::linger(true, 0), ignored);
+  }
+  finish(true);
+}
+
+void StoreSession::log_closing(std::string_view reason) {
   const char* gen = kind_ == ConnectionKind::G1   ? "G1"
                     : kind_ == ConnectionKind::G2 ? "G2"
                                                   : "unclassified";
   // The peer is looked up only here: a getpeername per connection is measurable at 16k clients.
   host_->log_closed_for_error(
       fmt::format("closing connection from {} ({}): {}", describe_peer(), gen, reason));
+}
+
+void StoreSession::close_after_output(std::string_view reason, std::string_view last_message) {
+  if (closed_ || closing_) return;
+  batching_replies_ = false;
+  log_closing(reason);
+  try {
+    out_.append(last_message);
+  } catch (const std::bad_alloc&) {
+    finish(true);
+    return;
+  }
+  closing_ = true;
+  std::string().swap(in_);
+  decoder_.reset();
+  account_input();
+  flush();
+  if (!closed_) arm_read();
+}
+
+void StoreSession::shut_down_sending() {
+  if (fin_sent_) return;
+  fin_sent_ = true;
+  boost::system::error_code ignored;
+  socket_.shutdown(boost::asio::ip::tcp::socket::shutdown_send, ignored);
+}
+
+void StoreSession::finish_closing() {
+  if (closed_) return;
   if (pending_output_bytes() > 0) {
-    // The peer is not reading what it is owed: reset instead of a graceful close, so the kernel
-    // drops the unsent bytes at once rather than trickling them into a closed window.
+    // What is owed never reached the peer's kernel: drop it at once (see close_for_error()).
     boost::system::error_code ignored;
     socket_.set_option(boost::asio::socket_base::linger(true, 0), ignored);
   }

@@ -74,6 +74,16 @@ class StoreSession : public std::enable_shared_from_this<StoreSession> {
   void close();
   // Close and write one log line naming the peer and the reason.
   void close_for_error(std::string_view reason);
+  // One log line as close_for_error() writes, then take no more requests: append
+  // `last_message` (past --max-pending-output-bytes if need be: it is the peer's last), write
+  // everything owed, then a FIN, and close once the peer closed its side too (what it still sends
+  // is read and discarded, so the close is no reset that could make its kernel drop what it has
+  // not read yet). The owner bounds the wait: close_for_error() or finish_closing() end it.
+  void close_after_output(std::string_view reason, std::string_view last_message);
+  // Ends a close_after_output(): closes now, as a reset if output is still owed (it never
+  // reached the peer's kernel), else gracefully.
+  void finish_closing();
+  bool closing() const { return closing_; }
 
   ClientId id() const { return id_; }
   bool is_open() const { return !closed_; }
@@ -96,11 +106,14 @@ class StoreSession : public std::enable_shared_from_this<StoreSession> {
   // connection closes or is backlogged. Returns the bytes used.
   std::size_t decode(std::string_view data);
   void flush();
+  // Closing, with nothing owed: send our FIN once.
+  void shut_down_sending();
   void on_writable(const boost::system::error_code& ec);
   // Once the output owed is small again: handle the requests held back, then read again.
   void resume_reading();
   bool output_backlogged() const;
   std::string describe_peer() const;
+  void log_closing(std::string_view reason);  // "closing connection from PEER (GEN): reason"
   void fail_out_of_memory();
   void finish(bool for_error);
   void account_input();
@@ -145,6 +158,8 @@ class StoreSession : public std::enable_shared_from_this<StoreSession> {
   bool read_armed_ = false;
   bool resume_posted_ = false;  // resume_reading() is queued on the loop
   bool closed_ = false;
+  bool closing_ = false;   // close_after_output(): no requests, writing the rest, then FIN
+  bool fin_sent_ = false;  // closing_ and all written: our side shut down
   bool tagged_ = false;
 };
 

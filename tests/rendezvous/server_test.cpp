@@ -542,3 +542,71 @@ TEST_CASE("server: a follower that owes an acknowledgement past the timeout is d
   CHECK_THROWS_AS(follower.link.recv_exact(&byte, 1, soon()), StoreError);
   CHECK(any_line_contains(server.log(), "did not acknowledge sequence 1 within 150 ms"));
 }
+
+namespace {
+// Writes 64 KiB SETs until the server logs that it dropped its follower for lag (the follower's
+// kernel buffers fill first, a few MiB on loopback). Returns how many were sent.
+int flood_until_dropped(TestServer& server, BlockingSocket& client) {
+  const std::string value(std::size_t{64} * 1024, 'v');
+  int sets = 0;
+  while (!any_line_contains(server.log(), "bytes behind") && sets < 4000) {
+    client.send_all(
+        encode_request(Generation::G2, make(Op::Set, {"/k" + std::to_string(sets)}, {value})),
+        soon());
+    ++sets;
+  }
+  // The last SETs may still be in flight: a PING's echo says the server handled them all.
+  client.send_all(encode_request(Generation::G2, make(Op::Ping, {}, {}, 0, 6)), soon());
+  CHECK(client.recv_u32(soon()) == 6);  // nothing waits for the dropped follower
+  return sets;
+}
+}  // namespace
+
+TEST_CASE("server: a follower dropped for lag gets every frame it was owed, then the notice") {
+  // So that a standby that runs again knows it is not current, however far behind it was.
+  ReplicationOptions replication;
+  replication.max_follower_lag_bytes = std::size_t{64} * 1024;
+  replication.ack_timeout = std::chrono::seconds(60);  // only the lag drops it
+  TestServer server({}, nullptr, replication);
+  HandFollower follower(server);  // reads nothing until the drop
+  BlockingSocket client = server.raw();
+  g2_handshake(client);
+  const int sets = flood_until_dropped(server, client);
+  REQUIRE(any_line_contains(server.log(), "bytes behind"));
+  std::uint64_t expected = 1;
+  for (;;) {
+    const std::uint64_t sequence = follower.next_frame();
+    REQUIRE(sequence == expected);  // in order, no gap, the notice numbered next
+    if (follower.key == kDroppedKey) break;
+    ++expected;
+  }
+  CHECK(expected > 1);
+  CHECK(expected <= static_cast<std::uint64_t>(sets) + 1);
+  CHECK(follower.value.find("bytes behind") != std::string::npos);
+  char byte = 0;
+  CHECK_THROWS_AS(follower.link.recv_exact(&byte, 1, soon()), StoreError);  // then the end
+  follower.link = BlockingSocket{};                                         // closes it
+  // Once the follower closed its side the primary closes the connection too (only the client's
+  // is left); no reset was needed.
+  CHECK(server.stats_when([](const StoreServerStats& st) { return st.connections == 1; })
+            .connections == 1);
+  CHECK_FALSE(any_line_contains(server.log(), "resetting it"));
+}
+
+TEST_CASE("server: a dropped follower that reads nothing is reset after its drain timeout") {
+  ReplicationOptions replication;
+  replication.max_follower_lag_bytes = std::size_t{64} * 1024;
+  replication.ack_timeout = std::chrono::seconds(60);
+  replication.dropped_drain_timeout = std::chrono::milliseconds(200);
+  TestServer server({}, nullptr, replication);
+  HandFollower follower(server);  // never reads
+  BlockingSocket client = server.raw();
+  g2_handshake(client);
+  flood_until_dropped(server, client);
+  const auto dropped = server.stats_when([](const StoreServerStats& st) {
+    return st.connections == 1 && st.buffered_output_bytes == 0;
+  });
+  CHECK(dropped.connections == 1);  // the follower's connection is gone, its output freed
+  CHECK(dropped.buffered_output_bytes == 0);
+  CHECK(any_line_contains(server.log(), "did not read its last"));
+}

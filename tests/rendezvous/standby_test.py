@@ -26,6 +26,8 @@
    replies come once it runs again. A standby paused past --follower-ack-timeout is dropped (log
    line) and the primary answers again; told so, the standby then refuses promotion. 10000 pipelined SETs acknowledged by one PING, then the
    primary SIGKILLed: the promoted standby holds all of them (3 rounds).
+9. a standby paused until its primary dropped it for lag (--max-follower-lag-bytes) is told once it
+   runs again (the frames it was owed, then the notice) and refuses promotion.
 """
 import hashlib
 import hmac
@@ -36,6 +38,7 @@ import struct
 import json
 import subprocess
 import sys
+import threading
 import time
 
 G2_PY = "python3"
@@ -96,9 +99,33 @@ class Store:
     def __init__(self, store_bin, *args, env=None):
         self.proc = subprocess.Popen([store_bin, "--port", "0", *args], stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True, env=env)
+        # Its log, read as it comes (wait_log), so that a chatty store never blocks on the pipe.
+        self.lines = []
+        self.log_changed = threading.Condition()
+        self.reader = threading.Thread(target=self._read_log, daemon=True)
+        self.reader.start()
         line = self.proc.stdout.readline().strip()
-        assert line.isdigit(), f"no port from {args}: {self.proc.stderr.read() if self.proc.poll() is not None else ''}"
+        if not line.isdigit():
+            self.proc.wait(10)
+            self.reader.join(10)
+        assert line.isdigit(), f"no port from {args}: {self.log()}"
         self.port = int(line)
+
+    def _read_log(self):
+        for line in self.proc.stderr:
+            with self.log_changed:
+                self.lines.append(line)
+                self.log_changed.notify_all()
+
+    def log(self):
+        with self.log_changed:
+            return "".join(self.lines)
+
+    def wait_log(self, text, seconds):
+        """Waits until a log line contains `text`; fails after `seconds` with the log."""
+        with self.log_changed:
+            found = self.log_changed.wait_for(lambda: any(text in l for l in self.lines), seconds)
+        assert found, f"no log line with {text!r} within {seconds} s:\n{self.log()}"
 
     def stop(self):
         if self.proc.poll() is None:
@@ -109,7 +136,8 @@ class Store:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        return self.proc.stderr.read()
+        self.reader.join(10)
+        return self.log()
 
     def rss_kib(self):
         with open(f"/proc/{self.proc.pid}/status") as f:
@@ -561,6 +589,37 @@ def test_stalled_standby_is_dropped(store_bin):
     print(f"stalled standby: dropped after {waited:.2f} s (--follower-ack-timeout 0.3); the primary answers again")
 
 
+def test_lagging_standby_is_told(store_bin):
+    # A standby dropped for lag while paused gets what it was owed and then the notice once it
+    # runs again (within the primary's 10 s drain time): it then refuses promotion, since it
+    # lacks writes a client saw acknowledged after the drop.
+    primary = Store(store_bin, "--max-follower-lag-bytes", str(1 << 20), "--follower-ack-timeout", "120")
+    standby = Store(store_bin, "--follow", f"127.0.0.1:{primary.port}")
+    try:
+        standby.wait_log("standby: following", 30)
+        standby.proc.send_signal(signal.SIGSTOP)
+        w = raw_connect(primary.port)
+        value = b"x" * (64 * 1024)
+        for _ in range(800):  # 50 MiB: past the kernel's buffers and the 1 MiB bound
+            w.sendall(g2_frame(1, b"/big", value))
+        w.sendall(g2_frame(4, b"/n") + struct.pack("<q", 1))  # ADD /n 1
+        assert answered_within(w, 8, 30) == struct.pack("<q", 1), "nothing waits for a dropped standby"
+        primary.wait_log("bytes behind", 30)
+        standby.proc.send_signal(signal.SIGCONT)
+        standby.wait_log("the primary dropped this standby", 30)
+        p = raw_connect(standby.port)
+        p.sendall(g2_frame(2, b"/ddprun.replication/promote", b"", b"2"))
+        assert recv_value(p) == b"1", "a dropped standby must not be promoted"
+        p.close()
+        w.close()
+    finally:
+        standby_log = standby.stop()
+        log = primary.stop()
+    assert "--max-follower-lag-bytes" in log and "resetting it" not in log, log
+    assert "refusing promotion" in standby_log, standby_log
+    assert "sequence gap" not in standby_log and "connection reset" not in standby_log, standby_log
+
+
 def test_follow_nothing(store_bin):
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
@@ -596,6 +655,7 @@ def main():
     test_slow_follower_is_dropped(store_bin)
     test_replies_wait_for_the_standby(store_bin)
     test_stalled_standby_is_dropped(store_bin)
+    test_lagging_standby_is_told(store_bin)
     test_failover(store_bin, writers)
     print("standby store: OK")
 
