@@ -122,7 +122,7 @@ void StoreSession::read_and_process(const boost::system::error_code& ec, std::si
   account_input();
   if (closed_) return;
   if (peer_done) {
-    finish(false);
+    finish(closing_);  // a connection closed for cause counts as one however it ends
     return;
   }
   resume_reading();  // what the output bound held back in this read, then read again
