@@ -33,9 +33,9 @@ struct StderrWriter {
   std::size_t dropped = 0;
   bool gone = false;
 
-  void write_line(std::string_view line) {
+  void write_line(std::string_view line, bool store_prefix) {
     if (gone) return;
-    std::string text = "ddprun-store: ";
+    std::string text = store_prefix ? "ddprun-store: " : "";
     if (dropped > 0)
       text +=
           "(" + std::to_string(dropped) + " earlier log lines dropped: stderr was not writable) ";
@@ -71,13 +71,19 @@ LogSink set_log_sink(LogSink sink) {
   return previous;
 }
 
-void log_line(std::string_view line) {
+namespace {
+void write_log_line(std::string_view line, bool store_prefix) {
   std::lock_guard lock(sink_mutex());
   if (current_sink()) {
     current_sink()(line);
     return;
   }
-  stderr_writer().write_line(line);
+  stderr_writer().write_line(line, store_prefix);
 }
+}  // namespace
+
+void log_line(std::string_view line) { write_log_line(line, true); }
+
+void log_named_line(std::string_view line) { write_log_line(line, false); }
 
 }  // namespace ddp::rdzv

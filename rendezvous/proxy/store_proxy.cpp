@@ -257,7 +257,7 @@ class Downstream : public std::enable_shared_from_this<Downstream> {
     if (closed_) return;
     closed_ = true;
     if (!why.empty())
-      log_line(fmt::format("ddprun-store-proxy: closing worker connection: {}", why));
+      log_named_line(fmt::format("ddprun-store-proxy: closing worker connection: {}", why));
     boost::system::error_code ec;
     socket_.close(ec);
     if (tunnel_) tunnel_->close(ec);
@@ -1145,9 +1145,9 @@ void StoreProxy::Core::watch_lost(const std::shared_ptr<WatchLink>& link, const 
   ++watch_losses;
   const bool give_up = refused || watch_losses >= 3;
   watch_mode = give_up ? WatchMode::Unsupported : WatchMode::Off;
-  log_line(fmt::format("ddprun-store-proxy: {}; {}", why,
-                       give_up ? "WAITs use one upstream connection each from now on"
-                               : "its WAITs move to WAIT links"));
+  log_named_line(fmt::format("ddprun-store-proxy: {}; {}", why,
+                             give_up ? "WAITs use one upstream connection each from now on"
+                                     : "its WAITs move to WAIT links"));
   auto held = std::move(watch_waits);
   watch_waits.clear();
   wait_table = WaitTable(opts.max_watched_keys);
@@ -1512,7 +1512,7 @@ void StoreProxy::Core::main_lost(const std::string& why) {
 // Nothing but VALIDATE and TAGGED was sent on the connection: drop it and connect again without
 // TAGGED; the requests held meanwhile go out on the new one.
 void StoreProxy::Core::tags_refused(const std::string& why) {
-  log_line(fmt::format(
+  log_named_line(fmt::format(
       "ddprun-store-proxy: the root store does not support tagged mode ({}); reconnecting the "
       "main link without it (WAITs through a watch link or WAIT links)",
       why));
@@ -1558,7 +1558,7 @@ void StoreProxy::Core::answer(const std::shared_ptr<Entry>& e, std::string_view 
 }
 
 void StoreProxy::Core::main_failed(const std::string& why) {
-  log_line("ddprun-store-proxy: " + why + "; closing the workers' connections");
+  log_named_line("ddprun-store-proxy: " + why + "; closing the workers' connections");
   boost::system::error_code ignored;
   if (main_socket) main_socket->close(ignored);
   ++main_epoch;

@@ -315,6 +315,10 @@ def libuv_root(proxy_bin):
         _, err = proxy.communicate(timeout=10)
     assert "does not support tagged mode" in err, err
     assert "WAITs use one upstream connection each" in err, err
+    # The proxy's lines carry its own name, not the store's before it.
+    assert "ddprun-store: ddprun-store-proxy" not in err, err
+    assert any(l.startswith("ddprun-store-proxy: the root store does not support tagged mode")
+               for l in err.splitlines()), err
     assert "watch_waits=0" in err, err
     print("libuv_root: OK")
 
