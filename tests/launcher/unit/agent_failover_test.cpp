@@ -6,8 +6,6 @@
 #include <doctest/doctest.h>
 #include <unistd.h>
 
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/ip/tcp.hpp>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -56,14 +54,6 @@ struct FailoverRun : MultiNodeRun {
   }
 };
 
-/// A port nothing listens on now (the kernel's pick, released).
-int free_port() {
-  boost::asio::io_context io;
-  boost::asio::ip::tcp::acceptor acceptor(
-      io, boost::asio::ip::tcp::endpoint(boost::asio::ip::make_address("127.0.0.1"), 0));
-  return acceptor.local_endpoint().port();
-}
-
 JobRendezvous::FailoverResult promoted(FakeJobRendezvous&) {
   return StorePromoted{"127.0.0.9", 29401, 2};
 }
@@ -109,17 +99,13 @@ TEST_CASE("failover: the node whose standby took over stays until the others hav
   // It now serves the job's store, as the primary's host did: leaving at once would take the
   // store from a node still reading the exit barrier's outcome (seen as exit 74 there).
   FailoverRun run;
-  const int standby_port = free_port();
-  run.settings.standby = HostPort{"127.0.0.1", standby_port};
   run.store.standby_role = StoreRole::TryHost;
   run.store.standby_bind_address = "127.0.0.1";
-  run.store.standby_port = standby_port;
+  run.store.standby_port = 0;  // the kernel's pick: the fake's promotion does not connect to it
   run.script.on_round = [](FakeJobRendezvous& r, int round) {
     if (round == 0) r.deliver_loss(kStoreLost);
   };
-  run.script.fail_over = [standby_port](FakeJobRendezvous&) -> JobRendezvous::FailoverResult {
-    return StorePromoted{"127.0.0.1", standby_port, 2};
-  };
+  run.script.fail_over = promoted;
   run.script.after_fail_over = [](FakeJobRendezvous& r) {
     r.deliver_loss(NodeLoss{"lost node 0 (node0): no heartbeat for 5 s", 0});
   };
