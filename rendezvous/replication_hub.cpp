@@ -212,7 +212,7 @@ void ReplicationHub::end_overdue_closings(std::chrono::steady_clock::time_point 
           "not know it was dropped",
           session->pending_output_bytes(), options_.dropped_drain_timeout.count()));
     }
-    session->finish_closing();
+    session->close_now();
     return true;
   });
 }

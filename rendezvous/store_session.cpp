@@ -341,13 +341,7 @@ void StoreSession::close_for_error(std::string_view reason) {
             // once
   if (closed_) return;
   log_closing(reason);
-  if (pending_output_bytes() > 0) {
-    // The peer is not reading what it is owed: reset instead of a graceful close, so the kernel
-    // drops the unsent bytes at once rather than trickling them into a closed window.
-    boost::system::error_code ignored;
-    socket_.set_option(boost::asio::socket_base::linger(true, 0), ignored);
-  }
-  finish(true);
+  close_now();
 }
 
 void StoreSession::log_closing(std::string_view reason) {
@@ -384,10 +378,11 @@ void StoreSession::shut_down_sending() {
   socket_.shutdown(boost::asio::ip::tcp::socket::shutdown_send, ignored);
 }
 
-void StoreSession::finish_closing() {
+void StoreSession::close_now() {
   if (closed_) return;
   if (pending_output_bytes() > 0) {
-    // What is owed never reached the peer's kernel: drop it at once (see close_for_error()).
+    // The peer is not reading what it is owed: reset instead of a graceful close, so the kernel
+    // drops the unsent bytes at once rather than trickling them into a closed window.
     boost::system::error_code ignored;
     socket_.set_option(boost::asio::socket_base::linger(true, 0), ignored);
   }

@@ -78,12 +78,11 @@ class StoreSession : public std::enable_shared_from_this<StoreSession> {
   // `last_message` (past --max-pending-output-bytes if need be: it is the peer's last), write
   // everything owed, then a FIN, and close once the peer closed its side too (what it still sends
   // is read and discarded, so the close is no reset that could make its kernel drop what it has
-  // not read yet). The owner bounds the wait: close_for_error() or finish_closing() end it.
+  // not read yet). The owner bounds the wait: close_now() ends it.
   void close_after_output(std::string_view reason, std::string_view last_message);
-  // Ends a close_after_output(): closes now, as a reset if output is still owed (it never
-  // reached the peer's kernel), else gracefully.
-  void finish_closing();
-  bool closing() const { return closing_; }
+  // Close at once without a log line, counted as closed for cause: a reset if output is still
+  // owed (it never reached the peer's kernel), else gracefully.
+  void close_now();
 
   ClientId id() const { return id_; }
   bool is_open() const { return !closed_; }

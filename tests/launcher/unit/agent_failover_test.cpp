@@ -58,18 +58,23 @@ JobRendezvous::FailoverResult promoted(FakeJobRendezvous&) {
   return StorePromoted{"127.0.0.9", 29401, 2};
 }
 
-}  // namespace
-
-TEST_CASE("failover: the standby takes over, the store's host is lost, the survivors re-form") {
-  FailoverRun run;
+/// The store is lost in round 0, the standby takes over, and on it node 0 (the primary's host)
+/// stops heartbeating.
+void lose_the_store_then_its_host(FailoverRun& run) {
   run.script.on_round = [](FakeJobRendezvous& r, int round) {
     if (round == 0) r.deliver_loss(kStoreLost);
   };
   run.script.fail_over = promoted;
   run.script.after_fail_over = [](FakeJobRendezvous& r) {
-    // On the standby, node 0 (the primary's host) stops heartbeating.
     r.deliver_loss(NodeLoss{"lost node 0 (node0): no heartbeat for 5 s", 0});
   };
+}
+
+}  // namespace
+
+TEST_CASE("failover: the standby takes over, the store's host is lost, the survivors re-form") {
+  FailoverRun run;
+  lose_the_store_then_its_host(run);
   CHECK(run.run() == 0);
   auto& r = *run.rendezvous;
   CHECK(r.failovers == 1);
@@ -102,13 +107,7 @@ TEST_CASE("failover: the node whose standby took over stays until the others hav
   run.store.standby_role = StoreRole::TryHost;
   run.store.standby_bind_address = "127.0.0.1";
   run.store.standby_port = 0;  // the kernel's pick: the fake's promotion does not connect to it
-  run.script.on_round = [](FakeJobRendezvous& r, int round) {
-    if (round == 0) r.deliver_loss(kStoreLost);
-  };
-  run.script.fail_over = promoted;
-  run.script.after_fail_over = [](FakeJobRendezvous& r) {
-    r.deliver_loss(NodeLoss{"lost node 0 (node0): no heartbeat for 5 s", 0});
-  };
+  lose_the_store_then_its_host(run);
   CHECK(run.run() == 0);
   auto hosted = run.events("standby_store");
   REQUIRE(!hosted.empty());

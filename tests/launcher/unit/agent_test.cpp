@@ -8,6 +8,7 @@
 
 #include "fake_process_control.hpp"
 #include "launcher/run/agent.hpp"
+#include "multi_node_run.hpp"
 
 using namespace ddp::launcher;
 using ddp::launcher::testing::attempt_of;
@@ -15,16 +16,8 @@ using ddp::launcher::testing::FakeBehaviour;
 using ddp::launcher::testing::FakeProcessControl;
 using ddp::launcher::testing::rank_of;
 
-namespace {
 // These tests script the processes; the job's store is someone else's (no socket here).
-const StorePlan kStoreElsewhere = [] {
-  StorePlan plan;
-  plan.role = StoreRole::Client;
-  plan.bind_address = "";
-  plan.connect_host = "127.0.0.1";
-  return plan;
-}();
-}  // namespace
+using ddp::launcher::testing::kStoreElsewhere;
 
 TEST_CASE("all workers succeed: exit 0, nobody is signalled") {
   LaunchConfig config;
