@@ -35,6 +35,8 @@ FULL_DEB_PACKAGES=(
   jq  # the pipelines test consumes `ddprun --events -` with jq
   elfutils prometheus  # eu-stack for native stacks of hung workers; Prometheus + promtool for the status tests
   clang-format clang-tidy  # scripts/lint.sh, which scripts/test.sh runs (docs/testing.md#style-checks)
+  etcd-server etcd-client  # --rdzv_backend etcd: the tests start real etcd members on loopback
+  chromium tmux  # the dashboard in a real headless browser, `ddprun top` in a real terminal
 )
 # torch 2.x from PyPI for the python3 on PATH (the G2 store dialect and the CUDA LibTorch build),
 # and the wheel's build backend (the packaging test builds the wheel without build isolation).
