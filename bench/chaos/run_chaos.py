@@ -75,8 +75,10 @@ class Agent:
         if ep.direct_store:
             env["CHAOS_DIRECT_STORE"] = ep.direct_store
         self.err = open(self.err_path, "w")
+        command = ([sys.executable] if h.launcher == "torchrun" else
+                   [h.ddprun, "--events", self.events, *h.preload])
         self.proc = subprocess.Popen(
-            [*h.topology.prefix(slot), h.ddprun, "--events", self.events, *args],
+            [*h.topology.prefix(slot), *command, *args],
             stdout=subprocess.PIPE, stderr=self.err, env=env, start_new_session=True)
         self.stall_until = 0.0
         self.reader = threading.Thread(target=self._read, daemon=True)
@@ -111,6 +113,8 @@ class Agent:
 
     def workers(self):
         """pids of this agent's workers in its newest attempt that are still alive."""
+        if self.h.launcher == "torchrun":  # no events: the agent's live child processes
+            return [pid for pid in _children(self.proc.pid) if inv.proc_usage(pid)]
         starts = self.events_of("worker_start")
         if not starts:
             return []
@@ -118,6 +122,8 @@ class Agent:
         return [e["pid"] for e in starts if e["attempt"] == last and inv.proc_usage(e["pid"])]
 
     def hosts_store(self):
+        if self.h.launcher == "torchrun":  # the agent on the endpoint's address hosts it
+            return self.slot == 0 and self is self.ep.agents.get(0)
         stores = self.events_of("store")
         return bool(stores) and stores[-1].get("role") == "host"
 
@@ -150,15 +156,31 @@ class Episode:
             self.endpoint = h.etcd.endpoints
             self.direct_store = None  # the workers' store moves with each attempt
         self.start_agent(0)
-        if h.mode == "c10d":
+        if h.mode == "c10d" and h.launcher == "ddprun":
             h.wait(lambda: self.agents[0].hosts_store() or not self.agents[0].alive(), 30,
                    "the store on node 0")
+        elif h.mode == "c10d":
+            time.sleep(2)  # torchrun's host agent binds the endpoint once its interpreter is up
         for slot in range(1, INITIAL_NODES):
             self.start_agent(slot)
 
     def start_agent(self, slot):
         h = self.h
         backend = "c10d" if h.mode == "c10d" else "etcd"
+        if h.launcher == "torchrun":
+            # The same job under torchrun 2.15 (c10d only; no proxy, hang timeout, status port
+            # or events: it has none).
+            args = ["-m", "torch.distributed.run", "--rdzv-backend", "c10d",
+                    "--rdzv-endpoint", self.endpoint, "--rdzv-id", self.id,
+                    "--nnodes", f"2:{h.nodes}", "--nproc-per-node", NPROC,
+                    "--local-addr", h.topology.addr(slot), "--max-restarts", MAX_RESTARTS,
+                    "--monitor-interval", "0.1", "--rdzv-conf",
+                    f"join_timeout=60,last_call_timeout=1,is_host={'1' if slot == 0 else '0'}",
+                    TRAIN, self.dir]
+            agent = Agent(h, self, slot, [str(a) for a in args])
+            self.agents[slot] = agent
+            self.all_agents.append(agent)
+            return agent
         args = ["--rdzv_backend", backend, "--rdzv_endpoint", self.endpoint, "--rdzv_id", self.id,
                 "--nnodes", f"2:{h.nodes}", "--nproc_per_node", NPROC,
                 "--local_addr", h.topology.addr(slot), "--rdzv_conf", RDZV_CONF,
@@ -188,6 +210,14 @@ class Episode:
             _signal(a.proc.pid, signal.SIGTERM)
 
 
+def _children(pid):
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(c) for c in f.read().split()]
+    except OSError:
+        return []
+
+
 def _signal(pid, sig):
     try:
         os.kill(pid, sig)
@@ -201,6 +231,16 @@ class Harness:
         self.args = args
         self.ddprun = os.path.join(os.path.abspath(args.build), "bin", "ddprun")
         self.seed, self.nodes, self.mode = args.seed, args.nodes, args.mode
+        self.launcher = args.launcher
+        # Warm starts where this ddprun has them (docs/warm-start.md): restarts then cost a
+        # fork, not an import of torch.
+        self.preload = []
+        if args.launcher == "ddprun" and args.preload != "off":
+            helptext = subprocess.run([self.ddprun, "--help"], capture_output=True, text=True).stdout
+            if "--preload" in helptext:
+                self.preload = ["--preload", "torch"]
+            elif args.preload == "on":
+                raise SystemExit("chaos: this ddprun has no --preload")
         self.tmp = tempfile.mkdtemp(prefix="ddprun_chaos_")
         self.topology, why = topo.make(args.nodes, args.topology)
         self.notes = []
@@ -219,6 +259,7 @@ class Harness:
         self.violations = []
         self.results = []  # one per fault
         self.episodes = []
+        self.exit_codes = []
 
     # --- time and observation -------------------------------------------------------------
     def step_seen(self, when):
@@ -427,6 +468,9 @@ class Harness:
             a.proc.wait()
             a.reader.join(timeout=5)
             a.err.close()
+            self.exit_codes.append(a.proc.returncode)
+            if self.launcher == "torchrun":
+                continue  # torchrun ends with 1 whatever the cause: its codes are reported only
             for text in inv.check_exit(a.name, a.proc.returncode, a.stderr_text(),
                                        ep.fault_types, ep.terminated):
                 self.violation("root_cause", fault, text, schedule)
@@ -540,8 +584,10 @@ def summarize(h, schedule, elapsed):
         t["ttr_p99"] = round(ttr[min(len(ttr) - 1, int(0.99 * len(ttr)))], 2) if ttr else None
         t["ttr_max"] = round(ttr[-1], 2) if ttr else None
     return {"faults": len(schedule), "seed": h.seed, "mode": h.mode, "topology": h.topology.kind,
+            "launcher": h.launcher, "preload": bool(h.preload),
             "nodes": h.nodes, "episodes": len(h.episodes), "seconds": round(elapsed, 1),
             "notes": h.notes, "violations": h.violations, "by_type": by_type,
+            "exit_codes": {str(c): h.exit_codes.count(c) for c in sorted(set(h.exit_codes), key=str)},
             "bounds": {"recovery_s": {t: recovery_bound({"type": t, "duration": 6.0})
                                       for t in sorted(by_type)}, **BOUNDS},
             "max_usage": {"rss_kib": max((u[0] for u in h.usage_max.values()), default=0),
@@ -576,9 +622,18 @@ def main():
     p.add_argument("--replay")
     p.add_argument("--schedule-out")
     p.add_argument("--keep", action="store_true", help="keep the run's files (logs, histories)")
+    p.add_argument("--launcher", choices=["ddprun", "torchrun"], default="ddprun",
+                   help="torchrun: the same job and schedule under torchrun 2.15 (c10d only)")
+    p.add_argument("--preload", choices=["auto", "on", "off"], default="auto",
+                   help="ddprun --preload torch (auto: when this ddprun has it)")
+    p.add_argument("--hang-timeout", type=float, default=HANG_TIMEOUT)
     args = p.parse_args()
     if args.nodes < INITIAL_NODES or args.nodes > 8:
         p.error(f"--nodes must be {INITIAL_NODES}..8")
+    if args.launcher == "torchrun" and args.mode != "c10d":
+        p.error("--launcher torchrun runs the c10d mode only")
+    global HANG_TIMEOUT
+    HANG_TIMEOUT = args.hang_timeout
     ddprun = os.path.join(args.build, "bin", "ddprun")
     if not os.access(ddprun, os.X_OK):
         print(f"chaos: SKIP: no ddprun at {ddprun}", file=sys.stderr)
