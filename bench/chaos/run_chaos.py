@@ -609,6 +609,7 @@ def markdown(summary):
 
 
 def main():
+    global HANG_TIMEOUT
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--build", required=True)
     p.add_argument("--seed", type=int, default=1)
@@ -626,13 +627,12 @@ def main():
                    help="torchrun: the same job and schedule under torchrun 2.15 (c10d only)")
     p.add_argument("--preload", choices=["auto", "on", "off"], default="auto",
                    help="ddprun --preload torch (auto: when this ddprun has it)")
-    p.add_argument("--hang-timeout", type=float, default=HANG_TIMEOUT)
+    p.add_argument("--hang-timeout", type=float, default=20.0)
     args = p.parse_args()
     if args.nodes < INITIAL_NODES or args.nodes > 8:
         p.error(f"--nodes must be {INITIAL_NODES}..8")
     if args.launcher == "torchrun" and args.mode != "c10d":
         p.error("--launcher torchrun runs the c10d mode only")
-    global HANG_TIMEOUT
     HANG_TIMEOUT = args.hang_timeout
     ddprun = os.path.join(args.build, "bin", "ddprun")
     if not os.access(ddprun, os.X_OK):
