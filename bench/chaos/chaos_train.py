@@ -27,6 +27,10 @@ import time
 import torch
 import torch.distributed as dist
 
+# The checkpoint writer of the elastic tests (temporary file, fsync, rename, fsync of the directory).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "launcher"))
+from elastic_train import atomic_save  # noqa: E402
+
 CKPT_EVERY = 10
 STEP_SLEEP = 0.05
 TOTAL_STEPS = 10**7  # the harness ends the job
@@ -36,15 +40,6 @@ def newest(ckpt_dir):
     steps = [int(n[len("step_"):-len(".pt")]) for n in os.listdir(ckpt_dir)
              if n.startswith("step_") and n.endswith(".pt")]
     return max(steps, default=0)
-
-
-def atomic_save(obj, path):
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "wb") as f:
-        torch.save(obj, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def hook(ctl, tag, name):

@@ -97,6 +97,7 @@ class Agent:
                 now = time.monotonic()
                 pending += chunk
                 *lines, pending = pending.split(b"\n")
+                pending = pending[-4096:]  # a line that never ends must not grow the harness
                 for line in lines:
                     if b"CHAOS STEP" in line:
                         self.h.step_seen(now)
