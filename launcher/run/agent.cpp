@@ -658,7 +658,7 @@ void Agent::finish_run() {
       }
     }
     // The store's host stays up until the others have read the outcome (bounded).
-    session_->leave(job_store() != nullptr, [this] { io_.stop(); });
+    session_->leave(store_ != nullptr, [this] { io_.stop(); });
     return;
   }
   io_.stop();

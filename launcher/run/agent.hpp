@@ -122,24 +122,6 @@ class Agent {
   /// This node waits as a pending node or a spare (during its join).
   void on_waiting(const std::string& role);
   void on_barrier(const JobRendezvous::BarrierResult& result);
-  // Standby store (agent_failover.cpp).
-  /// After this node's first round: host the standby store when the plan allows it, this node
-  /// does not host the primary and it can bind the standby's address (once per run).
-  void host_standby_store();
-  /// A standby was given and has not been asked yet.
-  bool may_fail_over() const;
-  /// The job's store when this node serves it: the primary, or the standby it hosts once that
-  /// took over. Its host stays until the others have left, and reports its metrics.
-  HostedStore* job_store() const;
-  /// The store is lost: true when a standby takes over (asked now, or already being asked), so
-  /// the loss does not end the job.
-  bool takes_store_loss(const NodeLoss& loss);
-  /// A join failed while the standby is being asked: true when it is retried once it answers.
-  bool rejoin_after_failover(int attempt, const std::string& error);
-  /// The exit barrier lost the store: true when it resumes on the standby once it answers.
-  bool resume_barrier_after_failover(const NodeLoss& loss);
-  void on_failed_over(const NodeLoss& loss, const JobRendezvous::FailoverResult& result,
-                      std::chrono::steady_clock::time_point since);
   /// Offers a cause for the end of the attempt (see run_end.hpp); true when it stands.
   bool end_with(RunEnd cause);
   /// Elastic: a lost node of the current round that the job may survive; false when the loss
@@ -210,8 +192,6 @@ class Agent {
 
   // The store and the other nodes.
   std::unique_ptr<HostedStore> store_;
-  std::unique_ptr<HostedStore> standby_store_;  // --rdzv_endpoint PRIMARY,STANDBY, on this node
-  bool standby_store_tried_ = false;
   std::unique_ptr<NodeStoreProxy> proxy_;  // --store-proxy: the workers' store address
   JobRendezvousFactory make_rendezvous_;
   std::unique_ptr<JobRendezvous> session_;
@@ -240,15 +220,6 @@ class Agent {
   std::optional<Reform> reform_;
   std::optional<RoundLeft> restart_from_;  // the round a pending restart left (none: no restart)
   RoundLeft round_left() const;            // round_ (empty without one), left now
-  // The standby store: not asked, asked, took over, or could not.
-  enum class Failover { None, Asking, TookOver, Failed };
-  Failover failover_ = Failover::None;
-  struct PendingJoin {  // a join that failed while the standby was asked
-    int attempt = 0;
-    std::string error;
-  };
-  std::optional<PendingJoin> rejoin_;
-  bool resume_barrier_ = false;  // the exit barrier lost the store while the standby is asked
   std::vector<std::string> membership_changes_;  // for the summary
 
   std::unique_ptr<health::HealthMonitor> health_;

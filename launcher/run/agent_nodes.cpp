@@ -26,14 +26,6 @@ Result<Ok> Agent::open_store() {
     if (setup_.multinode && !setup_.multinode->token.empty()) {
       options.access_policy = std::make_shared<rdzv::TokenAccessPolicy>(setup_.multinode->token);
     }
-    if (setup_.multinode) {
-      // A standby that stalls holds the store's replies at most this long (docs/scale.md): well
-      // inside the heartbeat timeout, which would otherwise take the stall for the store's loss.
-      options.replication.ack_timeout =
-          std::clamp(std::chrono::duration_cast<std::chrono::milliseconds>(
-                         setup_.multinode->heartbeat_timeout / 3),
-                     std::chrono::milliseconds(10), options.replication.ack_timeout);
-    }
     try {
       store_ = std::make_unique<HostedStore>(options);
       setup_.master_port = store_->port();
@@ -85,7 +77,6 @@ Result<Ok> Agent::open_store() {
 void Agent::on_joined(int attempt, const JobRendezvous::JoinResult& result) {
   if (phase_ == Phase::Done) return;
   if (const auto* error = std::get_if<std::string>(&result)) {
-    if (rejoin_after_failover(attempt, *error)) return;
     events_.emit("rendezvous_failed", {{"attempt", attempt}, {"error", *error}});
     if (reform_) {
       // The survivors could not meet again (another one vanished, or the store did).
@@ -115,7 +106,6 @@ void Agent::on_joined(int attempt, const JobRendezvous::JoinResult& result) {
   round_ = joined;
   lost_nodes_.clear();
   events_.emit("rendezvous", rendezvous_fields(attempt, joined));
-  host_standby_store();
   // Both re-form paths report one shape (agent_events.hpp): the round left, the round formed.
   auto record = [&](std::string reason, std::string change, const RoundLeft& left) {
     return RescaleRecord{
@@ -214,9 +204,7 @@ void Agent::on_job_stop(const StopReason& reason) {
 }
 
 void Agent::on_node_lost(const NodeLoss& loss) {
-  if (phase_ == Phase::Done) return;
-  if (!loss.node_rank && takes_store_loss(loss)) return;  // a standby takes over
-  if (phase_ == Phase::Starting) return;
+  if (phase_ == Phase::Done || phase_ == Phase::Starting) return;
   // Once the job has a root cause, the store host going away is the expected end, not news.
   // During a re-form, a lost store ends it (nothing can re-form without it) and another lost
   // node shrinks it further.
@@ -396,7 +384,6 @@ void Agent::on_barrier(const JobRendezvous::BarrierResult& result) {
                                   : stop->text);
     }
   } else if (const auto* loss = std::get_if<NodeLoss>(&result)) {
-    if (resume_barrier_after_failover(*loss)) return;
     // The store is gone: exit 74, no restart.
     if (end_with(node_lost(*loss))) {
       events_.emit("node_lost", {{"message", loss->text}});

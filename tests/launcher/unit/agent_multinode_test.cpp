@@ -123,6 +123,25 @@ TEST_CASE("a lost node stops the workers; exit 74, and nobody to leave to") {
   CHECK(run.events("summary")[0]["job_root_cause"] == "lost node 2 (c): no heartbeat for 5 s");
 }
 
+TEST_CASE("a lost store ends an elastic job with 74: the c10d store's host has no standby") {
+  MultiNodeRun run;
+  run.config.rdzv_backend = "c10d";
+  run.config.max_restarts = 3;
+  run.settings.dynamic = true;
+  run.settings.min_nodes = 2;
+  run.settings.max_nodes = 3;
+  run.script.join = [](int, const RoundPlan&) { return round_of(1, 3, 2); };
+  run.script.on_round = [](FakeJobRendezvous& r, int) {
+    r.deliver_loss(
+        NodeLoss{"lost the store at 127.0.0.1:29400 (node 0 gone?): refused", std::nullopt});
+  };
+  CHECK(run.run() == 74);
+  CHECK(run.rendezvous->joins == std::vector<int>{0});  // no re-form without the store
+  CHECK(run.rendezvous->broadcasts.empty());
+  CHECK(run.events("summary")[0]["job_root_cause"] ==
+        "lost the store at 127.0.0.1:29400 (node 0 gone?): refused");
+}
+
 TEST_CASE(
     "finishing: every node done ends the run with 0 and the store's host waits for the others") {
   MultiNodeRun run;

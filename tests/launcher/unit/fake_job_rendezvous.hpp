@@ -44,10 +44,6 @@ class FakeJobRendezvous final : public JobRendezvous {
     /// The exit barrier's outcome per round (default: every node finished); may deliver news
     /// first (it reaches the Agent before the barrier's result).
     std::function<BarrierResult(FakeJobRendezvous&, int round)> barrier;
-    /// The standby's answer to fail_over (default: no standby answers); may deliver news first.
-    std::function<FailoverResult(FakeJobRendezvous&)> fail_over;
-    /// News after fail_over's answer reached the Agent (e.g. from the promoted standby).
-    std::function<void(FakeJobRendezvous&)> after_fail_over;
   };
 
   FakeJobRendezvous(boost::asio::io_context& loop, Events events, Script script)
@@ -61,7 +57,6 @@ class FakeJobRendezvous final : public JobRendezvous {
   std::vector<bool> leaves;   // wait_for_others of each leave call
   std::vector<PendingAnswer> answers;
   int cancels = 0;
-  int failovers = 0;  // fail_over calls
 
   bool busy() const override { return false; }
   void cancel_waits() override { ++cancels; }
@@ -99,16 +94,6 @@ class FakeJobRendezvous final : public JobRendezvous {
     BarrierResult result =
         script_.barrier ? script_.barrier(*this, round_) : BarrierResult{AllNodesDone{}};
     boost::asio::post(loop_, [done = std::move(done), result] { done(result); });
-  }
-
-  void fail_over(std::function<void(FailoverResult)> done) override {
-    ++failovers;
-    FailoverResult result = script_.fail_over ? script_.fail_over(*this)
-                                              : FailoverResult{std::string("no standby answered")};
-    boost::asio::post(loop_, [done = std::move(done), result] { done(result); });
-    if (script_.after_fail_over) {
-      boost::asio::post(loop_, [this] { script_.after_fail_over(*this); });
-    }
   }
 
   void leave(bool wait_for_others, std::function<void()> then) override {

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 #pragma once
-// The test fixture shared by the Agent's multi-node unit tests (agent_multinode_test.cpp,
-// agent_failover_test.cpp): one agent with both seams (processes, rendezvous) faked.
+// The test fixture shared by the Agent's multi-node unit tests (agent_multinode_test.cpp):
+// one agent with both seams (processes, rendezvous) faked.
 #include <doctest/doctest.h>
 #include <unistd.h>
 
