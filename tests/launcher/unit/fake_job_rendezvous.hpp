@@ -8,8 +8,11 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -108,6 +111,15 @@ class FakeJobRendezvous final : public JobRendezvous {
   }
   void deliver_loss(const NodeLoss& loss) {
     boost::asio::post(loop_, [this, loss] { events_.on_lost(loss); });
+  }
+  /// News that reaches the Agent `after` from now: e.g. the monitor's verdict on a peer whose
+  /// death made this node's workers fail first (it comes a heartbeat timeout later).
+  void deliver_later(std::chrono::milliseconds after,
+                     std::function<void(FakeJobRendezvous&)> news) {
+    auto timer = std::make_shared<boost::asio::steady_timer>(loop_, after);
+    timer->async_wait([this, timer, news = std::move(news)](const boost::system::error_code& ec) {
+      if (!ec) news(*this);
+    });
   }
   /// The monitor's list of live pending nodes changed.
   void deliver_pending(const std::vector<rdzv::JoinRequest>& pending) {
