@@ -78,22 +78,14 @@ int run_main(int argc, char** argv) {
   if (parsed->exit_now) return parsed->exit_code;
   if (parsed->raw.store_only) {
     if (!parsed->raw.program_and_args.empty()) {
+      const std::string& first = parsed->raw.program_and_args.front();
+      if (first.size() > 1 && first[0] == '-') {  // e.g. the retired --follow
+        return fail(Error{exit_codes::kUsage,
+                          fmt::format("--store-only: unknown option '{}' (see --help)", first)});
+      }
       return fail(Error{exit_codes::kUsage, "--store-only takes no program"});
     }
     return run_store_only(parsed->raw);
-  }
-  if (!parsed->raw.follow.empty()) {
-    return fail(
-        Error{exit_codes::kUsage, "--follow needs --store-only (it starts a standby store)"});
-  }
-  for (const auto& [flag, value] :
-       {std::pair{"--follower-ack-timeout", &parsed->raw.follower_ack_timeout},
-        std::pair{"--max-follower-lag-bytes", &parsed->raw.max_follower_lag_bytes}}) {
-    if (!value->empty()) {
-      return fail(
-          Error{exit_codes::kUsage,
-                fmt::format("{} needs --store-only (it sets the store's replication)", flag)});
-    }
   }
   if (parsed->raw.print_env_detect) return print_env_detect(parsed->raw);
 

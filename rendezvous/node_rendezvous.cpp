@@ -573,15 +573,12 @@ std::string broadcast_stop(StoreClient& client, const NodeRendezvousOptions& rou
 
 ExitBarrierResult exit_barrier(StoreClient& client, const NodeRendezvousOptions& round,
                                const RendezvousResult& joined, std::chrono::milliseconds slice,
-                               const std::function<bool()>& keep_waiting, bool* arrived) {
+                               const std::function<bool()>& keep_waiting) {
   const std::string prefix = key_prefix(round);
   const std::string end_key = prefix + "end";
   // The last node to arrive ends the barrier for everyone; a stop broadcast may have ended it
   // first.
-  // Resumed: ADD 0 reads the count (the last arrival may have been lost with the old store
-  // before it could end the barrier).
-  const std::int64_t count = client.add(prefix + "done", arrived && *arrived ? 0 : 1);
-  if (arrived) *arrived = true;
+  const std::int64_t count = client.add(prefix + "done", 1);
   if (count >= joined.num_nodes) client.compare_set(end_key, "", "done");
   while (!wait_for(client, end_key, slice)) {
     if (!keep_waiting()) return {ExitBarrierResult::End::Cancelled, {}};

@@ -178,12 +178,9 @@ struct ExitBarrierResult {
   std::string stop;
 };
 // This node's workers finished: wait until every node's did, or a stop arrives.
-// `arrived` (optional): in, true when this node's arrival was already counted in this round (the
-// wait is resumed on a promoted standby, which holds the count): no second ADD; out, set once
-// the arrival is acknowledged.
 ExitBarrierResult exit_barrier(StoreClient& client, const NodeRendezvousOptions& round,
                                const RendezvousResult& joined, std::chrono::milliseconds slice,
-                               const std::function<bool()>& keep_waiting, bool* arrived = nullptr);
+                               const std::function<bool()>& keep_waiting);
 
 // This node is leaving the round. With wait_for_others (the store's host) it then waits, at most
 // `budget`, until every node has left, so nobody loses the store before reading the outcome.

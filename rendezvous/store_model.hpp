@@ -89,8 +89,6 @@ class StoreModel {
   // Pops the head; `length_before` is the queue length before the pop (0 = nothing popped).
   std::optional<std::string> queue_pop(const std::string& queue, std::int64_t& length_before);
   std::int64_t queue_len(const std::string& queue) const;
-  // Every non-empty queue and its items, head first (a standby's snapshot, replication.hpp).
-  const std::unordered_map<std::string, std::deque<std::string>>& queues() const { return queues_; }
 
   // Forget every registration of a client that went away.
   void remove_client(ClientId client);

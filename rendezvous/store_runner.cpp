@@ -30,7 +30,6 @@ int run_store_until_signal(const StoreServerOptions& opts, std::ostream& out) {
     StoreServer server(io, opts);
     // Handlers first, port second: whoever reads the port may signal us right away.
     boost::asio::signal_set signals(io, SIGINT, SIGTERM);
-    // A standby subscribes to its primary in start(): the port is printed once it follows.
     server.start();
     out << server.port() << std::endl;  // first line: the port clients should use
     signals.async_wait([&](const boost::system::error_code& ec, int) {
@@ -43,9 +42,6 @@ int run_store_until_signal(const StoreServerOptions& opts, std::ostream& out) {
     std::cerr << "ddprun-store: " << e.what();
     if (opts.port != 0) std::cerr << " (use --port 0 to let the system pick a free port)";
     std::cerr << '\n';
-    return 1;
-  } catch (const std::runtime_error& e) {  // --follow: the primary cannot be subscribed to
-    std::cerr << "ddprun-store: " << e.what() << '\n';
     return 1;
   }
   return 0;

@@ -9,9 +9,8 @@
 
 namespace ddp::rdzv {
 
-// Returns the process exit code: 0 after a signal, 1 if the port could not be bound or a standby
-// (--follow) could not subscribe to its primary, e.g. its token was refused (the reason is
-// printed on stderr as one line).
+// Returns the process exit code: 0 after a signal, 1 if the port could not be bound (the reason
+// is printed on stderr as one line).
 int run_store_until_signal(const StoreServerOptions& opts, std::ostream& out);
 
 }  // namespace ddp::rdzv

@@ -10,7 +10,6 @@
 #include <fmt/format.h>
 
 #include "rendezvous/codec.hpp"
-#include "rendezvous/replication.hpp"
 #include "rendezvous/store_errors.hpp"
 
 namespace ddp::rdzv {
@@ -75,8 +74,7 @@ bool same_secret(std::string_view a, std::string_view b) {
 }
 
 bool is_protected_key(std::string_view wire_key) {
-  return starts_with(wire_key, kRendezvousKeyPrefix) ||
-         starts_with(wire_key, kReplicationKeyPrefix) || starts_with(wire_key, kAuthKeyPrefix);
+  return starts_with(wire_key, kRendezvousKeyPrefix) || starts_with(wire_key, kAuthKeyPrefix);
 }
 
 void prove_token(BlockingSocket& socket, std::string_view token,
@@ -117,11 +115,6 @@ std::function<void(BlockingSocket&, BlockingSocket::Clock::time_point)> token_pr
   };
 }
 
-bool TokenAccessPolicy::is_handshake(const Command& cmd) const {
-  return cmd.op == Op::Get && cmd.keys.size() == 1 &&
-         (cmd.keys[0] == kAuthChallengeKey || starts_with(cmd.keys[0], kAuthResponsePrefix));
-}
-
 std::optional<Outcome> TokenAccessPolicy::screen(const StoreModel& model, ClientId client,
                                                  const Command& cmd, const StoreLimits& limits) {
   if (cmd.op == Op::Get && cmd.keys.size() == 1) {
@@ -147,14 +140,6 @@ std::optional<Outcome> TokenAccessPolicy::screen(const StoreModel& model, Client
   if (auto it = clients_.find(client); it != clients_.end() && it->second.proven)
     return std::nullopt;
   for (const auto& key : cmd.keys) {
-    if (starts_with(key, kReplicationKeyPrefix)) {  // named, never echoed: it is a stranger's text
-      const char* what = key == kFollowKey    ? "a standby's subscription"
-                         : key == kPromoteKey ? "a promotion"
-                         : key == kFenceKey   ? "a fence"
-                         : key == kAckKey     ? "a standby's acknowledgement"
-                                              : "a replication key";
-      return close_with(fmt::format("{} without the job's token", what));
-    }
     if (is_protected_key(key)) return close_with("rendezvous key without the job's token");
   }
   if (cmd.op == Op::ListKeys || cmd.op == Op::GetNumKeys) {

@@ -216,12 +216,16 @@ Result<ConfiguredLaunch> config_from_options(const RawOptions& raw, const HostFa
     c.master_port = c.multi_node() ? 29500 : 0;
   }
   if (!c.rdzv_endpoint.empty()) {
-    // c10d may name a standby store after a comma (parse_rdzv_endpoints checks that part).
+    // Only etcd lists several endpoints (its members). A c10d or static store has no standby:
+    // its host is a single point of failure, as in torchrun.
     const auto comma = c.rdzv_endpoint.find(',');
-    if (comma != std::string::npos && c.rdzv_backend != "c10d") {
+    const bool lists_members = c.rdzv_backend == "etcd" || c.rdzv_backend == "etcd-v2";
+    if (comma != std::string::npos && !lists_members) {
       return usage_error(fmt::format(
-          "--rdzv_endpoint: '{}' names a standby store, which needs --rdzv_backend=c10d",
-          c.rdzv_endpoint));
+          "--rdzv_endpoint: '{}' names more than one store, but the {} store has no standby; "
+          "for no single point of failure use --rdzv_backend etcd with the etcd members as "
+          "--rdzv_endpoint",
+          c.rdzv_endpoint, c.rdzv_backend));
     }
     auto endpoint = parse_host_port("--rdzv_endpoint", c.rdzv_endpoint.substr(0, comma));
     if (!endpoint) return endpoint.error();

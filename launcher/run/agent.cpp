@@ -66,6 +66,7 @@ Agent::Agent(AgentSetup setup, std::unique_ptr<ProcessControl> control,
       grace_timer_(io_),
       cleanup_timer_(io_),
       recheck_timer_(io_),
+      verdict_timer_(io_),
       stdout_sink_(io_, STDOUT_FILENO),
       stderr_sink_(io_, STDERR_FILENO),
       control_(control ? std::move(control) : std::make_unique<PosixProcessControl>()),
@@ -428,6 +429,7 @@ void Agent::on_shutdown_signal(int sig) {
   interrupted_ = true;
   end_with(interrupted(sig));
   if (session_) session_->cancel_waits();
+  release_held_failure();  // no verdict waited for: the others learn of the failure now
   if (phase_ == Phase::Starting && session_ && session_->busy()) {
     say(fmt::format("received {} while waiting for the other nodes; giving up", signal_name(sig)));
     finish_run();
@@ -488,7 +490,7 @@ void Agent::kill_everything_now() {
 void Agent::after_worker_exit() {
   // Starting: a late SIGCHLD between two attempts must not end the attempt a second time.
   if (phase_ == Phase::Done || phase_ == Phase::Starting || phase_ == Phase::Finishing ||
-      any_alive()) {
+      phase_ == Phase::Awaiting || any_alive()) {
     return;
   }
   if (phase_ != Phase::Cleaning) {
@@ -563,6 +565,10 @@ void Agent::finish_attempt() {
 bool Agent::end_with(RunEnd cause) { return offer(end_, std::move(cause)); }
 
 void Agent::after_attempt() {
+  if (held_failure_) {  // the verdict on the other nodes decides how this attempt ends
+    phase_ = Phase::Awaiting;
+    return;
+  }
   if (quarantined_) {  // the others re-form without this node
     finish_run();
     return;
@@ -621,6 +627,7 @@ void Agent::finish_run() {
   phase_ = Phase::Done;
   grace_timer_.cancel();
   cleanup_timer_.cancel();
+  verdict_timer_.cancel();
   const int code = exit_code();
   const int signal = end_ && end_->kind == RunEndKind::Interrupted ? end_->signal : 0;
   RunSummaryInput summary{setup_.config.program,
@@ -658,7 +665,7 @@ void Agent::finish_run() {
       }
     }
     // The store's host stays up until the others have read the outcome (bounded).
-    session_->leave(job_store() != nullptr, [this] { io_.stop(); });
+    session_->leave(store_ != nullptr, [this] { io_.stop(); });
     return;
   }
   io_.stop();

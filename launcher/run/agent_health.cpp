@@ -29,9 +29,8 @@ std::unique_ptr<health::HealthMonitor> Agent::make_health_monitor() {
   hooks.extra_metrics = [this](health::PrometheusText& metrics) {
     // The job's store when this agent hosts it; a store thread too busy to answer within the budget
     // is left out of this scrape rather than holding the loop.
-    HostedStore* store = job_store();
-    if (!store) return;
-    if (auto stats = store->stats(std::chrono::milliseconds(200))) {
+    if (!store_) return;
+    if (auto stats = store_->stats(std::chrono::milliseconds(200))) {
       health::append_store_metrics(metrics, *stats);
     }
   };

@@ -183,8 +183,13 @@ TEST_CASE("every bad input gives one line and its exit code") {
   check_error({"--master_port", "-1", "prog"}, 2, "out of range");  // 0 is valid: a free port
   check_error({"--master_port", "x", "prog"}, 2, "not a whole number");
   check_error({"--rdzv_endpoint", "h:99999", "prog"}, 2, "out of range");
+  // The c10d store has no standby any more (issue 21): a second endpoint points to etcd.
   check_error({"--rdzv_endpoint", "a:1,b:2", "prog"}, 2,
-              "names a standby store, which needs --rdzv_backend=c10d");
+              "--rdzv_endpoint: 'a:1,b:2' names more than one store, but the static store has no "
+              "standby; for no single point of failure use --rdzv_backend etcd");
+  check_error({"--rdzv_backend", "c10d", "--rdzv_endpoint", "a:1,b:2", "--nnodes", "2", "prog"}, 2,
+              "the c10d store has no standby; for no single point of failure use --rdzv_backend "
+              "etcd");
   check_error({"--redirects", "4", "prog"}, 2, "--redirects: '4' is malformed");
   check_error({"--redirects", "0:1,0:2", "prog"}, 2, "malformed");
   check_error({"--tee", "a:1", "prog"}, 2, "--tee: 'a:1' is malformed");
