@@ -481,8 +481,15 @@ void Agent::kill_everything_now() {
       control_->signal_group(w.pgid, SIGKILL);
     }
   }
-  for (pid_t child : control_->live_children()) control_->signal_process(child, SIGKILL);
+  for (pid_t child : leftovers()) control_->signal_process(child, SIGKILL);
   control_->kill_job();
+}
+
+std::vector<pid_t> Agent::leftovers() {
+  std::vector<pid_t> pids = control_->live_children();
+  // The stack dumper's tools are ddprun's own children, not something a worker left.
+  for (pid_t tool : health_->stack_tools()) std::erase(pids, tool);
+  return pids;
 }
 
 void Agent::after_worker_exit() {
@@ -509,33 +516,44 @@ void Agent::after_worker_exit() {
 void Agent::clean_up_leftovers() {
   // Every worker is reaped, so any child left is an orphan the workers left behind, re-parented
   // to ddprun (the subreaper). Kill it; its own children come to us next and go the same way.
-  std::vector<pid_t> leftovers = control_->live_children();
-  if (leftovers.empty()) {
+  std::vector<pid_t> left = leftovers();
+  if (left.empty()) {
+    if (!health_->stack_tools().empty()) {
+      // A dump still running (its stacks are the evidence of this attempt): it ends within its
+      // own limit.
+      look_for_leftovers_again();
+      return;
+    }
     finish_attempt();
     return;
   }
   for (auto& w : workers_) {
     if (w.pgid > 0) control_->signal_group(w.pgid, SIGKILL);
   }
-  for (pid_t pid : leftovers) control_->signal_process(pid, SIGKILL);
+  for (pid_t pid : left) control_->signal_process(pid, SIGKILL);
   control_->kill_job();
   // A leftover that is not ddprun's child (it lives under a subreaper of its own, found through
   // the job cgroup) sends no SIGCHLD here: look again shortly.
+  look_for_leftovers_again();
+  if (leftover_rounds_++ == 0) {
+    say(fmt::format("killing {} process(es) the workers left running (pid {}{})", left.size(),
+                    left.front(), left.size() > 1 ? ", ..." : ""));
+  }
+  events_.emit("leftovers_killed", {{"pids", left}, {"attempt", attempt_}});
+  // The SIGCHLD of each death brings us back here through after_worker_exit().
+}
+
+void Agent::look_for_leftovers_again() {
   recheck_timer_.expires_after(std::chrono::milliseconds(20));
   recheck_timer_.async_wait([this](const boost::system::error_code& ec) {
     if (!ec && phase_ == Phase::Cleaning) clean_up_leftovers();
   });
-  if (leftover_rounds_++ == 0) {
-    say(fmt::format("killing {} process(es) the workers left running (pid {}{})", leftovers.size(),
-                    leftovers.front(), leftovers.size() > 1 ? ", ..." : ""));
-  }
-  events_.emit("leftovers_killed", {{"pids", leftovers}, {"attempt", attempt_}});
-  // The SIGCHLD of each death brings us back here through after_worker_exit().
 }
 
 void Agent::finish_attempt() {
   cleanup_timer_.cancel();
   recheck_timer_.cancel();
+  control_->end_attempt();
   AttemptOutcome outcome;
   outcome.attempt = attempt_;
   outcome.root_cause = root_cause_;

@@ -163,6 +163,10 @@ class Agent {
   void kill_everything_now();
   void after_worker_exit();
   void clean_up_leftovers();
+  void look_for_leftovers_again();
+  /// ddprun's live children and the job cgroup's members, less the stack dumper's tools: once
+  /// every worker is reaped, what the workers left running.
+  std::vector<pid_t> leftovers();
   void finish_attempt();
   void finish_run();
   int exit_code() const;
