@@ -23,6 +23,8 @@ namespace {
 
 constexpr size_t kStderrTailLines = 10;
 constexpr auto kLeftoverDeadline = std::chrono::seconds(5);
+// Looks in a row that find no leftover before an attempt's cleanup is over.
+constexpr int kEmptyLooks = 3;
 // The last output at exit: given up on after this long without progress, or this long in all.
 constexpr auto kOutputStall = std::chrono::seconds(5);
 constexpr auto kOutputLimit = std::chrono::seconds(30);
@@ -502,6 +504,7 @@ void Agent::after_worker_exit() {
     grace_timer_.cancel();
     phase_ = Phase::Cleaning;
     leftover_rounds_ = 0;
+    empty_looks_ = 0;
     cleanup_timer_.expires_after(kLeftoverDeadline);
     cleanup_timer_.async_wait([this](const boost::system::error_code& ec) {
       if (ec || phase_ != Phase::Cleaning) return;
@@ -518,15 +521,18 @@ void Agent::clean_up_leftovers() {
   // to ddprun (the subreaper). Kill it; its own children come to us next and go the same way.
   std::vector<pid_t> left = leftovers();
   if (left.empty()) {
-    if (!health_->stack_tools().empty()) {
-      // A dump still running (its stacks are the evidence of this attempt): it ends within its
-      // own limit.
-      look_for_leftovers_again();
+    // One empty look proves little: the kernel's list of children is not a snapshot, and a
+    // process that hops pids (fork, exit, again) is between two entries now and then. The
+    // attempt ends after a few empty looks in a row, and once a stack dump still running (the
+    // attempt's evidence) has ended within its own limit.
+    if (++empty_looks_ < kEmptyLooks || !health_->stack_tools().empty()) {
+      look_for_leftovers_again(std::chrono::milliseconds(5));
       return;
     }
     finish_attempt();
     return;
   }
+  empty_looks_ = 0;
   for (auto& w : workers_) {
     if (w.pgid > 0) control_->signal_group(w.pgid, SIGKILL);
   }
@@ -534,7 +540,7 @@ void Agent::clean_up_leftovers() {
   control_->kill_job();
   // A leftover that is not ddprun's child (it lives under a subreaper of its own, found through
   // the job cgroup) sends no SIGCHLD here: look again shortly.
-  look_for_leftovers_again();
+  look_for_leftovers_again(std::chrono::milliseconds(20));
   if (leftover_rounds_++ == 0) {
     say(fmt::format("killing {} process(es) the workers left running (pid {}{})", left.size(),
                     left.front(), left.size() > 1 ? ", ..." : ""));
@@ -543,8 +549,8 @@ void Agent::clean_up_leftovers() {
   // The SIGCHLD of each death brings us back here through after_worker_exit().
 }
 
-void Agent::look_for_leftovers_again() {
-  recheck_timer_.expires_after(std::chrono::milliseconds(20));
+void Agent::look_for_leftovers_again(std::chrono::milliseconds after) {
+  recheck_timer_.expires_after(after);
   recheck_timer_.async_wait([this](const boost::system::error_code& ec) {
     if (!ec && phase_ == Phase::Cleaning) clean_up_leftovers();
   });
