@@ -12,6 +12,7 @@
 #include <boost/asio/post.hpp>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <utility>
 
 #include "launcher/run/failure_report.hpp"
 
@@ -136,6 +137,7 @@ void HealthMonitor::attempt_started(int attempt, const std::vector<MonitoredWork
   workers_ = workers;
   phase_ = Phase::Running;
   stack_dump_started_ = false;
+  attempt_stacks_.clear();
   progress_events_ = 0;
   std::vector<int> ranks;
   ranks.reserve(workers.size());
@@ -299,32 +301,44 @@ void HealthMonitor::dump_stacks(const std::string& reason,
     if (static_cast<size_t>(w.local_rank) < ranks.size() && !ranks[w.local_rank].alive) continue;
     targets.push_back(StackTarget{w.rank, w.pid, w.log_dir + "/stacks.txt"});
   }
-  if (stack_dump_started_ || stacks_.busy() || targets.empty()) {
-    // The stacks of this attempt are saved already (or being saved): act now.
-    boost::asio::post(io_, [then] { then({}); });
+  if (stacks_.busy()) {
+    // Two timers expiring together: the running dump covers every live worker; act on this one
+    // once it is saved (signalling now would kill a rank under its tool).
+    dump_waiters_.push_back(then);
+    return;
+  }
+  if (stack_dump_started_ || targets.empty()) {
+    // The stacks of this attempt are saved already: act now.
+    boost::asio::post(io_, [then, saved = attempt_stacks_] { then(saved); });
     return;
   }
   stack_dump_started_ = true;
+  dump_waiters_.push_back(then);
   const auto started = Clock::now();
-  stacks_.dump(targets, reason, [this, then, started](const std::vector<StackResult>& results) {
+  stacks_.dump(targets, reason, [this, started](const std::vector<StackResult>& results) {
     std::vector<std::string> saved;
     nlohmann::json files = nlohmann::json::array();
     for (const auto& r : results) {
+      const bool complete = r.outcome == "ok";
       saved.push_back(fmt::format("rank {} stacks: {}{}{}", r.rank, r.output_path,
                                   r.tool.empty() ? " (no tool)" : " (" + r.tool + ")",
-                                  r.timed_out ? " [tool timed out]" : ""));
+                                  r.tool.empty() || complete ? "" : " [" + r.outcome + "]"));
       files.push_back({{"rank", r.rank},
                        {"pid", r.pid},
                        {"path", r.output_path},
                        {"tool", r.tool},
+                       {"outcome", r.outcome},
                        {"timed_out", r.timed_out}});
     }
     hooks_.emit("stacks_saved", {{"attempt", attempt_},
                                  {"files", files},
                                  {"seconds", seconds_between(started, Clock::now())}});
-    then(std::move(saved));
+    attempt_stacks_ = saved;
+    for (auto& waiter : std::exchange(dump_waiters_, {})) waiter(saved);
   });
 }
+
+std::vector<pid_t> HealthMonitor::stack_tools() const { return stacks_.tool_pids(); }
 
 void HealthMonitor::schedule_straggler_tick() {
   if (settings_.straggler_ratio <= 0) return;
@@ -397,6 +411,7 @@ void HealthMonitor::finish(bool succeeded) {
   hang_timer_.cancel();
   straggler_timer_.cancel();
   stacks_.cancel();
+  dump_waiters_.clear();
   for (auto& h : heartbeats_) h->close();
   if (timer_server_) timer_server_->close();
   if (status_server_) status_server_->close();

@@ -95,6 +95,8 @@ class HealthMonitor {
   std::optional<std::string> attempt_failed();
   /// The run is over (`succeeded` or not). Closes everything.
   void finish(bool succeeded);
+  /// The stack tools still running: ddprun's children, but not the workers' leftovers.
+  std::vector<pid_t> stack_tools() const;
 
   // For /status, /metrics and tests.
   const ProgressTracker& progress() const { return tracker_; }
@@ -141,7 +143,10 @@ class HealthMonitor {
   int status_port_ = 0;
   std::string own_socket_dir_;       // made for the sockets (deep --log-dir); removed at the end
   bool stack_dump_started_ = false;  // one dump per attempt
-  long long progress_events_ = 0;    // this attempt's progress events that counted (on_progress)
+  std::vector<std::string> attempt_stacks_;  // what it saved, for a later timer of the attempt
+  /// Acting on a hang or a timer once the running dump is saved (queued, in order).
+  std::vector<std::function<void(std::vector<std::string>)>> dump_waiters_;
+  long long progress_events_ = 0;  // this attempt's progress events that counted (on_progress)
 
   // Counters for /metrics.
   long long hang_verdicts_ = 0;

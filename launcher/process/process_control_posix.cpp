@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: MIT
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 
 #include "launcher/process/process_control.hpp"
 
@@ -33,22 +35,42 @@ void PosixProcessControl::end_supervision() {
   cgroup_.reset();  // kills anything left (nothing, normally) and removes it
 }
 
+void PosixProcessControl::end_attempt() {
+  if (cgroup_) cgroup_->next_attempt();
+  workers_.prune();
+}
+
+void PosixProcessControl::keep_scratch() { guard_.keep_scratch(); }
+
 Result<StartedProcess> PosixProcessControl::start(const SpawnRequest& request) {
-  if (!cgroup_) return start_process(request);
   SpawnRequest in_cgroup = request;
-  in_cgroup.cgroup_dir_fd = cgroup_->dir_fd();
-  in_cgroup.cgroup_procs_fd = cgroup_->procs_fd();
-  return start_process(in_cgroup);
+  if (cgroup_) {
+    in_cgroup.cgroup_dir_fd = cgroup_->dir_fd();
+    in_cgroup.cgroup_procs_fd = cgroup_->procs_fd();
+    if (in_cgroup.cgroup_procs_fd < 0) {
+      return Error{70, "cannot create this attempt's job cgroup in " + cgroup_->path()};
+    }
+  }
+  auto started = start_process(in_cgroup);
+  // Unreaped (only this loop reaps), so the pid is certainly the child's.
+  if (started) workers_.add(started->pid);
+  return started;
 }
 
 Result<pid_t> PosixProcessControl::await_exec(const StartedProcess& started,
                                               const std::string& executable) {
-  return ddp::launcher::await_exec(started, executable);
+  auto execed = ddp::launcher::await_exec(started, executable);
+  if (!execed) workers_.reaped(started.pid);  // await_exec reaped it
+  return execed;
 }
 
-void PosixProcessControl::watch_group(pid_t pgid) { guard_.watch_group(pgid); }
+void PosixProcessControl::watch_group(pid_t pgid) { guard_.watch_group(workers_.fd_of(pgid)); }
 
-std::vector<ReapedChild> PosixProcessControl::reap_exited() { return reap_exited_children(); }
+std::vector<ReapedChild> PosixProcessControl::reap_exited() {
+  auto reaped = reap_exited_children();
+  for (const auto& child : reaped) workers_.reaped(child.pid);
+  return reaped;
+}
 
 std::vector<pid_t> PosixProcessControl::live_children() {
   std::vector<pid_t> children = list_children();
@@ -63,20 +85,31 @@ std::vector<pid_t> PosixProcessControl::live_children() {
   return children;
 }
 
-void PosixProcessControl::signal_worker(pid_t pgid, int sig) {
-  ddp::launcher::signal_group(pgid, sig);
-}
+void PosixProcessControl::signal_worker(pid_t pgid, int sig) { workers_.signal_worker(pgid, sig); }
 
-void PosixProcessControl::signal_group(pid_t pgid, int sig) {
-  if (pgid > 1) ::kill(-pgid, sig);
-}
+void PosixProcessControl::signal_group(pid_t pgid, int sig) { workers_.signal_group(pgid, sig); }
 
 void PosixProcessControl::kill_job() {
   if (cgroup_) cgroup_->kill_all();
 }
 
 void PosixProcessControl::signal_process(pid_t pid, int sig) {
-  if (pid > 1) ::kill(pid, sig);
+  if (pid <= 1 || pid == guard_.pid()) return;
+  // The pidfd first, then the checks: if they pass, the pidfd holds the process that passed
+  // them (or one that has died since, which it no longer reaches).
+  const int pidfd = open_pidfd(pid);
+  const int open_error = errno;
+  ProcStat st;
+  const bool ours =
+      read_proc_stat(pid, st) && (st.ppid == ::getpid() || (cgroup_ && cgroup_->contains(pid)) ||
+                                  workers_.owns_group(st.pgrp));
+  if (pidfd < 0) {
+    // Before Linux 5.3: only an unreaped child's number is certainly still ours.
+    if (open_error == ENOSYS && ours && st.ppid == ::getpid()) ::kill(pid, sig);
+    return;
+  }
+  if (ours) signal_pidfd(pidfd, sig, false);
+  ::close(pidfd);
 }
 
 }  // namespace ddp::launcher

@@ -23,6 +23,8 @@ namespace {
 
 constexpr size_t kStderrTailLines = 10;
 constexpr auto kLeftoverDeadline = std::chrono::seconds(5);
+// Looks in a row that find no leftover before an attempt's cleanup is over.
+constexpr int kEmptyLooks = 3;
 // The last output at exit: given up on after this long without progress, or this long in all.
 constexpr auto kOutputStall = std::chrono::seconds(5);
 constexpr auto kOutputLimit = std::chrono::seconds(30);
@@ -483,8 +485,15 @@ void Agent::kill_everything_now() {
       control_->signal_group(w.pgid, SIGKILL);
     }
   }
-  for (pid_t child : control_->live_children()) control_->signal_process(child, SIGKILL);
+  for (pid_t child : leftovers()) control_->signal_process(child, SIGKILL);
   control_->kill_job();
+}
+
+std::vector<pid_t> Agent::leftovers() {
+  std::vector<pid_t> pids = control_->live_children();
+  // The stack dumper's tools are ddprun's own children, not something a worker left.
+  for (pid_t tool : health_->stack_tools()) std::erase(pids, tool);
+  return pids;
 }
 
 void Agent::after_worker_exit() {
@@ -497,6 +506,7 @@ void Agent::after_worker_exit() {
     grace_timer_.cancel();
     phase_ = Phase::Cleaning;
     leftover_rounds_ = 0;
+    empty_looks_ = 0;
     cleanup_timer_.expires_after(kLeftoverDeadline);
     cleanup_timer_.async_wait([this](const boost::system::error_code& ec) {
       if (ec || phase_ != Phase::Cleaning) return;
@@ -511,33 +521,47 @@ void Agent::after_worker_exit() {
 void Agent::clean_up_leftovers() {
   // Every worker is reaped, so any child left is an orphan the workers left behind, re-parented
   // to ddprun (the subreaper). Kill it; its own children come to us next and go the same way.
-  std::vector<pid_t> leftovers = control_->live_children();
-  if (leftovers.empty()) {
+  std::vector<pid_t> left = leftovers();
+  if (left.empty()) {
+    // One empty look proves little: the kernel's list of children is not a snapshot, and a
+    // process that hops pids (fork, exit, again) is between two entries now and then. The
+    // attempt ends after a few empty looks in a row, and once a stack dump still running (the
+    // attempt's evidence) has ended within its own limit.
+    if (++empty_looks_ < kEmptyLooks || !health_->stack_tools().empty()) {
+      look_for_leftovers_again(std::chrono::milliseconds(5));
+      return;
+    }
     finish_attempt();
     return;
   }
+  empty_looks_ = 0;
   for (auto& w : workers_) {
     if (w.pgid > 0) control_->signal_group(w.pgid, SIGKILL);
   }
-  for (pid_t pid : leftovers) control_->signal_process(pid, SIGKILL);
+  for (pid_t pid : left) control_->signal_process(pid, SIGKILL);
   control_->kill_job();
   // A leftover that is not ddprun's child (it lives under a subreaper of its own, found through
   // the job cgroup) sends no SIGCHLD here: look again shortly.
-  recheck_timer_.expires_after(std::chrono::milliseconds(20));
+  look_for_leftovers_again(std::chrono::milliseconds(20));
+  if (leftover_rounds_++ == 0) {
+    say(fmt::format("killing {} process(es) the workers left running (pid {}{})", left.size(),
+                    left.front(), left.size() > 1 ? ", ..." : ""));
+  }
+  events_.emit("leftovers_killed", {{"pids", left}, {"attempt", attempt_}});
+  // The SIGCHLD of each death brings us back here through after_worker_exit().
+}
+
+void Agent::look_for_leftovers_again(std::chrono::milliseconds after) {
+  recheck_timer_.expires_after(after);
   recheck_timer_.async_wait([this](const boost::system::error_code& ec) {
     if (!ec && phase_ == Phase::Cleaning) clean_up_leftovers();
   });
-  if (leftover_rounds_++ == 0) {
-    say(fmt::format("killing {} process(es) the workers left running (pid {}{})", leftovers.size(),
-                    leftovers.front(), leftovers.size() > 1 ? ", ..." : ""));
-  }
-  events_.emit("leftovers_killed", {{"pids", leftovers}, {"attempt", attempt_}});
-  // The SIGCHLD of each death brings us back here through after_worker_exit().
 }
 
 void Agent::finish_attempt() {
   cleanup_timer_.cancel();
   recheck_timer_.cancel();
+  control_->end_attempt();
   AttemptOutcome outcome;
   outcome.attempt = attempt_;
   outcome.root_cause = root_cause_;

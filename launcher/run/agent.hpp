@@ -161,6 +161,10 @@ class Agent {
   void kill_everything_now();
   void after_worker_exit();
   void clean_up_leftovers();
+  void look_for_leftovers_again(std::chrono::milliseconds after);
+  /// ddprun's live children and the job cgroup's members, less the stack dumper's tools: once
+  /// every worker is reaped, what the workers left running.
+  std::vector<pid_t> leftovers();
   void finish_attempt();
   void finish_run();
   int exit_code() const;
@@ -203,6 +207,7 @@ class Agent {
   std::optional<RunEnd> end_;  // why this attempt ends; cleared only when a restart begins
   bool interrupted_ = false;   // a shutdown signal arrived: no new attempt; a second one kills now
   int leftover_rounds_ = 0;    // clean_up_leftovers() calls in this attempt's Cleaning phase
+  int empty_looks_ = 0;        // looks in a row that found no leftover (Cleaning)
   long oom_kills_at_start_ = 0;
   std::vector<std::string> log_errors_;  // "<path>: <error>", for the summary
   std::chrono::system_clock::time_point start_time_;

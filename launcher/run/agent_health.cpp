@@ -44,6 +44,9 @@ std::unique_ptr<health::HealthMonitor> Agent::make_health_monitor() {
 void Agent::record_health_stop(const health::HealthStop& stop) {
   health_notes_.push_back(stop.text);
   health_notes_.insert(health_notes_.end(), stop.details.begin(), stop.details.end());
+  // Before the directory is announced: should ddprun be killed after that, the orphan guard must
+  // keep it too.
+  control_->keep_scratch();
   if (!keep_run_dir_ && run_dir_->temporary()) {
     say(fmt::format("worker logs and stacks: {}", run_dir_->path()));
   }
