@@ -15,13 +15,16 @@
 #include "launcher/config/cuda_devices.hpp"
 #include "launcher/config/node_plan.hpp"
 #include "launcher/config/program.hpp"
+#include "launcher/config/secret_scrub.hpp"
 #include "launcher/multinode/multinode_settings.hpp"
 #include "launcher/multinode/store_only.hpp"
 #include "launcher/output/output_sink.hpp"
+#include "launcher/process/spawn.hpp"
 #include "launcher/run/agent.hpp"
 #include "launcher/run/dry_run.hpp"
 #include "launcher/scheduler/detection.hpp"
 #include "launcher/scheduler/report.hpp"
+#include "rendezvous/store_runner.hpp"
 
 namespace {
 
@@ -58,7 +61,8 @@ int print_env_detect(const RawOptions& raw) {
       auto detection = scheduler::detect_scheduler(env, scheduler_choice(raw));
       write_fully(STDOUT_FILENO, scheduler::render_detection_report(detection, {}));
     } catch (const scheduler::SchedulerError& e) {
-      write_fully(STDOUT_FILENO, fmt::format("scheduler detection failed: {}\n", e.what()));
+      write_fully(STDOUT_FILENO, scheduler::render_found_variables(env) +
+                                     fmt::format("scheduler detection failed: {}\n", e.what()));
     }
     return fail(plan.error());
   }
@@ -72,9 +76,13 @@ int print_env_detect(const RawOptions& raw) {
 int run_main(int argc, char** argv) {
   // A closed stdout (ddprun ... | head) must not kill the supervisor; writes report EPIPE instead.
   ::signal(SIGPIPE, SIG_IGN);
+  // The hosted store, the status port and the workers' pipes need descriptors; the workers keep
+  // the limit they would have had.
+  if (auto before = ddp::rdzv::raise_fd_limit()) set_worker_fd_soft_limit(*before);
 
   auto parsed = parse_command_line(std::vector<std::string>(argv + 1, argv + argc));
   if (!parsed) return fail(parsed.error());
+  scrub_secrets_from_proc(argc, argv, argc - 1 - parsed->raw.program_and_args.size());
   if (parsed->exit_now) return parsed->exit_code;
   if (parsed->raw.store_only) {
     if (!parsed->raw.program_and_args.empty()) {
@@ -101,6 +109,10 @@ int run_main(int argc, char** argv) {
   }
   host.cpu_count = static_cast<int>(std::thread::hardware_concurrency());
   host.python_exec = env_value("PYTHON_EXEC");
+  char self[4096];
+  if (ssize_t n = ::readlink("/proc/self/exe", self, sizeof self); n > 0) {
+    host.installed_python = venv_python_beside(std::string(self, static_cast<size_t>(n)));
+  }
   host.omp_num_threads_set = env_value("OMP_NUM_THREADS").has_value();
   host.fresh_run_id = fresh_run_id();
   host.environment = current_environment();

@@ -9,19 +9,16 @@
 #include <boost/asio/signal_set.hpp>
 
 namespace ddp::rdzv {
-namespace {
 
-// Thousands of clients need thousands of descriptors; the soft limit is often far below the hard
-// one.
-void raise_fd_limit() {
+std::optional<rlim_t> raise_fd_limit() {
   rlimit lim{};
   if (::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
+    const rlim_t before = lim.rlim_cur;
     lim.rlim_cur = lim.rlim_max;
-    ::setrlimit(RLIMIT_NOFILE, &lim);
+    if (::setrlimit(RLIMIT_NOFILE, &lim) == 0) return before;
   }
+  return std::nullopt;
 }
-
-}  // namespace
 
 int run_store_until_signal(const StoreServerOptions& opts, std::ostream& out) {
   raise_fd_limit();

@@ -142,7 +142,9 @@ Result<ConfiguredLaunch> config_from_options(const RawOptions& raw, const HostFa
   c.program_kind = *kind;
   c.program = first;
   c.program_args.assign(raw.program_and_args.begin() + 1, raw.program_and_args.end());
-  c.python = !raw.python.empty() ? raw.python : host.python_exec.value_or("python3");
+  c.python = !raw.python.empty()
+                 ? raw.python
+                 : host.python_exec.value_or(host.installed_python.value_or("python3"));
 
   // Nodes: typed flags > PET_* > the scheduler's environment > ddprun's defaults.
   auto plan = plan_launch_nodes(raw, host.environment);
@@ -292,7 +294,6 @@ Result<ConfiguredLaunch> config_from_options(const RawOptions& raw, const HostFa
   }
   auto grace = parse_seconds(grace_flag, grace_text);
   if (!grace) return grace.error();
-  if (*grace > 86400.0 * 365) return usage_error("--shutdown-timeout: more than a year");
   c.shutdown_timeout = std::chrono::milliseconds(static_cast<long long>(*grace * 1000.0));
   auto stop_signals = parse_signal_list(raw.signals_to_handle);
   if (!stop_signals) return stop_signals.error();

@@ -106,6 +106,9 @@ struct HostFacts {
   int driver_gpu_count = 0;
   int cpu_count = 1;
   std::optional<std::string> python_exec;  // $PYTHON_EXEC
+  /// The interpreter of the virtual environment ddprun is installed in, if any (the default
+  /// after --python and PYTHON_EXEC, as torchrun's is its own sys.executable).
+  std::optional<std::string> installed_python;
   bool omp_num_threads_set = false;
   std::string fresh_run_id = "none";  // used by --standalone
   /// The environment ddprun was started in: PET_NNODES & co. and the scheduler's variables.

@@ -17,6 +17,7 @@
 #include "launcher/run/failure_report.hpp"
 
 #include "launcher/health/prometheus_text.hpp"
+#include "rendezvous/json_text.hpp"
 
 namespace ddp::launcher::health {
 namespace {
@@ -88,8 +89,11 @@ Result<Ok> HealthMonitor::open(const std::string& socket_dir, int nproc_per_node
     FileTimerServer::Handlers handlers;
     handlers.on_request = [this](const TimerRequest& r) { on_timer_request(r); };
     handlers.on_expired = [this](const std::vector<ExpiredTimer>& e) { on_timers_expired(e); };
-    handlers.on_bad_line = [this](const std::string& why) {
-      hooks_.say(fmt::format("warning: ignoring a line in the timer pipe: {}", why));
+    handlers.on_bad_lines = [this](size_t count, const std::string& why) {
+      hooks_.say(count == 1 ? fmt::format("warning: ignoring a line in the timer pipe: {}", why)
+                            : fmt::format("warning: ignored {} lines in the timer pipe in the "
+                                          "last 10 s (the last: {})",
+                                          count, why));
     };
     timer_server_ = std::make_unique<FileTimerServer>(io_, std::move(handlers));
     std::string path =
@@ -466,7 +470,7 @@ std::string HealthMonitor::status_json() const {
   const auto elsewhere = tracker_.last_progress_elsewhere();
   j["last_progress_elsewhere_age_s"] =
       elsewhere ? nlohmann::json(seconds_between(*elsewhere, now)) : nlohmann::json();
-  return j.dump() + "\n";
+  return dump_json(j) + "\n";
 }
 
 std::string HealthMonitor::metrics_text() const {

@@ -3,6 +3,10 @@
 
 #include <fmt/format.h>
 
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
 #include <set>
 
 #include "launcher/common/exit_codes.hpp"
@@ -10,6 +14,34 @@
 #include "launcher/config/value_parsers.hpp"
 
 namespace ddp::launcher {
+
+namespace {
+
+/// --rdzv_conf token_file=PATH: the token without appearing in any argv or environment. Its
+/// first line, trailing whitespace removed; at most 4 KiB.
+Result<std::string> read_token_file(const std::string& path) {
+  constexpr size_t kMaxTokenBytes = 4096;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return Error{exit_codes::kUsage, fmt::format("--rdzv_conf token_file: cannot read '{}': {}",
+                                                 path, std::strerror(errno))};
+  }
+  std::string token(kMaxTokenBytes + 1, '\0');
+  in.read(token.data(), static_cast<std::streamsize>(token.size()));
+  token.resize(static_cast<size_t>(in.gcount()));
+  if (token.size() > kMaxTokenBytes) {
+    return Error{exit_codes::kUsage,
+                 fmt::format("--rdzv_conf token_file: '{}' is larger than 4 KiB", path)};
+  }
+  token = token.substr(0, token.find('\n'));
+  while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back()))) token.pop_back();
+  if (token.empty()) {
+    return Error{exit_codes::kUsage, fmt::format("--rdzv_conf token_file: '{}' is empty", path)};
+  }
+  return token;
+}
+
+}  // namespace
 
 bool needs_rendezvous(const LaunchConfig& c) { return c.multi_node() || c.rdzv_backend == "c10d"; }
 
@@ -88,13 +120,21 @@ Result<MultiNodeSettings> multinode_settings(const LaunchConfig& c,
     if (!known_rdzv_conf_keys().count(key)) {  // config_from_options() already dropped these
       return usage(fmt::format(
           "--rdzv_conf: unknown key '{}' (known: join_timeout, "
-          "last_call_timeout, close_timeout, read_timeout, token, "
+          "last_call_timeout, close_timeout, read_timeout, token, token_file, "
           "heartbeat_interval, heartbeat_timeout, store_bind, refused_timeout, max_rescales, "
           "node_failure_limit, admit, spares)",
           key));
     }
     if (key == "token") {
+      if (c.rdzv_conf.count("token_file"))
+        return usage("--rdzv_conf: token and token_file both given; use one");
       s.token = value;
+      continue;
+    }
+    if (key == "token_file") {
+      auto token = read_token_file(value);
+      if (!token) return token.error();
+      s.token = *token;
       continue;
     }
     if (key == "is_host") continue;     // torchrun's hint; ddprun decides by binding the endpoint

@@ -5,6 +5,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -22,6 +23,8 @@
 
 namespace ddp::launcher {
 namespace {
+
+rlim_t g_worker_fd_soft_limit = RLIM_INFINITY;  // RLIM_INFINITY: leave ddprun's own
 
 std::vector<char*> as_c_array(const std::vector<std::string>& strings) {
   std::vector<char*> out;
@@ -104,12 +107,21 @@ ChildPlacement prepare_placement(const SpawnRequest& request) {
     ::syscall(SYS_set_mempolicy, kMpolPreferred, placement.memory_nodes,
               static_cast<unsigned long>(8 * sizeof placement.memory_nodes));
   }
+  if (g_worker_fd_soft_limit != RLIM_INFINITY) {  // the limit ddprun itself was started with
+    rlimit lim{};
+    if (::getrlimit(RLIMIT_NOFILE, &lim) == 0) {
+      lim.rlim_cur = g_worker_fd_soft_limit;
+      ::setrlimit(RLIMIT_NOFILE, &lim);
+    }
+  }
   ::execve(request.executable.c_str(), argv, envp);
   fail(errno);
   __builtin_unreachable();
 }
 
 }  // namespace
+
+void set_worker_fd_soft_limit(rlim_t soft) { g_worker_fd_soft_limit = soft; }
 
 Result<StartedProcess> start_process(const SpawnRequest& request) {
   auto argv = as_c_array(request.argv);

@@ -10,10 +10,10 @@
 #include <cstring>
 #include <fstream>
 #include <random>
-#include <sstream>
 
 #include "launcher/common/exit_codes.hpp"
 #include "launcher/run/agent_events.hpp"
+#include "launcher/run/error_file.hpp"
 #include "launcher/run/worker_streams.hpp"
 #include "rendezvous/node_rendezvous.hpp"
 #include "rendezvous/store_server.hpp"
@@ -47,14 +47,6 @@ std::string random_token() {
 std::optional<std::string> env_lookup(const EnvMap& env, const char* name) {
   auto it = env.find(name);
   return it == env.end() ? std::nullopt : std::optional<std::string>(it->second);
-}
-
-std::string read_small_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return {};
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
 }
 
 }  // namespace
@@ -571,8 +563,13 @@ void Agent::finish_attempt() {
       w.err->finish();
       w.outcome.stderr_tail = w.err->tail_lines(kStderrTailLines);
     }
-    std::string error_json = read_small_file(w.outcome.error_file);
-    if (!error_json.empty()) w.outcome.error_info = parse_error_file(error_json);
+    std::string why;
+    if (auto error_json = read_error_file(w.outcome.error_file, &why)) {
+      w.outcome.error_info = parse_error_file(*error_json);
+    } else if (!why.empty()) {
+      say(fmt::format("rank {}: ignoring its error file {}: {}", w.outcome.rank,
+                      w.outcome.error_file, why));
+    }
     outcome.workers.push_back(w.outcome);
   }
   history_.push_back(std::move(outcome));
@@ -647,6 +644,22 @@ int Agent::exit_code() const {
   return exit_codes::kSuccess;
 }
 
+void Agent::copy_root_cause_error_file() {
+  // torchrun's @record on its own main: a job script reads the launcher's error file.
+  auto destination = env_lookup(setup_.parent_env, "TORCHELASTIC_ERROR_FILE");
+  if (!destination || destination->empty() || history_.empty()) return;
+  const AttemptOutcome& last = history_.back();
+  if (!last.root_cause) return;
+  const WorkerOutcome& w = last.workers[*last.root_cause];
+  auto text = read_error_file(w.error_file);
+  if (!text || !w.status) return;  // torchrun too writes nothing without the worker's file
+  const int code =
+      w.status->kind == ExitStatus::Kind::Signaled ? -w.status->signal : w.status->code;
+  if (auto copied = copy_error_file(*text, code, *destination); !copied) {
+    say(copied.error().message);
+  }
+}
+
 void Agent::finish_run() {
   phase_ = Phase::Done;
   grace_timer_.cancel();
@@ -669,7 +682,10 @@ void Agent::finish_run() {
                end_->kind == RunEndKind::JobStopped || end_->kind == RunEndKind::NodeLost);
   if (session_ && job_wide) summary.job_root_cause = end_->text;
   if (health_) health_->finish(code == 0);
-  if (code != 0) stderr_sink_.write_all(format_failure_summary(summary));
+  if (code != 0) {
+    stderr_sink_.write_all(format_failure_summary(summary));
+    copy_root_cause_error_file();
+  }
   nlohmann::json fields = summary_fields(code, history_, end_, summary.job_root_cause);
   if (!log_errors_.empty()) fields["log_errors"] = log_errors_;
   if (!health_notes_.empty()) fields["health"] = health_notes_;

@@ -167,6 +167,8 @@ class Agent {
   std::vector<pid_t> leftovers();
   void finish_attempt();
   void finish_run();
+  /// TORCHELASTIC_ERROR_FILE set for ddprun: the root cause's error file copied there.
+  void copy_root_cause_error_file();
   int exit_code() const;
   Worker* find_worker(pid_t pid);
   bool any_alive() const;

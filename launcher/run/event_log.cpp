@@ -12,6 +12,7 @@
 
 #include "launcher/common/exit_codes.hpp"
 #include "launcher/output/output_sink.hpp"
+#include "rendezvous/json_text.hpp"
 
 namespace ddp::launcher {
 
@@ -75,7 +76,7 @@ void EventLog::emit(const char* event, nlohmann::json fields) {
   auto now = std::chrono::system_clock::now().time_since_epoch();
   fields["event"] = event;
   fields["time"] = std::chrono::duration_cast<std::chrono::microseconds>(now).count() / 1e6;
-  std::string line = fields.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  std::string line = dump_json(fields);
   line += '\n';
   sink_->write_all(line);
 }
