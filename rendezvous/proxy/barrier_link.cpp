@@ -45,9 +45,10 @@ void BarrierLink::open() {
                            if (self->closed_) return;
                            if (rec)
                              return self->fail("root store connection lost: " + rec.message());
-                           auto e = self->entry_;
+                           const auto waiters = self->entry_->waiters;  // answering may cancel
+                           const auto e = self->entry_;
                            self->close();
-                           for (auto& w : e->waiters)
+                           for (const auto& w : waiters)
                              if (auto worker = w.worker.lock()) {
                                if (worker->blocking == e) worker->blocking_done();
                                worker->fill(w.slot, std::string_view(self->byte_.data(), 1));
@@ -66,7 +67,8 @@ void BarrierLink::close() {
 void BarrierLink::fail(const std::string& why) {
   if (closed_) return;
   close();
-  for (auto& w : entry_->waiters)
+  const auto waiters = entry_->waiters;  // closing a worker cancels its BARRIER (clears them)
+  for (const auto& w : waiters)
     if (auto worker = w.worker.lock()) worker->close(why);
 }
 

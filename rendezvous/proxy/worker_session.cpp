@@ -132,7 +132,8 @@ void WorkerSession::arm_read() {
     return;
   if (slots_.size() > kMaxOutstandingRequests) return;
   if (core_->link_backlogged()) {
-    core_->pause(shared_from_this());
+    if (!paused_) core_->pause(shared_from_this());
+    paused_ = true;
     return;
   }
   reading_ = true;

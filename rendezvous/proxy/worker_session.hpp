@@ -44,7 +44,10 @@ class WorkerSession : public std::enable_shared_from_this<WorkerSession> {
   // In the middle of a request, or owed output it does not read: what --idle-timeout bounds.
   bool stalled_since(std::chrono::steady_clock::time_point limit) const;
   // Read again (the link's queue drained).
-  void resume() { arm_read(); }
+  void resume() {
+    paused_ = false;
+    arm_read();
+  }
   // Bytes this connection holds: owed replies (sent or not) and input not yet decoded.
   std::size_t held_bytes() const;
 
@@ -78,6 +81,7 @@ class WorkerSession : public std::enable_shared_from_this<WorkerSession> {
   std::string out_;             // owed, not being written
   std::string writing_;         // being written (one async_write at a time)
   bool reading_ = false;
+  bool paused_ = false;  // in the Core's list of workers to resume once the link drains
   bool closed_ = false;
   std::chrono::steady_clock::time_point last_progress_ = std::chrono::steady_clock::now();
 };
