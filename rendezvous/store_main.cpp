@@ -48,6 +48,12 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--max-keys", opts.limits.max_keys, "most keys (and queues) in the store")
       ->capture_default_str();
+  app.add_option("--max-watches-per-connection", opts.limits.max_watches_per_connection,
+                 "most keys one connection watches (WATCH_KEY)")
+      ->capture_default_str();
+  app.add_option("--max-watches", opts.limits.max_watches,
+                 "most watch registrations of all connections together")
+      ->capture_default_str();
   app.add_option(
          "--max-store-bytes", opts.limits.max_store_bytes,
          "most bytes the store holds: keys, values, queue items, WAIT and watch registrations")

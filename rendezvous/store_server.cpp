@@ -220,7 +220,7 @@ struct StoreServer::Core : SessionHost, std::enable_shared_from_this<StoreServer
     }
     for (const auto& event : effects.events) {
       std::optional<std::string> full, short_form;
-      for (ClientId id : event.watchers) {
+      for (ClientId id : *event.watchers) {
         auto it = sessions.find(id);
         if (it == sessions.end()) continue;
         auto session = it->second;

@@ -173,8 +173,15 @@ std::size_t StoreSession::decode(std::string_view data) {
 }
 
 void StoreSession::send(std::string_view bytes, Message kind) {
-  if (closed_ || bytes.empty()) return;
-  const std::size_t cap = limits_.max_pending_output_bytes;
+  if (closed_ || closing_ || bytes.empty()) return;
+  // A tagged connection is a node's proxy: its replies are already held to the bound by reading
+  // no more requests while it is past it, and the proxy bounds each of its workers on its own
+  // side. A notification for it may go past the bound by one reply more (the most a reply
+  // accepted under the bound can add): closing the link would close every worker of the node for
+  // one worker's large reads (docs/scale.md, "Store proxy bounds").
+  const std::size_t cap =
+      limits_.max_pending_output_bytes +
+      (tagged_ && kind == Message::Event ? limits_.max_reply_bytes : std::size_t{0});
   if (pending_output_bytes() > cap) {
     close_for_error(
         fmt::format("owed more than {} bytes of replies and notifications it does not read", cap));

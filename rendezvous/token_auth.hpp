@@ -49,9 +49,12 @@ std::function<void(BlockingSocket&, BlockingSocket::Clock::time_point)> token_pr
 // --- store side ---------------------------------------------------------------------------
 // Answers the handshake; before it succeeds a connection may not name a protected key (it is
 // closed), and LIST_KEYS / GET_NUM_KEYS leave those keys out. A wrong response closes the
-// connection with a log line.
+// connection with a log line. A connection that has not proved the token may fill the store only
+// up to (1 - 1/kReservedFraction) of --max-keys and --max-store-bytes: the rest is kept for the
+// job's own keys, so a stranger filling the store cannot keep the job from forming.
 class TokenAccessPolicy final : public AccessPolicy {
  public:
+  static constexpr std::size_t kReservedFraction = 8;
   explicit TokenAccessPolicy(std::string token) : token_(std::move(token)) {}
   std::optional<Outcome> screen(const StoreModel& model, ClientId client, const Command& cmd,
                                 const StoreLimits& limits) override;

@@ -131,8 +131,8 @@ constexpr OptionSpec kOptions[] = {
     {"--store-proxy-max-watched-keys,--store_proxy_max_watched_keys", "N",
      "DDPRUN_STORE_PROXY_MAX_WATCHED_KEYS", &RawOptions::store_proxy_max_watched_keys, nullptr,
      nullptr,
-     "With --store-proxy: keys the proxy watches at once on its root link (default 65536; "
-     "0: every WAIT on a connection of its own to the root)"},
+     "With --store-proxy: keys the proxy watches at once on its root link for the workers' "
+     "WAITs (default 262144)"},
     {"--python", "PYTHON", nullptr, &RawOptions::python, nullptr, nullptr,
      "Interpreter for .py programs and -m (default $PYTHON_EXEC, else python3)"},
     {"--scheduler", "NAME", nullptr, &RawOptions::scheduler, nullptr,

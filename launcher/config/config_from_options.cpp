@@ -253,7 +253,7 @@ Result<ConfiguredLaunch> config_from_options(const RawOptions& raw, const HostFa
     return usage_error("--store-proxy must be on, off or auto, got '" + raw.store_proxy + "'");
   }
   if (!raw.store_proxy_max_watched_keys.empty()) {
-    auto n = parse_integer("--store-proxy-max-watched-keys", raw.store_proxy_max_watched_keys, 0,
+    auto n = parse_integer("--store-proxy-max-watched-keys", raw.store_proxy_max_watched_keys, 1,
                            1'000'000'000);
     if (!n) return n.error();
     c.store_proxy_max_watched_keys = static_cast<std::size_t>(*n);

@@ -86,9 +86,9 @@ struct LaunchConfig {
   /// --store-proxy, resolved (auto = multi-node): the workers reach the job's store through a
   /// proxy on their own node (rendezvous/proxy), only while the agents host the store.
   bool store_proxy = false;
-  /// --store-proxy-max-watched-keys: keys watched at once on the proxy's watch link (0: none,
-  /// every WAIT on a WAIT link of its own; rendezvous/proxy/store_proxy.hpp).
-  std::size_t store_proxy_max_watched_keys = 65536;
+  /// --store-proxy-max-watched-keys: keys watched at once on the proxy's link to the root
+  /// (StoreProxyOptions::max_watched_keys, rendezvous/proxy/store_proxy.hpp).
+  std::size_t store_proxy_max_watched_keys = 262144;
 
   /// True when OMP_NUM_THREADS must be set to 1 for the workers (unset and nproc > 1).
   bool default_omp_threads = false;

@@ -60,7 +60,7 @@ struct RawOptions {
   bool bind_gpu = false;
   std::string python;                // empty: $PYTHON_EXEC, else python3 on PATH
   std::string store_proxy = "auto";  // on, off or auto (multi-node, 2+ per node, 1024+ ranks)
-  std::string store_proxy_max_watched_keys;  // empty: the proxy's default (65536)
+  std::string store_proxy_max_watched_keys;  // empty: the proxy's default (262144)
   std::string scheduler = "auto";            // auto, none or one detector (slurm, openmpi, ...)
   bool print_env_detect = false;             // print the scheduler detection report and exit
   bool store_only = false;                   // serve only the store at master_addr:master_port

@@ -308,6 +308,15 @@ void Agent::start_worker(Worker& w, int attempt) {
   streams->on_line(health_->output_hook(r));
   WorkerSlot slot{r, attempt, setup_.master_port, w.outcome.error_file};
   if (proxy_) {
+    if (auto why = proxy_->refusal()) {
+      say(
+          fmt::format("--store-proxy: the root store does not take ddprun's tagged mode ({}); "
+                      "the workers connect to it directly",
+                      *why));
+      proxy_.reset();
+    }
+  }
+  if (proxy_) {
     slot.master_addr = "127.0.0.1";
     slot.master_port = proxy_->port();
   }

@@ -252,14 +252,14 @@ TEST_CASE("--store-proxy: auto by default, on for multi-node jobs of 1024+ ranks
   check_error({"--store-proxy", "maybe", "train"}, 2, "--store-proxy must be on, off or auto");
 }
 
-TEST_CASE("--store-proxy-max-watched-keys: a whole number >= 0, also from its DDPRUN_ variable") {
+TEST_CASE("--store-proxy-max-watched-keys: a whole number >= 1, also from its DDPRUN_ variable") {
   auto dflt = configure({"--store-proxy", "on", "train"});
   REQUIRE(dflt.ok());
-  CHECK(dflt->config.store_proxy_max_watched_keys == 65536);  // the proxy's own default
+  CHECK(dflt->config.store_proxy_max_watched_keys == 262144);  // the proxy's own default
   for (const char* flag : {"--store-proxy-max-watched-keys", "--store_proxy_max_watched_keys"}) {
-    auto none = configure({"--store-proxy", "on", flag, "0", "train"});
-    REQUIRE_MESSAGE(none.ok(), flag);
-    CHECK(none->config.store_proxy_max_watched_keys == 0);
+    auto one = configure({"--store-proxy", "on", flag, "1", "train"});
+    REQUIRE_MESSAGE(one.ok(), flag);
+    CHECK(one->config.store_proxy_max_watched_keys == 1);
   }
   auto some = configure({"--store-proxy-max-watched-keys=128", "train"});
   REQUIRE(some.ok());
@@ -275,6 +275,8 @@ TEST_CASE("--store-proxy-max-watched-keys: a whole number >= 0, also from its DD
   }
   check_error({"--store-proxy-max-watched-keys", "-1", "train"}, 2,
               "--store-proxy-max-watched-keys: -1 is out of range");
+  check_error({"--store-proxy-max-watched-keys", "0", "train"}, 2,
+              "--store-proxy-max-watched-keys: 0 is out of range");
   check_error({"--store-proxy-max-watched-keys", "lots", "train"}, 2,
               "--store-proxy-max-watched-keys: 'lots' is not a whole number");
   check_error({"--store-proxy-max-watched-keys", "1.5", "train"}, 2, "not a whole number");
