@@ -98,6 +98,18 @@ bool zygote_can_serve(const PythonInvocation& zygote, const PythonInvocation& wo
   return zygote.interpreter == worker.interpreter;
 }
 
+EnvMap common_environment(const std::vector<EnvMap>& per_rank) {
+  if (per_rank.empty()) return {};
+  EnvMap common = per_rank.front();
+  for (size_t r = 1; r < per_rank.size(); ++r) {
+    std::erase_if(common, [&](const auto& entry) {
+      auto it = per_rank[r].find(entry.first);
+      return it == per_rank[r].end() || it->second != entry.second;
+    });
+  }
+  return common;
+}
+
 WorkerStart choose_worker_start(bool preload_enabled, bool zygote_alive, bool can_serve) {
   if (!preload_enabled || !can_serve) return WorkerStart::Exec;
   return zygote_alive ? WorkerStart::Fork : WorkerStart::RespawnThenFork;

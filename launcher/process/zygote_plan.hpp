@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "launcher/common/result.hpp"
+#include "launcher/env/worker_env.hpp"
 
 namespace ddp::launcher {
 
@@ -36,6 +37,11 @@ std::vector<std::string> zygote_argv(const PythonInvocation& workers, int socket
 /// A zygote started for `zygote` can fork a worker that would exec `worker`: same interpreter,
 /// same flags (they are fixed when an interpreter starts).
 bool zygote_can_serve(const PythonInvocation& zygote, const PythonInvocation& worker);
+
+/// The zygote's environment: the variables every local rank gets with the same value (ddprun's
+/// OMP_NUM_THREADS=1 included), so that a module reading the environment at import (OpenBLAS
+/// sizing its thread pool) sees what the workers would; per-rank ones are set after the fork.
+EnvMap common_environment(const std::vector<EnvMap>& per_rank);
 
 /// How start() starts one worker under --preload.
 enum class WorkerStart {

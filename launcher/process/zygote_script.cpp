@@ -13,7 +13,7 @@ const std::string_view kZygoteScript = R"PY(
 import os, sys, json, socket, struct, signal, time, traceback, types, builtins
 _FD, _MODE, _TARGET = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 _MODULES = [m for m in sys.argv[4:] if m]
-_TORCH_DEFAULT_SEED = 67280421310721  # c10's default_rng_seed_val: what a fresh torch starts with
+_TORCH_DEFAULT_SEED = 67280421310721  # c10's default_rng_seed_val: torch 1.x's first seed
 _MAX_FDS = 8
 
 
@@ -181,7 +181,10 @@ def _become_worker(req, fds):
         np.random.seed()
     torch = sys.modules.get('torch')
     if torch is not None and hasattr(torch, 'random'):
-        torch.random.default_generator.manual_seed(_TORCH_DEFAULT_SEED)
+        if _TORCH_FIXED_SEED:  # torch 1.x: every fresh interpreter starts from the same seed
+            torch.random.default_generator.manual_seed(_TORCH_DEFAULT_SEED)
+        else:  # torch 2.x seeds its default generator from the OS
+            torch.random.default_generator.seed()
     os.close(report)
 
 
@@ -247,6 +250,8 @@ def _worker_main(req):
 _sock = socket.socket(fileno=_FD)
 _started = time.monotonic()
 _why_not = _refusal()
+_TORCH_FIXED_SEED = 'torch' in sys.modules and hasattr(sys.modules['torch'], 'initial_seed') and \
+    sys.modules['torch'].initial_seed() == _TORCH_DEFAULT_SEED
 _DISPOSITIONS = {s: signal.getsignal(s) for s in signal.valid_signals()}
 _DISPOSITIONS = {s: h for s, h in _DISPOSITIONS.items() if h is not None}
 if _why_not is not None:

@@ -145,7 +145,12 @@ Result<Ok> Agent::prepare() {
 
 void Agent::enable_preload() {
   const auto& c = setup_.config;
-  EnvMap env = setup_.parent_env;
+  std::vector<EnvMap> per_rank;
+  for (int r = 0; r < c.nproc_per_node; ++r) {
+    per_rank.push_back(worker_environment(c, WorkerSlot{r, 0, setup_.master_port, ""},
+                                          setup_.parent_env, layout_));
+  }
+  EnvMap env = common_environment(per_rank);
   env[OrphanGuard::kTokenVariable] = token_;  // the orphan guard finds it as one of the run's
   auto workers = parse_python_invocation(setup_.argv);
   std::variant<ZygoteReady, std::string> ready = std::string("not a Python command line");

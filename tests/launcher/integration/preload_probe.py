@@ -75,7 +75,7 @@ seen = {
     "pdeathsig": pdeathsig(), "ppid": os.getppid(),
     "cgroup": open("/proc/self/cgroup").read(),
     "stdout": stream(sys.stdout), "stderr": stream(sys.stderr),
-    "stdout_is_dunder": sys.stdout is sys.__stdout__, "unbuffered": sys.flags.unbuffered,
+    "stdout_is_dunder": sys.stdout is sys.__stdout__, "flags": repr(sys.flags),
     "threads": threading.active_count(), "tasks": len(os.listdir("/proc/self/task")),
     "torch_seed": torch and torch.initial_seed(), "torch_draw": torch and torch.rand(1).item(),
     "matmul": torch and (torch.ones(256, 256) @ torch.ones(256, 256)).sum().item(),

@@ -7,6 +7,7 @@ Run: python3 test_preload.py [test_name...]   (DDPRUN = the ddprun binary)
 """
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -69,14 +70,17 @@ def forked(observed):
 # Fields that must differ between two runs (or two processes) whatever the start.
 # "tasks": an exec'd worker still runs the OpenBLAS pool that `import torch` started; a forked one
 # starts it again at its first BLAS call (the pool stops itself before a fork; "matmul" checks it).
-PER_PROCESS = {"pid", "ppid", "random_draw", "random_bits", "token", "cmdline", "tasks"}
+# torch's first seed: fixed in 1.x, drawn from the OS in 2.x; checked below against the exec'd.
+PER_PROCESS = {"pid", "ppid", "random_draw", "random_bits", "token", "cmdline", "tasks",
+               "torch_seed", "torch_draw"}
 # Environment variables whose values are per run (a fresh port, run directory, token).
 PER_RUN_VARS = {"DDPRUN_JOB_TOKEN", "MASTER_PORT", "TORCHELASTIC_ERROR_FILE", "TORCHELASTIC_RUN_ID",
-                "PROBE_DIR", "DDPRUN_HEARTBEAT_FILE", "DDPRUN_TIMER_FILE"}
+                "PROBE_DIR", "DDPRUN_HEARTBEAT_SOCKET"}
 
 
 def normalized(observed, out):
     o = {k: v for k, v in observed.items() if k not in PER_PROCESS}
+    o["cgroup"] = re.sub(r"ddprun-[0-9]+-[0-9a-f]+", "<job cgroup>", o["cgroup"])
     for key in ("environ", "c_environ"):
         o[key] = {k: ("<per run>" if k in PER_RUN_VARS else v.replace(out, "<dir>"))
                   for k, v in o[key].items()}
@@ -110,6 +114,13 @@ def test_forked_worker_is_indistinguishable(tmp):
             random_draws.add(fork_seen["random_bits"])
         assert exec_seen["pdeathsig"] == signal.SIGKILL and exec_seen["own_session"]
     assert len(random_draws) == 8, f"random draws repeat across ranks or runs: {random_draws}"
+    exec_seeds = {seen(runs["exec"][1], rank)["torch_seed"] for rank in range(4)}
+    fork_seeds = [seen(runs[name][1], rank)["torch_seed"] for name in ("fork", "fork2")
+                  for rank in range(4)]
+    if len(exec_seeds) == 1:  # a fixed first seed (torch 1.x): the same in forked workers
+        assert set(fork_seeds) == exec_seeds, (exec_seeds, fork_seeds)
+    else:  # drawn at start: distinct per rank and run
+        assert len(set(fork_seeds)) == 8, fork_seeds
     for name in ("fork", "fork2"):
         events = runs[name][2]
         assert [e for e in events if e["event"] == "preload"], events
@@ -140,7 +151,7 @@ def test_exit_paths_match_exec(tmp):
             assert os.path.exists(os.path.join(out, "1.1.json")), f"{how}: no restart\n{run}"
             if preload:
                 assert forked(seen(out, 1, 1)), f"{how}: the restart was not forked"
-                assert_nothing_left(seen(out, 0)["token"])
+                assert_nothing_left(seen(out, 1)["token"])
         (erun, eexits, eerr), (frun, fexits, ferr) = results["exec"], results["fork"]
         assert erun.rc == frun.rc, f"{how}: rc {erun.rc} exec'd, {frun.rc} forked\n{frun}"
         assert eexits == fexits, f"{how}: {eexits} exec'd, {fexits} forked"

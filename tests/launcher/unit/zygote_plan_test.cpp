@@ -126,3 +126,12 @@ TEST_CASE("--preload: a comma list of modules, for Python programs only") {
   REQUIRE_FALSE(no_python.ok());
   CHECK(no_python.error().exit_code == 2);
 }
+
+TEST_CASE("the zygote's environment is what every local rank shares") {
+  CHECK(common_environment({}).empty());
+  EnvMap only{{"RANK", "0"}, {"OMP_NUM_THREADS", "1"}};
+  CHECK(common_environment({only}) == only);
+  EnvMap r0{{"RANK", "0"}, {"OMP_NUM_THREADS", "1"}, {"PATH", "/bin"}, {"ONLY0", "x"}};
+  EnvMap r1{{"RANK", "1"}, {"OMP_NUM_THREADS", "1"}, {"PATH", "/bin"}};
+  CHECK(common_environment({r0, r1}) == EnvMap{{"OMP_NUM_THREADS", "1"}, {"PATH", "/bin"}});
+}
