@@ -275,5 +275,53 @@ def test_sigkilled_ddprun_leaves_nothing(tmp):
         h.stop(proc)
 
 
+HEALTH_JOBS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "health",
+                           "integration", "jobs")
+
+
+def test_health_verdicts_stacks_timer_and_record_on_forked_workers(tmp):
+    """The hang verdict's py-spy stacks, torch's file timer and @record error files, through
+    --preload torch (the same jobs as tests/health/integration, exec'd there)."""
+    if not have_torch():
+        raise h.Skip("python3 has no torch")
+    events = os.path.join(tmp, "hang.jsonl")
+    r = h.run(["--preload", "torch", "--nproc-per-node", "2", "--hang-timeout", "5", "--events",
+               events, os.path.join(HEALTH_JOBS, "gloo_steps.py"), "--steps", "50", "--log",
+               "--hang-rank", "1", "--hang-step", "3", "--pid-dir", tmp], timeout=180)
+    assert r.rc == 75, r
+    ev = h.read_events(events)
+    assert [e for e in ev if e["event"] == "preload"], ev
+    saved = [e for e in ev if e["event"] == "stacks_saved"]
+    assert len(saved) == 1, ev
+    files = {f["rank"]: f for f in saved[0]["files"]}
+    with open(files[1]["path"]) as fh:
+        stacks1 = fh.read()
+    assert files[1]["tool"] == "py-spy" and "sleep_forever_inside_epoch" in stacks1, stacks1
+
+    events = os.path.join(tmp, "timer.jsonl")
+    r = h.run(["--preload", "torch", "--nproc-per-node", "2", "--events", events,
+               os.path.join(HEALTH_JOBS, "timer_job.py")], timeout=180,
+              env=h.clean_env(TORCHELASTIC_ENABLE_FILE_TIMER="1", PID_DIR=tmp))
+    assert r.rc == 137, r
+    expired = [e for e in h.read_events(events) if e["event"] == "timer_expired"]
+    assert len(expired) == 1 and expired[0]["rank"] == 1, expired
+
+    script = os.path.join(tmp, "recorded.py")
+    with open(script, "w") as f:
+        f.write("import os\n"
+                "from torch.distributed.elastic.multiprocessing.errors import record\n"
+                "@record\n"
+                "def main():\n"
+                "    if os.environ['RANK'] == '1':\n"
+                "        raise RuntimeError('recorded failure of rank 1')\n"
+                "main()\n")
+    events = os.path.join(tmp, "record.jsonl")
+    r = h.run(["--preload", "torch", "--nproc-per-node", "2", "--events", events, script],
+              timeout=180)
+    assert r.rc == 1, r
+    summary = [e for e in h.read_events(events) if e["event"] == "summary"][0]
+    assert "recorded failure of rank 1" in json.dumps(summary), summary
+
+
 if __name__ == "__main__":
     h.main(globals())
