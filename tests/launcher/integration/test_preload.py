@@ -275,6 +275,45 @@ def test_sigkilled_ddprun_leaves_nothing(tmp):
         h.stop(proc)
 
 
+def is_forked(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline") as f:
+            return ZYGOTE_MARK in f.read()
+    except OSError:
+        return None  # gone
+
+
+def test_elastic_reform_forks_the_survivors_new_workers(tmp):
+    import test_elastic as el  # modules, not names: h.main runs this module's test_* only
+    import test_multinode as mn
+    late = os.path.join(tmp, "late")
+    open(late, "w").close()  # attempt 1's workers linger 1.5 s: long enough to look at them
+    os.environ["DDP_LATE_IF"] = late
+    store = el.Store()
+    try:
+        nodes = el.agents(tmp, store.port, 3, "2:3", extra=["--preload", "json"])
+    finally:
+        del os.environ["DDP_LATE_IF"]
+
+    def started(node):
+        return [e["pid"] for e in el.events(node, "worker_start")]
+    try:
+        h.wait_until(lambda: all(len(started(n)) == 1 for n in nodes), 60, "workers on 3 agents")
+        assert all(is_forked(started(n)[0]) for n in nodes), nodes
+        el.kill_agent(nodes[1])
+        survivors = [nodes[0], nodes[2]]
+        h.wait_until(lambda: all(len(started(n)) == 2 for n in survivors), 60, "re-formed workers")
+        assert [is_forked(started(n)[1]) for n in survivors] == [True, True], survivors
+        assert mn.finish(survivors) == [0, 0], survivors
+        h.wait_until(lambda: is_forked(started(nodes[1])[0]) is None, 10, "the lost agent's worker")
+    finally:
+        mn.finish(nodes)
+        store.close()
+    for node in survivors:
+        assert el.one_rescale(node)["new_world_size"] == 2, node
+        assert not el.events(node, "preload_disabled"), node
+
+
 HEALTH_JOBS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "health",
                            "integration", "jobs")
 
