@@ -11,12 +11,17 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
 imported = time.time()
-dist.init_process_group("gloo")
+attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+# Keys under this attempt's prefix: torch 2.x keys gloo's addresses by process group only, and
+# torchrun 2.x does not clear the last attempt's (ddprun does), so attempt 1 would read stale ones.
+store = dist.PrefixStore(f"bench_attempt_{attempt}", dist.TCPStore(
+    os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False))
+dist.init_process_group("gloo", store=store, rank=int(os.environ["RANK"]),
+                        world_size=int(os.environ["WORLD_SIZE"]))
 x = torch.ones(1)
 dist.all_reduce(x)
 first = time.time()
 rank = dist.get_rank()
-attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
 mode = os.environ.get("BENCH_MODE", "start")
 record = {"rank": rank, "attempt": attempt, "begin": begin, "imported": imported, "first": first}
 if mode == "pss":

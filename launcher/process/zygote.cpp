@@ -21,11 +21,11 @@
 namespace ddp::launcher {
 namespace {
 
-constexpr auto kReplyTimeout = std::chrono::seconds(30);
-constexpr size_t kMaxMessage = 1 << 20;
+constexpr auto kZygoteReplyTimeout = std::chrono::seconds(30);
+constexpr size_t kMaxZygoteMessage = 1 << 20;
 
 /// Waits for one message; empty with `why` set on timeout, EOF or error.
-std::string receive(int fd, std::chrono::milliseconds timeout, std::string& why) {
+std::string receive_from_zygote(int fd, std::chrono::milliseconds timeout, std::string& why) {
   pollfd p{fd, POLLIN, 0};
   int ready;
   do {
@@ -35,7 +35,7 @@ std::string receive(int fd, std::chrono::milliseconds timeout, std::string& why)
     why = fmt::format("no answer within {} s", timeout.count() / 1000);
     return {};
   }
-  std::string buffer(kMaxMessage, '\0');
+  std::string buffer(kMaxZygoteMessage, '\0');
   ssize_t n;
   do {
     n = ::recv(fd, buffer.data(), buffer.size(), 0);
@@ -48,7 +48,7 @@ std::string receive(int fd, std::chrono::milliseconds timeout, std::string& why)
   return buffer;
 }
 
-bool send_message(int fd, const std::string& message, const std::vector<int>& fds) {
+bool send_to_zygote(int fd, const std::string& message, const std::vector<int>& fds) {
   iovec iov{const_cast<char*>(message.data()), message.size()};
   msghdr msg{};
   msg.msg_iov = &iov;
@@ -115,11 +115,11 @@ std::variant<std::unique_ptr<Zygote>, std::string> Zygote::start(const ZygoteSet
     zygote->pid_ = -1;  // reaped by await_exec
     return execed.error().message;
   }
-  if (!send_message(zygote->socket_fd_, std::string(kZygoteScript), {}))
+  if (!send_to_zygote(zygote->socket_fd_, std::string(kZygoteScript), {}))
     return fmt::format("cannot send the preloaded interpreter its program: {}",
                        std::strerror(errno));
   std::string why;
-  const std::string hello = receive(zygote->socket_fd_, setup.ready_timeout, why);
+  const std::string hello = receive_from_zygote(zygote->socket_fd_, setup.ready_timeout, why);
   if (hello.empty()) return fmt::format("the preloaded interpreter failed to start ({})", why);
   auto ready = parse_zygote_hello(hello);
   if (auto* reason = std::get_if<std::string>(&ready)) return *reason;
@@ -154,7 +154,7 @@ Result<StartedProcess> Zygote::fork_worker(const SpawnRequest& request,
                                   {"env", request.envp},          {"cwd", current_directory()},
                                   {"umask", read_umask()},        {"parent", ::getpid()},
                                   {"cpus", request.cpu_affinity}, {"fds", names}};
-  const bool sent = send_message(socket_fd_, message.dump(), fds);
+  const bool sent = send_to_zygote(socket_fd_, message.dump(), fds);
   const int send_errno = errno;
   ::close(report[1]);
   auto fail = [&](std::string why) -> Result<StartedProcess> {
@@ -166,7 +166,7 @@ Result<StartedProcess> Zygote::fork_worker(const SpawnRequest& request,
                             std::strerror(send_errno)));
   }
   std::string why;
-  const std::string reply = receive(socket_fd_, kReplyTimeout, why);
+  const std::string reply = receive_from_zygote(socket_fd_, kZygoteReplyTimeout, why);
   if (reply.empty()) return fail(fmt::format("the preloaded interpreter gave no worker ({})", why));
   auto pid = parse_zygote_reply(reply);
   if (auto* error = std::get_if<std::string>(&pid)) return fail(*error);

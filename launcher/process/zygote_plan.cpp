@@ -12,7 +12,7 @@
 namespace ddp::launcher {
 namespace {
 
-bool is_identifier(const std::string& part) {
+bool is_python_identifier(const std::string& part) {
   if (part.empty() || std::isdigit(static_cast<unsigned char>(part[0]))) return false;
   for (char ch : part) {
     if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '_') return false;
@@ -20,11 +20,11 @@ bool is_identifier(const std::string& part) {
   return true;
 }
 
-bool is_module_name(const std::string& name) {
+bool is_python_module_name(const std::string& name) {
   size_t start = 0;
   while (true) {
     size_t dot = name.find('.', start);
-    if (!is_identifier(name.substr(start, dot == std::string::npos ? dot : dot - start)))
+    if (!is_python_identifier(name.substr(start, dot == std::string::npos ? dot : dot - start)))
       return false;
     if (dot == std::string::npos) return true;
     start = dot + 1;
@@ -32,7 +32,7 @@ bool is_module_name(const std::string& name) {
 }
 
 /// Interpreter flags that take no value (python3 --help); anything else is not served.
-bool is_plain_flag(const std::string& arg) {
+bool is_python_plain_flag(const std::string& arg) {
   if (arg.size() < 2 || arg[0] != '-' || arg[1] == '-') return false;
   static const std::string kPlain = "bBdEhiIOPqsSuvx";
   for (size_t i = 1; i < arg.size(); ++i) {
@@ -48,7 +48,7 @@ std::optional<PythonInvocation> parse_python_invocation(const std::vector<std::s
   PythonInvocation out;
   out.interpreter.push_back(argv[0]);
   size_t i = 1;
-  while (i < argv.size() && argv[i] != "-m" && argv[i] != "-c" && is_plain_flag(argv[i]))
+  while (i < argv.size() && argv[i] != "-m" && argv[i] != "-c" && is_python_plain_flag(argv[i]))
     out.interpreter.push_back(argv[i++]);
   if (i >= argv.size()) return std::nullopt;
   if (argv[i] == "-m" || argv[i] == "-c") {
@@ -72,7 +72,7 @@ Result<std::vector<std::string>> parse_preload_modules(const std::string& list) 
   while (start <= list.size()) {
     size_t comma = list.find(',', start);
     std::string name = list.substr(start, comma == std::string::npos ? comma : comma - start);
-    if (!is_module_name(name)) {
+    if (!is_python_module_name(name)) {
       return Error{exit_codes::kUsage,
                    fmt::format("--preload: '{}' is not a module name (expected a comma list such "
                                "as torch,numpy)",
