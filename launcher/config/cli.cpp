@@ -135,6 +135,9 @@ constexpr OptionSpec kOptions[] = {
      "WAITs (default 262144)"},
     {"--python", "PYTHON", nullptr, &RawOptions::python, nullptr, nullptr,
      "Interpreter for .py programs and -m (default $PYTHON_EXEC, else python3)"},
+    {"--preload", "MODULES", nullptr, &RawOptions::preload, nullptr, nullptr,
+     "Import these modules (e.g. torch,numpy) once in a per-node interpreter and fork every "
+     "Python worker from it, at start and at every restart (docs/warm-start.md)"},
     {"--scheduler", "NAME", nullptr, &RawOptions::scheduler, nullptr,
      "auto none slurm openmpi pmix pmi k8s-indexed kubeflow",
      "Cluster scheduler whose environment gives the node values: auto (default), none, slurm, "

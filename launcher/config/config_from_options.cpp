@@ -11,6 +11,7 @@
 #include "launcher/config/node_plan.hpp"
 #include "launcher/config/rdzv_conf_keys.hpp"
 #include "launcher/config/usage_error.hpp"
+#include "launcher/process/zygote_plan.hpp"
 
 namespace ddp::launcher {
 namespace {
@@ -145,6 +146,16 @@ Result<ConfiguredLaunch> config_from_options(const RawOptions& raw, const HostFa
   c.python = !raw.python.empty()
                  ? raw.python
                  : host.python_exec.value_or(host.installed_python.value_or("python3"));
+  if (!raw.preload.empty()) {
+    if (c.program_kind == ProgramKind::Executable) {
+      return usage_error(fmt::format(
+          "--preload: '{}' is not a Python program (.py or -m); only those can be preloaded",
+          c.program));
+    }
+    auto modules = parse_preload_modules(raw.preload);
+    if (!modules) return modules.error();
+    c.preload = std::move(*modules);
+  }
 
   // Nodes: typed flags > PET_* > the scheduler's environment > ddprun's defaults.
   auto plan = plan_launch_nodes(raw, host.environment);

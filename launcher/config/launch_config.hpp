@@ -55,6 +55,7 @@ struct LaunchConfig {
   std::string program;                    // script, module or executable as given
   std::vector<std::string> program_args;  // untouched
   std::string python;                     // interpreter as given (resolved on PATH later)
+  std::vector<std::string> preload;       // --preload: modules of the zygote (docs/warm-start.md)
 
   std::string log_dir;  // empty: a temporary directory
   StreamSpec redirects;

@@ -19,6 +19,7 @@
 #include "launcher/process/owned_processes.hpp"
 #include "launcher/process/process_table.hpp"
 #include "launcher/process/spawn.hpp"
+#include "launcher/process/zygote_starter.hpp"
 
 namespace ddp::launcher {
 
@@ -65,6 +66,15 @@ class ProcessControl {
   /// SIGKILLs every process of the run that is left, in one step where the platform allows it
   /// (the job cgroup's cgroup.kill); nothing more to do elsewhere.
   virtual void kill_job() {}
+
+  /// --preload, after begin_supervision(): from now on start() forks the workers it can from a
+  /// preloaded interpreter (zygote.hpp). Ready, or the one-line reason it cannot be used (start()
+  /// then execs as before).
+  virtual std::variant<ZygoteReady, std::string> enable_preload(const ZygoteSetup&) {
+    return std::string("not supported by this process control");
+  }
+  /// Why start() went back to exec'ing workers since the last call, once.
+  virtual std::optional<std::string> take_preload_notice() { return std::nullopt; }
 };
 
 /// The real thing: fork/exec, waitpid(-1), /proc, kill(2), PR_SET_CHILD_SUBREAPER, OrphanGuard,
@@ -85,11 +95,17 @@ class PosixProcessControl final : public ProcessControl {
   void signal_group(pid_t pgid, int sig) override;
   void signal_process(pid_t pid, int sig) override;
   void kill_job() override;
+  std::variant<ZygoteReady, std::string> enable_preload(const ZygoteSetup& setup) override;
+  std::optional<std::string> take_preload_notice() override;
 
  private:
+  void guard_zygote();
   OrphanGuard guard_;
-  std::unique_ptr<JobCgroup> cgroup_;  // nullptr where cgroup v2 is not writable
+  std::unique_ptr<JobCgroup> cgroup_;      // nullptr where cgroup v2 is not writable
   WorkerPidfds workers_;
+  std::unique_ptr<ZygoteStarter> zygote_;  // --preload
+  bool subreaper_ = false;
+  pid_t guarded_zygote_ = -1;  // the zygote the orphan guard has a pidfd of
 };
 
 }  // namespace ddp::launcher

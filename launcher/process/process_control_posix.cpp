@@ -12,7 +12,8 @@ namespace ddp::launcher {
 std::vector<std::string> PosixProcessControl::begin_supervision(const std::string& token,
                                                                 const std::string& scratch_dir) {
   std::vector<std::string> warnings;
-  if (!become_child_subreaper()) {
+  subreaper_ = become_child_subreaper();
+  if (!subreaper_) {
     warnings.push_back(
         "warning: cannot become a child subreaper; daemonised grandchildren may escape");
   }
@@ -31,6 +32,7 @@ std::vector<std::string> PosixProcessControl::begin_supervision(const std::strin
 }
 
 void PosixProcessControl::end_supervision() {
+  zygote_.reset();
   guard_.release();
   cgroup_.reset();  // kills anything left (nothing, normally) and removes it
 }
@@ -51,10 +53,46 @@ Result<StartedProcess> PosixProcessControl::start(const SpawnRequest& request) {
       return Error{70, "cannot create this attempt's job cgroup in " + cgroup_->path()};
     }
   }
-  auto started = start_process(in_cgroup);
-  // Unreaped (only this loop reaps), so the pid is certainly the child's.
+  std::optional<Result<StartedProcess>> forked;
+  if (zygote_) {
+    forked = zygote_->start(in_cgroup);
+    guard_zygote();  // a respawned one too
+  }
+  auto started = forked ? std::move(*forked) : start_process(in_cgroup);
+  // Unreaped (only this loop reaps; a forked worker re-parents to ddprun, the subreaper), so the
+  // pid is certainly the worker's.
   if (started) workers_.add(started->pid);
   return started;
+}
+
+std::variant<ZygoteReady, std::string> PosixProcessControl::enable_preload(
+    const ZygoteSetup& setup) {
+  // A forked worker reaches ddprun by re-parenting, which only a subreaper gets.
+  if (!subreaper_) return std::string("ddprun could not become a child subreaper");
+  auto starter = std::make_unique<ZygoteStarter>(setup);
+  auto ready = starter->begin();
+  if (std::holds_alternative<ZygoteReady>(ready)) {
+    zygote_ = std::move(starter);
+    guard_zygote();
+  }
+  return ready;
+}
+
+void PosixProcessControl::guard_zygote() {
+  // Its own session: the guard kills it if ddprun is killed. Our unreaped child, so the pidfd is
+  // certainly its.
+  const pid_t pid = zygote_ ? zygote_->pid() : -1;
+  if (pid <= 0 || pid == guarded_zygote_) return;
+  const int fd = open_pidfd(pid);
+  if (fd >= 0) {
+    guard_.watch_group(fd);
+    ::close(fd);
+  }
+  guarded_zygote_ = pid;
+}
+
+std::optional<std::string> PosixProcessControl::take_preload_notice() {
+  return zygote_ ? zygote_->take_notice() : std::nullopt;
 }
 
 Result<pid_t> PosixProcessControl::await_exec(const StartedProcess& started,
@@ -68,13 +106,17 @@ void PosixProcessControl::watch_group(pid_t pgid) { guard_.watch_group(workers_.
 
 std::vector<ReapedChild> PosixProcessControl::reap_exited() {
   auto reaped = reap_exited_children();
-  for (const auto& child : reaped) workers_.reaped(child.pid);
+  for (const auto& child : reaped) {
+    workers_.reaped(child.pid);
+    if (zygote_) zygote_->on_reaped(child.pid);
+  }
   return reaped;
 }
 
 std::vector<pid_t> PosixProcessControl::live_children() {
   std::vector<pid_t> children = list_children();
   std::erase(children, guard_.pid());
+  if (zygote_) std::erase(children, zygote_->pid());  // serves the next attempt
   if (cgroup_) {
     // Processes under a subreaper of their own never come back to ddprun; the cgroup knows them.
     for (pid_t pid : cgroup_->members()) {

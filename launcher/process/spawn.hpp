@@ -33,6 +33,7 @@ struct SpawnRequest {
   int cgroup_procs_fd = -1;
   std::vector<int> cpu_affinity{};  // --numa-binding: the child's CPUs (empty: inherit)
   int preferred_memory_node = -1;   // --numa-binding: MPOL_PREFERRED node (-1: inherit)
+  int pass_fd = -1;  // kept open in the child as descriptor 3 (the zygote's socket, zygote.hpp)
 };
 
 /// A forked child that may still be on its way to exec.

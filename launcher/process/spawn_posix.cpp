@@ -100,6 +100,10 @@ ChildPlacement prepare_placement(const SpawnRequest& request) {
       if (fd != error_pipe) ::fcntl(fd, F_SETFD, FD_CLOEXEC);
     }
   }
+  if (request.pass_fd >= 0) {
+    if (request.pass_fd != 3 && ::dup2(request.pass_fd, 3) < 0) fail(errno);
+    if (::fcntl(3, F_SETFD, 0) != 0) fail(errno);  // dup2 cleared it; pass_fd == 3 did not
+  }
   // Best effort, like numactl --preferred: a refused placement leaves the inherited one.
   if (placement.set_cpus) ::sched_setaffinity(0, sizeof placement.cpus, &placement.cpus);
   if (placement.set_memory) {
@@ -130,6 +134,13 @@ Result<StartedProcess> start_process(const SpawnRequest& request) {
   int error_pipe[2];
   if (::pipe2(error_pipe, O_CLOEXEC) != 0) {
     return Error{exit_codes::kInternal, fmt::format("pipe: {}", std::strerror(errno))};
+  }
+  if (request.pass_fd >= 0 && error_pipe[1] <= 3) {  // the child's dup2 onto 3 must not hit it
+    const int moved = ::fcntl(error_pipe[1], F_DUPFD_CLOEXEC, 4);
+    if (moved >= 0) {
+      ::close(error_pipe[1]);
+      error_pipe[1] = moved;
+    }
   }
   // Block signals across fork so that no handler of ddprun's runs in the child.
   sigset_t all, old;

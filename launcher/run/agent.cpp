@@ -131,10 +131,39 @@ Result<Ok> Agent::prepare() {
   // directory that nobody asked to keep.
   const std::string scratch = keep_run_dir_ ? std::string() : run_dir_->temporary_base();
   for (const auto& warning : control_->begin_supervision(token_, scratch)) say(warning);
+  if (!c.preload.empty()) enable_preload();
   auto store = open_store();
   if (!store) return store;
   health_ = make_health_monitor();
   return health_->open(run_dir_->path(), c.nproc_per_node, c.nnodes.max, setup_.host);
+}
+
+void Agent::enable_preload() {
+  const auto& c = setup_.config;
+  std::vector<EnvMap> per_rank;
+  for (int r = 0; r < c.nproc_per_node; ++r) {
+    per_rank.push_back(worker_environment(c, WorkerSlot{r, 0, setup_.master_port, ""},
+                                          setup_.parent_env, layout_));
+  }
+  EnvMap env = common_environment(per_rank);
+  env[OrphanGuard::kTokenVariable] = token_;  // the orphan guard finds it as one of the run's
+  auto workers = parse_python_invocation(setup_.argv);
+  std::variant<ZygoteReady, std::string> ready = std::string("not a Python command line");
+  if (workers) {
+    ready = control_->enable_preload(
+        ZygoteSetup{setup_.executable, *workers, c.preload, to_envp_strings(env)});
+  }
+  if (auto* reason = std::get_if<std::string>(&ready)) {
+    on_preload_disabled(*reason);
+    return;
+  }
+  events_.emit("preload",
+               {{"modules", c.preload}, {"import_s", std::get<ZygoteReady>(ready).import_seconds}});
+}
+
+void Agent::on_preload_disabled(const std::string& reason) {
+  say(fmt::format("--preload: {}; starting the workers without it", reason));
+  events_.emit("preload_disabled", {{"reason", reason}});
 }
 
 int Agent::run() {
@@ -283,6 +312,7 @@ void Agent::launch_workers(int attempt) {
     if (phase_ != Phase::Running) break;  // a worker could not start: the others stop
   }
   for (auto& w : workers_) confirm_exec(w);
+  if (auto notice = control_->take_preload_notice()) on_preload_disabled(*notice);
   health_notes_.clear();
   if (phase_ == Phase::Running) {
     std::vector<health::MonitoredWorker> monitored;

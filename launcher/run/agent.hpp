@@ -107,6 +107,9 @@ class Agent {
   };
 
   Result<Ok> prepare();
+  /// --preload: the node's preloaded interpreter, or the one line and event saying why not.
+  void enable_preload();
+  void on_preload_disabled(const std::string& reason);
   /// One "ddprun: ..." line on stderr, in order with the workers' stderr lines.
   void say(const std::string& line);
   /// A log or events file could not be written (disk full...): one line, an event, the summary.
