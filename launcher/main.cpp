@@ -22,6 +22,7 @@
 #include "launcher/run/dry_run.hpp"
 #include "launcher/scheduler/detection.hpp"
 #include "launcher/scheduler/report.hpp"
+#include "launcher/view/commands.hpp"
 
 namespace {
 
@@ -72,6 +73,14 @@ int print_env_detect(const RawOptions& raw) {
 int run_main(int argc, char** argv) {
   // A closed stdout (ddprun ... | head) must not kill the supervisor; writes report EPIPE instead.
   ::signal(SIGPIPE, SIG_IGN);
+
+  // `ddprun top` and `ddprun report` look at a job instead of running one (docs/health.md).
+  if (argc > 1) {
+    const std::string_view first = argv[1];
+    const std::vector<std::string> rest(argv + 2, argv + argc);
+    if (first == "top") return view::run_top(rest);
+    if (first == "report") return view::run_report(rest);
+  }
 
   auto parsed = parse_command_line(std::vector<std::string>(argv + 1, argv + argc));
   if (!parsed) return fail(parsed.error());
