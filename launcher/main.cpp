@@ -24,6 +24,7 @@
 #include "launcher/run/dry_run.hpp"
 #include "launcher/scheduler/detection.hpp"
 #include "launcher/scheduler/report.hpp"
+#include "launcher/view/commands.hpp"
 #include "rendezvous/store_runner.hpp"
 
 namespace {
@@ -79,6 +80,14 @@ int run_main(int argc, char** argv) {
   // The hosted store, the status port and the workers' pipes need descriptors; the workers keep
   // the limit they would have had.
   if (auto before = ddp::rdzv::raise_fd_limit()) set_worker_fd_soft_limit(*before);
+
+  // `ddprun top` and `ddprun report` look at a job instead of running one (docs/health.md).
+  if (argc > 1) {
+    const std::string_view first = argv[1];
+    const std::vector<std::string> rest(argv + 2, argv + argc);
+    if (first == "top") return view::run_top(rest);
+    if (first == "report") return view::run_report(rest);
+  }
 
   auto parsed = parse_command_line(std::vector<std::string>(argv + 1, argv + argc));
   if (!parsed) return fail(parsed.error());

@@ -17,6 +17,7 @@
 #include "launcher/run/failure_report.hpp"
 
 #include "launcher/health/prometheus_text.hpp"
+#include "launcher/view/dashboard_page.hpp"
 #include "rendezvous/json_text.hpp"
 
 namespace ddp::launcher::health {
@@ -117,6 +118,7 @@ Result<Ok> HealthMonitor::open(const std::string& socket_dir, int nproc_per_node
                                ? settings_.status_addr
                                : "[" + settings_.status_addr + "]",
                            status_port_));
+    beacon_ = StatusBeacon::write(status_beacon_dir(), settings_.status_addr, status_port_, host);
   }
   return Ok{};
 }
@@ -147,6 +149,7 @@ void HealthMonitor::attempt_started(int attempt, const std::vector<MonitoredWork
   ranks.reserve(workers.size());
   for (const auto& w : workers) ranks.push_back(w.rank);
   tracker_.start_attempt(ranks, Clock::now());
+  exits_.assign(workers.size(), "");
   stragglers_.reset();
   if (timer_server_) timer_server_->forget_all();
   schedule_hang_check();
@@ -378,6 +381,10 @@ void HealthMonitor::worker_exited(int local_rank, const ExitStatus& status,
                       : status.kind == ExitStatus::Kind::Signaled ? "signal"
                                                                   : "exit_code";
   ++exits_by_cause_[cause];
+  if (static_cast<size_t>(local_rank) < exits_.size()) {
+    exits_[local_rank] = status.kind == ExitStatus::Kind::Signaled ? signal_name(status.signal)
+                                                                   : std::to_string(status.code);
+  }
   if (timer_server_ && static_cast<size_t>(local_rank) < workers_.size()) {
     timer_server_->forget(workers_[local_rank].pid);
   }
@@ -419,6 +426,7 @@ void HealthMonitor::finish(bool succeeded) {
   for (auto& h : heartbeats_) h->close();
   if (timer_server_) timer_server_->close();
   if (status_server_) status_server_->close();
+  beacon_.reset();
   if (!own_socket_dir_.empty()) {
     ::rmdir(own_socket_dir_.c_str());
     own_socket_dir_.clear();
@@ -434,9 +442,8 @@ HttpAnswer HealthMonitor::answer(const std::string& target) const {
   if (target == "/status") return {200, "application/json", status_json()};
   if (target == "/metrics")
     return {200, "text/plain; version=0.0.4; charset=utf-8", metrics_text()};
-  if (target == "/") {
-    return {200, "text/plain; charset=utf-8",
-            "ddprun status endpoint: /healthz /status /metrics\n"};
+  if (target == "/" || target == "/index.html") {
+    return {200, "text/html; charset=utf-8", std::string(view::dashboard_page())};
   }
   return {404, "text/plain; charset=utf-8", "not found\n"};
 }
@@ -451,8 +458,11 @@ std::string HealthMonitor::status_json() const {
                      {"pid", workers_[i].pid},
                      {"state", tr[i].alive ? "running" : "exited"},
                      {"last_progress_age_s", seconds_between(tracker_.last_progress(i), now)},
-                     {"heartbeats", tr[i].heartbeats}};
+                     {"heartbeats", tr[i].heartbeats},
+                     {"straggler", stragglers_.flagged(i)}};
     r["last_step"] = tr[i].step ? nlohmann::json(*tr[i].step) : nlohmann::json();
+    r["exit"] =
+        i < exits_.size() && !exits_[i].empty() ? nlohmann::json(exits_[i]) : nlohmann::json();
     ranks.push_back(r);
   }
   const auto source = tracker_.active_source();
@@ -466,7 +476,16 @@ std::string HealthMonitor::status_json() const {
       {"hang_timeout_s", settings_.hang_timeout.count() / 1000.0},
       {"hang_verdicts", hang_verdicts_},
       {"timer_expirations", timer_expirations_},
+      {"status_port", status_port_},
+      // Other nodes' pages point at node 0's only when every node was given the same port.
+      {"status_port_fixed", settings_.status_port.value_or(0) != 0},
       {"ranks", ranks}};
+  if (const RecentEvents* history = hooks_.history ? hooks_.history() : nullptr) {
+    j["job"] = history->job_json();
+    auto events = history->events_json();
+    j["events"] = std::move(events["events"]);
+    j["events_dropped"] = events["dropped"];
+  }
   const auto elsewhere = tracker_.last_progress_elsewhere();
   j["last_progress_elsewhere_age_s"] =
       elsewhere ? nlohmann::json(seconds_between(*elsewhere, now)) : nlohmann::json();

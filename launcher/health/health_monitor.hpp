@@ -28,7 +28,9 @@
 #include "launcher/health/no_progress_restarts.hpp"
 #include "launcher/health/progress_tracker.hpp"
 #include "launcher/health/prometheus_text.hpp"
+#include "launcher/health/recent_events.hpp"
 #include "launcher/health/stack_dumper.hpp"
+#include "launcher/health/status_beacon.hpp"
 #include "launcher/health/status_server.hpp"
 #include "launcher/health/straggler_detector.hpp"
 #include "launcher/status/exit_status.hpp"
@@ -64,6 +66,8 @@ class HealthMonitor {
     std::function<void(long long events, std::optional<long long> best_step)> on_progress;
     /// More families for /metrics, appended at the end (the hosted store's counters).
     std::function<void(PrometheusText&)> extra_metrics;
+    /// The job's digest and recent events for /status ("job", "events": RecentEvents).
+    std::function<const RecentEvents*()> history;
   };
 
   HealthMonitor(boost::asio::io_context& io, HealthSettings settings, Hooks hooks,
@@ -134,6 +138,7 @@ class HealthMonitor {
   std::vector<std::unique_ptr<HeartbeatSocket>> heartbeats_;
   std::unique_ptr<FileTimerServer> timer_server_;
   std::unique_ptr<StatusServer> status_server_;
+  std::unique_ptr<StatusBeacon> beacon_;  // tells `ddprun top` where the endpoint is
   StackDumper stacks_;
   ProgressTracker tracker_;
   StragglerDetector stragglers_;
@@ -154,6 +159,7 @@ class HealthMonitor {
   long long stragglers_found_ = 0;
   long long heartbeats_total_ = 0;
   std::map<std::string, long long> exits_by_cause_;
+  std::vector<std::string> exits_;  // per local rank: how it ended ("" while running), for /status
 };
 
 }  // namespace ddp::launcher::health

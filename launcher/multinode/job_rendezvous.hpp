@@ -84,6 +84,9 @@ class JobRendezvous {
     /// This node arrived after its round closed and waits as "pending", or was told it is a
     /// "spare" (during a join).
     std::function<void(const std::string& role)> on_waiting;
+    /// A join still waits for other nodes (every few seconds): how long, who arrived, who not.
+    std::function<void(std::chrono::milliseconds waited, const std::string& status)>
+        on_join_progress;
     /// Another node's ranks made progress (optional; for the job-wide hang verdict). `best_step`:
     /// the highest step any other node reported in this round.
     std::function<void(std::optional<long long> best_step)> on_progress_elsewhere;

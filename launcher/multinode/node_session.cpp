@@ -215,6 +215,11 @@ void NodeSession::join(int round, const RoundPlan& plan, std::function<void(Join
         if (events_.on_waiting) events_.on_waiting(role);
       });
     };
+    round_.on_join_progress = [this](std::chrono::milliseconds waited, const std::string& status) {
+      on_loop([this, waited, status] {
+        if (events_.on_join_progress) events_.on_join_progress(waited, status);
+      });
+    };
     JoinResult result;
     try {
       rdzv::StoreClientOptions joining = store_;

@@ -36,6 +36,7 @@
 /// (agent_events) and the store's keys (NodeSession, rendezvous/) live elsewhere.
 
 #include <sys/types.h>
+#include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
@@ -50,6 +51,7 @@
 #include "launcher/env/worker_env.hpp"
 #include "launcher/health/health_monitor.hpp"
 #include "launcher/multinode/job_rendezvous.hpp"
+#include "launcher/multinode/join_progress.hpp"
 #include "launcher/multinode/multinode_settings.hpp"
 #include "launcher/output/output_sink.hpp"
 #include "launcher/output/stream_pump.hpp"
@@ -198,6 +200,9 @@ class Agent {
   boost::asio::steady_timer verdict_timer_;  // how long a local failure is held (see above)
   OutputSink stdout_sink_;
   OutputSink stderr_sink_;
+  // Who arrived and who is missing while a join waits (stderr; one rewritten line on a tty).
+  JoinProgress join_progress_{::isatty(STDERR_FILENO) != 0,
+                              [this](const std::string& text) { stderr_sink_.write_all(text); }};
   std::unique_ptr<ProcessControl> control_;
   std::string token_;
   EventLog events_;

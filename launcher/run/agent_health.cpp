@@ -34,6 +34,7 @@ std::unique_ptr<health::HealthMonitor> Agent::make_health_monitor() {
       health::append_store_metrics(metrics, *stats);
     }
   };
+  hooks.history = [this] { return &events_.recent(); };
   auto path = setup_.parent_env.find("PATH");
   const std::string path_variable =
       path == setup_.parent_env.end() ? "/usr/bin:/bin" : path->second;

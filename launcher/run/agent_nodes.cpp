@@ -59,6 +59,9 @@ Result<Ok> Agent::open_store() {
   events.on_lost = [this](const NodeLoss& loss) { on_node_lost(loss); };
   events.on_pending = [this](const std::vector<rdzv::JoinRequest>& p) { on_pending(p); };
   events.on_waiting = [this](const std::string& role) { on_waiting(role); };
+  events.on_join_progress = [this](std::chrono::milliseconds waited, const std::string& status) {
+    join_progress_.show(waited, status);
+  };
   events.on_progress_elsewhere = [this](std::optional<long long> best_step) {
     if (health_) health_->progress_elsewhere(best_step);  // the job-wide hang verdict
   };
@@ -75,6 +78,7 @@ Result<Ok> Agent::open_store() {
 }
 
 void Agent::on_joined(int attempt, const JobRendezvous::JoinResult& result) {
+  join_progress_.done();
   if (phase_ == Phase::Done) return;
   if (const auto* error = std::get_if<std::string>(&result)) {
     events_.emit("rendezvous_failed", {{"attempt", attempt}, {"error", *error}});

@@ -72,10 +72,11 @@ void EventLog::on_error(std::function<void(const std::string& path, int error)> 
 }
 
 void EventLog::emit(const char* event, nlohmann::json fields) {
-  if (!enabled()) return;
   auto now = std::chrono::system_clock::now().time_since_epoch();
   fields["event"] = event;
   fields["time"] = std::chrono::duration_cast<std::chrono::microseconds>(now).count() / 1e6;
+  recent_.add(fields);
+  if (!enabled()) return;
   std::string line = dump_json(fields);
   line += '\n';
   sink_->write_all(line);
