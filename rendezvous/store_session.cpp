@@ -173,7 +173,7 @@ std::size_t StoreSession::decode(std::string_view data) {
 }
 
 void StoreSession::send(std::string_view bytes, Message kind) {
-  if (closed_ || closing_ || bytes.empty()) return;
+  if (closed_ || bytes.empty()) return;
   // A tagged connection is a node's proxy: its replies are already held to the bound by reading
   // no more requests while it is past it, and the proxy bounds each of its workers on its own
   // side. A notification for it may go past the bound by one reply more (the most a reply
