@@ -218,7 +218,8 @@ Result<ConfiguredLaunch> config_from_options(const RawOptions& raw, const HostFa
   if (!c.rdzv_endpoint.empty()) {
     // c10d may name a standby store after a comma (parse_rdzv_endpoints checks that part).
     const auto comma = c.rdzv_endpoint.find(',');
-    if (comma != std::string::npos && c.rdzv_backend != "c10d") {
+    const bool etcd = c.rdzv_backend == "etcd" || c.rdzv_backend == "etcd-v2";  // members
+    if (comma != std::string::npos && c.rdzv_backend != "c10d" && !etcd) {
       return usage_error(fmt::format(
           "--rdzv_endpoint: '{}' names a standby store, which needs --rdzv_backend=c10d",
           c.rdzv_endpoint));

@@ -11,7 +11,13 @@
 
 namespace ddp::launcher {
 
-bool needs_rendezvous(const LaunchConfig& c) { return c.multi_node() || c.rdzv_backend == "c10d"; }
+bool is_etcd_backend(const std::string& backend) {
+  return backend == "etcd" || backend == "etcd-v2";
+}
+
+bool needs_rendezvous(const LaunchConfig& c) {
+  return c.multi_node() || c.rdzv_backend == "c10d" || is_etcd_backend(c.rdzv_backend);
+}
 
 std::string listen_address_for(const std::string& master_addr) {
   if (master_addr == "localhost") return "127.0.0.1";
@@ -71,6 +77,12 @@ Result<RdzvEndpoints> parse_rdzv_endpoints(std::string_view text) {
 }
 
 Result<Ok> apply_rdzv_endpoint(LaunchConfig& c) {
+  if (is_etcd_backend(c.rdzv_backend) && c.rdzv_endpoint.empty()) {
+    return Error{exit_codes::kUsage,
+                 fmt::format("--rdzv_backend={} needs --rdzv_endpoint=HOST:PORT[,HOST:PORT...] "
+                             "(the etcd members)",
+                             c.rdzv_backend)};
+  }
   if (c.rdzv_backend != "c10d") return Ok{};
   if (c.rdzv_endpoint.empty()) {
     return Error{exit_codes::kUsage, "--rdzv_backend=c10d needs --rdzv_endpoint=HOST:PORT"};
@@ -95,6 +107,8 @@ StorePlan plan_store(const LaunchConfig& c) {
       plan.standby_bind_address = listen_address_for(endpoints->standby->host);
       plan.standby_port = endpoints->standby->port;
     }
+  } else if (is_etcd_backend(c.rdzv_backend)) {
+    plan.role = StoreRole::Client;  // no job-wide store: a round's node 0 hosts the workers'
   } else if (c.multi_node() && c.node_rank != 0) {
     plan.role = StoreRole::Client;
   }
@@ -108,7 +122,14 @@ Result<MultiNodeSettings> multinode_settings(const LaunchConfig& c,
                                              const std::string& node_name) {
   auto usage = [](std::string m) { return Error{exit_codes::kUsage, std::move(m)}; };
   MultiNodeSettings s;
-  s.dynamic = c.rdzv_backend == "c10d";
+  s.etcd.on = is_etcd_backend(c.rdzv_backend);
+  s.dynamic = c.rdzv_backend == "c10d" || s.etcd.on;
+  if (s.etcd.on) {
+    s.etcd.endpoints = c.rdzv_endpoint;
+    s.etcd.store_address = c.local_addr.empty() ? node_name : c.local_addr;
+    s.etcd.store_bind = listen_address_for(s.etcd.store_address);
+    s.etcd.store_port = c.master_port;
+  }
   s.run_id = c.run_id;
   s.min_nodes = c.nnodes.min;
   s.max_nodes = c.nnodes.max;
@@ -140,8 +161,24 @@ Result<MultiNodeSettings> multinode_settings(const LaunchConfig& c,
       s.token = value;
       continue;
     }
-    if (key == "is_host") continue;     // torchrun's hint; ddprun decides by binding the endpoint
-    if (key == "store_bind") continue;  // read by plan_store
+    if (key == "is_host") continue;  // torchrun's hint; ddprun decides by binding the endpoint
+    if (key == "store_bind") {       // read by plan_store; on etcd, where node 0 serves
+      s.etcd.store_bind = value;
+      continue;
+    }
+    if (key == "etcd_prefix") {
+      if (value.empty() || value.front() != '/')
+        return usage(fmt::format("--rdzv_conf etcd_prefix: '{}' must start with '/'", value));
+      s.etcd.prefix = value;
+      continue;
+    }
+    if (key == "etcd_cacert" || key == "etcd_cert" || key == "etcd_key" || key == "etcd_user" ||
+        key == "etcd_password") {
+      return usage(fmt::format(
+          "--rdzv_conf {}: TLS and user authentication to etcd are not supported by this ddprun "
+          "yet (reach etcd over plain http://, e.g. through a local TLS proxy)",
+          key));
+    }
     if (key == "max_rescales") {
       auto n = parse_integer("--rdzv_conf max_rescales", value, 0, 1'000'000);
       if (!n) return n.error();

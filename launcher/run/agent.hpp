@@ -130,6 +130,8 @@ class Agent {
   bool may_fail_over() const;
   /// The job's store when this node serves it: the primary, or the standby it hosts once that
   /// took over. Its host stays until the others have left, and reports its metrics.
+  /// The Agent's handlers for the rendezvous's news (stop, loss, pending nodes, progress).
+  JobRendezvous::Events rendezvous_events();
   HostedStore* job_store() const;
   /// The store is lost: true when a standby takes over (asked now, or already being asked), so
   /// the loss does not end the job.
