@@ -15,13 +15,17 @@
 #include "launcher/config/cuda_devices.hpp"
 #include "launcher/config/node_plan.hpp"
 #include "launcher/config/program.hpp"
+#include "launcher/config/secret_scrub.hpp"
 #include "launcher/multinode/multinode_settings.hpp"
 #include "launcher/multinode/store_only.hpp"
 #include "launcher/output/output_sink.hpp"
+#include "launcher/process/spawn.hpp"
 #include "launcher/run/agent.hpp"
 #include "launcher/run/dry_run.hpp"
 #include "launcher/scheduler/detection.hpp"
 #include "launcher/scheduler/report.hpp"
+#include "launcher/view/commands.hpp"
+#include "rendezvous/store_runner.hpp"
 
 namespace {
 
@@ -58,7 +62,8 @@ int print_env_detect(const RawOptions& raw) {
       auto detection = scheduler::detect_scheduler(env, scheduler_choice(raw));
       write_fully(STDOUT_FILENO, scheduler::render_detection_report(detection, {}));
     } catch (const scheduler::SchedulerError& e) {
-      write_fully(STDOUT_FILENO, fmt::format("scheduler detection failed: {}\n", e.what()));
+      write_fully(STDOUT_FILENO, scheduler::render_found_variables(env) +
+                                     fmt::format("scheduler detection failed: {}\n", e.what()));
     }
     return fail(plan.error());
   }
@@ -72,28 +77,32 @@ int print_env_detect(const RawOptions& raw) {
 int run_main(int argc, char** argv) {
   // A closed stdout (ddprun ... | head) must not kill the supervisor; writes report EPIPE instead.
   ::signal(SIGPIPE, SIG_IGN);
+  // The hosted store, the status port and the workers' pipes need descriptors; the workers keep
+  // the limit they would have had.
+  if (auto before = ddp::rdzv::raise_fd_limit()) set_worker_fd_soft_limit(*before);
+
+  // `ddprun top` and `ddprun report` look at a job instead of running one (docs/health.md).
+  if (argc > 1) {
+    const std::string_view first = argv[1];
+    const std::vector<std::string> rest(argv + 2, argv + argc);
+    if (first == "top") return view::run_top(rest);
+    if (first == "report") return view::run_report(rest);
+  }
 
   auto parsed = parse_command_line(std::vector<std::string>(argv + 1, argv + argc));
   if (!parsed) return fail(parsed.error());
+  scrub_secrets_from_proc(argc, argv, argc - 1 - parsed->raw.program_and_args.size());
   if (parsed->exit_now) return parsed->exit_code;
   if (parsed->raw.store_only) {
     if (!parsed->raw.program_and_args.empty()) {
+      const std::string& first = parsed->raw.program_and_args.front();
+      if (first.size() > 1 && first[0] == '-') {  // e.g. the retired --follow
+        return fail(Error{exit_codes::kUsage,
+                          fmt::format("--store-only: unknown option '{}' (see --help)", first)});
+      }
       return fail(Error{exit_codes::kUsage, "--store-only takes no program"});
     }
     return run_store_only(parsed->raw);
-  }
-  if (!parsed->raw.follow.empty()) {
-    return fail(
-        Error{exit_codes::kUsage, "--follow needs --store-only (it starts a standby store)"});
-  }
-  for (const auto& [flag, value] :
-       {std::pair{"--follower-ack-timeout", &parsed->raw.follower_ack_timeout},
-        std::pair{"--max-follower-lag-bytes", &parsed->raw.max_follower_lag_bytes}}) {
-    if (!value->empty()) {
-      return fail(
-          Error{exit_codes::kUsage,
-                fmt::format("{} needs --store-only (it sets the store's replication)", flag)});
-    }
   }
   if (parsed->raw.print_env_detect) return print_env_detect(parsed->raw);
 
@@ -109,6 +118,10 @@ int run_main(int argc, char** argv) {
   }
   host.cpu_count = static_cast<int>(std::thread::hardware_concurrency());
   host.python_exec = env_value("PYTHON_EXEC");
+  char self[4096];
+  if (ssize_t n = ::readlink("/proc/self/exe", self, sizeof self); n > 0) {
+    host.installed_python = venv_python_beside(std::string(self, static_cast<size_t>(n)));
+  }
   host.omp_num_threads_set = env_value("OMP_NUM_THREADS").has_value();
   host.fresh_run_id = fresh_run_id();
   host.environment = current_environment();

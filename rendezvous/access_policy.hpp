@@ -25,12 +25,6 @@ class AccessPolicy {
                                         const Command& cmd, const StoreLimits& limits) = 0;
   // The connection closed: drop what the policy kept about it.
   virtual void forget(ClientId client) = 0;
-  // True for a request of the policy's own handshake (a connection proving what it holds), which
-  // a standby store lets through to the policy before promotion (replication_hub.hpp).
-  virtual bool is_handshake(const Command& cmd) const {
-    (void)cmd;
-    return false;
-  }
 };
 
 }  // namespace ddp::rdzv

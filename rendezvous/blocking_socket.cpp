@@ -117,13 +117,6 @@ BlockingSocket& BlockingSocket::operator=(BlockingSocket&& other) noexcept {
   return *this;
 }
 
-int BlockingSocket::release() {
-  const int fd = fd_;
-  fd_ = -1;
-  broken_ = false;
-  return fd;
-}
-
 void BlockingSocket::close() {
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;

@@ -39,11 +39,6 @@ class BlockingSocket {
 
   bool broken() const { return broken_ || fd_ < 0; }
 
-  // Hands the descriptor (non-blocking, close-on-exec) to the caller, who closes it from then
-  // on; -1 if there is none. The socket is left empty. For a connection that runs a handshake
-  // here and then lives on elsewhere (a standby's link to its primary, on Asio).
-  int release();
-
  private:
   explicit BlockingSocket(int fd) : fd_(fd) {}
   void close();

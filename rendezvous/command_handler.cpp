@@ -259,7 +259,15 @@ Outcome handle_command(StoreModel& model, ClientId client, Generation gen, Comma
       put_i64(out.reply, model.num_keys());
       break;
     case Op::WatchKey:
-      model.watch(client, cmd.keys[0]);
+      if (!model.watching(client, cmd.keys[0])) {
+        if (model.watch_count(client) >= limits.max_watches_per_connection) {
+          return close_with(fmt::format("more than {} watched keys on one connection",
+                                        limits.max_watches_per_connection));
+        }
+        if (model.watch_total() >= limits.max_watches)
+          return close_with(fmt::format("the store holds {} watches already", limits.max_watches));
+        model.watch(client, cmd.keys[0]);
+      }
       put_u8(out.reply, static_cast<std::uint8_t>(WatchEventType::CallbackRegistered));
       break;
     case Op::DeleteKey:

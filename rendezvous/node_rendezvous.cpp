@@ -84,6 +84,28 @@ bool wait_for(StoreClient& client, const std::string& key, std::chrono::millisec
 // exits afterwards, and the store with it when it hosts it).
 constexpr auto kFailureReadBudget = 5s;
 
+// Paces NodeRendezvousOptions::on_join_progress: once per interval, first after one interval.
+class JoinProgressClock {
+ public:
+  explicit JoinProgressClock(const NodeRendezvousOptions& o)
+      : options_(o), start_(RdzvClock::now()), next_(start_ + o.join_progress_interval) {}
+  RdzvClock::time_point next() const {
+    return options_.on_join_progress ? next_ : RdzvClock::time_point::max();
+  }
+  template <typename Status>
+  void report(RdzvClock::time_point now, const Status& status) {
+    if (!options_.on_join_progress || now < next_) return;
+    next_ = now + options_.join_progress_interval;
+    options_.on_join_progress(std::chrono::duration_cast<std::chrono::milliseconds>(now - start_),
+                              status());
+  }
+
+ private:
+  const NodeRendezvousOptions& options_;
+  RdzvClock::time_point start_;
+  RdzvClock::time_point next_;
+};
+
 // The leader failed the round: "closed" and "status" are set. Every node that arrived so far
 // acknowledges once it has read them (ack/<arrival>); wait for that, bounded.
 void await_failure_read(StoreClient& client, const std::string& prefix, std::int64_t own_seq) {
@@ -104,8 +126,10 @@ Assignment lead(StoreClient& client, const std::string& prefix, const NodeRendez
                                       leader_name, o.run_id, o.last_call_timeout,
                                       o.excluded_hosts});
   std::int64_t next = 1;
+  JoinProgressClock progress(o);
   while (!admission.complete(RdzvClock::now())) {
     const auto now = RdzvClock::now();
+    progress.report(now, [&] { return admission.describe(); });
     if (now >= deadline) {
       const std::string status = admission.describe();
       client.set(prefix + "status", status);
@@ -117,6 +141,7 @@ Assignment lead(StoreClient& client, const std::string& prefix, const NodeRendez
     }
     auto until = deadline;
     if (auto last_call = admission.last_call_deadline()) until = std::min(until, *last_call);
+    until = std::min(until, progress.next());
     const std::string join_key = prefix + "join/" + std::to_string(next);
     if (!wait_for(client, join_key,
                   std::chrono::duration_cast<std::chrono::milliseconds>(until - now)))
@@ -343,8 +368,13 @@ RendezvousResult join_once(const StoreClientOptions& store, const NodeRendezvous
   };
 
   const std::string verdict_key = prefix + "verdict/" + std::to_string(join.seq);
+  JoinProgressClock progress(o);
   for (;;) {
     if (wait_for(client, verdict_key, kPollSlice)) break;
+    progress.report(RdzvClock::now(), [&] {
+      return client.check({prefix + "status"}) ? client.get(prefix + "status")
+                                               : std::string("waiting for the round's leader");
+    });
     if (client.check({prefix + "closed"}) && !client.check({verdict_key})) {
       std::string why = client.check({prefix + "status"}) ? client.get(prefix + "status") : "";
       acknowledge();
@@ -573,15 +603,12 @@ std::string broadcast_stop(StoreClient& client, const NodeRendezvousOptions& rou
 
 ExitBarrierResult exit_barrier(StoreClient& client, const NodeRendezvousOptions& round,
                                const RendezvousResult& joined, std::chrono::milliseconds slice,
-                               const std::function<bool()>& keep_waiting, bool* arrived) {
+                               const std::function<bool()>& keep_waiting) {
   const std::string prefix = key_prefix(round);
   const std::string end_key = prefix + "end";
   // The last node to arrive ends the barrier for everyone; a stop broadcast may have ended it
   // first.
-  // Resumed: ADD 0 reads the count (the last arrival may have been lost with the old store
-  // before it could end the barrier).
-  const std::int64_t count = client.add(prefix + "done", arrived && *arrived ? 0 : 1);
-  if (arrived) *arrived = true;
+  const std::int64_t count = client.add(prefix + "done", 1);
   if (count >= joined.num_nodes) client.compare_set(end_key, "", "done");
   while (!wait_for(client, end_key, slice)) {
     if (!keep_waiting()) return {ExitBarrierResult::End::Cancelled, {}};

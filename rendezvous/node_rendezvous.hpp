@@ -50,6 +50,11 @@ struct NodeRendezvousOptions {
   // Called on the joining thread when this node starts waiting as "pending" and when the running
   // nodes tell it that it is a "spare" (the job is full; it replaces the next lost node).
   std::function<void(const std::string& role)> on_waiting;
+  // Called on the joining thread at most once per `join_progress_interval` while this node waits
+  // for its round to form (first after one interval), with how long it has waited and the
+  // round's status as the leader publishes it: who arrived, who is missing.
+  std::function<void(std::chrono::milliseconds waited, const std::string& status)> on_join_progress;
+  std::chrono::milliseconds join_progress_interval{std::chrono::seconds(3)};
   // Joins from these node names are refused (--exclude-hosts); checked by the round's leader.
   std::vector<std::string> excluded_hosts;
   // The job's budgets used before this round (--max_restarts, --max-rescales), published for the
@@ -182,12 +187,9 @@ struct ExitBarrierResult {
   std::string stop;
 };
 // This node's workers finished: wait until every node's did, or a stop arrives.
-// `arrived` (optional): in, true when this node's arrival was already counted in this round (the
-// wait is resumed on a promoted standby, which holds the count): no second ADD; out, set once
-// the arrival is acknowledged.
 ExitBarrierResult exit_barrier(StoreClient& client, const NodeRendezvousOptions& round,
                                const RendezvousResult& joined, std::chrono::milliseconds slice,
-                               const std::function<bool()>& keep_waiting, bool* arrived = nullptr);
+                               const std::function<bool()>& keep_waiting);
 
 // This node is leaving the round. With wait_for_others (the store's host) it then waits, at most
 // `budget`, until every node has left, so nobody loses the store before reading the outcome.

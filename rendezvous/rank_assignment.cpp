@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "rendezvous/json_text.hpp"
+
 namespace ddp::rdzv {
 namespace {
 
@@ -36,12 +38,11 @@ Assignment assign_ranks(std::vector<JoinRequest> admitted) {
 }
 
 std::string encode_join(const JoinRequest& join) {
-  return Json{{"seq", join.seq},
-              {"name", join.name},
-              {"local_world_size", join.local_world_size},
-              {"node_rank", join.requested_node_rank},
-              {"settings", join.settings}}
-      .dump();
+  return dump_json(Json{{"seq", join.seq},
+                        {"name", join.name},
+                        {"local_world_size", join.local_world_size},
+                        {"node_rank", join.requested_node_rank},
+                        {"settings", join.settings}});
 }
 
 std::optional<JoinRequest> decode_join(std::string_view text) {
@@ -68,7 +69,7 @@ std::string encode_assignment(const Assignment& assignment) {
                      {"base_rank", n.base_rank},
                      {"seq", n.seq}});
   }
-  return Json{{"world_size", assignment.world_size}, {"nodes", nodes}}.dump();
+  return dump_json(Json{{"world_size", assignment.world_size}, {"nodes", nodes}});
 }
 
 std::optional<Assignment> decode_assignment(std::string_view text) {

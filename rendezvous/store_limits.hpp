@@ -35,6 +35,11 @@ struct StoreLimits {
   // per-entry overhead (StoreModel::kEntryOverheadBytes). A request that would go past either
   // closes its connection and changes nothing.
   std::size_t max_keys = std::size_t{1024} * 1024;
+  // WATCH_KEY registrations (G1 watches, a proxy's tagged watches): a connection's repeated
+  // WATCH_KEY of one key is one registration; past either bound the connection is closed. A
+  // store proxy watches at most its --max-watched-keys (proxy/store_proxy.hpp) on its one link.
+  std::size_t max_watches_per_connection = std::size_t{256} * 1024;
+  std::size_t max_watches = std::size_t{4} * 1024 * 1024;
   std::size_t max_store_bytes = std::size_t{2} << 30;
   // A connection in the middle of a request, or owed output, that makes no progress (no byte
   // read or written) for this long is closed. Connections between requests (a client blocked in

@@ -1,7 +1,6 @@
 // ddprun-store: the ddprun TCP store on its own (also reachable as `ddprun --store-only`).
 // Prints the port it listens on as the first line of stdout, serves until SIGINT/SIGTERM.
 
-#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -49,6 +48,12 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--max-keys", opts.limits.max_keys, "most keys (and queues) in the store")
       ->capture_default_str();
+  app.add_option("--max-watches-per-connection", opts.limits.max_watches_per_connection,
+                 "most keys one connection watches (WATCH_KEY)")
+      ->capture_default_str();
+  app.add_option("--max-watches", opts.limits.max_watches,
+                 "most watch registrations of all connections together")
+      ->capture_default_str();
   app.add_option(
          "--max-store-bytes", opts.limits.max_store_bytes,
          "most bytes the store holds: keys, values, queue items, WAIT and watch registrations")
@@ -58,24 +63,6 @@ int main(int argc, char** argv) {
                  "seconds a connection in the middle of a request or owed output may make no "
                  "progress; 0: never")
       ->check(CLI::Range(0.0, 1e7))  // ~115 days; larger would overflow the milliseconds
-      ->capture_default_str();
-  app.add_option(
-      "--follow", opts.replication.follow,
-      "HOST:PORT of a primary ddprun-store: run as its standby (replicates every mutation, answers "
-      "only "
-      "PING until promoted by COMPARE_SET /ddprun.replication/promote with a higher epoch)");
-  app.add_option("--epoch", opts.replication.epoch,
-                 "this store's epoch as primary (a promotion must exceed it)")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  app.add_option("--max-follower-lag-bytes", opts.replication.max_follower_lag_bytes,
-                 "replication output owed to one standby before it is dropped")
-      ->capture_default_str();
-  double ack_timeout_s = std::chrono::duration<double>(opts.replication.ack_timeout).count();
-  app.add_option("--follower-ack-timeout", ack_timeout_s,
-                 "seconds a standby may owe an acknowledgement (clients' replies wait for it) "
-                 "before it is dropped")
-      ->check(CLI::Range(0.001, 3600.0))
       ->capture_default_str();
   app.add_flag("--trace", opts.trace, "log every request on stderr (protocol debugging)");
   app.set_version_flag("--version", "ddprun-store " DDPRUN_VERSION);
@@ -94,13 +81,9 @@ int main(int argc, char** argv) {
   }
   opts.limits.idle_timeout =
       std::chrono::milliseconds(static_cast<long long>(idle_timeout_s * 1000));
-  opts.replication.ack_timeout =
-      std::chrono::milliseconds(std::max(1LL, static_cast<long long>(ack_timeout_s * 1000)));
-  // The job's token (never a flag: the command line is visible to every user of the machine):
-  // this store checks it, and a standby proves it to its primary.
+  // The job's token (never a flag: the command line is visible to every user of the machine).
   if (const char* token = std::getenv("DDPRUN_RDZV_TOKEN"); token != nullptr && *token != '\0') {
     opts.access_policy = std::make_shared<ddp::rdzv::TokenAccessPolicy>(token);
-    opts.replication.after_connect = ddp::rdzv::token_prover(token);
   }
 
   return ddp::rdzv::run_store_until_signal(opts, std::cout);

@@ -256,28 +256,52 @@ std::optional<bool> StoreModel::barrier(ClientId client, const std::string& key,
   return false;
 }
 
-void StoreModel::watch(ClientId client, const std::string& key) {
-  watchers_[key].push_back(client);
-  ++watched_keys_[client][key];
+std::vector<ClientId>& StoreModel::own_watchers(const std::string& key) {
+  auto& list = watchers_[key];
+  if (!list) {
+    list = std::make_shared<std::vector<ClientId>>();
+  } else if (list.use_count() > 1) {
+    list = std::make_shared<std::vector<ClientId>>(*list);  // an event still holds the old one
+  }
+  return *list;
+}
+
+void StoreModel::drop_watcher(const std::string& key, ClientId client) {
+  auto it = watchers_.find(key);
+  if (it == watchers_.end()) return;
+  auto& list = own_watchers(key);
+  // The latest registration first: a key watched by every node is unwatched in about constant
+  // time by whoever registered last.
+  auto pos = std::find(list.rbegin(), list.rend(), client);
+  if (pos != list.rend()) list.erase(std::next(pos).base());
+  if (list.empty()) watchers_.erase(key);
+  held_bytes_ -= entry_bytes(key.size(), 0);
+  --watch_total_;
+}
+
+bool StoreModel::watch(ClientId client, const std::string& key) {
+  if (!watched_keys_[client].insert(key).second) return false;
+  own_watchers(key).push_back(client);
   held_bytes_ += entry_bytes(key.size(), 0);
+  ++watch_total_;
+  return true;
+}
+
+bool StoreModel::watching(ClientId client, const std::string& key) const {
+  auto w = watched_keys_.find(client);
+  return w != watched_keys_.end() && w->second.contains(key);
+}
+
+std::size_t StoreModel::watch_count(ClientId client) const {
+  auto w = watched_keys_.find(client);
+  return w == watched_keys_.end() ? 0 : w->second.size();
 }
 
 bool StoreModel::unwatch(ClientId client, const std::string& key) {
   auto w = watched_keys_.find(client);
-  if (w == watched_keys_.end()) return false;
-  auto count = w->second.find(key);
-  if (count == w->second.end()) return false;
-  if (--count->second == 0) w->second.erase(count);
+  if (w == watched_keys_.end() || w->second.erase(key) == 0) return false;
   if (w->second.empty()) watched_keys_.erase(w);
-  auto it = watchers_.find(key);
-  if (it != watchers_.end()) {
-    // The latest registration: a key watched by every node is unwatched in about constant time
-    // by whoever registered last.
-    auto pos = std::find(it->second.rbegin(), it->second.rend(), client);
-    if (pos != it->second.rend()) it->second.erase(std::next(pos).base());
-    if (it->second.empty()) watchers_.erase(it);
-  }
-  held_bytes_ -= entry_bytes(key.size(), 0);
+  drop_watcher(key, client);
   return true;
 }
 
@@ -287,6 +311,9 @@ void StoreModel::queue_push(const std::string& queue, std::string item, Effects&
   held_bytes_ += entry_bytes(0, item.size());
   q->second.push_back(std::move(item));
   wake_one(queue, fx);
+  // A queue counts as present for WAIT and PROBE: its watchers (a proxy's WAITs) learn it too.
+  notify(queue, q->second.size() == 1 ? WatchEventType::KeyCreated : WatchEventType::KeyUpdated, {},
+         {}, fx);
 }
 
 std::optional<std::string> StoreModel::queue_pop(const std::string& queue,
@@ -316,13 +343,7 @@ void StoreModel::remove_client(ClientId client) {
   cancel_wait(client);
   auto w = watched_keys_.find(client);
   if (w == watched_keys_.end()) return;
-  for (const auto& [key, registrations] : w->second) {
-    held_bytes_ -= registrations * entry_bytes(key.size(), 0);
-    auto it = watchers_.find(key);
-    if (it == watchers_.end()) continue;
-    std::erase(it->second, client);
-    if (it->second.empty()) watchers_.erase(it);
-  }
+  for (const auto& key : w->second) drop_watcher(key, client);
   watched_keys_.erase(w);
 }
 
@@ -334,7 +355,7 @@ std::size_t StoreModel::waiter_registration_count() const {
 
 std::size_t StoreModel::watch_registration_count() const {
   std::size_t n = 0;
-  for (const auto& [key, list] : watchers_) n += list.size();
+  for (const auto& [key, list] : watchers_) n += list->size();
   return n;
 }
 

@@ -7,10 +7,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "rendezvous/protocol.hpp"
@@ -19,10 +21,15 @@ namespace ddp::rdzv {
 
 using ClientId = std::uint64_t;
 
-// One change of a watched key, for every client watching it (a client registered twice appears
-// twice, like 1.13). The values are held once however many watchers there are.
+// The clients watching one key (each once: a connection's repeated WATCH_KEY is one
+// registration). Shared between the model and the events in flight, never copied per change: the
+// model copies it only when it changes while an event still holds it.
+using WatcherList = std::shared_ptr<const std::vector<ClientId>>;
+
+// One change of a watched key, for every client watching it. The values are held once however
+// many watchers there are.
 struct WatchEvent {
-  std::vector<ClientId> watchers;
+  WatcherList watchers;
   WatchEventType type = WatchEventType::KeyUpdated;
   std::string key;
   std::string old_value;
@@ -81,7 +88,13 @@ class StoreModel {
   std::optional<bool> barrier(ClientId client, const std::string& key, std::int64_t world_size,
                               Effects& fx);
 
-  void watch(ClientId client, const std::string& key);
+  // Registers `client` on `key`; false (nothing changes) when it is registered already.
+  bool watch(ClientId client, const std::string& key);
+  bool watching(ClientId client, const std::string& key) const;
+  // Keys `client` watches, and registrations of every client together (the bounds of
+  // StoreLimits::max_watches_per_connection and max_watches).
+  std::size_t watch_count(ClientId client) const;
+  std::size_t watch_total() const { return watch_total_; }
   // Drops one registration of `client` on `key` (ddprun's UNWATCH); false when it had none.
   bool unwatch(ClientId client, const std::string& key);
 
@@ -89,8 +102,6 @@ class StoreModel {
   // Pops the head; `length_before` is the queue length before the pop (0 = nothing popped).
   std::optional<std::string> queue_pop(const std::string& queue, std::int64_t& length_before);
   std::int64_t queue_len(const std::string& queue) const;
-  // Every non-empty queue and its items, head first (a standby's snapshot, replication.hpp).
-  const std::unordered_map<std::string, std::deque<std::string>>& queues() const { return queues_; }
 
   // Forget every registration of a client that went away.
   void remove_client(ClientId client);
@@ -135,11 +146,16 @@ class StoreModel {
   // key -> (client -> number of registrations of that client on the key)
   std::unordered_map<std::string, std::unordered_map<ClientId, std::size_t>> waiters_;
   std::unordered_map<ClientId, PendingWait> pending_;
-  // key -> watching clients (a client registered twice is notified twice, like 1.13)
-  std::unordered_map<std::string, std::vector<ClientId>> watchers_;
-  // Reverse index for cleanup and UNWATCH: client -> key -> registrations (a proxy may hold tens
-  // of thousands and unwatch them one by one).
-  std::unordered_map<ClientId, std::unordered_map<std::string, std::size_t>> watched_keys_;
+  // The list of `key`'s watchers, copied first if an event still shares it.
+  std::vector<ClientId>& own_watchers(const std::string& key);
+  void drop_watcher(const std::string& key, ClientId client);
+
+  // key -> watching clients, each once
+  std::unordered_map<std::string, std::shared_ptr<std::vector<ClientId>>> watchers_;
+  // Reverse index for cleanup and UNWATCH: client -> keys it watches (a proxy may hold tens of
+  // thousands and unwatch them one by one).
+  std::unordered_map<ClientId, std::unordered_set<std::string>> watched_keys_;
+  std::size_t watch_total_ = 0;
   std::size_t held_bytes_ = 0;
 };
 

@@ -9,19 +9,16 @@
 #include <boost/asio/signal_set.hpp>
 
 namespace ddp::rdzv {
-namespace {
 
-// Thousands of clients need thousands of descriptors; the soft limit is often far below the hard
-// one.
-void raise_fd_limit() {
+std::optional<rlim_t> raise_fd_limit() {
   rlimit lim{};
   if (::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
+    const rlim_t before = lim.rlim_cur;
     lim.rlim_cur = lim.rlim_max;
-    ::setrlimit(RLIMIT_NOFILE, &lim);
+    if (::setrlimit(RLIMIT_NOFILE, &lim) == 0) return before;
   }
+  return std::nullopt;
 }
-
-}  // namespace
 
 int run_store_until_signal(const StoreServerOptions& opts, std::ostream& out) {
   raise_fd_limit();
@@ -30,7 +27,6 @@ int run_store_until_signal(const StoreServerOptions& opts, std::ostream& out) {
     StoreServer server(io, opts);
     // Handlers first, port second: whoever reads the port may signal us right away.
     boost::asio::signal_set signals(io, SIGINT, SIGTERM);
-    // A standby subscribes to its primary in start(): the port is printed once it follows.
     server.start();
     out << server.port() << std::endl;  // first line: the port clients should use
     signals.async_wait([&](const boost::system::error_code& ec, int) {
@@ -43,9 +39,6 @@ int run_store_until_signal(const StoreServerOptions& opts, std::ostream& out) {
     std::cerr << "ddprun-store: " << e.what();
     if (opts.port != 0) std::cerr << " (use --port 0 to let the system pick a free port)";
     std::cerr << '\n';
-    return 1;
-  } catch (const std::runtime_error& e) {  // --follow: the primary cannot be subscribed to
-    std::cerr << "ddprun-store: " << e.what() << '\n';
     return 1;
   }
   return 0;

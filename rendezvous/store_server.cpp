@@ -18,7 +18,6 @@
 #include "rendezvous/access_policy.hpp"
 #include "rendezvous/command_handler.hpp"
 #include "rendezvous/log.hpp"
-#include "rendezvous/replication.hpp"
 #include "rendezvous/store_session.hpp"
 
 namespace ddp::rdzv {
@@ -102,12 +101,8 @@ struct StoreServer::Core : SessionHost, std::enable_shared_from_this<StoreServer
         acceptor(io_context),
         retry_timer(io_context),
         sweep_timer(io_context),
-        ack_timer(io_context),
         options(opts),
-        scratch(kScratchBytes, '\0'),
-        replication(opts.replication) {
-    replication.on_released([this](std::uint64_t acknowledged) { release_held(acknowledged); });
-  }
+        scratch(kScratchBytes, '\0') {}
 
   const StoreLimits& limits() const override { return options.limits; }
   std::string& scratch_buffer() override { return scratch; }
@@ -194,23 +189,10 @@ struct StoreServer::Core : SessionHost, std::enable_shared_from_this<StoreServer
   void handle(StoreSession& session, Generation gen, Command&& cmd, bool first_request) override {
     ++requests[static_cast<std::size_t>(cmd.op)];
     if (options.trace) log_line(describe_request(session.id(), gen, cmd));
-    // A standby's (or fenced store's) role comes first: what a client proved to the access policy
-    // never makes it answer from its possibly stale state.
-    const bool handshake = options.access_policy && options.access_policy->is_handshake(cmd);
-    if (replication.refuse_by_role(session, cmd, handshake)) return;
     std::optional<Outcome> screened;
     if (options.access_policy && !(gen == Generation::G2 && first_request)) {
       screened = options.access_policy->screen(model, session.id(), cmd, options.limits);
     }
-    // Then replication (standby, promotion, fencing; see replication_hub.hpp), so an access
-    // policy screens its reserved keys like any other.
-    if (!screened && replication.intercept(session, cmd, model, [this](const std::string& reason) {
-          close_all(reason);
-        })) {
-      return;
-    }
-    std::optional<Command> mutation;
-    if (!screened && replication.has_followers()) mutation = replicated_form(cmd);
     Outcome outcome =
         screened
             ? std::move(*screened)
@@ -219,48 +201,10 @@ struct StoreServer::Core : SessionHost, std::enable_shared_from_this<StoreServer
     if (outcome.close_reason) {
       session.close_for_error(*outcome.close_reason);
     } else {
-      if (mutation) replication.publish(*mutation);  // to the followers before the reply
-      if (outcome.tags_on) session.tag_messages();   // TAGGED's own reply is the first tagged
+      if (outcome.tags_on) session.tag_messages();  // TAGGED's own reply is the first tagged
       session.send(outcome.reply);
     }
     if (!outcome.effects.woken.empty() || !outcome.effects.events.empty()) deliver(outcome.effects);
-    if (replication.has_deadlines()) arm_ack_timer();
-  }
-
-  // Synchronous replication (replication_hub.hpp): output that may reveal an unacknowledged
-  // mutation waits in its session; the sessions holding some are listed here.
-  std::uint64_t output_gate(const StoreSession& session) const override {
-    return replication.output_gate(session.id());
-  }
-  void output_held(StoreSession& session) override { holding.push_back(session.id()); }
-
-  void release_held(std::uint64_t acknowledged) {
-    std::vector<ClientId> waiting;
-    waiting.swap(holding);
-    for (ClientId id : waiting) {
-      auto it = sessions.find(id);
-      if (it == sessions.end()) continue;
-      auto session = it->second;  // alive even if writing closes it
-      if (session->release_output(acknowledged)) holding.push_back(id);
-    }
-  }
-
-  // Wakes when the earliest owed acknowledgement is due, to drop a standby that stalls clients.
-  void arm_ack_timer() {
-    if (ack_timer_armed || stopped) return;
-    const auto deadline = replication.next_ack_deadline();
-    if (!deadline) return;
-    ack_timer_armed = true;
-    // At most a second ahead: a deadline that comes up while the timer waits for a later one
-    // (a dropped follower's close, under a long --follower-ack-timeout) is then late by < 1 s.
-    ack_timer.expires_at(
-        std::min(*deadline, std::chrono::steady_clock::now() + std::chrono::seconds(1)));
-    ack_timer.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
-      self->ack_timer_armed = false;
-      if (ec || self->stopped) return;
-      self->replication.drop_overdue_followers(std::chrono::steady_clock::now());
-      self->arm_ack_timer();
-    });
   }
 
   // STOP_WAITING to woken clients, notifications to watchers: a G1 watcher gets the 1.13 frame
@@ -276,7 +220,7 @@ struct StoreServer::Core : SessionHost, std::enable_shared_from_this<StoreServer
     }
     for (const auto& event : effects.events) {
       std::optional<std::string> full, short_form;
-      for (ClientId id : event.watchers) {
+      for (ClientId id : *event.watchers) {
         auto it = sessions.find(id);
         if (it == sessions.end()) continue;
         auto session = it->second;
@@ -398,14 +342,8 @@ struct StoreServer::Core : SessionHost, std::enable_shared_from_this<StoreServer
     }
   }
 
-  void close_all(const std::string& reason) {
-    auto open = sessions;  // closing erases from `sessions`
-    for (auto& [id, session] : open) session->close_for_error(reason);
-  }
-
   void session_closed(ClientId id, bool for_error) override {
     if (options.access_policy) options.access_policy->forget(id);
-    replication.follower_closed(id);
     model.remove_client(id);
     sessions.erase(id);
     if (for_error) ++closed_for_errors;
@@ -418,8 +356,6 @@ struct StoreServer::Core : SessionHost, std::enable_shared_from_this<StoreServer
     acceptor.close(ignored);
     retry_timer.cancel();
     sweep_timer.cancel();
-    ack_timer.cancel();
-    replication.stop();
     auto open = sessions;  // closing erases from `sessions`
     for (auto& [id, session] : open) session->close();
   }
@@ -428,14 +364,10 @@ struct StoreServer::Core : SessionHost, std::enable_shared_from_this<StoreServer
   tcp::acceptor acceptor;
   asio::steady_timer retry_timer;
   asio::steady_timer sweep_timer;
-  asio::steady_timer ack_timer;
-  bool ack_timer_armed = false;
   StoreServerOptions options;
   std::string scratch;
   StoreModel model;
-  ReplicationHub replication;
   std::unordered_map<ClientId, std::shared_ptr<StoreSession>> sessions;
-  std::vector<ClientId> holding;  // sessions holding output behind the standby (some may be gone)
   ClientId next_id = 1;
   std::uint16_t port = 0;
   bool stopped = false;
@@ -466,9 +398,6 @@ StoreServer::~StoreServer() { core_->stop(); }
 std::uint16_t StoreServer::port() const { return core_->port; }
 
 void StoreServer::start() {
-  if (!core_->options.replication.follow.empty()) {
-    core_->replication.start_following(core_->io, core_->options.limits, core_->model);
-  }
   core_->accept_next();
   core_->start_sweeps();
 }

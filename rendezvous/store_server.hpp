@@ -10,7 +10,6 @@
 
 #include <boost/asio/io_context.hpp>
 
-#include "rendezvous/replication_hub.hpp"
 #include "rendezvous/store_limits.hpp"
 #include "rendezvous/store_stats.hpp"
 
@@ -24,7 +23,6 @@ struct StoreServerOptions {
   StoreLimits limits;
   bool trace = false;  // log every request (opcode, keys, sizes): for protocol debugging only
   std::shared_ptr<AccessPolicy> access_policy;  // none: every client may touch every key
-  ReplicationOptions replication;  // standby (--follow) and epoch; see replication_hub.hpp
 };
 
 // Listening failed; what() names address:port and the OS reason.
@@ -42,8 +40,7 @@ class StoreServer {
   StoreServer& operator=(const StoreServer&) = delete;
 
   std::uint16_t port() const;
-  void start();  // begin accepting on the io_context (a standby first subscribes to its primary:
-                 // throws std::runtime_error when it cannot)
+  void start();  // begin accepting on the io_context
   void stop();   // close the acceptor and every connection; idempotent
 
   // Must be called from the io_context's thread (or while it is not running).

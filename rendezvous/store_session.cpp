@@ -2,8 +2,6 @@
 
 #include <new>
 
-#include <boost/asio/post.hpp>
-
 #include <fmt/format.h>
 
 namespace ddp::rdzv {
@@ -51,8 +49,7 @@ bool StoreSession::output_backlogged() const {
 }
 
 void StoreSession::arm_read() {
-  // Closing: read on (and discard) regardless of what is owed, to see the peer's FIN.
-  if (closed_ || read_armed_ || (output_backlogged() && !closing_)) return;
+  if (closed_ || read_armed_ || output_backlogged()) return;
   read_armed_ = true;
   read_into_large_ = large_read_ != nullptr;
   const auto landing = read_into_large_ ? boost::asio::buffer(large_read_.get(), kLargeReadBytes)
@@ -122,14 +119,14 @@ void StoreSession::read_and_process(const boost::system::error_code& ec, std::si
   account_input();
   if (closed_) return;
   if (peer_done) {
-    finish(closing_);  // a connection closed for cause counts as one however it ends
+    finish(false);
     return;
   }
   resume_reading();  // what the output bound held back in this read, then read again
 }
 
 void StoreSession::on_bytes(std::string_view data) {
-  if (closed_ || closing_) return;  // closing: no more requests
+  if (closed_) return;
   if (kind_ == ConnectionKind::Undetermined || !in_.empty()) {
     in_.append(data);
     process_held_input();
@@ -176,28 +173,23 @@ std::size_t StoreSession::decode(std::string_view data) {
 }
 
 void StoreSession::send(std::string_view bytes, Message kind) {
-  if (closed_ || closing_ || bytes.empty()) return;
-  const std::size_t cap = limits_.max_pending_output_bytes;
+  if (closed_ || bytes.empty()) return;
+  // A tagged connection is a node's proxy: its replies are already held to the bound by reading
+  // no more requests while it is past it, and the proxy bounds each of its workers on its own
+  // side. A notification for it may go past the bound by one reply more (the most a reply
+  // accepted under the bound can add): closing the link would close every worker of the node for
+  // one worker's large reads (docs/scale.md, "Store proxy bounds").
+  const std::size_t cap =
+      limits_.max_pending_output_bytes +
+      (tagged_ && kind == Message::Event ? limits_.max_reply_bytes : std::size_t{0});
   if (pending_output_bytes() > cap) {
     close_for_error(
         fmt::format("owed more than {} bytes of replies and notifications it does not read", cap));
     return;
   }
-  const std::size_t start = out_.size();
   try {
     if (tagged_) out_.push_back(static_cast<char>(kind == Message::Reply ? kTagReply : kTagEvent));
     out_.append(bytes);
-    // Behind a gate when this output may reveal a mutation the standby has not acknowledged
-    // yet; output after held output waits with it (a connection's messages keep their order).
-    const std::uint64_t gate = host_->output_gate(*this);
-    if (gate > (held_.empty() ? 0 : held_.back().sequence)) {
-      held_.push_back(HeldOutput{start, gate});
-      if (held_.size() == 1) {
-        // Waiting on the standby is not the peer's stall: --idle-timeout counts from here.
-        last_progress_tick_ = host_->progress_tick();
-        host_->output_held(*this);
-      }
-    }
   } catch (const std::bad_alloc&) {
     fail_out_of_memory();
     return;
@@ -205,48 +197,17 @@ void StoreSession::send(std::string_view bytes, Message kind) {
   if (!batching_replies_) flush();
 }
 
-bool StoreSession::release_output(std::uint64_t acknowledged) {
-  if (closed_) return false;
-  auto first_held = held_.begin();
-  while (first_held != held_.end() && first_held->sequence <= acknowledged) ++first_held;
-  if (first_held == held_.begin()) return !held_.empty();
-  held_.erase(held_.begin(), first_held);
-  if (held_.empty()) std::vector<HeldOutput>().swap(held_);
-  flush();
-  // Held output may have been what stopped reading (past --max-pending-output-bytes). Resumed
-  // from the loop, not from here: this runs inside another connection's request (the standby's
-  // acknowledgement), which must not handle this connection's requests in its midst. The
-  // connection's own read path resumes by itself when this runs inside it.
-  if (!closed_ && !batching_replies_ && !read_armed_ && !write_in_flight_ && !resume_posted_) {
-    resume_posted_ = true;
-    boost::asio::post(socket_.get_executor(), [self = shared_from_this()] {
-      self->resume_posted_ = false;
-      if (self->read_armed_) return;
-      try {
-        self->resume_reading();
-      } catch (const std::bad_alloc&) {
-        self->fail_out_of_memory();
-      } catch (const std::length_error&) {
-        self->fail_out_of_memory();
-      }
-    });
-  }
-  return !closed_ && !held_.empty();
-}
-
 void StoreSession::flush() {
   if (closed_ || batching_replies_ || write_in_flight_) return;
-  const std::size_t end = writable_end();
-  if (out_off_ == end) {
-    account_output();  // held output (if any) counts as owed
-    if (closing_ && pending_output_bytes() == 0) shut_down_sending();
+  if (out_off_ == out_.size()) {
+    account_output();
     return;
   }
   // Write straight away on the non-blocking socket: almost every reply fits in the socket
   // buffer, and skipping an async operation per reply is most of the server's per-request cost.
   boost::system::error_code ec;
   const std::size_t n =
-      socket_.write_some(boost::asio::buffer(out_.data() + out_off_, end - out_off_), ec);
+      socket_.write_some(boost::asio::buffer(out_.data() + out_off_, out_.size() - out_off_), ec);
   if (ec && ec != boost::asio::error::would_block && ec != boost::asio::error::try_again) {
     finish(false);
     return;
@@ -257,17 +218,11 @@ void StoreSession::flush() {
     out_off_ = 0;
     release_if_large(out_);
     account_output();
-    if (closing_) shut_down_sending();
     return;
   }
   if (out_off_ > out_.size() / 2) {  // keep the unsent tail at the front without quadratic copying
     out_.erase(0, out_off_);
-    for (auto& part : held_) part.start -= out_off_;
     out_off_ = 0;
-  }
-  if (out_off_ == writable_end()) {  // all that may go went; the rest waits for the standby
-    account_output();
-    return;
   }
   // The peer is slow to read: wait until the socket is writable again. Owing output starts the
   // --idle-timeout clock even if the connection had been quiet for long.
@@ -353,31 +308,6 @@ void StoreSession::log_closing(std::string_view reason) {
       fmt::format("closing connection from {} ({}): {}", describe_peer(), gen, reason));
 }
 
-void StoreSession::close_after_output(std::string_view reason, std::string_view last_message) {
-  if (closed_ || closing_) return;
-  batching_replies_ = false;
-  log_closing(reason);
-  try {
-    out_.append(last_message);
-  } catch (const std::bad_alloc&) {
-    finish(true);
-    return;
-  }
-  closing_ = true;
-  std::string().swap(in_);
-  decoder_.reset();
-  account_input();
-  flush();
-  if (!closed_) arm_read();
-}
-
-void StoreSession::shut_down_sending() {
-  if (fin_sent_) return;
-  fin_sent_ = true;
-  boost::system::error_code ignored;
-  socket_.shutdown(boost::asio::ip::tcp::socket::shutdown_send, ignored);
-}
-
 void StoreSession::close_now() {
   if (closed_) return;
   if (pending_output_bytes() > 0) {
@@ -398,7 +328,6 @@ void StoreSession::finish(bool for_error) {
   decoder_.reset();
   std::string().swap(out_);
   out_off_ = 0;
-  std::vector<HeldOutput>().swap(held_);
   account_input();
   account_output();
   host_->session_closed(id_, for_error);

@@ -41,12 +41,6 @@ class SessionHost {
   // holding the most (which may be `session`).
   virtual void input_bytes_changed(StoreSession& session, std::ptrdiff_t delta) = 0;
   virtual void output_bytes_changed(StoreSession& session, std::ptrdiff_t delta) = 0;
-  // Synchronous replication (docs/scale.md, "Replication link"): output sent to `session` now
-  // may reach it only once the standby acknowledged this sequence number (0: at once). The
-  // host calls StoreSession::release_output() as acknowledgements arrive.
-  virtual std::uint64_t output_gate(const StoreSession& session) const = 0;
-  // `session` started holding output behind a gate (it was holding none).
-  virtual void output_held(StoreSession& session) = 0;
   // A coarse clock for --idle-timeout: advanced by the host's sweep timer.
   virtual std::uint64_t progress_tick() const = 0;
   // One line about a connection closed for cause (the host rate-limits them).
@@ -66,23 +60,10 @@ class StoreSession : public std::enable_shared_from_this<StoreSession> {
   // From the next send() on, every message carries its tag (TAGGED was accepted).
   void tag_messages() { tagged_ = true; }
   bool tagged() const { return tagged_; }
-  // The standby acknowledged every mutation up to `acknowledged`: write what that releases.
-  // Returns whether output is still held.
-  bool release_output(std::uint64_t acknowledged);
-  bool holds_output() const { return !held_.empty(); }
   // Close without logging (normal end or server stop).
   void close();
   // Close and write one log line naming the peer and the reason.
   void close_for_error(std::string_view reason);
-  // One log line as close_for_error() writes, then take no more requests: append
-  // `last_message` (past --max-pending-output-bytes if need be: it is the peer's last), write
-  // everything owed, then a FIN, and close once the peer closed its side too (what it still sends
-  // is read and discarded, so the close is no reset that could make its kernel drop what it has
-  // not read yet). The owner bounds the wait: close_now() ends it.
-  void close_after_output(std::string_view reason, std::string_view last_message);
-  // Close at once without a log line, counted as closed for cause: a reset if output is still
-  // owed (it never reached the peer's kernel), else gracefully.
-  void close_now();
 
   ClientId id() const { return id_; }
   bool is_open() const { return !closed_; }
@@ -105,8 +86,9 @@ class StoreSession : public std::enable_shared_from_this<StoreSession> {
   // connection closes or is backlogged. Returns the bytes used.
   std::size_t decode(std::string_view data);
   void flush();
-  // Closing, with nothing owed: send our FIN once.
-  void shut_down_sending();
+  // Close at once without a log line, counted as closed for cause: a reset if output is still
+  // owed (it never reached the peer's kernel), else gracefully.
+  void close_now();
   void on_writable(const boost::system::error_code& ec);
   // Once the output owed is small again: handle the requests held back, then read again.
   void resume_reading();
@@ -143,22 +125,10 @@ class StoreSession : public std::enable_shared_from_this<StoreSession> {
 
   std::string out_;  // replies not yet accepted by the socket, from out_off_
   std::size_t out_off_ = 0;
-  // Output behind replication gates: from `start` (an offset in out_) on, nothing may be written
-  // before the standby acknowledged `sequence`. Starts and sequences increase; each part runs to
-  // the next one's start (the last to the end of out_).
-  struct HeldOutput {
-    std::size_t start;
-    std::uint64_t sequence;
-  };
-  std::vector<HeldOutput> held_;  // a vector: an empty one costs an idle connection nothing
-  std::size_t writable_end() const { return held_.empty() ? out_.size() : held_.front().start; }
   bool write_in_flight_ = false;   // waiting for the socket to become writable
   bool batching_replies_ = false;  // while handling a read: send() queues, the end flushes once
   bool read_armed_ = false;
-  bool resume_posted_ = false;  // resume_reading() is queued on the loop
   bool closed_ = false;
-  bool closing_ = false;   // close_after_output(): no requests, writing the rest, then FIN
-  bool fin_sent_ = false;  // closing_ and all written: our side shut down
   bool tagged_ = false;
 };
 

@@ -10,7 +10,6 @@
 #include <fmt/format.h>
 
 #include "rendezvous/codec.hpp"
-#include "rendezvous/replication.hpp"
 #include "rendezvous/store_errors.hpp"
 
 namespace ddp::rdzv {
@@ -39,6 +38,45 @@ Outcome close_with(std::string reason) {
   Outcome out;
   out.close_reason = std::move(reason);
   return out;
+}
+
+// Why an unproven connection's request would eat into the store's reserve, or nullopt. Counts a
+// key as new when the store has no value under it (a queue's name counts as new: an upper bound).
+std::optional<std::string> reserve_refusal(const StoreModel& model, const Command& cmd,
+                                           const StoreLimits& limits) {
+  switch (cmd.op) {
+    case Op::Set:
+    case Op::CompareSet:
+    case Op::Add:
+    case Op::Append:
+    case Op::MultiSet:
+    case Op::QueuePush:
+    case Op::Barrier:
+      break;
+    default:
+      return std::nullopt;
+  }
+  const std::size_t key_room =
+      limits.max_keys - limits.max_keys / TokenAccessPolicy::kReservedFraction;
+  const std::size_t byte_room =
+      limits.max_store_bytes - limits.max_store_bytes / TokenAccessPolicy::kReservedFraction;
+  std::size_t bytes = 0;
+  for (const auto& k : cmd.keys) bytes += StoreModel::entry_bytes(k.size(), 0);
+  for (const auto& v : cmd.values) bytes += v.size();
+  if (model.held_bytes() + bytes > byte_room) {
+    return fmt::format(
+        "{} without the job's token would take the store past {} bytes (the rest "
+        "is kept for the job)",
+        op_name(cmd.op), byte_room);
+  }
+  if (model.key_count() + cmd.keys.size() <= key_room) return std::nullopt;
+  std::size_t fresh = 0;
+  for (const auto& k : cmd.keys) fresh += model.get(k) == nullptr ? 1 : 0;
+  if (fresh == 0 || model.key_count() + fresh <= key_room) return std::nullopt;
+  return fmt::format(
+      "{} without the job's token would take the store past {} keys (the rest is "
+      "kept for the job)",
+      op_name(cmd.op), key_room);
 }
 
 Outcome reply_bytes(std::string_view bytes) {
@@ -75,8 +113,7 @@ bool same_secret(std::string_view a, std::string_view b) {
 }
 
 bool is_protected_key(std::string_view wire_key) {
-  return starts_with(wire_key, kRendezvousKeyPrefix) ||
-         starts_with(wire_key, kReplicationKeyPrefix) || starts_with(wire_key, kAuthKeyPrefix);
+  return starts_with(wire_key, kRendezvousKeyPrefix) || starts_with(wire_key, kAuthKeyPrefix);
 }
 
 void prove_token(BlockingSocket& socket, std::string_view token,
@@ -117,11 +154,6 @@ std::function<void(BlockingSocket&, BlockingSocket::Clock::time_point)> token_pr
   };
 }
 
-bool TokenAccessPolicy::is_handshake(const Command& cmd) const {
-  return cmd.op == Op::Get && cmd.keys.size() == 1 &&
-         (cmd.keys[0] == kAuthChallengeKey || starts_with(cmd.keys[0], kAuthResponsePrefix));
-}
-
 std::optional<Outcome> TokenAccessPolicy::screen(const StoreModel& model, ClientId client,
                                                  const Command& cmd, const StoreLimits& limits) {
   if (cmd.op == Op::Get && cmd.keys.size() == 1) {
@@ -147,16 +179,9 @@ std::optional<Outcome> TokenAccessPolicy::screen(const StoreModel& model, Client
   if (auto it = clients_.find(client); it != clients_.end() && it->second.proven)
     return std::nullopt;
   for (const auto& key : cmd.keys) {
-    if (starts_with(key, kReplicationKeyPrefix)) {  // named, never echoed: it is a stranger's text
-      const char* what = key == kFollowKey    ? "a standby's subscription"
-                         : key == kPromoteKey ? "a promotion"
-                         : key == kFenceKey   ? "a fence"
-                         : key == kAckKey     ? "a standby's acknowledgement"
-                                              : "a replication key";
-      return close_with(fmt::format("{} without the job's token", what));
-    }
     if (is_protected_key(key)) return close_with("rendezvous key without the job's token");
   }
+  if (auto why = reserve_refusal(model, cmd, limits)) return close_with(std::move(*why));
   if (cmd.op == Op::ListKeys || cmd.op == Op::GetNumKeys) {
     // The same bound as the handler's LIST_KEYS (the filtered reply is never larger).
     if (cmd.op == Op::ListKeys && model.list_keys_bytes() > limits.max_reply_bytes) {

@@ -1,10 +1,9 @@
 #pragma once
 
 // The job's token on the store: a challenge-response handshake (HMAC-SHA256, OpenSSL) that an
-// agent (and a standby store) runs on each new connection, and the store's access policy that
-// keeps the rendezvous key space ("/ddprun/...") and the replication keys ("/ddprun.replication/
-// ...": follow, promote, fence) to connections that completed it. Workers never hold the token
-// and keep full access to every other key. See docs/rendezvous.md, "The token".
+// agent runs on each new connection, and the store's access policy that keeps the rendezvous
+// key space ("/ddprun/...") to connections that completed it. Workers never hold the token and
+// keep full access to every other key. See docs/rendezvous.md, "The token".
 
 #include <chrono>
 #include <functional>
@@ -34,8 +33,8 @@ std::string new_challenge();
 std::string challenge_response(std::string_view token, std::string_view challenge);
 // Constant-time comparison of two secrets' texts.
 bool same_secret(std::string_view a, std::string_view b);
-// Keys only a connection that proved the token may touch: the rendezvous keys, the replication
-// keys (replication.hpp) and the handshake's own keys.
+// Keys only a connection that proved the token may touch: the rendezvous keys and the
+// handshake's own keys.
 bool is_protected_key(std::string_view wire_key);
 
 // --- client side --------------------------------------------------------------------------
@@ -50,15 +49,16 @@ std::function<void(BlockingSocket&, BlockingSocket::Clock::time_point)> token_pr
 // --- store side ---------------------------------------------------------------------------
 // Answers the handshake; before it succeeds a connection may not name a protected key (it is
 // closed), and LIST_KEYS / GET_NUM_KEYS leave those keys out. A wrong response closes the
-// connection with a log line.
+// connection with a log line. A connection that has not proved the token may fill the store only
+// up to (1 - 1/kReservedFraction) of --max-keys and --max-store-bytes: the rest is kept for the
+// job's own keys, so a stranger filling the store cannot keep the job from forming.
 class TokenAccessPolicy final : public AccessPolicy {
  public:
+  static constexpr std::size_t kReservedFraction = 8;
   explicit TokenAccessPolicy(std::string token) : token_(std::move(token)) {}
   std::optional<Outcome> screen(const StoreModel& model, ClientId client, const Command& cmd,
                                 const StoreLimits& limits) override;
   void forget(ClientId client) override { clients_.erase(client); }
-  // GET of the challenge key or of a response key.
-  bool is_handshake(const Command& cmd) const override;
 
  private:
   struct ClientState {

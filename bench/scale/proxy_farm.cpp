@@ -74,8 +74,6 @@ int main(int argc, char** argv) {
   }
   opts.upstream_host = upstream.substr(0, colon);
   opts.upstream_port = static_cast<std::uint16_t>(std::stoi(upstream.substr(colon + 1)));
-  // The workers of 8 ranks and a wait link or two per proxy: the few idle links each may keep.
-  opts.max_idle_blocking_connections = 2;
   // The simulator plays thousands of ranks per thread on a shared machine and may not read a
   // reply for longer than the 30 s an agent's proxy allows a stalled worker: no idle timeout here
   // (measured: at 64k ranks every farm closed thousands of simulated ranks for it).

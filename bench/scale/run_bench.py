@@ -11,8 +11,7 @@ Contenders:
   proxy   ddprun-store behind one store proxy per 8 ranks: one ddprun-store-proxy process each
           (--proxy-bin; --proxy-max-n caps N: 2 cores, 24 GiB here), or with --proxy-farm many
           proxies per proxy_farm process. Root connections and requests are counted from the
-          root's --trace log. --proxy-max-watched-keys 0 keeps the proxies' WAITs on WAIT links
-          (one upstream connection per distinct pending WAIT, as before the watch link).
+          root's --trace log. --proxy-max-watched-keys sets the proxies' watched-key bound.
 Per row it also prints CPU seconds user+sys per process class (init_sim shards, proxy farms, root)
 and when the ranks finished each phase (connect, handshake, barrier, id, done: p50/p99/max); see
 docs/scale.md, "Where the time goes at scale", for the farm options (--farms, --sim-shards,
@@ -197,11 +196,10 @@ def run_with_proxies(args, n, shard_size):
         watch_args = [] if args.proxy_max_watched_keys is None else [
             "--max-watched-keys", str(args.proxy_max_watched_keys)]
         if args.proxy_farm:
-            # Many proxies per process. With watches each holds 12 descriptors at most
-            # (listener, 8 workers, the main link (and a watch link), one spare link); with
-            # WAIT links (--proxy-max-watched-keys 0) up to ~24 (one per distinct key list waited
-            # on at once). --farms asks for more processes than the descriptor limit needs.
-            fds = 24 if args.proxy_max_watched_keys == 0 else 12
+            # Many proxies per process. Each holds 12 descriptors at most (listener, 8 workers,
+            # its one root link, a BARRIER link or two). --farms asks for more processes than the
+            # descriptor limit needs.
+            fds = 12
             farms = max(-(-count // max(1, (shard_size - 64) // fds)), args.farms)
             per_farm = -(-count // farms)  # balanced: one farm's thread is one core at most
             # Each farm listens on its own 127.0.2.x address, so that the proxies' listening
@@ -302,7 +300,7 @@ def main():
     ap.add_argument("--proxy-max-n", type=int, default=4000,
                     help="largest N run with proxies (N/8 proxy processes)")
     ap.add_argument("--proxy-max-watched-keys", type=int, default=None,
-                    help="the proxies' --max-watched-keys (default: theirs; 0: WAIT links, no watch link)")
+                    help="the proxies' --max-watched-keys (default: theirs)")
     ap.add_argument("--sim-shards", type=int, default=1,
                     help="init_sim processes at least (more if the descriptor limit needs more)")
     ap.add_argument("--farms", type=int, default=1,

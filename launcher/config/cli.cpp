@@ -131,10 +131,13 @@ constexpr OptionSpec kOptions[] = {
     {"--store-proxy-max-watched-keys,--store_proxy_max_watched_keys", "N",
      "DDPRUN_STORE_PROXY_MAX_WATCHED_KEYS", &RawOptions::store_proxy_max_watched_keys, nullptr,
      nullptr,
-     "With --store-proxy: keys the proxy watches at once on its root link (default 65536; "
-     "0: every WAIT on a connection of its own to the root)"},
+     "With --store-proxy: keys the proxy watches at once on its root link for the workers' "
+     "WAITs (default 262144)"},
     {"--python", "PYTHON", nullptr, &RawOptions::python, nullptr, nullptr,
      "Interpreter for .py programs and -m (default $PYTHON_EXEC, else python3)"},
+    {"--preload", "MODULES", nullptr, &RawOptions::preload, nullptr, nullptr,
+     "Import these modules (e.g. torch,numpy) once in a per-node interpreter and fork every "
+     "Python worker from it, at start and at every restart (docs/warm-start.md)"},
     {"--scheduler", "NAME", nullptr, &RawOptions::scheduler, nullptr,
      "auto none slurm openmpi pmix pmi k8s-indexed kubeflow",
      "Cluster scheduler whose environment gives the node values: auto (default), none, slurm, "
@@ -149,18 +152,6 @@ constexpr OptionSpec kOptions[] = {
     {"--store-only,--store_only", nullptr, nullptr, nullptr, &RawOptions::store_only, nullptr,
      "Serve only the job's TCP store at --master_addr (default 127.0.0.1):--master_port (default "
      "29500; 0 = a free port, printed first) until SIGINT/SIGTERM; no program"},
-    {"--follow", "HOST:PORT", nullptr, &RawOptions::follow, nullptr, nullptr,
-     "With --store-only: be the standby of the store at HOST:PORT (every mutation replicated; "
-     "it serves once the agents promote it, see --rdzv_endpoint PRIMARY,STANDBY)"},
-    {"--follower-ack-timeout", "SECONDS", nullptr, &RawOptions::follower_ack_timeout, nullptr,
-     nullptr,
-     "With --store-only: how long a standby may owe an acknowledgement (clients' replies wait "
-     "for it) before this store drops it (default 2; keep it below the agents' "
-     "heartbeat_timeout)"},
-    {"--max-follower-lag-bytes", "BYTES", nullptr, &RawOptions::max_follower_lag_bytes, nullptr,
-     nullptr,
-     "With --store-only: replication output owed to one standby before this store drops it "
-     "(default 67108864)"},
     {"--max-rescales,--max_rescales", "N", nullptr, &RawOptions::max_rescales, nullptr, nullptr,
      "c10d MIN:MAX: membership changes allowed (default 100; = --rdzv_conf max_rescales=N)"},
     {"--node-failure-limit,--node_failure_limit", "K", nullptr, &RawOptions::node_failure_limit,

@@ -11,6 +11,7 @@
 #include "launcher/config/node_plan.hpp"
 #include "launcher/config/rdzv_conf_keys.hpp"
 #include "launcher/config/usage_error.hpp"
+#include "launcher/process/zygote_plan.hpp"
 
 namespace ddp::launcher {
 namespace {
@@ -142,7 +143,19 @@ Result<ConfiguredLaunch> config_from_options(const RawOptions& raw, const HostFa
   c.program_kind = *kind;
   c.program = first;
   c.program_args.assign(raw.program_and_args.begin() + 1, raw.program_and_args.end());
-  c.python = !raw.python.empty() ? raw.python : host.python_exec.value_or("python3");
+  c.python = !raw.python.empty()
+                 ? raw.python
+                 : host.python_exec.value_or(host.installed_python.value_or("python3"));
+  if (!raw.preload.empty()) {
+    if (c.program_kind == ProgramKind::Executable) {
+      return usage_error(fmt::format(
+          "--preload: '{}' is not a Python program (.py or -m); only those can be preloaded",
+          c.program));
+    }
+    auto modules = parse_preload_modules(raw.preload);
+    if (!modules) return modules.error();
+    c.preload = std::move(*modules);
+  }
 
   // Nodes: typed flags > PET_* > the scheduler's environment > ddprun's defaults.
   auto plan = plan_launch_nodes(raw, host.environment);
@@ -216,13 +229,16 @@ Result<ConfiguredLaunch> config_from_options(const RawOptions& raw, const HostFa
     c.master_port = c.multi_node() ? 29500 : 0;
   }
   if (!c.rdzv_endpoint.empty()) {
-    // c10d may name a standby store after a comma (parse_rdzv_endpoints checks that part).
+    // Only etcd lists several endpoints (its members). A c10d or static store has no standby:
+    // its host is a single point of failure, as in torchrun.
     const auto comma = c.rdzv_endpoint.find(',');
-    const bool etcd = c.rdzv_backend == "etcd" || c.rdzv_backend == "etcd-v2";  // members
-    if (comma != std::string::npos && c.rdzv_backend != "c10d" && !etcd) {
+    const bool lists_members = c.rdzv_backend == "etcd" || c.rdzv_backend == "etcd-v2";
+    if (comma != std::string::npos && !lists_members) {
       return usage_error(fmt::format(
-          "--rdzv_endpoint: '{}' names a standby store, which needs --rdzv_backend=c10d",
-          c.rdzv_endpoint));
+          "--rdzv_endpoint: '{}' names more than one store, but the {} store has no standby; "
+          "for no single point of failure use --rdzv_backend etcd with the etcd members as "
+          "--rdzv_endpoint",
+          c.rdzv_endpoint, c.rdzv_backend));
     }
     auto endpoint = parse_host_port("--rdzv_endpoint", c.rdzv_endpoint.substr(0, comma));
     if (!endpoint) return endpoint.error();
@@ -248,7 +264,7 @@ Result<ConfiguredLaunch> config_from_options(const RawOptions& raw, const HostFa
     return usage_error("--store-proxy must be on, off or auto, got '" + raw.store_proxy + "'");
   }
   if (!raw.store_proxy_max_watched_keys.empty()) {
-    auto n = parse_integer("--store-proxy-max-watched-keys", raw.store_proxy_max_watched_keys, 0,
+    auto n = parse_integer("--store-proxy-max-watched-keys", raw.store_proxy_max_watched_keys, 1,
                            1'000'000'000);
     if (!n) return n.error();
     c.store_proxy_max_watched_keys = static_cast<std::size_t>(*n);
@@ -289,7 +305,6 @@ Result<ConfiguredLaunch> config_from_options(const RawOptions& raw, const HostFa
   }
   auto grace = parse_seconds(grace_flag, grace_text);
   if (!grace) return grace.error();
-  if (*grace > 86400.0 * 365) return usage_error("--shutdown-timeout: more than a year");
   c.shutdown_timeout = std::chrono::milliseconds(static_cast<long long>(*grace * 1000.0));
   auto stop_signals = parse_signal_list(raw.signals_to_handle);
   if (!stop_signals) return stop_signals.error();

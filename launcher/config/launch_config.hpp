@@ -55,6 +55,7 @@ struct LaunchConfig {
   std::string program;                    // script, module or executable as given
   std::vector<std::string> program_args;  // untouched
   std::string python;                     // interpreter as given (resolved on PATH later)
+  std::vector<std::string> preload;       // --preload: modules of the zygote (docs/warm-start.md)
 
   std::string log_dir;  // empty: a temporary directory
   StreamSpec redirects;
@@ -86,9 +87,9 @@ struct LaunchConfig {
   /// --store-proxy, resolved (auto = multi-node): the workers reach the job's store through a
   /// proxy on their own node (rendezvous/proxy), only while the agents host the store.
   bool store_proxy = false;
-  /// --store-proxy-max-watched-keys: keys watched at once on the proxy's watch link (0: none,
-  /// every WAIT on a WAIT link of its own; rendezvous/proxy/store_proxy.hpp).
-  std::size_t store_proxy_max_watched_keys = 65536;
+  /// --store-proxy-max-watched-keys: keys watched at once on the proxy's link to the root
+  /// (StoreProxyOptions::max_watched_keys, rendezvous/proxy/store_proxy.hpp).
+  std::size_t store_proxy_max_watched_keys = 262144;
 
   /// True when OMP_NUM_THREADS must be set to 1 for the workers (unset and nproc > 1).
   bool default_omp_threads = false;
@@ -106,6 +107,9 @@ struct HostFacts {
   int driver_gpu_count = 0;
   int cpu_count = 1;
   std::optional<std::string> python_exec;  // $PYTHON_EXEC
+  /// The interpreter of the virtual environment ddprun is installed in, if any (the default
+  /// after --python and PYTHON_EXEC, as torchrun's is its own sys.executable).
+  std::optional<std::string> installed_python;
   bool omp_num_threads_set = false;
   std::string fresh_run_id = "none";  // used by --standalone
   /// The environment ddprun was started in: PET_NNODES & co. and the scheduler's variables.

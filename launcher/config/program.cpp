@@ -103,4 +103,17 @@ Result<std::string> resolve_worker_executable(const LaunchConfig& config,
   return python;
 }
 
+std::optional<std::string> venv_python_beside(const std::string& executable) {
+  const auto slash = executable.rfind('/');
+  if (slash == std::string::npos) return std::nullopt;
+  const std::string bin = executable.substr(0, slash);
+  const auto parent = bin.rfind('/');
+  const std::string root = parent == std::string::npos ? "." : bin.substr(0, parent);
+  if (::access((root + "/pyvenv.cfg").c_str(), R_OK) != 0) return std::nullopt;
+  for (const char* name : {"/python3", "/python"}) {
+    if (::access((bin + name).c_str(), X_OK) == 0) return bin + name;
+  }
+  return std::nullopt;
+}
+
 }  // namespace ddp::launcher

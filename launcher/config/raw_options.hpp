@@ -58,16 +58,14 @@ struct RawOptions {
   std::string color = "auto";  // auto, always or never
   bool dry_run = false;
   bool bind_gpu = false;
-  std::string python;                // empty: $PYTHON_EXEC, else python3 on PATH
+  std::string python;   // empty: $PYTHON_EXEC, else python3 on PATH
+  std::string preload;  // --preload: a comma list of modules; empty: workers are exec'd
   std::string store_proxy = "auto";  // on, off or auto (multi-node, 2+ per node, 1024+ ranks)
-  std::string store_proxy_max_watched_keys;  // empty: the proxy's default (65536)
+  std::string store_proxy_max_watched_keys;  // empty: the proxy's default (262144)
   std::string scheduler = "auto";            // auto, none or one detector (slurm, openmpi, ...)
   bool print_env_detect = false;             // print the scheduler detection report and exit
   bool store_only = false;                   // serve only the store at master_addr:master_port
-  std::string follow;                  // --store-only: HOST:PORT of the primary (a standby store)
-  std::string follower_ack_timeout;    // --store-only: seconds a standby may owe an ack
-  std::string max_follower_lag_bytes;  // --store-only: bytes owed to a standby before it is dropped
-  health::RawHealthOptions health;     // --hang-timeout, --status-port, ... (docs/health.md)
+  health::RawHealthOptions health;           // --hang-timeout, --status-port, ... (docs/health.md)
 
   /// The program and everything after it, untouched.
   std::vector<std::string> program_and_args;

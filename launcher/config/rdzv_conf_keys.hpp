@@ -15,6 +15,7 @@ inline const std::set<std::string>& known_rdzv_conf_keys() {
                                            "close_timeout",
                                            "read_timeout",
                                            "token",
+                                           "token_file",
                                            "heartbeat_interval",
                                            "heartbeat_timeout",
                                            "timeout",

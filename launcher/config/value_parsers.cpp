@@ -77,6 +77,10 @@ Result<double> parse_seconds(std::string_view flag, std::string_view text) {
   if (copy.empty() || end != copy.c_str() + copy.size() || !std::isfinite(value) || value < 0) {
     return usage_error(fmt::format("{}: '{}' is not a non-negative number of seconds", flag, text));
   }
+  // Past this, milliseconds and steady_clock deadlines overflow (a negative wait spins a core).
+  if (value > kMaxSeconds) {
+    return usage_error(fmt::format("{}: '{}' is more than a year of seconds", flag, text));
+  }
   return value;
 }
 

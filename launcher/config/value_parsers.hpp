@@ -25,7 +25,9 @@ Result<NodeRange> parse_node_range(std::string_view text);
 Result<long long> parse_integer(std::string_view flag, std::string_view text, long long lo,
                                 long long hi);
 
-/// A non-negative number of seconds (may be fractional), or an Error naming `flag`.
+/// A non-negative number of seconds (may be fractional) up to kMaxSeconds (a year), or an Error
+/// naming `flag`: flags and environment variables alike.
+inline constexpr double kMaxSeconds = 86400.0 * 365;
 Result<double> parse_seconds(std::string_view flag, std::string_view text);
 
 /// torchrun's Std: which of a worker's streams a setting applies to.

@@ -17,6 +17,10 @@ namespace ddp::launcher::health {
 namespace {
 // FileTimerClient refuses requests over PIPE_BUF (4096); anything longer is not one of its lines.
 constexpr size_t kMaxLine = 8192;
+constexpr size_t kMaxBytesPerWakeup = size_t{64} * 1024;
+constexpr auto kPauseAfterFullWakeup = std::chrono::milliseconds(5);
+constexpr auto kBadLineReportInterval = std::chrono::seconds(10);
+constexpr size_t kMaxTimers = 65536;
 
 bool process_running(pid_t pid) { return ::kill(pid, 0) == 0 || errno == EPERM; }
 }  // namespace
@@ -26,7 +30,11 @@ double epoch_seconds() {
 }
 
 FileTimerServer::FileTimerServer(boost::asio::io_context& io, Handlers handlers)
-    : read_end_(io), deadline_timer_(io), handlers_(std::move(handlers)) {}
+    : read_end_(io),
+      deadline_timer_(io),
+      pause_timer_(io),
+      report_timer_(io),
+      handlers_(std::move(handlers)) {}
 
 FileTimerServer::~FileTimerServer() { close(); }
 
@@ -55,6 +63,8 @@ Result<Ok> FileTimerServer::open(const std::string& path) {
 void FileTimerServer::close() {
   boost::system::error_code ignored;
   deadline_timer_.cancel();
+  pause_timer_.cancel();
+  report_timer_.cancel();
   if (read_end_.is_open()) read_end_.close(ignored);
   if (write_end_ >= 0) {
     ::close(write_end_);
@@ -80,18 +90,25 @@ void FileTimerServer::arm_read() {
   read_end_.async_wait(boost::asio::posix::descriptor_base::wait_read,
                        [this](const boost::system::error_code& ec) {
                          if (ec) return;
-                         read_lines();
-                         if (read_end_.is_open()) arm_read();
+                         if (!read_lines()) return arm_read();
+                         // A flood: the other handlers ran in between; now let time pass too.
+                         pause_timer_.expires_after(kPauseAfterFullWakeup);
+                         pause_timer_.async_wait([this](const boost::system::error_code& wait_ec) {
+                           if (!wait_ec && read_end_.is_open()) arm_read();
+                         });
                        });
 }
 
-void FileTimerServer::read_lines() {
+bool FileTimerServer::read_lines() {
   char buffer[16384];
+  const size_t timers_before = table_.size();
   bool changed = false;
-  for (;;) {
+  size_t total = 0;
+  while (total < kMaxBytesPerWakeup) {
     ssize_t n = ::read(read_end_.native_handle(), buffer, sizeof(buffer));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;  // EAGAIN (we hold a writer, so never EOF)
+    total += static_cast<size_t>(n);
     std::string_view chunk(buffer, static_cast<size_t>(n));
     while (!chunk.empty()) {
       size_t nl = chunk.find('\n');
@@ -105,21 +122,48 @@ void FileTimerServer::read_lines() {
       chunk.remove_prefix(nl + 1);
       if (discarding_) {
         discarding_ = false;
-        if (handlers_.on_bad_line) handlers_.on_bad_line("a line longer than 8192 bytes");
+        bad_line("a line longer than 8192 bytes");
         continue;
       }
-      std::string why;
-      if (auto request = parse_timer_request(partial_, &why)) {
-        table_.apply(*request);
+      if (!partial_.empty()) {
         changed = true;
-        if (handlers_.on_request) handlers_.on_request(*request);
-      } else if (!partial_.empty() && handlers_.on_bad_line) {
-        handlers_.on_bad_line(why);
+        handle_line(partial_);
       }
       partial_.clear();
     }
   }
-  if (changed) schedule();
+  if (changed || table_.size() != timers_before) schedule();
+  return total >= kMaxBytesPerWakeup;
+}
+
+void FileTimerServer::handle_line(std::string_view line) {
+  std::string why;
+  auto request = parse_timer_request(line, &why);
+  if (!request) return bad_line(std::move(why));
+  if (table_.size() >= kMaxTimers && request->expiration_time >= 0) {
+    return bad_line(fmt::format("more than {} timers at once", kMaxTimers));
+  }
+  table_.apply(*request);
+  if (handlers_.on_request) handlers_.on_request(*request);
+}
+
+void FileTimerServer::bad_line(std::string why) {
+  ++bad_lines_;
+  last_bad_why_ = std::move(why);
+  if (!report_due_) report_bad_lines();  // else the scheduled summary counts this one
+}
+
+void FileTimerServer::report_bad_lines() {
+  const size_t count = std::exchange(bad_lines_, 0);
+  if (handlers_.on_bad_lines) handlers_.on_bad_lines(count, last_bad_why_);
+  // Whatever follows within the interval is summarised once at its end.
+  report_due_ = true;
+  report_timer_.expires_after(kBadLineReportInterval);
+  report_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec) return;
+    report_due_ = false;
+    if (bad_lines_ > 0) report_bad_lines();
+  });
 }
 
 void FileTimerServer::schedule() {

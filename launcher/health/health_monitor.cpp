@@ -12,10 +12,13 @@
 #include <boost/asio/post.hpp>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <utility>
 
 #include "launcher/run/failure_report.hpp"
 
 #include "launcher/health/prometheus_text.hpp"
+#include "launcher/view/dashboard_page.hpp"
+#include "rendezvous/json_text.hpp"
 
 namespace ddp::launcher::health {
 namespace {
@@ -87,8 +90,11 @@ Result<Ok> HealthMonitor::open(const std::string& socket_dir, int nproc_per_node
     FileTimerServer::Handlers handlers;
     handlers.on_request = [this](const TimerRequest& r) { on_timer_request(r); };
     handlers.on_expired = [this](const std::vector<ExpiredTimer>& e) { on_timers_expired(e); };
-    handlers.on_bad_line = [this](const std::string& why) {
-      hooks_.say(fmt::format("warning: ignoring a line in the timer pipe: {}", why));
+    handlers.on_bad_lines = [this](size_t count, const std::string& why) {
+      hooks_.say(count == 1 ? fmt::format("warning: ignoring a line in the timer pipe: {}", why)
+                            : fmt::format("warning: ignored {} lines in the timer pipe in the "
+                                          "last 10 s (the last: {})",
+                                          count, why));
     };
     timer_server_ = std::make_unique<FileTimerServer>(io_, std::move(handlers));
     std::string path =
@@ -112,6 +118,7 @@ Result<Ok> HealthMonitor::open(const std::string& socket_dir, int nproc_per_node
                                ? settings_.status_addr
                                : "[" + settings_.status_addr + "]",
                            status_port_));
+    beacon_ = StatusBeacon::write(status_beacon_dir(), settings_.status_addr, status_port_, host);
   }
   return Ok{};
 }
@@ -136,11 +143,13 @@ void HealthMonitor::attempt_started(int attempt, const std::vector<MonitoredWork
   workers_ = workers;
   phase_ = Phase::Running;
   stack_dump_started_ = false;
+  attempt_stacks_.clear();
   progress_events_ = 0;
   std::vector<int> ranks;
   ranks.reserve(workers.size());
   for (const auto& w : workers) ranks.push_back(w.rank);
   tracker_.start_attempt(ranks, Clock::now());
+  exits_.assign(workers.size(), "");
   stragglers_.reset();
   if (timer_server_) timer_server_->forget_all();
   schedule_hang_check();
@@ -299,32 +308,44 @@ void HealthMonitor::dump_stacks(const std::string& reason,
     if (static_cast<size_t>(w.local_rank) < ranks.size() && !ranks[w.local_rank].alive) continue;
     targets.push_back(StackTarget{w.rank, w.pid, w.log_dir + "/stacks.txt"});
   }
-  if (stack_dump_started_ || stacks_.busy() || targets.empty()) {
-    // The stacks of this attempt are saved already (or being saved): act now.
-    boost::asio::post(io_, [then] { then({}); });
+  if (stacks_.busy()) {
+    // Two timers expiring together: the running dump covers every live worker; act on this one
+    // once it is saved (signalling now would kill a rank under its tool).
+    dump_waiters_.push_back(then);
+    return;
+  }
+  if (stack_dump_started_ || targets.empty()) {
+    // The stacks of this attempt are saved already: act now.
+    boost::asio::post(io_, [then, saved = attempt_stacks_] { then(saved); });
     return;
   }
   stack_dump_started_ = true;
+  dump_waiters_.push_back(then);
   const auto started = Clock::now();
-  stacks_.dump(targets, reason, [this, then, started](const std::vector<StackResult>& results) {
+  stacks_.dump(targets, reason, [this, started](const std::vector<StackResult>& results) {
     std::vector<std::string> saved;
     nlohmann::json files = nlohmann::json::array();
     for (const auto& r : results) {
+      const bool complete = r.outcome == "ok";
       saved.push_back(fmt::format("rank {} stacks: {}{}{}", r.rank, r.output_path,
                                   r.tool.empty() ? " (no tool)" : " (" + r.tool + ")",
-                                  r.timed_out ? " [tool timed out]" : ""));
+                                  r.tool.empty() || complete ? "" : " [" + r.outcome + "]"));
       files.push_back({{"rank", r.rank},
                        {"pid", r.pid},
                        {"path", r.output_path},
                        {"tool", r.tool},
+                       {"outcome", r.outcome},
                        {"timed_out", r.timed_out}});
     }
     hooks_.emit("stacks_saved", {{"attempt", attempt_},
                                  {"files", files},
                                  {"seconds", seconds_between(started, Clock::now())}});
-    then(std::move(saved));
+    attempt_stacks_ = saved;
+    for (auto& waiter : std::exchange(dump_waiters_, {})) waiter(saved);
   });
 }
+
+std::vector<pid_t> HealthMonitor::stack_tools() const { return stacks_.tool_pids(); }
 
 void HealthMonitor::schedule_straggler_tick() {
   if (settings_.straggler_ratio <= 0) return;
@@ -360,6 +381,10 @@ void HealthMonitor::worker_exited(int local_rank, const ExitStatus& status,
                       : status.kind == ExitStatus::Kind::Signaled ? "signal"
                                                                   : "exit_code";
   ++exits_by_cause_[cause];
+  if (static_cast<size_t>(local_rank) < exits_.size()) {
+    exits_[local_rank] = status.kind == ExitStatus::Kind::Signaled ? signal_name(status.signal)
+                                                                   : std::to_string(status.code);
+  }
   if (timer_server_ && static_cast<size_t>(local_rank) < workers_.size()) {
     timer_server_->forget(workers_[local_rank].pid);
   }
@@ -397,9 +422,11 @@ void HealthMonitor::finish(bool succeeded) {
   hang_timer_.cancel();
   straggler_timer_.cancel();
   stacks_.cancel();
+  dump_waiters_.clear();
   for (auto& h : heartbeats_) h->close();
   if (timer_server_) timer_server_->close();
   if (status_server_) status_server_->close();
+  beacon_.reset();
   if (!own_socket_dir_.empty()) {
     ::rmdir(own_socket_dir_.c_str());
     own_socket_dir_.clear();
@@ -415,9 +442,8 @@ HttpAnswer HealthMonitor::answer(const std::string& target) const {
   if (target == "/status") return {200, "application/json", status_json()};
   if (target == "/metrics")
     return {200, "text/plain; version=0.0.4; charset=utf-8", metrics_text()};
-  if (target == "/") {
-    return {200, "text/plain; charset=utf-8",
-            "ddprun status endpoint: /healthz /status /metrics\n"};
+  if (target == "/" || target == "/index.html") {
+    return {200, "text/html; charset=utf-8", std::string(view::dashboard_page())};
   }
   return {404, "text/plain; charset=utf-8", "not found\n"};
 }
@@ -432,8 +458,11 @@ std::string HealthMonitor::status_json() const {
                      {"pid", workers_[i].pid},
                      {"state", tr[i].alive ? "running" : "exited"},
                      {"last_progress_age_s", seconds_between(tracker_.last_progress(i), now)},
-                     {"heartbeats", tr[i].heartbeats}};
+                     {"heartbeats", tr[i].heartbeats},
+                     {"straggler", stragglers_.flagged(i)}};
     r["last_step"] = tr[i].step ? nlohmann::json(*tr[i].step) : nlohmann::json();
+    r["exit"] =
+        i < exits_.size() && !exits_[i].empty() ? nlohmann::json(exits_[i]) : nlohmann::json();
     ranks.push_back(r);
   }
   const auto source = tracker_.active_source();
@@ -447,11 +476,20 @@ std::string HealthMonitor::status_json() const {
       {"hang_timeout_s", settings_.hang_timeout.count() / 1000.0},
       {"hang_verdicts", hang_verdicts_},
       {"timer_expirations", timer_expirations_},
+      {"status_port", status_port_},
+      // Other nodes' pages point at node 0's only when every node was given the same port.
+      {"status_port_fixed", settings_.status_port.value_or(0) != 0},
       {"ranks", ranks}};
+  if (const RecentEvents* history = hooks_.history ? hooks_.history() : nullptr) {
+    j["job"] = history->job_json();
+    auto events = history->events_json();
+    j["events"] = std::move(events["events"]);
+    j["events_dropped"] = events["dropped"];
+  }
   const auto elsewhere = tracker_.last_progress_elsewhere();
   j["last_progress_elsewhere_age_s"] =
       elsewhere ? nlohmann::json(seconds_between(*elsewhere, now)) : nlohmann::json();
-  return j.dump() + "\n";
+  return dump_json(j) + "\n";
 }
 
 std::string HealthMonitor::metrics_text() const {

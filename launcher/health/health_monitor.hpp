@@ -28,7 +28,9 @@
 #include "launcher/health/no_progress_restarts.hpp"
 #include "launcher/health/progress_tracker.hpp"
 #include "launcher/health/prometheus_text.hpp"
+#include "launcher/health/recent_events.hpp"
 #include "launcher/health/stack_dumper.hpp"
+#include "launcher/health/status_beacon.hpp"
 #include "launcher/health/status_server.hpp"
 #include "launcher/health/straggler_detector.hpp"
 #include "launcher/status/exit_status.hpp"
@@ -64,6 +66,8 @@ class HealthMonitor {
     std::function<void(long long events, std::optional<long long> best_step)> on_progress;
     /// More families for /metrics, appended at the end (the hosted store's counters).
     std::function<void(PrometheusText&)> extra_metrics;
+    /// The job's digest and recent events for /status ("job", "events": RecentEvents).
+    std::function<const RecentEvents*()> history;
   };
 
   HealthMonitor(boost::asio::io_context& io, HealthSettings settings, Hooks hooks,
@@ -95,6 +99,8 @@ class HealthMonitor {
   std::optional<std::string> attempt_failed();
   /// The run is over (`succeeded` or not). Closes everything.
   void finish(bool succeeded);
+  /// The stack tools still running: ddprun's children, but not the workers' leftovers.
+  std::vector<pid_t> stack_tools() const;
 
   // For /status, /metrics and tests.
   const ProgressTracker& progress() const { return tracker_; }
@@ -132,6 +138,7 @@ class HealthMonitor {
   std::vector<std::unique_ptr<HeartbeatSocket>> heartbeats_;
   std::unique_ptr<FileTimerServer> timer_server_;
   std::unique_ptr<StatusServer> status_server_;
+  std::unique_ptr<StatusBeacon> beacon_;  // tells `ddprun top` where the endpoint is
   StackDumper stacks_;
   ProgressTracker tracker_;
   StragglerDetector stragglers_;
@@ -141,7 +148,10 @@ class HealthMonitor {
   int status_port_ = 0;
   std::string own_socket_dir_;       // made for the sockets (deep --log-dir); removed at the end
   bool stack_dump_started_ = false;  // one dump per attempt
-  long long progress_events_ = 0;    // this attempt's progress events that counted (on_progress)
+  std::vector<std::string> attempt_stacks_;  // what it saved, for a later timer of the attempt
+  /// Acting on a hang or a timer once the running dump is saved (queued, in order).
+  std::vector<std::function<void(std::vector<std::string>)>> dump_waiters_;
+  long long progress_events_ = 0;  // this attempt's progress events that counted (on_progress)
 
   // Counters for /metrics.
   long long hang_verdicts_ = 0;
@@ -149,6 +159,7 @@ class HealthMonitor {
   long long stragglers_found_ = 0;
   long long heartbeats_total_ = 0;
   std::map<std::string, long long> exits_by_cause_;
+  std::vector<std::string> exits_;  // per local rank: how it ended ("" while running), for /status
 };
 
 }  // namespace ddp::launcher::health

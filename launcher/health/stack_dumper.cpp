@@ -2,9 +2,10 @@
 #include "launcher/health/stack_dumper.hpp"
 
 #include <fcntl.h>
+#include <linux/sched.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -12,9 +13,11 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <sstream>
+#include <utility>
 
 #include "launcher/run/failure_report.hpp"
 
@@ -23,7 +26,6 @@ extern char** environ;
 namespace ddp::launcher::health {
 namespace {
 
-int pidfd_open(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
 int pidfd_send_signal(int pidfd, int sig) {
   return static_cast<int>(::syscall(SYS_pidfd_send_signal, pidfd, sig, nullptr, 0));
 }
@@ -34,6 +36,59 @@ void append_line(const std::string& path, const std::string& line) {
   ssize_t ignored = ::write(fd, line.data(), line.size());
   (void)ignored;
   ::close(fd);
+}
+
+/// A child with no exit signal, so that waitpid(-1) (the Agent's reaper) passes it by; the
+/// caller gets its pidfd and reaps it with waitid(P_PIDFD). Returns the pid (-1: errno set).
+pid_t clone_without_exit_signal(int& pidfd) {
+  clone_args args{};
+  args.flags = CLONE_PIDFD;
+  args.pidfd = reinterpret_cast<std::uint64_t>(&pidfd);
+  args.exit_signal = 0;
+  long pid = ::syscall(SYS_clone3, &args, sizeof args);
+  if (pid < 0 && (errno == ENOSYS || errno == EPERM)) {
+    // clone3 refused (an old kernel, a seccomp filter): the classic clone; its first three
+    // arguments (flags, stack, parent_tid, where CLONE_PIDFD puts the pidfd) are the same on
+    // every architecture ddprun builds for.
+    pid = ::syscall(SYS_clone, CLONE_PIDFD, nullptr, &pidfd, nullptr, nullptr);
+  }
+  return static_cast<pid_t>(pid);
+}
+
+/// Starts `argv` with stdin on /dev/null and stdout and stderr appended to `output`.
+pid_t start_tool(std::vector<std::string>& argv, const std::string& output, int& pidfd) {
+  std::vector<char*> args;
+  for (auto& a : argv) args.push_back(a.data());
+  args.push_back(nullptr);
+  sigset_t all, old;
+  sigfillset(&all);
+  ::pthread_sigmask(SIG_SETMASK, &all, &old);  // no handler of ddprun's runs in the child
+  const pid_t pid = clone_without_exit_signal(pidfd);
+  if (pid == 0) {  // only system calls until exec
+    const int in = ::open("/dev/null", O_RDONLY);
+    const int out = ::open(output.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (in < 0 || out < 0 || ::dup2(in, 0) < 0 || ::dup2(out, 1) < 0 || ::dup2(out, 2) < 0)
+      ::_exit(126);
+    ::sigprocmask(SIG_SETMASK, &old, nullptr);
+    ::execve(args[0], args.data(), environ);
+    ::_exit(127);
+  }
+  const int clone_errno = errno;
+  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  errno = clone_errno;
+  return pid;
+}
+
+/// Reaps the tool; its outcome ("" when it has not ended yet).
+std::string reap_tool(int pidfd, bool block) {
+  siginfo_t info{};
+  const int options = WEXITED | __WALL | (block ? 0 : WNOHANG);
+  if (::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(pidfd), &info, options) != 0)
+    return "unknown";
+  if (info.si_pid == 0) return "";
+  if (info.si_code == CLD_EXITED)
+    return info.si_status == 0 ? "ok" : fmt::format("exit {}", info.si_status);
+  return fmt::format("signal {}", info.si_status);
 }
 
 }  // namespace
@@ -65,6 +120,7 @@ bool is_python_process(pid_t pid) {
 /// One dump: a tool per target, a shared deadline, and the callback once the last one ends.
 struct StackDumper::Run : std::enable_shared_from_this<StackDumper::Run> {
   struct Tool {
+    pid_t pid = -1;
     std::unique_ptr<boost::asio::posix::stream_descriptor> pidfd;
     bool ended = false;
   };
@@ -75,16 +131,37 @@ struct StackDumper::Run : std::enable_shared_from_this<StackDumper::Run> {
   size_t pending = 0;
   bool cancelled = false;
   Done done;
+  std::function<void()> idle;  // the dumper is free again (before `done`: it may dump again)
 
-  void ended(size_t i) {
+  /// Tool `i` ended (its pidfd turned readable), or is reaped here after a kill (`block`).
+  /// Waits (on the loop) for tool `i` to end.
+  void watch(size_t i) {
+    tools[i].pidfd->async_wait(boost::asio::posix::descriptor_base::wait_read,
+                               [self = shared_from_this(), i](const boost::system::error_code& ec) {
+                                 if (!ec && !self->cancelled) self->ended(i);
+                               });
+  }
+  /// Tool `i` ended (its pidfd turned readable), or is reaped here after a kill (`block`).
+  void ended(size_t i, bool block = false) {
     if (tools[i].ended) return;
+    const std::string outcome = reap_tool(tools[i].pidfd->native_handle(), block);
+    if (outcome.empty()) {  // not yet (a spurious wake-up)
+      watch(i);
+      return;
+    }
     tools[i].ended = true;
+    if (results[i].outcome.empty()) results[i].outcome = outcome;
+    if (outcome != "ok" && !results[i].timed_out && !cancelled) {
+      append_line(results[i].output_path,
+                  fmt::format("# ddprun: {} ended with {}\n", results[i].tool, outcome));
+    }
     boost::system::error_code ignored;
-    if (tools[i].pidfd) tools[i].pidfd->close(ignored);
+    tools[i].pidfd->close(ignored);
     if (--pending == 0) finish();
   }
   void finish() {
     deadline.cancel();
+    if (idle) std::exchange(idle, nullptr)();
     if (!cancelled && done) {
       Done d = std::move(done);
       d(std::move(results));
@@ -92,8 +169,9 @@ struct StackDumper::Run : std::enable_shared_from_this<StackDumper::Run> {
   }
   void kill_all(bool timed_out) {
     for (size_t i = 0; i < tools.size(); ++i) {
-      if (tools[i].ended || !tools[i].pidfd) continue;
+      if (tools[i].ended) continue;
       pidfd_send_signal(tools[i].pidfd->native_handle(), SIGKILL);
+      results[i].outcome = timed_out ? "timed out" : "cancelled";
       if (timed_out) {
         results[i].timed_out = true;
         append_line(results[i].output_path,
@@ -109,26 +187,34 @@ StackDumper::StackDumper(boost::asio::io_context& io, StackTools tools,
 
 StackDumper::~StackDumper() { cancel(); }
 
+std::vector<pid_t> StackDumper::tool_pids() const {
+  std::vector<pid_t> pids;
+  if (!running_) return pids;
+  for (const auto& t : running_->tools) {
+    if (!t.ended) pids.push_back(t.pid);
+  }
+  return pids;
+}
+
 void StackDumper::cancel() {
   if (!running_) return;
-  running_->cancelled = true;
-  running_->kill_all(false);
-  running_->deadline.cancel();
-  running_.reset();
+  auto run = std::exchange(running_, nullptr);
+  run->cancelled = true;
+  run->kill_all(false);
+  run->deadline.cancel();
+  // SIGKILLed: they end at once, and nobody else reaps them.
+  for (size_t i = 0; i < run->tools.size(); ++i) run->ended(i, true);
 }
 
 void StackDumper::dump(const std::vector<StackTarget>& targets, const std::string& reason,
                        Done done) {
   auto run = std::make_shared<Run>(io_);
   run->done = std::move(done);
-  const bool refuse = busy();
   const std::string when = format_utc(std::chrono::system_clock::now());
   for (const auto& t : targets) {
-    StackResult result{t.rank, t.pid, t.output_path, "", false};
+    StackResult result{t.rank, t.pid, t.output_path, "", false, ""};
     std::vector<std::string> argv;
-    if (refuse) {
-      // Another dump is running for these very processes; say so rather than ptrace twice.
-    } else if (!tools_.py_spy.empty() && is_python_process(t.pid)) {
+    if (!tools_.py_spy.empty() && is_python_process(t.pid)) {
       result.tool = "py-spy";
       argv = {tools_.py_spy, "dump", "--pid", std::to_string(t.pid)};
     } else if (!tools_.eu_stack.empty()) {
@@ -144,34 +230,18 @@ void StackDumper::dump(const std::vector<StackTarget>& targets, const std::strin
                             when, reason, result.tool.empty() ? "" : ", by " + result.tool));
     Run::Tool tool;
     if (!argv.empty()) {
-      posix_spawn_file_actions_t actions;
-      posix_spawn_file_actions_init(&actions);
-      posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-      posix_spawn_file_actions_addopen(&actions, 1, t.output_path.c_str(),
-                                       O_WRONLY | O_CREAT | O_APPEND, 0644);
-      posix_spawn_file_actions_adddup2(&actions, 1, 2);
-      std::vector<char*> args;
-      args.reserve(argv.size() + 1);
-      for (auto& a : argv) args.push_back(a.data());
-      args.push_back(nullptr);
-      pid_t pid = -1;
-      int rc = ::posix_spawn(&pid, args[0], &actions, nullptr, args.data(), environ);
-      posix_spawn_file_actions_destroy(&actions);
-      int fd = rc == 0 ? pidfd_open(pid) : -1;
-      if (fd >= 0) {
-        tool.pidfd = std::make_unique<boost::asio::posix::stream_descriptor>(io_, fd);
+      int pidfd = -1;
+      tool.pid = start_tool(argv, t.output_path, pidfd);
+      if (tool.pid > 0) {
+        tool.pidfd = std::make_unique<boost::asio::posix::stream_descriptor>(io_, pidfd);
       } else {
-        // Could not start, or it already ended and was reaped: nothing to wait for.
-        if (rc != 0) {
-          append_line(t.output_path,
-                      fmt::format("# ddprun: cannot run {}: {}\n", argv[0], std::strerror(rc)));
-        }
+        append_line(t.output_path,
+                    fmt::format("# ddprun: cannot run {}: {}\n", argv[0], std::strerror(errno)));
+        result.outcome = "not started";
         tool.ended = true;
       }
     } else {
-      append_line(t.output_path, refuse
-                                     ? "# ddprun: another stack dump is running\n"
-                                     : "# ddprun: no stack tool found (py-spy, eu-stack, gdb)\n");
+      append_line(t.output_path, "# ddprun: no stack tool found (py-spy, eu-stack, gdb)\n");
       tool.ended = true;
     }
     run->results.push_back(std::move(result));
@@ -185,16 +255,11 @@ void StackDumper::dump(const std::vector<StackTarget>& targets, const std::strin
     return;
   }
   running_ = run;
+  run->idle = [this, raw = run.get()] {
+    if (running_.get() == raw) running_.reset();
+  };
   for (size_t i = 0; i < run->tools.size(); ++i) {
-    if (run->tools[i].ended) continue;
-    // A pidfd becomes readable when its process ends.
-    run->tools[i].pidfd->async_wait(boost::asio::posix::descriptor_base::wait_read,
-                                    [this, run, i](const boost::system::error_code& ec) {
-                                      if (ec || run->cancelled) return;
-                                      // Not busy any more once `done` runs: it may dump again.
-                                      if (run->pending == 1 && running_ == run) running_.reset();
-                                      run->ended(i);
-                                    });
+    if (!run->tools[i].ended) run->watch(i);  // a pidfd becomes readable when its process ends
   }
   run->deadline.expires_after(limit_);
   run->deadline.async_wait([run](const boost::system::error_code& ec) {

@@ -6,9 +6,11 @@
 ///   - a Python process (its executable's name starts with "python") and py-spy on PATH:
 ///     `py-spy dump --pid P` (Python frames with file and line);
 ///   - otherwise `eu-stack -p P` (elfutils), else `gdb -p P -batch -ex "thread apply all bt"`.
-/// Completion is seen through a pidfd on the loop (the Agent reaps every child, so waitpid is
-/// not ours to call); a tool still running at the limit is SIGKILLed through the same pidfd.
-/// Nothing here blocks the loop.
+/// The tools are the dumper's own: started with no exit signal (clone with CLONE_PIDFD), so the
+/// Agent's waitpid(-1) never reaps them, their end is seen through the pidfd on the loop and the
+/// dumper reaps them itself (waitid on the pidfd) and reports how each ended. The Agent leaves
+/// them alone while it cleans up (tool_pids()). A tool still running at the limit is SIGKILLed
+/// through the same pidfd. Nothing here blocks the loop.
 
 #include <sys/types.h>
 
@@ -41,6 +43,9 @@ struct StackResult {
   std::string output_path;
   std::string tool;        // "py-spy", "eu-stack", "gdb" or "" (none could run)
   bool timed_out = false;  // killed at the limit (the file has what it wrote until then)
+  /// How the tool ended: "ok" (exit 0), "exit N", "signal N" (killed, by someone else than
+  /// the dumper), "timed out", "cancelled", or "" (no tool ran).
+  std::string outcome;
 };
 
 class StackDumper {
@@ -53,11 +58,13 @@ class StackDumper {
   StackDumper& operator=(const StackDumper&) = delete;
 
   /// Dumps every target; `done` runs on the loop once all tools ended or were killed. `reason`
-  /// goes into each file's header line. One dump at a time: a second call while one runs waits
-  /// for nothing and reports every target without a tool.
+  /// goes into each file's header line. One dump at a time (never ptrace a process twice): the
+  /// caller waits for busy() to end (HealthMonitor queues behind the running dump).
   void dump(const std::vector<StackTarget>& targets, const std::string& reason, Done done);
   bool busy() const { return running_ != nullptr; }
-  /// Kills every tool still running (ddprun is leaving). `done` is not called.
+  /// The tools still running (not leftovers of the workers: the Agent must not kill them).
+  std::vector<pid_t> tool_pids() const;
+  /// Kills every tool still running and reaps it (ddprun is leaving). `done` is not called.
   void cancel();
 
  private:

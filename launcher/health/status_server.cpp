@@ -6,17 +6,25 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
+#include <algorithm>
+
 namespace ddp::launcher::health {
 
 namespace beast = boost::beast;
 namespace http = boost::beast::http;
 using tcp = boost::asio::ip::tcp;
 
+namespace {
+constexpr std::chrono::milliseconds kAcceptRetryFirst{50};
+constexpr std::chrono::milliseconds kAcceptRetryMax{1000};
+}  // namespace
+
 class StatusServer::Session : public std::enable_shared_from_this<StatusServer::Session> {
  public:
   Session(tcp::socket socket, const Provider& provider, const StatusServerLimits& limits,
           std::shared_ptr<size_t> active, std::shared_ptr<bool> closed)
       : stream_(std::move(socket)),
+        buffer_(limits.max_request_bytes),
         provider_(provider),
         limits_(limits),
         active_(std::move(active)),
@@ -29,17 +37,31 @@ class StatusServer::Session : public std::enable_shared_from_this<StatusServer::
     parser_.emplace();
     parser_->header_limit(static_cast<std::uint32_t>(limits_.max_request_bytes));
     parser_->body_limit(limits_.max_request_bytes);
+    request_bytes_ = 0;
     stream_.expires_after(limits_.idle_timeout);
-    http::async_read(
-        stream_, buffer_, *parser_,
-        [self = shared_from_this()](beast::error_code ec, size_t) { self->on_read(ec); });
+    read_more();
   }
 
  private:
+  // The header and body limits leave out a chunked body's chunk-size lines and its trailer, and
+  // the buffer would hold an endless one: the buffer is capped, and every byte the parser takes
+  // counts against max_request_bytes, whatever part of the request it is.
+  void read_more() {
+    http::async_read_some(stream_, buffer_, *parser_,
+                          [self = shared_from_this()](beast::error_code ec, size_t bytes) {
+                            self->request_bytes_ += bytes;
+                            if (!ec && self->request_bytes_ > self->limits_.max_request_bytes)
+                              ec = http::error::body_limit;
+                            if (!ec && !self->parser_->is_done()) return self->read_more();
+                            self->on_read(ec);
+                          });
+  }
+
   void on_read(beast::error_code ec) {
     if (*closed_) return;
     if (ec == http::error::end_of_stream || ec == beast::error::timeout) return close();
-    if (ec == http::error::header_limit || ec == http::error::body_limit) {
+    if (ec == http::error::header_limit || ec == http::error::body_limit ||
+        ec == http::error::buffer_overflow) {
       return respond(HttpAnswer{431, "text/plain; charset=utf-8", "request too large\n"}, false,
                      false);
     }
@@ -82,7 +104,8 @@ class StatusServer::Session : public std::enable_shared_from_this<StatusServer::
   }
 
   beast::tcp_stream stream_;
-  beast::flat_buffer buffer_;
+  beast::flat_buffer buffer_;  // at most max_request_bytes
+  size_t request_bytes_ = 0;
   std::optional<http::request_parser<http::string_body>> parser_;
   std::optional<http::response<http::string_body>> response_;
   const Provider& provider_;
@@ -93,7 +116,7 @@ class StatusServer::Session : public std::enable_shared_from_this<StatusServer::
 
 StatusServer::StatusServer(boost::asio::io_context& io, Provider provider,
                            StatusServerLimits limits)
-    : io_(io), acceptor_(io), provider_(std::move(provider)), limits_(limits) {}
+    : io_(io), acceptor_(io), retry_timer_(io), provider_(std::move(provider)), limits_(limits) {}
 
 StatusServer::~StatusServer() { close(); }
 
@@ -121,19 +144,29 @@ void StatusServer::close() {
   *closed_ = true;
   boost::system::error_code ignored;
   if (acceptor_.is_open()) acceptor_.close(ignored);
+  retry_timer_.cancel();
 }
 
 void StatusServer::accept() {
   acceptor_.async_accept([this, closed = closed_](boost::system::error_code ec,
                                                   tcp::socket socket) {
-    if (*closed) return;
-    if (!ec) {
-      if (*active_ >= limits_.max_connections) {
-        boost::system::error_code ignored;
-        socket.close(ignored);  // over the limit: refused at once
-      } else {
-        std::make_shared<Session>(std::move(socket), provider_, limits_, active_, closed_)->read();
-      }
+    if (*closed || ec == boost::asio::error::operation_aborted) return;
+    if (ec) {
+      // Out of descriptors (or memory): the pending connection stays queued and accept would
+      // fail again at once. Back off as the store does instead of spinning a core.
+      accept_delay_ = std::clamp(accept_delay_ * 2, kAcceptRetryFirst, kAcceptRetryMax);
+      retry_timer_.expires_after(accept_delay_);
+      retry_timer_.async_wait([this, closed](const boost::system::error_code& wait_ec) {
+        if (!wait_ec && !*closed) accept();
+      });
+      return;
+    }
+    accept_delay_ = {};
+    if (*active_ >= limits_.max_connections) {
+      boost::system::error_code ignored;
+      socket.close(ignored);  // over the limit: refused at once
+    } else {
+      std::make_shared<Session>(std::move(socket), provider_, limits_, active_, closed_)->read();
     }
     accept();
   });

@@ -4,12 +4,15 @@
 /// GET /healthz, /status and /metrics. What each path answers is the owner's (a Provider); this
 /// file only speaks HTTP and keeps hostile clients from costing anything:
 ///   - at most `max_connections` at once (further ones are closed at accept);
-///   - a request's header (and body) at most `max_request_bytes`;
+///   - a whole request at most `max_request_bytes`: header, body, and a chunked body's chunk-size
+///     lines and trailer (answered 431);
 ///   - every connection closed after `idle_timeout` without a complete request or response
-///     (slow-loris clients included), keep-alive or not.
+///     (slow-loris clients included), keep-alive or not;
+///   - a failed accept (out of descriptors) retried after 50 ms doubling to 1 s, never spinning.
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -53,6 +56,8 @@ class StatusServer {
 
   boost::asio::io_context& io_;
   boost::asio::ip::tcp::acceptor acceptor_;
+  boost::asio::steady_timer retry_timer_;  // accept failed (EMFILE): try again later
+  std::chrono::milliseconds accept_delay_{0};
   Provider provider_;
   StatusServerLimits limits_;
   std::shared_ptr<size_t> active_ = std::make_shared<size_t>(0);

@@ -31,6 +31,10 @@ class StragglerDetector {
   std::vector<Straggler> evaluate(const std::vector<std::optional<long long>>& steps,
                                   Clock::time_point now);
   void reset();
+  /// Whether `local_rank` is a straggler now (found and not yet recovered).
+  bool flagged(size_t local_rank) const {
+    return local_rank < ranks_.size() && ranks_[local_rank].reported;
+  }
 
  private:
   struct Samples {

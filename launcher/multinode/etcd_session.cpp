@@ -451,10 +451,4 @@ void EtcdSession::leave(bool /*wait_for_others*/, std::function<void()> then) {
   });
 }
 
-void EtcdSession::fail_over(std::function<void(FailoverResult)> done) {
-  on_loop([done = std::move(done)] {
-    done(FailoverResult{std::string("the etcd backend has no standby store to promote")});
-  });
-}
-
 }  // namespace ddp::launcher

@@ -46,8 +46,6 @@ class EtcdSession final : public JobRendezvous {
   void answer_pending(const PendingAnswer&) override {}
   void exit_barrier(std::function<void(BarrierResult)> done) override;
   void leave(bool wait_for_others, std::function<void()> then) override;
-  /// etcd is the consensus store: there is no standby to promote.
-  void fail_over(std::function<void(FailoverResult)> done) override;
   bool detach_if_blocked() override;
 
  private:

@@ -70,13 +70,6 @@ struct NodeLoss {
   std::optional<int> node_rank;  // nullopt: the store (and with it the job's state) is gone
 };
 
-/// The standby store took over from the lost primary (--rdzv_endpoint PRIMARY,STANDBY).
-struct StorePromoted {
-  std::string host;
-  int port = 0;
-  std::int64_t epoch = 0;  // the standby's epoch as primary, the same for every agent
-};
-
 /// The exit barrier ended because every node of the round finished its workers.
 struct AllNodesDone {};
 
@@ -91,6 +84,9 @@ class JobRendezvous {
     /// This node arrived after its round closed and waits as "pending", or was told it is a
     /// "spare" (during a join).
     std::function<void(const std::string& role)> on_waiting;
+    /// A join still waits for other nodes (every few seconds): how long, who arrived, who not.
+    std::function<void(std::chrono::milliseconds waited, const std::string& status)>
+        on_join_progress;
     /// Another node's ranks made progress (optional; for the job-wide hang verdict). `best_step`:
     /// the highest step any other node reported in this round.
     std::function<void(std::optional<long long> best_step)> on_progress_elsewhere;
@@ -99,7 +95,6 @@ class JobRendezvous {
   /// How the exit barrier ended. A cancelled barrier (cancel_waits) reports AllNodesDone: the
   /// caller cancelled because it already knows better.
   using BarrierResult = std::variant<AllNodesDone, StopReason, NodeLoss>;
-  using FailoverResult = std::variant<StorePromoted, std::string /* error */>;
 
   virtual ~JobRendezvous() = default;
 
@@ -121,17 +116,11 @@ class JobRendezvous {
   /// so it only records. A new round starts again from none.
   virtual void note_progress(long long /*events*/, std::optional<long long> /*best_step*/) {}
   /// Waits until every node of the round finished its workers, a stop arrived, or the store
-  /// went away. Called again in the same round after fail_over, it resumes the wait on the
-  /// standby without counting this node twice.
+  /// went away.
   virtual void exit_barrier(std::function<void(BarrierResult)> done) = 0;
   /// Leaves the job. The store's host waits (bounded) until the others have left, so that nobody
   /// loses the store before reading the final outcome. `then` runs on the loop afterwards.
   virtual void leave(bool wait_for_others, std::function<void()> then) = 0;
-  /// The job's store is lost and the standby store may take over: asks the standby to become
-  /// the primary (it decides, once for the whole job: every agent that asks learns the same
-  /// epoch, and the old primary is fenced), then moves this session, its heartbeats and every
-  /// later round to it. The round in progress stays joined (its keys were replicated).
-  virtual void fail_over(std::function<void(FailoverResult)> done) = 0;
   /// At ddprun's exit: true when the implementation is still blocked in a network call and has
   /// detached itself to end with the process; the caller must then release, not destroy, it.
   virtual bool detach_if_blocked() { return false; }

@@ -3,6 +3,10 @@
 
 #include <fmt/format.h>
 
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
 #include <set>
 
 #include "launcher/common/exit_codes.hpp"
@@ -10,6 +14,34 @@
 #include "launcher/config/value_parsers.hpp"
 
 namespace ddp::launcher {
+
+namespace {
+
+/// --rdzv_conf token_file=PATH: the token without appearing in any argv or environment. Its
+/// first line, trailing whitespace removed; at most 4 KiB.
+Result<std::string> read_token_file(const std::string& path) {
+  constexpr size_t kMaxTokenBytes = 4096;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return Error{exit_codes::kUsage, fmt::format("--rdzv_conf token_file: cannot read '{}': {}",
+                                                 path, std::strerror(errno))};
+  }
+  std::string token(kMaxTokenBytes + 1, '\0');
+  in.read(token.data(), static_cast<std::streamsize>(token.size()));
+  token.resize(static_cast<size_t>(in.gcount()));
+  if (token.size() > kMaxTokenBytes) {
+    return Error{exit_codes::kUsage,
+                 fmt::format("--rdzv_conf token_file: '{}' is larger than 4 KiB", path)};
+  }
+  token = token.substr(0, token.find('\n'));
+  while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back()))) token.pop_back();
+  if (token.empty()) {
+    return Error{exit_codes::kUsage, fmt::format("--rdzv_conf token_file: '{}' is empty", path)};
+  }
+  return token;
+}
+
+}  // namespace
 
 bool is_etcd_backend(const std::string& backend) {
   return backend == "etcd" || backend == "etcd-v2";
@@ -40,40 +72,7 @@ rdzv::AgreedSettings settings_that_must_agree(const LaunchConfig& c, const Multi
           {"--rdzv_conf read_timeout", seconds(s.read_timeout)},
           {"--rdzv_conf heartbeat_interval", seconds(s.heartbeat_interval)},
           {"--rdzv_conf heartbeat_timeout", seconds(s.heartbeat_timeout)},
-          {"--rdzv_conf max_rescales", std::to_string(s.max_rescales)},
-          {"--rdzv_endpoint standby",
-           s.standby.port == 0 ? "none" : fmt::format("{}:{}", s.standby.host, s.standby.port)}};
-}
-
-Result<RdzvEndpoints> parse_rdzv_endpoints(std::string_view text) {
-  constexpr int kDefaultPort = 29400;  // torchrun's c10d default
-  auto usage = [text](std::string why) {
-    return Error{exit_codes::kUsage, fmt::format("--rdzv_endpoint: '{}' {}", text, why)};
-  };
-  auto one = [&](std::string_view part) -> Result<HostPort> {
-    auto endpoint = parse_host_port("--rdzv_endpoint", part);
-    if (!endpoint) return endpoint.error();
-    if (endpoint->host.empty()) return usage("has an endpoint without a host");
-    if (endpoint->port == 0) endpoint->port = kDefaultPort;
-    return *endpoint;
-  };
-  const auto comma = text.find(',');
-  RdzvEndpoints out;
-  auto primary = one(text.substr(0, comma));
-  if (!primary) return primary.error();
-  out.primary = *primary;
-  if (comma == std::string_view::npos) return out;
-  const std::string_view rest = text.substr(comma + 1);
-  if (rest.find(',') != std::string_view::npos) {
-    return usage("names more than two stores (the form is PRIMARY[,STANDBY])");
-  }
-  auto standby = one(rest);
-  if (!standby) return standby.error();
-  if (standby->host == primary->host && standby->port == primary->port) {
-    return usage("names the same store as primary and standby");
-  }
-  out.standby = *standby;
-  return out;
+          {"--rdzv_conf max_rescales", std::to_string(s.max_rescales)}};
 }
 
 Result<Ok> apply_rdzv_endpoint(LaunchConfig& c) {
@@ -87,10 +86,10 @@ Result<Ok> apply_rdzv_endpoint(LaunchConfig& c) {
   if (c.rdzv_endpoint.empty()) {
     return Error{exit_codes::kUsage, "--rdzv_backend=c10d needs --rdzv_endpoint=HOST:PORT"};
   }
-  auto endpoints = parse_rdzv_endpoints(c.rdzv_endpoint);
-  if (!endpoints) return endpoints.error();
-  c.master_addr = endpoints->primary.host;
-  c.master_port = endpoints->primary.port;
+  auto endpoint = parse_host_port("--rdzv_endpoint", c.rdzv_endpoint);
+  if (!endpoint) return endpoint.error();
+  c.master_addr = endpoint->host;
+  c.master_port = endpoint->port != 0 ? endpoint->port : 29400;  // torchrun's c10d default
   return Ok{};
 }
 
@@ -102,11 +101,6 @@ StorePlan plan_store(const LaunchConfig& c) {
   if (c.rdzv_backend == "c10d") {
     // The agent on the endpoint's host serves; binding the exact address decides who that is.
     plan.role = StoreRole::TryHost;
-    if (auto endpoints = parse_rdzv_endpoints(c.rdzv_endpoint); endpoints && endpoints->standby) {
-      plan.standby_role = StoreRole::TryHost;
-      plan.standby_bind_address = listen_address_for(endpoints->standby->host);
-      plan.standby_port = endpoints->standby->port;
-    }
   } else if (is_etcd_backend(c.rdzv_backend)) {
     plan.role = StoreRole::Client;  // no job-wide store: a round's node 0 hosts the workers'
   } else if (c.multi_node() && c.node_rank != 0) {
@@ -137,11 +131,6 @@ Result<MultiNodeSettings> multinode_settings(const LaunchConfig& c,
   s.local_world_size = c.nproc_per_node;
   s.node_name = node_name;
   if (env_token) s.token = *env_token;
-  if (s.dynamic && !c.rdzv_endpoint.empty()) {
-    auto endpoints = parse_rdzv_endpoints(c.rdzv_endpoint);
-    if (!endpoints) return endpoints.error();
-    if (endpoints->standby) s.standby = *endpoints->standby;
-  }
   if (!s.dynamic && s.min_nodes != s.max_nodes) {
     return usage(
         fmt::format("--nnodes={}:{} needs --rdzv_backend=c10d (static rendezvous has a "
@@ -152,13 +141,21 @@ Result<MultiNodeSettings> multinode_settings(const LaunchConfig& c,
     if (!known_rdzv_conf_keys().count(key)) {  // config_from_options() already dropped these
       return usage(fmt::format(
           "--rdzv_conf: unknown key '{}' (known: join_timeout, "
-          "last_call_timeout, close_timeout, read_timeout, token, "
+          "last_call_timeout, close_timeout, read_timeout, token, token_file, "
           "heartbeat_interval, heartbeat_timeout, store_bind, refused_timeout, max_rescales, "
           "node_failure_limit, admit, spares)",
           key));
     }
     if (key == "token") {
+      if (c.rdzv_conf.count("token_file"))
+        return usage("--rdzv_conf: token and token_file both given; use one");
       s.token = value;
+      continue;
+    }
+    if (key == "token_file") {
+      auto token = read_token_file(value);
+      if (!token) return token.error();
+      s.token = *token;
       continue;
     }
     if (key == "is_host") continue;  // torchrun's hint; ddprun decides by binding the endpoint

@@ -36,12 +36,6 @@ struct StorePlan {
   std::string bind_address = "127.0.0.1";  // for Host / TryHost
   std::string connect_host = "127.0.0.1";  // what agents and workers connect to
   int port = 0;                            // 0: the kernel picks (single node only)
-  /// c10d with `--rdzv_endpoint PRIMARY,STANDBY`: an agent that does not host the primary and
-  /// can bind the standby's own address (never --rdzv_conf store_bind: one host is the
-  /// standby's) hosts the standby store once its first round formed. Client: it never does.
-  StoreRole standby_role = StoreRole::Client;
-  std::string standby_bind_address;
-  int standby_port = 0;
 };
 
 /// --rdzv_backend etcd (or etcd-v2): where the cluster is and where this node's agent serves
@@ -78,9 +72,6 @@ struct MultiNodeSettings {
   rdzv::AgreedSettings must_agree;
   /// c10d MIN:MAX: membership changes (re-forms after a lost node) allowed in the whole job.
   int max_rescales = 100;
-  /// c10d: the standby store of `--rdzv_endpoint PRIMARY,STANDBY` (a `ddprun --store-only
-  /// --follow PRIMARY`), promoted by the agents when the primary's host is lost. Port 0: none.
-  HostPort standby;
   /// c10d MIN:MAX: a node whose workers failed this many attempts in a row leaves the job (it is
   /// quarantined) and the others re-form without it. 0: off. --rdzv_conf node_failure_limit.
   int node_failure_limit = 0;
@@ -108,13 +99,6 @@ bool needs_rendezvous(const LaunchConfig& config);
 /// The address a store host listens on: the one it was given (a host name is resolved by the
 /// store; "localhost" is 127.0.0.1). Every interface only when asked (--rdzv_conf store_bind=).
 std::string listen_address_for(const std::string& master_addr);
-
-/// `--rdzv_endpoint HOST[:PORT][,STANDBY_HOST[:PORT]]` (c10d; a missing port is 29400).
-struct RdzvEndpoints {
-  HostPort primary;
-  std::optional<HostPort> standby;
-};
-Result<RdzvEndpoints> parse_rdzv_endpoints(std::string_view text);
 
 /// c10d: the store is at --rdzv_endpoint (port 29400 when it has none, like torchrun); the
 /// workers' MASTER_ADDR/MASTER_PORT point there too.

@@ -8,8 +8,6 @@
 #include <algorithm>
 #include <charconv>
 
-#include "rendezvous/replication.hpp"
-
 namespace ddp::launcher {
 
 std::string encode_stop_reason(const StopReason& r) {
@@ -184,7 +182,6 @@ void NodeSession::join(int round, const RoundPlan& plan, std::function<void(Join
     busy_ = true;
     monitor_.reset();
     monitor_generation_ = generation;
-    arrived_ = false;
     round_ = rdzv::NodeRendezvousOptions{};
     round_.run_id = settings_.run_id;
     round_.round = round;
@@ -218,6 +215,11 @@ void NodeSession::join(int round, const RoundPlan& plan, std::function<void(Join
         if (events_.on_waiting) events_.on_waiting(role);
       });
     };
+    round_.on_join_progress = [this](std::chrono::milliseconds waited, const std::string& status) {
+      on_loop([this, waited, status] {
+        if (events_.on_join_progress) events_.on_join_progress(waited, status);
+      });
+    };
     JoinResult result;
     try {
       rdzv::StoreClientOptions joining = store_;
@@ -242,52 +244,6 @@ void NodeSession::join(int round, const RoundPlan& plan, std::function<void(Join
                       std::nullopt};
         on_loop([this, loss] { events_.on_lost(loss); });
       }
-    }
-    busy_ = false;
-    on_loop([done, result] { done(result); });
-  });
-}
-
-void NodeSession::fail_over(std::function<void(FailoverResult)> done) {
-  boost::asio::post(io_, [this, done = std::move(done)] {
-    busy_ = true;
-    FailoverResult result;
-    const HostPort& standby = settings_.standby;
-    try {
-      if (standby.port == 0) throw std::runtime_error("no standby store was given");
-      monitor_.reset();  // it watches the lost store; a new one starts on the standby
-      // The promotion key is protected like the rendezvous keys: the job's token first.
-      rdzv::StoreClientOptions asking = store_;
-      asking.host = standby.host;
-      asking.port = static_cast<std::uint16_t>(standby.port);
-      asking.key_prefix = "";
-      asking.connect_timeout = asking.timeout = settings_.heartbeat_timeout;
-      asking.refused_timeout = settings_.heartbeat_timeout;
-      rdzv::StoreClient promoter(rdzv::with_token(asking, settings_.token));
-      const std::string reply =
-          promoter.compare_set(std::string(rdzv::kPromoteKey), "", std::to_string(kFailoverEpoch));
-      std::int64_t epoch = 0;
-      auto [end, ec] = std::from_chars(reply.data(), reply.data() + reply.size(), epoch);
-      if (ec != std::errc{} || end != reply.data() + reply.size()) {
-        throw std::runtime_error(
-            fmt::format("answered the promotion with '{}', not an epoch "
-                        "(is it a ddprun standby store?)",
-                        reply));
-      }
-      if (epoch < kFailoverEpoch) {
-        throw std::runtime_error(fmt::format(
-            "refused the promotion to epoch {} (it is at epoch {}; was it started with --follow "
-            "at the default epoch?)",
-            kFailoverEpoch, epoch));
-      }
-      store_.host = standby.host;
-      store_.port = static_cast<std::uint16_t>(standby.port);
-      open_client();
-      if (joined_) start_monitor();
-      result = StorePromoted{standby.host, standby.port, epoch};
-    } catch (const std::exception& e) {
-      result = fmt::format("the standby store at {}:{} did not take over: {}", standby.host,
-                           standby.port, e.what());
     }
     busy_ = false;
     on_loop([done, result] { done(result); });
@@ -347,11 +303,8 @@ void NodeSession::exit_barrier(std::function<void(BarrierResult)> done) {
     try {
       if (!client_ || !joined_) throw rdzv::StoreError("not joined");
       // Bounded: a lost node is reported by the monitor, and the loop then cancels this wait.
-      // A second call in one round (resumed on the standby after a failover) does not count
-      // this node again.
-      auto end = rdzv::exit_barrier(
-          *client_, round_, *joined_, settings_.heartbeat_interval,
-          [this] { return keep_waiting(); }, &arrived_);
+      auto end = rdzv::exit_barrier(*client_, round_, *joined_, settings_.heartbeat_interval,
+                                    [this] { return keep_waiting(); });
       if (end.end == rdzv::ExitBarrierResult::End::Stopped) result = decode_stop_reason(end.stop);
     } catch (const std::exception& e) {
       result =

@@ -52,17 +52,11 @@ class NodeSession final : public JobRendezvous {
   void note_progress(long long events, std::optional<long long> best_step) override;
   /// Waits until every node of the round finished its workers, or a stop arrived.
   void exit_barrier(std::function<void(BarrierResult)> done) override;
-  /// Promotes the standby store (epoch kFailoverEpoch) and moves the session to it.
-  void fail_over(std::function<void(FailoverResult)> done) override;
   /// The store host waits (bounded by the heartbeat timeout) until every other node has left,
   /// so that nobody loses the store before reading the final stop reason.
   void leave(bool wait_for_others, std::function<void()> then) override;
 
  private:
-  /// The epoch the agents propose to the standby: one above the primary's (1, as every ddprun
-  /// store starts). Every agent proposes the same, and the standby accepts only the first.
-  static constexpr std::int64_t kFailoverEpoch = 2;
-
   void on_loop(std::function<void()> f);
   /// The client of the exit barrier and leave, on store_ (rendezvous thread).
   void open_client();
@@ -80,7 +74,6 @@ class NodeSession final : public JobRendezvous {
   std::unique_ptr<rdzv::StoreClient> client_;
   std::unique_ptr<rdzv::NodeMonitor> monitor_;
   std::optional<rdzv::RendezvousResult> joined_;
-  bool arrived_ = false;        // this round's exit barrier counted this node
   int monitor_generation_ = 0;  // generation_ of the join whose round the monitor watches
   rdzv::NodeRendezvousOptions round_;
   std::atomic<bool> busy_{false};

@@ -5,13 +5,10 @@
 #include <unistd.h>
 
 #include <charconv>
-#include <chrono>
 #include <cstdlib>
 #include <iostream>
-#include <limits>
 
 #include "launcher/common/exit_codes.hpp"
-#include "launcher/config/value_parsers.hpp"
 #include "launcher/multinode/multinode_settings.hpp"
 #include "launcher/output/output_sink.hpp"
 #include "rendezvous/store_runner.hpp"
@@ -44,38 +41,9 @@ int run_store_only(const RawOptions& raw) {
   rdzv::StoreServerOptions options;
   options.bind_address = listen_address_for(addr);
   options.port = static_cast<std::uint16_t>(port);
-  if (!raw.follow.empty()) {
-    auto primary = parse_host_port("--follow", raw.follow);
-    if (!primary) return print_usage_error(primary.error().message);
-    if (primary->host.empty() || primary->port == 0) {
-      return print_usage_error(
-          fmt::format("--follow needs HOST:PORT of the primary store, got '{}'", raw.follow));
-    }
-    options.replication.follow = raw.follow;
-  }
-  if (!raw.follower_ack_timeout.empty()) {
-    // The same range as ddprun-store's: positive, and small enough for milliseconds.
-    auto seconds = parse_seconds("--follower-ack-timeout", raw.follower_ack_timeout);
-    if (!seconds) return print_usage_error(seconds.error().message);
-    if (*seconds < 0.001 || *seconds > 3600) {
-      return print_usage_error(
-          fmt::format("--follower-ack-timeout must be 0.001..3600 seconds, got '{}'",
-                      raw.follower_ack_timeout));
-    }
-    options.replication.ack_timeout =
-        std::chrono::milliseconds(static_cast<long long>(*seconds * 1000));
-  }
-  if (!raw.max_follower_lag_bytes.empty()) {
-    auto bytes = parse_integer("--max-follower-lag-bytes", raw.max_follower_lag_bytes, 1,
-                               std::numeric_limits<long long>::max());
-    if (!bytes) return print_usage_error(bytes.error().message);
-    options.replication.max_follower_lag_bytes = static_cast<std::size_t>(*bytes);
-  }
-  // With the job's token, only agents that prove it may touch the rendezvous and replication
-  // keys, and a standby proves it to its primary.
+  // With the job's token, only agents that prove it may touch the rendezvous keys.
   if (const char* token = std::getenv("DDPRUN_RDZV_TOKEN"); token != nullptr && *token != '\0') {
     options.access_policy = std::make_shared<rdzv::TokenAccessPolicy>(token);
-    options.replication.after_connect = rdzv::token_prover(token);
   }
   const int code = rdzv::run_store_until_signal(options, std::cout);
   return code == 1 ? multinode_exit_codes::kRendezvous : code;

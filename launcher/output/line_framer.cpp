@@ -1,9 +1,23 @@
 // SPDX-License-Identifier: MIT
 #include "launcher/output/line_framer.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 namespace ddp::launcher {
+
+void LineFramer::append_line(std::string& out, std::string_view head, std::string_view rest) const {
+  bool prefixed = false;
+  if (!plain_prefix_.empty() && head.size() + rest.size() >= plain_prefix_.size()) {
+    const size_t in_head = std::min(head.size(), plain_prefix_.size());
+    prefixed = head.substr(0, in_head) == std::string_view(plain_prefix_).substr(0, in_head) &&
+               rest.substr(0, plain_prefix_.size() - in_head) ==
+                   std::string_view(plain_prefix_).substr(in_head);
+  }
+  if (!prefixed) out += prefix_;
+  out += head;
+  out += rest;
+}
 
 size_t LineFramer::frame(std::string_view chunk, std::string& out) {
   size_t lines = 0;
@@ -15,17 +29,12 @@ size_t LineFramer::frame(std::string_view chunk, std::string& out) {
     if (!nl) {
       carry_.append(p, end);
       if (carry_.size() >= kMaxLineBytes) {
-        out += prefix_;
-        out += carry_;
-        out += '\n';
-        carry_.clear();
-        ++lines;
+        ++cuts_;
+        lines += finish(out);
       }
       return lines;
     }
-    out += prefix_;
-    out += carry_;
-    out.append(p, nl + 1);
+    append_line(out, carry_, std::string_view(p, nl + 1 - p));
     carry_.clear();
     ++lines;
     p = nl + 1;
@@ -34,23 +43,23 @@ size_t LineFramer::frame(std::string_view chunk, std::string& out) {
   while (p < end) {
     const char* nl = static_cast<const char*>(std::memchr(p, '\n', end - p));
     if (!nl) break;
-    out += prefix_;
-    out.append(p, nl + 1);
+    append_line(out, std::string_view(p, nl + 1 - p), {});
     ++lines;
     p = nl + 1;
   }
   if (p < end) {
     carry_.assign(p, end);
-    if (carry_.size() >= kMaxLineBytes) lines += finish(out);
+    if (carry_.size() >= kMaxLineBytes) {
+      ++cuts_;
+      lines += finish(out);
+    }
   }
   return lines;
 }
 
 size_t LineFramer::finish(std::string& out) {
   if (carry_.empty()) return 0;
-  out += prefix_;
-  out += carry_;
-  out += '\n';
+  append_line(out, carry_, "\n");
   carry_.clear();
   return 1;
 }

@@ -26,8 +26,10 @@ std::string& framed() {
 }  // namespace
 
 StreamPump::StreamPump(boost::asio::io_context& io, int read_fd, StreamRoute route,
-                       std::string prefix)
-    : pipe_(io, read_fd), route_(std::move(route)), framer_(std::move(prefix)) {
+                       std::string prefix, std::string plain_prefix)
+    : pipe_(io, read_fd),
+      route_(std::move(route)),
+      framer_(std::move(prefix), std::move(plain_prefix)) {
   pipe_.non_blocking(true);
 }
 
@@ -93,8 +95,10 @@ bool StreamPump::read_some(int max_reads) {
 void StreamPump::to_console(std::string_view chunk) {
   std::string& out = framed();
   out.clear();
+  const size_t cuts = framer_.cuts();
   framer_.frame(chunk, out);
   route_.console->write_all(out);
+  if (cuts == 0 && framer_.cuts() > 0 && route_.on_first_cut) route_.on_first_cut();
 }
 
 void StreamPump::deliver(std::string_view chunk) {

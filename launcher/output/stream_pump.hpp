@@ -40,11 +40,15 @@ struct StreamRoute {
   DuplicateRoute duplicate;
   /// Called for each read that completes one line or more (progress, docs/health.md).
   std::function<void()> on_line;
+  /// Called once, the first time a console line is cut for being longer than 1 MiB.
+  std::function<void()> on_first_cut;
 };
 
 class StreamPump : public std::enable_shared_from_this<StreamPump> {
  public:
-  StreamPump(boost::asio::io_context& io, int read_fd, StreamRoute route, std::string prefix);
+  /// `plain_prefix`: the prefix's text without color (a line starting with it gets no prefix).
+  StreamPump(boost::asio::io_context& io, int read_fd, StreamRoute route, std::string prefix,
+             std::string plain_prefix = {});
   ~StreamPump();
 
   /// Starts waiting for data on the loop.

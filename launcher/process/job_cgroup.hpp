@@ -9,6 +9,12 @@
 /// at run time) as `ddprun-<pid>-<random>`, locked for the life of the run (run_ownership.hpp),
 /// so that the next ddprun kills and removes it if this run and its orphan guard were both killed.
 /// Workers enter it between fork and exec (spawn.hpp), before they can start anything.
+///
+/// Each attempt gets a fresh child cgroup, `attempt-<n>`: since Linux 6.14 a cgroup that has seen
+/// `cgroup.kill` SIGKILLs every child later born into it with clone3(CLONE_INTO_CGROUP) (the
+/// kernel compares the parent's cgroup's kill count with the target's), so reusing one after a
+/// cleanup would kill every restarted worker at birth. Workers may make cgroups of their own
+/// inside; removal goes depth first.
 
 #include <sys/types.h>
 
@@ -31,27 +37,40 @@ class JobCgroup {
   JobCgroup(const JobCgroup&) = delete;
   JobCgroup& operator=(const JobCgroup&) = delete;
 
+  /// The run's cgroup (every attempt's is inside).
   const std::string& path() const { return path_; }
-  /// The directory, for clone3(CLONE_INTO_CGROUP) (close-on-exec).
-  int dir_fd() const { return dir_fd_; }
-  /// Open for writing: a child writes "0" here to move itself in (close-on-exec).
-  int procs_fd() const { return procs_fd_; }
-  /// SIGKILLs every process in the cgroup (cgroup.kill). False if the write failed.
+  /// The current attempt's cgroup, for clone3(CLONE_INTO_CGROUP) (close-on-exec); created on
+  /// first use after next_attempt(). -1 when it cannot be created.
+  int dir_fd();
+  /// Open for writing: a child writes "0" here to move itself in (close-on-exec); -1 as dir_fd().
+  int procs_fd();
+  /// The attempt is over (nothing of it should be left): its cgroup is killed and removed, and
+  /// the next worker starts in a fresh one.
+  void next_attempt();
+  /// SIGKILLs every process of the run (cgroup.kill on the run's cgroup). False if it failed.
   bool kill_all() const;
-  /// Live processes in the cgroup.
+  /// Live processes anywhere in the run's cgroup, nested cgroups included.
   std::vector<pid_t> members() const;
+  /// True when `pid` is in the run's cgroup (or one inside it).
+  bool contains(pid_t pid) const;
 
  private:
-  JobCgroup(std::string path, int dir_fd, int procs_fd, std::unique_ptr<DirectoryLock> lock)
-      : path_(std::move(path)), dir_fd_(dir_fd), procs_fd_(procs_fd), lock_(std::move(lock)) {}
+  JobCgroup(std::string path, std::string relative, std::unique_ptr<DirectoryLock> lock)
+      : path_(std::move(path)), relative_(std::move(relative)), lock_(std::move(lock)) {}
+  bool open_attempt();
+  void close_attempt();
   std::string path_;
-  int dir_fd_;
-  int procs_fd_;
+  std::string relative_;  // path_ as /proc/PID/cgroup names it
   std::unique_ptr<DirectoryLock> lock_;
+  int attempts_ = 0;
+  std::string attempt_path_;  // "" until the attempt's first worker
+  int dir_fd_ = -1;
+  int procs_fd_ = -1;
 };
 
-/// For the orphan guard and for reclaiming: cgroup.kill on `path`, wait (at most `wait_ms`)
-/// until it is empty, rmdir. Allocation-free apart from the path; true when it is gone.
+/// For the orphan guard and for reclaiming: cgroup.kill on `path` (which kills every cgroup
+/// inside it too), wait (at most `wait_ms`) until it is empty, then remove it depth first. True
+/// when it is gone.
 bool kill_and_remove_cgroup(const std::string& path, int wait_ms);
 
 }  // namespace ddp::launcher

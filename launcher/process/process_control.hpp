@@ -16,8 +16,10 @@
 #include "launcher/common/result.hpp"
 #include "launcher/process/job_cgroup.hpp"
 #include "launcher/process/orphan_guard.hpp"
+#include "launcher/process/owned_processes.hpp"
 #include "launcher/process/process_table.hpp"
 #include "launcher/process/spawn.hpp"
+#include "launcher/process/zygote_starter.hpp"
 
 namespace ddp::launcher {
 
@@ -32,12 +34,18 @@ class ProcessControl {
                                                      const std::string& scratch_dir) = 0;
   /// After the last worker and leftover are gone: release the guard.
   virtual void end_supervision() = 0;
+  /// Every worker and leftover of this attempt is gone; the next attempt starts afresh (its own
+  /// job cgroup, see job_cgroup.hpp).
+  virtual void end_attempt() {}
+  /// The temporary run directory holds evidence now (stacks): not to be removed, even by the
+  /// orphan guard if ddprun is killed.
+  virtual void keep_scratch() {}
 
   /// Forks a worker (see spawn.hpp); await_exec() confirms its exec.
   virtual Result<StartedProcess> start(const SpawnRequest& request) = 0;
   virtual Result<pid_t> await_exec(const StartedProcess& started,
                                    const std::string& executable) = 0;
-  /// Registers a worker's process group with the orphan guard.
+  /// Registers a worker's process group with the orphan guard (`pgid`: the worker's pid).
   virtual void watch_group(pid_t pgid) = 0;
 
   /// Every child that has exited since the last call (workers, orphans, the guard).
@@ -46,15 +54,27 @@ class ProcessControl {
   /// workers are reaped, the leftovers.
   virtual std::vector<pid_t> live_children() = 0;
 
+  // Signals reach only what is provably still the run's (owned_processes.hpp): a group or a pid
+  // whose number was reused by an unrelated process after ours was reaped is left alone.
   /// Signals a live worker's group (falls back to the pid while the group does not exist yet).
   virtual void signal_worker(pid_t pgid, int sig) = 0;
-  /// Signals a process group only (what a dead worker left in its group).
+  /// Signals what a dead worker left in its group (nothing when that is gone).
   virtual void signal_group(pid_t pgid, int sig) = 0;
-  /// Signals one process.
+  /// Signals one process if it is still the run's: ddprun's unreaped child, a member of the job
+  /// cgroup or of a worker's live group.
   virtual void signal_process(pid_t pid, int sig) = 0;
   /// SIGKILLs every process of the run that is left, in one step where the platform allows it
   /// (the job cgroup's cgroup.kill); nothing more to do elsewhere.
   virtual void kill_job() {}
+
+  /// --preload, after begin_supervision(): from now on start() forks the workers it can from a
+  /// preloaded interpreter (zygote.hpp). Ready, or the one-line reason it cannot be used (start()
+  /// then execs as before).
+  virtual std::variant<ZygoteReady, std::string> enable_preload(const ZygoteSetup&) {
+    return std::string("not supported by this process control");
+  }
+  /// Why start() went back to exec'ing workers since the last call, once.
+  virtual std::optional<std::string> take_preload_notice() { return std::nullopt; }
 };
 
 /// The real thing: fork/exec, waitpid(-1), /proc, kill(2), PR_SET_CHILD_SUBREAPER, OrphanGuard,
@@ -64,6 +84,8 @@ class PosixProcessControl final : public ProcessControl {
   std::vector<std::string> begin_supervision(const std::string& token,
                                              const std::string& scratch_dir) override;
   void end_supervision() override;
+  void end_attempt() override;
+  void keep_scratch() override;
   Result<StartedProcess> start(const SpawnRequest& request) override;
   Result<pid_t> await_exec(const StartedProcess& started, const std::string& executable) override;
   void watch_group(pid_t pgid) override;
@@ -73,10 +95,17 @@ class PosixProcessControl final : public ProcessControl {
   void signal_group(pid_t pgid, int sig) override;
   void signal_process(pid_t pid, int sig) override;
   void kill_job() override;
+  std::variant<ZygoteReady, std::string> enable_preload(const ZygoteSetup& setup) override;
+  std::optional<std::string> take_preload_notice() override;
 
  private:
+  void guard_zygote();
   OrphanGuard guard_;
-  std::unique_ptr<JobCgroup> cgroup_;  // nullptr where cgroup v2 is not writable
+  std::unique_ptr<JobCgroup> cgroup_;      // nullptr where cgroup v2 is not writable
+  WorkerPidfds workers_;
+  std::unique_ptr<ZygoteStarter> zygote_;  // --preload
+  bool subreaper_ = false;
+  pid_t guarded_zygote_ = -1;  // the zygote the orphan guard has a pidfd of
 };
 
 }  // namespace ddp::launcher

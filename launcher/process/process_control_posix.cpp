@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: MIT
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 
 #include "launcher/process/process_control.hpp"
 
@@ -10,7 +12,8 @@ namespace ddp::launcher {
 std::vector<std::string> PosixProcessControl::begin_supervision(const std::string& token,
                                                                 const std::string& scratch_dir) {
   std::vector<std::string> warnings;
-  if (!become_child_subreaper()) {
+  subreaper_ = become_child_subreaper();
+  if (!subreaper_) {
     warnings.push_back(
         "warning: cannot become a child subreaper; daemonised grandchildren may escape");
   }
@@ -29,30 +32,91 @@ std::vector<std::string> PosixProcessControl::begin_supervision(const std::strin
 }
 
 void PosixProcessControl::end_supervision() {
+  zygote_.reset();
   guard_.release();
   cgroup_.reset();  // kills anything left (nothing, normally) and removes it
 }
 
+void PosixProcessControl::end_attempt() {
+  if (cgroup_) cgroup_->next_attempt();
+  workers_.prune();
+}
+
+void PosixProcessControl::keep_scratch() { guard_.keep_scratch(); }
+
 Result<StartedProcess> PosixProcessControl::start(const SpawnRequest& request) {
-  if (!cgroup_) return start_process(request);
   SpawnRequest in_cgroup = request;
-  in_cgroup.cgroup_dir_fd = cgroup_->dir_fd();
-  in_cgroup.cgroup_procs_fd = cgroup_->procs_fd();
-  return start_process(in_cgroup);
+  if (cgroup_) {
+    in_cgroup.cgroup_dir_fd = cgroup_->dir_fd();
+    in_cgroup.cgroup_procs_fd = cgroup_->procs_fd();
+    if (in_cgroup.cgroup_procs_fd < 0) {
+      return Error{70, "cannot create this attempt's job cgroup in " + cgroup_->path()};
+    }
+  }
+  std::optional<Result<StartedProcess>> forked;
+  if (zygote_) {
+    forked = zygote_->start(in_cgroup);
+    guard_zygote();  // a respawned one too
+  }
+  auto started = forked ? std::move(*forked) : start_process(in_cgroup);
+  // Unreaped (only this loop reaps; a forked worker re-parents to ddprun, the subreaper), so the
+  // pid is certainly the worker's.
+  if (started) workers_.add(started->pid);
+  return started;
+}
+
+std::variant<ZygoteReady, std::string> PosixProcessControl::enable_preload(
+    const ZygoteSetup& setup) {
+  // A forked worker reaches ddprun by re-parenting, which only a subreaper gets.
+  if (!subreaper_) return std::string("ddprun could not become a child subreaper");
+  auto starter = std::make_unique<ZygoteStarter>(setup);
+  auto ready = starter->begin();
+  if (std::holds_alternative<ZygoteReady>(ready)) {
+    zygote_ = std::move(starter);
+    guard_zygote();
+  }
+  return ready;
+}
+
+void PosixProcessControl::guard_zygote() {
+  // Its own session: the guard kills it if ddprun is killed. Our unreaped child, so the pidfd is
+  // certainly its.
+  const pid_t pid = zygote_ ? zygote_->pid() : -1;
+  if (pid <= 0 || pid == guarded_zygote_) return;
+  const int fd = open_pidfd(pid);
+  if (fd >= 0) {
+    guard_.watch_group(fd);
+    ::close(fd);
+  }
+  guarded_zygote_ = pid;
+}
+
+std::optional<std::string> PosixProcessControl::take_preload_notice() {
+  return zygote_ ? zygote_->take_notice() : std::nullopt;
 }
 
 Result<pid_t> PosixProcessControl::await_exec(const StartedProcess& started,
                                               const std::string& executable) {
-  return ddp::launcher::await_exec(started, executable);
+  auto execed = ddp::launcher::await_exec(started, executable);
+  if (!execed) workers_.reaped(started.pid);  // await_exec reaped it
+  return execed;
 }
 
-void PosixProcessControl::watch_group(pid_t pgid) { guard_.watch_group(pgid); }
+void PosixProcessControl::watch_group(pid_t pgid) { guard_.watch_group(workers_.fd_of(pgid)); }
 
-std::vector<ReapedChild> PosixProcessControl::reap_exited() { return reap_exited_children(); }
+std::vector<ReapedChild> PosixProcessControl::reap_exited() {
+  auto reaped = reap_exited_children();
+  for (const auto& child : reaped) {
+    workers_.reaped(child.pid);
+    if (zygote_) zygote_->on_reaped(child.pid);
+  }
+  return reaped;
+}
 
 std::vector<pid_t> PosixProcessControl::live_children() {
   std::vector<pid_t> children = list_children();
   std::erase(children, guard_.pid());
+  if (zygote_) std::erase(children, zygote_->pid());  // serves the next attempt
   if (cgroup_) {
     // Processes under a subreaper of their own never come back to ddprun; the cgroup knows them.
     for (pid_t pid : cgroup_->members()) {
@@ -63,20 +127,31 @@ std::vector<pid_t> PosixProcessControl::live_children() {
   return children;
 }
 
-void PosixProcessControl::signal_worker(pid_t pgid, int sig) {
-  ddp::launcher::signal_group(pgid, sig);
-}
+void PosixProcessControl::signal_worker(pid_t pgid, int sig) { workers_.signal_worker(pgid, sig); }
 
-void PosixProcessControl::signal_group(pid_t pgid, int sig) {
-  if (pgid > 1) ::kill(-pgid, sig);
-}
+void PosixProcessControl::signal_group(pid_t pgid, int sig) { workers_.signal_group(pgid, sig); }
 
 void PosixProcessControl::kill_job() {
   if (cgroup_) cgroup_->kill_all();
 }
 
 void PosixProcessControl::signal_process(pid_t pid, int sig) {
-  if (pid > 1) ::kill(pid, sig);
+  if (pid <= 1 || pid == guard_.pid()) return;
+  // The pidfd first, then the checks: if they pass, the pidfd holds the process that passed
+  // them (or one that has died since, which it no longer reaches).
+  const int pidfd = open_pidfd(pid);
+  const int open_error = errno;
+  ProcStat st;
+  const bool ours =
+      read_proc_stat(pid, st) && (st.ppid == ::getpid() || (cgroup_ && cgroup_->contains(pid)) ||
+                                  workers_.owns_group(st.pgrp));
+  if (pidfd < 0) {
+    // Before Linux 5.3: only an unreaped child's number is certainly still ours.
+    if (open_error == ENOSYS && ours && st.ppid == ::getpid()) ::kill(pid, sig);
+    return;
+  }
+  if (ours) signal_pidfd(pidfd, sig, false);
+  ::close(pidfd);
 }
 
 }  // namespace ddp::launcher

@@ -37,5 +37,7 @@ struct ProcStat {
 };
 /// Parses one /proc/<pid>/stat line (the command name may contain spaces and parentheses).
 bool parse_proc_stat(const char* text, ProcStat& out);
+/// Reads /proc/<pid>/stat; false when the process is gone.
+bool read_proc_stat(pid_t pid, ProcStat& out);
 
 }  // namespace ddp::launcher

@@ -15,7 +15,6 @@
 #include "launcher/process/process_table.hpp"
 
 namespace ddp::launcher {
-namespace {
 
 bool read_proc_stat(pid_t pid, ProcStat& out) {
   char path[64];
@@ -29,8 +28,6 @@ bool read_proc_stat(pid_t pid, ProcStat& out) {
   buf[n] = '\0';
   return parse_proc_stat(buf, out);
 }
-
-}  // namespace
 
 bool become_child_subreaper() { return ::prctl(PR_SET_CHILD_SUBREAPER, 1) == 0; }
 

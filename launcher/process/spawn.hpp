@@ -10,6 +10,7 @@
 /// waitpid(-1). Boost.Process waits per pid and would race that reaping for exit statuses. A
 /// fork/exec in one file keeps the reaping in one place (process_table.hpp).
 
+#include <sys/resource.h>
 #include <sys/types.h>
 
 #include <string>
@@ -32,6 +33,7 @@ struct SpawnRequest {
   int cgroup_procs_fd = -1;
   std::vector<int> cpu_affinity{};  // --numa-binding: the child's CPUs (empty: inherit)
   int preferred_memory_node = -1;   // --numa-binding: MPOL_PREFERRED node (-1: inherit)
+  int pass_fd = -1;  // kept open in the child as descriptor 3 (the zygote's socket, zygote.hpp)
 };
 
 /// A forked child that may still be on its way to exec.
@@ -39,6 +41,10 @@ struct StartedProcess {
   pid_t pid = -1;           // also the child's process group id
   int exec_report_fd = -1;  // reads EOF once exec succeeded, or the child's errno if it failed
 };
+
+/// ddprun raised its own soft RLIMIT_NOFILE (many connections); workers start with `soft`, the
+/// limit ddprun was started with, as under torchrun.
+void set_worker_fd_soft_limit(rlim_t soft);
 
 /// Forks; the child sets itself up and execs. Does not wait for the exec, so that several
 /// workers can be started back to back. A failing fork is an Error with exit code 70.

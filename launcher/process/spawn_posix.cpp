@@ -5,6 +5,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -22,6 +23,8 @@
 
 namespace ddp::launcher {
 namespace {
+
+rlim_t g_worker_fd_soft_limit = RLIM_INFINITY;  // RLIM_INFINITY: leave ddprun's own
 
 std::vector<char*> as_c_array(const std::vector<std::string>& strings) {
   std::vector<char*> out;
@@ -97,12 +100,23 @@ ChildPlacement prepare_placement(const SpawnRequest& request) {
       if (fd != error_pipe) ::fcntl(fd, F_SETFD, FD_CLOEXEC);
     }
   }
+  if (request.pass_fd >= 0) {
+    if (request.pass_fd != 3 && ::dup2(request.pass_fd, 3) < 0) fail(errno);
+    if (::fcntl(3, F_SETFD, 0) != 0) fail(errno);  // dup2 cleared it; pass_fd == 3 did not
+  }
   // Best effort, like numactl --preferred: a refused placement leaves the inherited one.
   if (placement.set_cpus) ::sched_setaffinity(0, sizeof placement.cpus, &placement.cpus);
   if (placement.set_memory) {
     constexpr long kMpolPreferred = 1;  // <linux/mempolicy.h>, without libnuma
     ::syscall(SYS_set_mempolicy, kMpolPreferred, placement.memory_nodes,
               static_cast<unsigned long>(8 * sizeof placement.memory_nodes));
+  }
+  if (g_worker_fd_soft_limit != RLIM_INFINITY) {  // the limit ddprun itself was started with
+    rlimit lim{};
+    if (::getrlimit(RLIMIT_NOFILE, &lim) == 0) {
+      lim.rlim_cur = g_worker_fd_soft_limit;
+      ::setrlimit(RLIMIT_NOFILE, &lim);
+    }
   }
   ::execve(request.executable.c_str(), argv, envp);
   fail(errno);
@@ -111,6 +125,8 @@ ChildPlacement prepare_placement(const SpawnRequest& request) {
 
 }  // namespace
 
+void set_worker_fd_soft_limit(rlim_t soft) { g_worker_fd_soft_limit = soft; }
+
 Result<StartedProcess> start_process(const SpawnRequest& request) {
   auto argv = as_c_array(request.argv);
   auto envp = as_c_array(request.envp);
@@ -118,6 +134,13 @@ Result<StartedProcess> start_process(const SpawnRequest& request) {
   int error_pipe[2];
   if (::pipe2(error_pipe, O_CLOEXEC) != 0) {
     return Error{exit_codes::kInternal, fmt::format("pipe: {}", std::strerror(errno))};
+  }
+  if (request.pass_fd >= 0 && error_pipe[1] <= 3) {  // the child's dup2 onto 3 must not hit it
+    const int moved = ::fcntl(error_pipe[1], F_DUPFD_CLOEXEC, 4);
+    if (moved >= 0) {
+      ::close(error_pipe[1]);
+      error_pipe[1] = moved;
+    }
   }
   // Block signals across fork so that no handler of ddprun's runs in the child.
   sigset_t all, old;

@@ -10,10 +10,10 @@
 #include <cstring>
 #include <fstream>
 #include <random>
-#include <sstream>
 
 #include "launcher/common/exit_codes.hpp"
 #include "launcher/run/agent_events.hpp"
+#include "launcher/run/error_file.hpp"
 #include "launcher/run/worker_streams.hpp"
 #include "rendezvous/node_rendezvous.hpp"
 #include "rendezvous/store_server.hpp"
@@ -23,6 +23,8 @@ namespace {
 
 constexpr size_t kStderrTailLines = 10;
 constexpr auto kLeftoverDeadline = std::chrono::seconds(5);
+// Looks in a row that find no leftover before an attempt's cleanup is over.
+constexpr int kEmptyLooks = 3;
 // The last output at exit: given up on after this long without progress, or this long in all.
 constexpr auto kOutputStall = std::chrono::seconds(5);
 constexpr auto kOutputLimit = std::chrono::seconds(30);
@@ -47,14 +49,6 @@ std::optional<std::string> env_lookup(const EnvMap& env, const char* name) {
   return it == env.end() ? std::nullopt : std::optional<std::string>(it->second);
 }
 
-std::string read_small_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return {};
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 }  // namespace
 
 Agent::Agent(AgentSetup setup, std::unique_ptr<ProcessControl> control,
@@ -66,6 +60,7 @@ Agent::Agent(AgentSetup setup, std::unique_ptr<ProcessControl> control,
       grace_timer_(io_),
       cleanup_timer_(io_),
       recheck_timer_(io_),
+      verdict_timer_(io_),
       stdout_sink_(io_, STDOUT_FILENO),
       stderr_sink_(io_, STDERR_FILENO),
       control_(control ? std::move(control) : std::make_unique<PosixProcessControl>()),
@@ -136,10 +131,39 @@ Result<Ok> Agent::prepare() {
   // directory that nobody asked to keep.
   const std::string scratch = keep_run_dir_ ? std::string() : run_dir_->temporary_base();
   for (const auto& warning : control_->begin_supervision(token_, scratch)) say(warning);
+  if (!c.preload.empty()) enable_preload();
   auto store = open_store();
   if (!store) return store;
   health_ = make_health_monitor();
   return health_->open(run_dir_->path(), c.nproc_per_node, c.nnodes.max, setup_.host);
+}
+
+void Agent::enable_preload() {
+  const auto& c = setup_.config;
+  std::vector<EnvMap> per_rank;
+  for (int r = 0; r < c.nproc_per_node; ++r) {
+    per_rank.push_back(worker_environment(c, WorkerSlot{r, 0, setup_.master_port, ""},
+                                          setup_.parent_env, layout_));
+  }
+  EnvMap env = common_environment(per_rank);
+  env[OrphanGuard::kTokenVariable] = token_;  // the orphan guard finds it as one of the run's
+  auto workers = parse_python_invocation(setup_.argv);
+  std::variant<ZygoteReady, std::string> ready = std::string("not a Python command line");
+  if (workers) {
+    ready = control_->enable_preload(
+        ZygoteSetup{setup_.executable, *workers, c.preload, to_envp_strings(env)});
+  }
+  if (auto* reason = std::get_if<std::string>(&ready)) {
+    on_preload_disabled(*reason);
+    return;
+  }
+  events_.emit("preload",
+               {{"modules", c.preload}, {"import_s", std::get<ZygoteReady>(ready).import_seconds}});
+}
+
+void Agent::on_preload_disabled(const std::string& reason) {
+  say(fmt::format("--preload: {}; starting the workers without it", reason));
+  events_.emit("preload_disabled", {{"reason", reason}});
 }
 
 int Agent::run() {
@@ -288,6 +312,7 @@ void Agent::launch_workers(int attempt) {
     if (phase_ != Phase::Running) break;  // a worker could not start: the others stop
   }
   for (auto& w : workers_) confirm_exec(w);
+  if (auto notice = control_->take_preload_notice()) on_preload_disabled(*notice);
   health_notes_.clear();
   if (phase_ == Phase::Running) {
     std::vector<health::MonitoredWorker> monitored;
@@ -315,6 +340,15 @@ void Agent::start_worker(Worker& w, int attempt) {
   if (round_ && round_->master_port > 0) {  // etcd: this round's node 0 serves the workers
     slot.master_addr = round_->master_addr;
     slot.master_port = round_->master_port;
+  }
+  if (proxy_) {
+    if (auto why = proxy_->refusal()) {
+      say(
+          fmt::format("--store-proxy: the root store does not take ddprun's tagged mode ({}); "
+                      "the workers connect to it directly",
+                      *why));
+      proxy_.reset();
+    }
   }
   if (proxy_) {
     slot.master_addr = "127.0.0.1";
@@ -432,6 +466,7 @@ void Agent::on_shutdown_signal(int sig) {
   interrupted_ = true;
   end_with(interrupted(sig));
   if (session_) session_->cancel_waits();
+  release_held_failure();  // no verdict waited for: the others learn of the failure now
   if (phase_ == Phase::Starting && session_ && session_->busy()) {
     say(fmt::format("received {} while waiting for the other nodes; giving up", signal_name(sig)));
     finish_run();
@@ -485,20 +520,28 @@ void Agent::kill_everything_now() {
       control_->signal_group(w.pgid, SIGKILL);
     }
   }
-  for (pid_t child : control_->live_children()) control_->signal_process(child, SIGKILL);
+  for (pid_t child : leftovers()) control_->signal_process(child, SIGKILL);
   control_->kill_job();
+}
+
+std::vector<pid_t> Agent::leftovers() {
+  std::vector<pid_t> pids = control_->live_children();
+  // The stack dumper's tools are ddprun's own children, not something a worker left.
+  for (pid_t tool : health_->stack_tools()) std::erase(pids, tool);
+  return pids;
 }
 
 void Agent::after_worker_exit() {
   // Starting: a late SIGCHLD between two attempts must not end the attempt a second time.
   if (phase_ == Phase::Done || phase_ == Phase::Starting || phase_ == Phase::Finishing ||
-      any_alive()) {
+      phase_ == Phase::Awaiting || any_alive()) {
     return;
   }
   if (phase_ != Phase::Cleaning) {
     grace_timer_.cancel();
     phase_ = Phase::Cleaning;
     leftover_rounds_ = 0;
+    empty_looks_ = 0;
     cleanup_timer_.expires_after(kLeftoverDeadline);
     cleanup_timer_.async_wait([this](const boost::system::error_code& ec) {
       if (ec || phase_ != Phase::Cleaning) return;
@@ -513,33 +556,47 @@ void Agent::after_worker_exit() {
 void Agent::clean_up_leftovers() {
   // Every worker is reaped, so any child left is an orphan the workers left behind, re-parented
   // to ddprun (the subreaper). Kill it; its own children come to us next and go the same way.
-  std::vector<pid_t> leftovers = control_->live_children();
-  if (leftovers.empty()) {
+  std::vector<pid_t> left = leftovers();
+  if (left.empty()) {
+    // One empty look proves little: the kernel's list of children is not a snapshot, and a
+    // process that hops pids (fork, exit, again) is between two entries now and then. The
+    // attempt ends after a few empty looks in a row, and once a stack dump still running (the
+    // attempt's evidence) has ended within its own limit.
+    if (++empty_looks_ < kEmptyLooks || !health_->stack_tools().empty()) {
+      look_for_leftovers_again(std::chrono::milliseconds(5));
+      return;
+    }
     finish_attempt();
     return;
   }
+  empty_looks_ = 0;
   for (auto& w : workers_) {
     if (w.pgid > 0) control_->signal_group(w.pgid, SIGKILL);
   }
-  for (pid_t pid : leftovers) control_->signal_process(pid, SIGKILL);
+  for (pid_t pid : left) control_->signal_process(pid, SIGKILL);
   control_->kill_job();
   // A leftover that is not ddprun's child (it lives under a subreaper of its own, found through
   // the job cgroup) sends no SIGCHLD here: look again shortly.
-  recheck_timer_.expires_after(std::chrono::milliseconds(20));
+  look_for_leftovers_again(std::chrono::milliseconds(20));
+  if (leftover_rounds_++ == 0) {
+    say(fmt::format("killing {} process(es) the workers left running (pid {}{})", left.size(),
+                    left.front(), left.size() > 1 ? ", ..." : ""));
+  }
+  events_.emit("leftovers_killed", {{"pids", left}, {"attempt", attempt_}});
+  // The SIGCHLD of each death brings us back here through after_worker_exit().
+}
+
+void Agent::look_for_leftovers_again(std::chrono::milliseconds after) {
+  recheck_timer_.expires_after(after);
   recheck_timer_.async_wait([this](const boost::system::error_code& ec) {
     if (!ec && phase_ == Phase::Cleaning) clean_up_leftovers();
   });
-  if (leftover_rounds_++ == 0) {
-    say(fmt::format("killing {} process(es) the workers left running (pid {}{})", leftovers.size(),
-                    leftovers.front(), leftovers.size() > 1 ? ", ..." : ""));
-  }
-  events_.emit("leftovers_killed", {{"pids", leftovers}, {"attempt", attempt_}});
-  // The SIGCHLD of each death brings us back here through after_worker_exit().
 }
 
 void Agent::finish_attempt() {
   cleanup_timer_.cancel();
   recheck_timer_.cancel();
+  control_->end_attempt();
   AttemptOutcome outcome;
   outcome.attempt = attempt_;
   outcome.root_cause = root_cause_;
@@ -549,8 +606,13 @@ void Agent::finish_attempt() {
       w.err->finish();
       w.outcome.stderr_tail = w.err->tail_lines(kStderrTailLines);
     }
-    std::string error_json = read_small_file(w.outcome.error_file);
-    if (!error_json.empty()) w.outcome.error_info = parse_error_file(error_json);
+    std::string why;
+    if (auto error_json = read_error_file(w.outcome.error_file, &why)) {
+      w.outcome.error_info = parse_error_file(*error_json);
+    } else if (!why.empty()) {
+      say(fmt::format("rank {}: ignoring its error file {}: {}", w.outcome.rank,
+                      w.outcome.error_file, why));
+    }
     outcome.workers.push_back(w.outcome);
   }
   history_.push_back(std::move(outcome));
@@ -567,6 +629,10 @@ void Agent::finish_attempt() {
 bool Agent::end_with(RunEnd cause) { return offer(end_, std::move(cause)); }
 
 void Agent::after_attempt() {
+  if (held_failure_) {  // the verdict on the other nodes decides how this attempt ends
+    phase_ = Phase::Awaiting;
+    return;
+  }
   if (quarantined_) {  // the others re-form without this node
     finish_run();
     return;
@@ -621,10 +687,27 @@ int Agent::exit_code() const {
   return exit_codes::kSuccess;
 }
 
+void Agent::copy_root_cause_error_file() {
+  // torchrun's @record on its own main: a job script reads the launcher's error file.
+  auto destination = env_lookup(setup_.parent_env, "TORCHELASTIC_ERROR_FILE");
+  if (!destination || destination->empty() || history_.empty()) return;
+  const AttemptOutcome& last = history_.back();
+  if (!last.root_cause) return;
+  const WorkerOutcome& w = last.workers[*last.root_cause];
+  auto text = read_error_file(w.error_file);
+  if (!text || !w.status) return;  // torchrun too writes nothing without the worker's file
+  const int code =
+      w.status->kind == ExitStatus::Kind::Signaled ? -w.status->signal : w.status->code;
+  if (auto copied = copy_error_file(*text, code, *destination); !copied) {
+    say(copied.error().message);
+  }
+}
+
 void Agent::finish_run() {
   phase_ = Phase::Done;
   grace_timer_.cancel();
   cleanup_timer_.cancel();
+  verdict_timer_.cancel();
   const int code = exit_code();
   const int signal = end_ && end_->kind == RunEndKind::Interrupted ? end_->signal : 0;
   RunSummaryInput summary{setup_.config.program,
@@ -642,7 +725,10 @@ void Agent::finish_run() {
                end_->kind == RunEndKind::JobStopped || end_->kind == RunEndKind::NodeLost);
   if (session_ && job_wide) summary.job_root_cause = end_->text;
   if (health_) health_->finish(code == 0);
-  if (code != 0) stderr_sink_.write_all(format_failure_summary(summary));
+  if (code != 0) {
+    stderr_sink_.write_all(format_failure_summary(summary));
+    copy_root_cause_error_file();
+  }
   nlohmann::json fields = summary_fields(code, history_, end_, summary.job_root_cause);
   if (!log_errors_.empty()) fields["log_errors"] = log_errors_;
   if (!health_notes_.empty()) fields["health"] = health_notes_;
@@ -662,7 +748,7 @@ void Agent::finish_run() {
       }
     }
     // The store's host stays up until the others have read the outcome (bounded).
-    session_->leave(job_store() != nullptr, [this] { io_.stop(); });
+    session_->leave(store_ != nullptr, [this] { io_.stop(); });
     return;
   }
   io_.stop();

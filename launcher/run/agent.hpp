@@ -23,12 +23,20 @@
 /// node or a lost node ends Running like a local failure. The agent may host the job's store
 /// (HostedStore: its own thread and loop).
 ///
+/// A local worker failure in a job that could survive a lost node is first held (not offered to
+/// the job) for a bounded time, loss_verdict_wait(): real collectives fail as soon as a peer dies,
+/// long before its heartbeats are missed. A loss reported meanwhile replaces the failure (a
+/// re-form, a spare taking the lost node's place); a stop from another node is adopted; at the
+/// deadline the failure is offered as usual. An attempt that ends while the failure is held waits
+/// in Awaiting for that verdict instead of restarting.
+///
 /// Why the attempt ends is one value, end_ (a RunEnd): every handler offers its cause and the
 /// rules in run_end.hpp decide which stands; the exit code, the restart decision and the summary
 /// all read it. The Agent decides; pipes and log files (WorkerStreams), event fields
 /// (agent_events) and the store's keys (NodeSession, rendezvous/) live elsewhere.
 
 #include <sys/types.h>
+#include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
@@ -43,6 +51,7 @@
 #include "launcher/env/worker_env.hpp"
 #include "launcher/health/health_monitor.hpp"
 #include "launcher/multinode/job_rendezvous.hpp"
+#include "launcher/multinode/join_progress.hpp"
 #include "launcher/multinode/multinode_settings.hpp"
 #include "launcher/output/output_sink.hpp"
 #include "launcher/output/stream_pump.hpp"
@@ -87,7 +96,8 @@ class Agent {
 
  private:
   // Finishing (multi-node): this node's workers succeeded; waiting for the other nodes.
-  enum class Phase { Starting, Running, Stopping, Cleaning, Finishing, Done };
+  // Awaiting (multi-node): the attempt ended with a held local failure; waiting for the verdict.
+  enum class Phase { Starting, Running, Stopping, Cleaning, Finishing, Awaiting, Done };
 
   struct Worker {
     WorkerOutcome outcome;
@@ -99,6 +109,9 @@ class Agent {
   };
 
   Result<Ok> prepare();
+  /// --preload: the node's preloaded interpreter, or the one line and event saying why not.
+  void enable_preload();
+  void on_preload_disabled(const std::string& reason);
   /// One "ddprun: ..." line on stderr, in order with the workers' stderr lines.
   void say(const std::string& line);
   /// A log or events file could not be written (disk full...): one line, an event, the summary.
@@ -114,6 +127,14 @@ class Agent {
   /// stop reason offered to the other nodes.
   void on_local_failure(Worker& worker);
   void on_job_stop(const StopReason& reason);
+  /// Holds this node's failure `stop` until a lost node or another node's stop explains it, or
+  /// `wait` passes (then it is broadcast and the attempt goes on as for any failure).
+  void hold_for_loss_verdict(const StopReason& stop, std::chrono::milliseconds wait);
+  /// The held failure is settled by other news: no broadcast; an attempt waiting in Awaiting
+  /// goes on (from the loop) with the end that news set. False when nothing was held.
+  bool settle_held_failure();
+  /// The wait is over, or ddprun is interrupted: the held failure is offered to the job.
+  void release_held_failure();
   void on_node_lost(const NodeLoss& loss);
   /// The live pending nodes changed (every node hears it; the round's node 0 decides).
   void on_pending(const std::vector<rdzv::JoinRequest>& pending);
@@ -122,26 +143,8 @@ class Agent {
   /// This node waits as a pending node or a spare (during its join).
   void on_waiting(const std::string& role);
   void on_barrier(const JobRendezvous::BarrierResult& result);
-  // Standby store (agent_failover.cpp).
-  /// After this node's first round: host the standby store when the plan allows it, this node
-  /// does not host the primary and it can bind the standby's address (once per run).
-  void host_standby_store();
-  /// A standby was given and has not been asked yet.
-  bool may_fail_over() const;
-  /// The job's store when this node serves it: the primary, or the standby it hosts once that
-  /// took over. Its host stays until the others have left, and reports its metrics.
   /// The Agent's handlers for the rendezvous's news (stop, loss, pending nodes, progress).
   JobRendezvous::Events rendezvous_events();
-  HostedStore* job_store() const;
-  /// The store is lost: true when a standby takes over (asked now, or already being asked), so
-  /// the loss does not end the job.
-  bool takes_store_loss(const NodeLoss& loss);
-  /// A join failed while the standby is being asked: true when it is retried once it answers.
-  bool rejoin_after_failover(int attempt, const std::string& error);
-  /// The exit barrier lost the store: true when it resumes on the standby once it answers.
-  bool resume_barrier_after_failover(const NodeLoss& loss);
-  void on_failed_over(const NodeLoss& loss, const JobRendezvous::FailoverResult& result,
-                      std::chrono::steady_clock::time_point since);
   /// Offers a cause for the end of the attempt (see run_end.hpp); true when it stands.
   bool end_with(RunEnd cause);
   /// Elastic: a lost node of the current round that the job may survive; false when the loss
@@ -165,8 +168,14 @@ class Agent {
   void kill_everything_now();
   void after_worker_exit();
   void clean_up_leftovers();
+  void look_for_leftovers_again(std::chrono::milliseconds after);
+  /// ddprun's live children and the job cgroup's members, less the stack dumper's tools: once
+  /// every worker is reaped, what the workers left running.
+  std::vector<pid_t> leftovers();
   void finish_attempt();
   void finish_run();
+  /// TORCHELASTIC_ERROR_FILE set for ddprun: the root cause's error file copied there.
+  void copy_root_cause_error_file();
   int exit_code() const;
   Worker* find_worker(pid_t pid);
   bool any_alive() const;
@@ -190,8 +199,12 @@ class Agent {
   boost::asio::steady_timer grace_timer_;
   boost::asio::steady_timer cleanup_timer_;
   boost::asio::steady_timer recheck_timer_;  // Cleaning: leftovers that send no SIGCHLD
+  boost::asio::steady_timer verdict_timer_;  // how long a local failure is held (see above)
   OutputSink stdout_sink_;
   OutputSink stderr_sink_;
+  // Who arrived and who is missing while a join waits (stderr; one rewritten line on a tty).
+  JoinProgress join_progress_{::isatty(STDERR_FILENO) != 0,
+                              [this](const std::string& text) { stderr_sink_.write_all(text); }};
   std::unique_ptr<ProcessControl> control_;
   std::string token_;
   EventLog events_;
@@ -206,14 +219,13 @@ class Agent {
   std::optional<RunEnd> end_;  // why this attempt ends; cleared only when a restart begins
   bool interrupted_ = false;   // a shutdown signal arrived: no new attempt; a second one kills now
   int leftover_rounds_ = 0;    // clean_up_leftovers() calls in this attempt's Cleaning phase
+  int empty_looks_ = 0;        // looks in a row that found no leftover (Cleaning)
   long oom_kills_at_start_ = 0;
   std::vector<std::string> log_errors_;  // "<path>: <error>", for the summary
   std::chrono::system_clock::time_point start_time_;
 
   // The store and the other nodes.
   std::unique_ptr<HostedStore> store_;
-  std::unique_ptr<HostedStore> standby_store_;  // --rdzv_endpoint PRIMARY,STANDBY, on this node
-  bool standby_store_tried_ = false;
   std::unique_ptr<NodeStoreProxy> proxy_;  // --store-proxy: the workers' store address
   JobRendezvousFactory make_rendezvous_;
   std::unique_ptr<JobRendezvous> session_;
@@ -240,17 +252,9 @@ class Agent {
     RoundLeft left;
   };
   std::optional<Reform> reform_;
-  std::optional<RoundLeft> restart_from_;  // the round a pending restart left (none: no restart)
-  RoundLeft round_left() const;            // round_ (empty without one), left now
-  // The standby store: not asked, asked, took over, or could not.
-  enum class Failover { None, Asking, TookOver, Failed };
-  Failover failover_ = Failover::None;
-  struct PendingJoin {  // a join that failed while the standby was asked
-    int attempt = 0;
-    std::string error;
-  };
-  std::optional<PendingJoin> rejoin_;
-  bool resume_barrier_ = false;  // the exit barrier lost the store while the standby is asked
+  std::optional<StopReason> held_failure_;  // this node's failure, not yet offered (see above)
+  std::optional<RoundLeft> restart_from_;   // the round a pending restart left (none: no restart)
+  RoundLeft round_left() const;             // round_ (empty without one), left now
   std::vector<std::string> membership_changes_;  // for the summary
 
   std::unique_ptr<health::HealthMonitor> health_;

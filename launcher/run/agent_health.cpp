@@ -29,12 +29,12 @@ std::unique_ptr<health::HealthMonitor> Agent::make_health_monitor() {
   hooks.extra_metrics = [this](health::PrometheusText& metrics) {
     // The job's store when this agent hosts it; a store thread too busy to answer within the budget
     // is left out of this scrape rather than holding the loop.
-    HostedStore* store = job_store();
-    if (!store) return;
-    if (auto stats = store->stats(std::chrono::milliseconds(200))) {
+    if (!store_) return;
+    if (auto stats = store_->stats(std::chrono::milliseconds(200))) {
       health::append_store_metrics(metrics, *stats);
     }
   };
+  hooks.history = [this] { return &events_.recent(); };
   auto path = setup_.parent_env.find("PATH");
   const std::string path_variable =
       path == setup_.parent_env.end() ? "/usr/bin:/bin" : path->second;
@@ -45,6 +45,9 @@ std::unique_ptr<health::HealthMonitor> Agent::make_health_monitor() {
 void Agent::record_health_stop(const health::HealthStop& stop) {
   health_notes_.push_back(stop.text);
   health_notes_.insert(health_notes_.end(), stop.details.begin(), stop.details.end());
+  // Before the directory is announced: should ddprun be killed after that, the orphan guard must
+  // keep it too.
+  control_->keep_scratch();
   if (!keep_run_dir_ && run_dir_->temporary()) {
     say(fmt::format("worker logs and stacks: {}", run_dir_->path()));
   }

@@ -27,14 +27,6 @@ Result<Ok> Agent::open_store() {
     if (setup_.multinode && !setup_.multinode->token.empty()) {
       options.access_policy = std::make_shared<rdzv::TokenAccessPolicy>(setup_.multinode->token);
     }
-    if (setup_.multinode) {
-      // A standby that stalls holds the store's replies at most this long (docs/scale.md): well
-      // inside the heartbeat timeout, which would otherwise take the stall for the store's loss.
-      options.replication.ack_timeout =
-          std::clamp(std::chrono::duration_cast<std::chrono::milliseconds>(
-                         setup_.multinode->heartbeat_timeout / 3),
-                     std::chrono::milliseconds(10), options.replication.ack_timeout);
-    }
     try {
       store_ = std::make_unique<HostedStore>(options);
       setup_.master_port = store_->port();
@@ -86,6 +78,9 @@ JobRendezvous::Events Agent::rendezvous_events() {
   events.on_lost = [this](const NodeLoss& loss) { on_node_lost(loss); };
   events.on_pending = [this](const std::vector<rdzv::JoinRequest>& p) { on_pending(p); };
   events.on_waiting = [this](const std::string& role) { on_waiting(role); };
+  events.on_join_progress = [this](std::chrono::milliseconds waited, const std::string& status) {
+    join_progress_.show(waited, status);
+  };
   events.on_progress_elsewhere = [this](std::optional<long long> best_step) {
     if (health_) health_->progress_elsewhere(best_step);  // the job-wide hang verdict
   };
@@ -93,9 +88,9 @@ JobRendezvous::Events Agent::rendezvous_events() {
 }
 
 void Agent::on_joined(int attempt, const JobRendezvous::JoinResult& result) {
+  join_progress_.done();
   if (phase_ == Phase::Done) return;
   if (const auto* error = std::get_if<std::string>(&result)) {
-    if (rejoin_after_failover(attempt, *error)) return;
     events_.emit("rendezvous_failed", {{"attempt", attempt}, {"error", *error}});
     if (reform_) {
       // The survivors could not meet again (another one vanished, or the store did).
@@ -125,7 +120,6 @@ void Agent::on_joined(int attempt, const JobRendezvous::JoinResult& result) {
   round_ = joined;
   lost_nodes_.clear();
   events_.emit("rendezvous", rendezvous_fields(attempt, joined));
-  host_standby_store();
   // Both re-form paths report one shape (agent_events.hpp): the round left, the round formed.
   auto record = [&](std::string reason, std::string change, const RoundLeft& left) {
     return RescaleRecord{
@@ -195,13 +189,58 @@ void Agent::on_local_failure(Worker& w) {
   }
   // Multi-node: the first local failure is offered as the job-wide stop reason, unless the job
   // was already stopped from elsewhere (then the store holds a reason and this one would lose).
-  if (first && session_ && layout_)
-    session_->broadcast_stop(StopReason{cause.exit_code, node_rank, cause.text, {}});
+  if (!first || !session_ || !layout_) return;
+  const StopReason stop{cause.exit_code, node_rank, cause.text, {}};
+  // A worker that could not start failed on its own; one that ran may have lost a peer.
+  const auto wait = round_ && w.outcome.start_error.empty()
+                        ? loss_verdict_wait(elastic_policy(), round_->assignment.nodes.size(),
+                                            setup_.multinode->heartbeat_timeout,
+                                            setup_.multinode->heartbeat_interval)
+                        : std::chrono::milliseconds(0);
+  if (wait.count() > 0) {
+    hold_for_loss_verdict(stop, wait);
+  } else {
+    session_->broadcast_stop(stop);
+  }
+}
+
+void Agent::hold_for_loss_verdict(const StopReason& stop, std::chrono::milliseconds wait) {
+  held_failure_ = stop;
+  say(fmt::format(
+      "{}; waiting up to {:.3g} s for the other nodes' heartbeats before restarting (a lost "
+      "node makes the collectives fail first)",
+      stop.text, wait.count() / 1000.0));
+  verdict_timer_.expires_after(wait);
+  verdict_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (!ec) release_held_failure();
+  });
+}
+
+bool Agent::settle_held_failure() {
+  if (!held_failure_) return false;
+  held_failure_.reset();
+  verdict_timer_.cancel();
+  if (phase_ == Phase::Awaiting) {
+    boost::asio::post(io_, [this] {
+      if (phase_ == Phase::Awaiting && !held_failure_) after_attempt();
+    });
+  }
+  return true;
+}
+
+void Agent::release_held_failure() {
+  if (!held_failure_) return;
+  const StopReason stop = *held_failure_;
+  settle_held_failure();
+  events_.emit("loss_verdict", {{"lost", false}, {"failure", stop.text}});
+  session_->broadcast_stop(stop);
 }
 
 void Agent::on_job_stop(const StopReason& reason) {
   if (phase_ == Phase::Done || phase_ == Phase::Starting) return;  // Starting: a past round's news
   if (layout_ && is_own_stop(reason, layout_->node_rank)) return;
+  // A failure held for the loss verdict would lose to this reason in the store anyway.
+  settle_held_failure();
   // First reason wins in the store: adopt it even if this node failed at the same moment, so
   // every node names the same root cause and exits with the same code.
   end_with(job_stopped(reason));
@@ -224,9 +263,14 @@ void Agent::on_job_stop(const StopReason& reason) {
 }
 
 void Agent::on_node_lost(const NodeLoss& loss) {
-  if (phase_ == Phase::Done) return;
-  if (!loss.node_rank && takes_store_loss(loss)) return;  // a standby takes over
-  if (phase_ == Phase::Starting) return;
+  if (phase_ == Phase::Done || phase_ == Phase::Starting) return;
+  if (const std::optional<StopReason> held = held_failure_; held && settle_held_failure()) {
+    // The local failure this loss explains was held for it: the loss is the attempt's end (a
+    // re-form, a spare in the lost node's place), not a failure of this node's workers.
+    events_.emit("loss_verdict", {{"lost", true}, {"failure", held->text}, {"loss", loss.text}});
+    end_.reset();
+    failed_here_ = false;
+  }
   // Once the job has a root cause, the store host going away is the expected end, not news.
   // During a re-form, a lost store ends it (nothing can re-form without it) and another lost
   // node shrinks it further.
@@ -406,7 +450,6 @@ void Agent::on_barrier(const JobRendezvous::BarrierResult& result) {
                                   : stop->text);
     }
   } else if (const auto* loss = std::get_if<NodeLoss>(&result)) {
-    if (resume_barrier_after_failover(*loss)) return;
     // The store is gone: exit 74, no restart.
     if (end_with(node_lost(*loss))) {
       events_.emit("node_lost", {{"message", loss->text}});

@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "rendezvous/json_text.hpp"
+
 namespace ddp::launcher {
 
 std::string shell_quote(const std::string& arg) {
@@ -46,7 +48,7 @@ std::string format_dry_run(const LaunchConfig& config, const std::vector<std::st
                      {"memory", "preferred"},
                      {"why", numa->reason}};
       }
-      out += j.dump() + "\n";
+      out += dump_json(j) + "\n";
       continue;
     }
     std::string command;

@@ -12,6 +12,7 @@
 
 #include "launcher/common/exit_codes.hpp"
 #include "launcher/output/output_sink.hpp"
+#include "rendezvous/json_text.hpp"
 
 namespace ddp::launcher {
 
@@ -71,11 +72,12 @@ void EventLog::on_error(std::function<void(const std::string& path, int error)> 
 }
 
 void EventLog::emit(const char* event, nlohmann::json fields) {
-  if (!enabled()) return;
   auto now = std::chrono::system_clock::now().time_since_epoch();
   fields["event"] = event;
   fields["time"] = std::chrono::duration_cast<std::chrono::microseconds>(now).count() / 1e6;
-  std::string line = fields.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  recent_.add(fields);
+  if (!enabled()) return;
+  std::string line = dump_json(fields);
   line += '\n';
   sink_->write_all(line);
 }

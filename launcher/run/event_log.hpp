@@ -10,6 +10,7 @@
 #include <string>
 
 #include "launcher/common/result.hpp"
+#include "launcher/health/recent_events.hpp"
 #include "launcher/output/output_sink.hpp"
 
 namespace ddp::launcher {
@@ -30,13 +31,16 @@ class EventLog {
   /// Called once (on the loop) when writing the events file fails: its path and errno.
   void on_error(std::function<void(const std::string& path, int error)> handler);
   bool enabled() const { return sink_ != nullptr; }
-  /// Adds "event" and "time" (seconds since the epoch, µs resolution) and writes one line.
+  /// Adds "event" and "time" (seconds since the epoch, µs resolution) and writes one line. The
+  /// event is kept in recent() too, file or not (for /status).
   void emit(const char* event, nlohmann::json fields = nlohmann::json::object());
+  const health::RecentEvents& recent() const { return recent_; }
 
  private:
   std::string path_;
   std::unique_ptr<OutputSink> file_;
   OutputSink* sink_ = nullptr;  // file_ or the stdout sink
+  health::RecentEvents recent_;
 };
 
 }  // namespace ddp::launcher

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <charconv>
 #include <ctime>
 #include <nlohmann/json.hpp>
 
@@ -74,6 +75,18 @@ std::string format_utc(std::chrono::system_clock::time_point t) {
   return fmt::format("{}.{:03d} UTC", buf, static_cast<int>(ms));
 }
 
+std::string format_error_time(const std::string& timestamp) {
+  long long seconds = 0;
+  auto [end, ec] = std::from_chars(timestamp.data(), timestamp.data() + timestamp.size(), seconds);
+  if (ec != std::errc() || end != timestamp.data() + timestamp.size()) return timestamp;
+  const auto secs = static_cast<std::time_t>(seconds);
+  std::tm tm{};
+  if (localtime_r(&secs, &tm) == nullptr) return timestamp;
+  char buf[64];
+  if (std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S%z", &tm) == 0) return timestamp;
+  return buf;
+}
+
 std::string format_failure_summary(const RunSummaryInput& in) {
   std::string out = kRule;
   out += fmt::format("ddprun: {} FAILED (ddprun exit code {})\n", in.program, in.exit_code);
@@ -109,7 +122,7 @@ std::string format_failure_summary(const RunSummaryInput& in) {
       out += "  error      :\n";
       append_indented(out, w.error_info->message, "    ");
       if (!w.error_info->timestamp.empty()) {
-        out += fmt::format("  error time : {}\n", w.error_info->timestamp);
+        out += fmt::format("  error time : {}\n", format_error_time(w.error_info->timestamp));
       }
       if (!w.error_info->traceback.empty()) {
         out += "  traceback  :\n";

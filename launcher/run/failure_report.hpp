@@ -64,6 +64,10 @@ struct RunSummaryInput {
 /// The boxed summary printed on stderr when the run failed or was interrupted.
 std::string format_failure_summary(const RunSummaryInput& input);
 
+/// An error file's timestamp (seconds since the epoch, as @record writes it) as ISO 8601 local
+/// time, "2026-11-30T10:01:02+0100"; anything else as it is.
+std::string format_error_time(const std::string& timestamp);
+
 /// "2026-11-30 10:01:02.345 UTC".
 std::string format_utc(std::chrono::system_clock::time_point t);
 

@@ -5,31 +5,17 @@
 
 #include <boost/asio/post.hpp>
 #include <future>
-#include <stdexcept>
 
 namespace ddp::launcher {
 
-HostedStore::HostedStore(const rdzv::StoreServerOptions& options,
-                         std::function<void(const std::string&)> on_failed)
+HostedStore::HostedStore(const rdzv::StoreServerOptions& options)
     : server_(std::make_unique<rdzv::StoreServer>(io_, options)), port_(server_->port()) {
-  const bool standby = !options.replication.follow.empty();
-  if (!standby) server_->start();
+  server_->start();
   // Signals stay with the supervision loop's signal_sets.
   sigset_t all, old;
   sigfillset(&all);
   ::pthread_sigmask(SIG_SETMASK, &all, &old);
-  thread_ = std::thread([this, standby, on_failed = std::move(on_failed)] {
-    if (standby) {
-      try {
-        server_->start();  // the blocking subscription (bounded), then the stream on io_
-      } catch (const std::runtime_error& e) {
-        server_->stop();
-        if (on_failed) on_failed(e.what());
-        return;
-      }
-    }
-    io_.run();
-  });
+  thread_ = std::thread([this] { io_.run(); });
   ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
 }
 

@@ -8,10 +8,8 @@
 #include <boost/asio/io_context.hpp>
 #include <chrono>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <optional>
-#include <string>
 #include <thread>
 
 #include "rendezvous/store_server.hpp"
@@ -21,11 +19,7 @@ namespace ddp::launcher {
 class HostedStore {
  public:
   /// Binds and listens at once (port() is valid and held); throws rdzv::StoreBindError.
-  /// A standby (options.replication.follow set) subscribes to its primary on the store's own
-  /// thread (up to 30 s, never on the caller's loop); when that fails, `on_failed` is called on
-  /// that thread with the reason and the store stops serving.
-  explicit HostedStore(const rdzv::StoreServerOptions& options,
-                       std::function<void(const std::string&)> on_failed = {});
+  explicit HostedStore(const rdzv::StoreServerOptions& options);
   /// Stops serving and joins the thread.
   ~HostedStore();
   HostedStore(const HostedStore&) = delete;

@@ -153,6 +153,13 @@ LossDecision decide_quarantine(const ElasticPolicy& policy,
   return d;
 }
 
+std::chrono::milliseconds loss_verdict_wait(const ElasticPolicy& policy, size_t round_nodes,
+                                            std::chrono::milliseconds heartbeat_timeout,
+                                            std::chrono::milliseconds heartbeat_interval) {
+  if (round_nodes < 2 || !(policy.elastic || policy.takes_pending)) return {};
+  return heartbeat_timeout + 2 * heartbeat_interval;
+}
+
 std::optional<RoundPlan> reform_plan(const std::vector<int>& survivors, int old_rank) {
   auto it = std::find(survivors.begin(), survivors.end(), old_rank);
   if (it == survivors.end()) return std::nullopt;

@@ -7,6 +7,7 @@
 /// at the next restart with admit=restart), kept as a *spare* when the job is full, or refused.
 /// Unit-tested in tests/launcher/unit; the Agent acts on the decisions through JobRendezvous.
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <set>
@@ -76,6 +77,18 @@ std::vector<PendingAnswer> restart_admissions(const ElasticPolicy& policy, int n
 LossDecision decide_quarantine(const ElasticPolicy& policy,
                                const std::vector<rdzv::NodeAssignment>& round, int node_rank,
                                int failed_in_a_row, int limit, int rescales_used);
+
+/// A worker of this node failed in a round of `round_nodes` nodes. When a lost node could still
+/// be survived (elastic, or spares taken), the failure may be that loss's consequence: a peer's
+/// death breaks the collectives within milliseconds, its heartbeats are missed only after
+/// `heartbeat_timeout`. How long to wait for the monitor's verdict on the other nodes before
+/// treating it as this node's own failure (offered to the job, a restart): long enough for a peer
+/// that died at the failure to be reported (its last heartbeat is read up to one interval late,
+/// and the check runs once per interval). Zero where a loss would change nothing (a static job
+/// without spares: either way the job cannot go on without that node) or there is no peer.
+std::chrono::milliseconds loss_verdict_wait(const ElasticPolicy& policy, size_t round_nodes,
+                                            std::chrono::milliseconds heartbeat_timeout,
+                                            std::chrono::milliseconds heartbeat_interval);
 
 /// How this node joins the round that re-forms the job from `survivors` (old node ranks, in
 /// order): the survivors keep their relative order and take the ranks 0..S-1, and the round is

@@ -3,6 +3,8 @@
 
 #include <signal.h>
 
+#include <chrono>
+
 #include <boost/asio/post.hpp>
 
 namespace ddp::launcher {
@@ -24,7 +26,9 @@ NodeStoreProxy::NodeStoreProxy(const std::string& root_host, std::uint16_t root_
                                std::size_t max_watched_keys)
     : proxy_(std::make_unique<rdzv::proxy::StoreProxy>(
           io_, proxy_options(root_host, root_port, max_watched_keys))),
-      port_(proxy_->port()) {
+      port_(proxy_->port()),
+      root_host_(root_host),
+      root_port_(root_port) {
   proxy_->start();
   // Signals stay with the supervision loop's signal_sets.
   sigset_t all, old;
@@ -32,6 +36,17 @@ NodeStoreProxy::NodeStoreProxy(const std::string& root_host, std::uint16_t root_
   ::pthread_sigmask(SIG_SETMASK, &all, &old);
   thread_ = std::thread([this] { io_.run(); });
   ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+}
+
+std::optional<std::string> NodeStoreProxy::refusal() {
+  if (!refusal_) {
+    try {
+      refusal_ = rdzv::proxy::tagged_mode_refusal(root_host_, root_port_, std::chrono::seconds(5));
+    } catch (const std::runtime_error&) {
+      return std::nullopt;  // unreachable now: nothing known, ask again next time
+    }
+  }
+  return *refusal_;
 }
 
 NodeStoreProxy::~NodeStoreProxy() {

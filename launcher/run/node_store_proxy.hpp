@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -27,11 +28,18 @@ class NodeStoreProxy {
   NodeStoreProxy& operator=(const NodeStoreProxy&) = delete;
 
   std::uint16_t port() const { return port_; }
+  /// Why the workers should connect to the root directly: it does not take ddprun's tagged mode
+  /// (not a ddprun-store). nullopt: they go through this proxy. Asked of the root once, on the
+  /// first call (blocking, up to a few seconds), then remembered.
+  std::optional<std::string> refusal();
 
  private:
   boost::asio::io_context io_{1};
   std::unique_ptr<rdzv::proxy::StoreProxy> proxy_;
   std::uint16_t port_ = 0;
+  std::string root_host_;
+  std::uint16_t root_port_ = 0;
+  std::optional<std::optional<std::string>> refusal_;  // outer: asked already
   std::thread thread_;
 };
 

@@ -42,6 +42,7 @@ Result<WorkerStreams> WorkerStreams::open(boost::asio::io_context& io, const Lau
   const StreamSet redirect = c.redirects.for_rank(r);
   const StreamSet tee = c.tee.for_rank(r);
   WorkerStreams streams;
+  streams.notices_ = &stderr_sink;
   for (int s = 0; s < 2; ++s) {
     bool (*includes)(StreamSet) = s == 0 ? includes_stdout : includes_stderr;
     const bool to_file = includes(redirect) || includes(tee) || filtered;
@@ -83,6 +84,7 @@ WorkerStreams::WorkerStreams(WorkerStreams&& other) noexcept {
     read_fd_[s] = std::exchange(other.read_fd_[s], -1);
     route_[s] = std::exchange(other.route_[s], StreamRoute{});
   }
+  notices_ = other.notices_;
 }
 
 WorkerStreams::~WorkerStreams() {
@@ -109,10 +111,18 @@ WorkerStreams::Pumps WorkerStreams::start(boost::asio::io_context& io, const Lin
                      : fmt::format("[{}{}]:", fields.role_name, fields.local_rank);
     }
     const bool color = sink && use_color(color_mode, sink->is_tty(), no_color_env);
+    if (sink && notices_) {
+      route_[s].on_first_cut = [notices = notices_, rank = fields.rank, s] {
+        notices->write_all(fmt::format(
+            "ddprun: rank {}: a {} line longer than 1 MiB reached the console cut into 1 MiB "
+            "lines (its log file, with --tee or --redirects, has it whole)\n",
+            rank, s == 0 ? "stdout" : "stderr"));
+      };
+    }
     // The pump owns the read end and the log file from here on.
-    auto pump = std::make_shared<StreamPump>(io, std::exchange(read_fd_[s], -1),
-                                             std::exchange(route_[s], StreamRoute{}),
-                                             console_line_prefix(style, fields, color));
+    auto pump = std::make_shared<StreamPump>(
+        io, std::exchange(read_fd_[s], -1), std::exchange(route_[s], StreamRoute{}),
+        console_line_prefix(style, fields, color), console_line_prefix(style, fields, false));
     pump->start();
     (s == 0 ? pumps.out : pumps.err) = std::move(pump);
   }

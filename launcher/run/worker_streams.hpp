@@ -56,6 +56,7 @@ class WorkerStreams {
 
  private:
   WorkerStreams() = default;
+  OutputSink* notices_ = nullptr;  // ddprun's stderr, for its own notices
   int write_fd_[2] = {-1, -1};
   int read_fd_[2] = {-1, -1};
   StreamRoute route_[2];

@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <iterator>
+
 namespace ddp::launcher::scheduler {
 namespace {
 
@@ -77,6 +80,23 @@ std::string render_detection_report(const Detection& detection, const NodeSettin
   }
   for (const auto& note : settings.notes) out += fmt::format("  note: {}\n", note);
   return out;
+}
+
+std::string render_found_variables(const Env& env) {
+  // What the detectors read: the schedulers' own families and the launcher variables.
+  static constexpr std::string_view kPrefixes[] = {
+      "SLURM_", "OMPI_COMM_WORLD_", "PMI_", "PMIX_", "MPI_LOCAL", "JOB", "PET_"};
+  static constexpr std::string_view kNames[] = {
+      "PMI",        "MASTER_ADDR", "MASTER_PORT",        "RANK",
+      "WORLD_SIZE", "LOCAL_RANK",  "TORCHELASTIC_RUN_ID"};
+  std::string out;
+  for (const auto& [name, value] : env) {
+    const bool wanted = std::any_of(std::begin(kPrefixes), std::end(kPrefixes),
+                                    [&](std::string_view p) { return name.starts_with(p); }) ||
+                        std::find(std::begin(kNames), std::end(kNames), name) != std::end(kNames);
+    if (wanted) out += fmt::format("  {}={}\n", name, value);
+  }
+  return out.empty() ? "scheduler variables found: none\n" : "scheduler variables found:\n" + out;
 }
 
 }  // namespace ddp::launcher::scheduler

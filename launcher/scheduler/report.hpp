@@ -16,4 +16,8 @@ namespace ddp::launcher::scheduler {
 std::string render_detection_report(const Detection& detection, const NodeSettings& settings,
                                     const std::optional<HostResolution>& master = std::nullopt);
 
+/// When detection itself failed (an inconsistent environment): the scheduler variables that
+/// are set, one per line, so that the error that follows can be checked against them.
+std::string render_found_variables(const Env& env);
+
 }  // namespace ddp::launcher::scheduler

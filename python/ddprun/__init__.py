@@ -44,5 +44,9 @@ def main(name="ddprun"):
     except FileNotFoundError as error:
         sys.stderr.write(f"ddprun: {error}\n")
         return 127
+    # As `python -m torch.distributed.run`: Python workers run with this interpreter unless
+    # --python or PYTHON_EXEC say otherwise (--python wins over PYTHON_EXEC in ddprun).
+    if name == "ddprun" and sys.executable:
+        os.environ.setdefault("PYTHON_EXEC", sys.executable)
     os.execv(path, [path, *sys.argv[1:]])
     return 127  # not reached: execv either replaces the process or raises

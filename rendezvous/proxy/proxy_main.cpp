@@ -1,6 +1,8 @@
 // ddprun-store-proxy: the node-local store proxy on its own (ddprun's agents run the same code
-// in-process with --store-proxy). Prints the port it listens on as the first line of stdout,
-// serves until SIGINT/SIGTERM, then prints one line of counters on stderr.
+// in-process with --store-proxy). Checks that the root takes ddprun's tagged mode (else one line
+// saying to connect the workers to the root directly, exit 69), prints the port it listens on as
+// the first line of stdout, serves until SIGINT/SIGTERM, then prints one line of counters on
+// stderr.
 
 #include <sys/resource.h>
 
@@ -33,8 +35,11 @@ int main(int argc, char** argv) {
   app.add_option("--max-connections", opts.limits.max_connections, "most worker connections")
       ->capture_default_str();
   app.add_option("--max-watched-keys", opts.max_watched_keys,
-                 "keys watched at once on the watch link that carries every WAIT (ddprun-store "
-                 "root); 0: one upstream connection per pending WAIT instead")
+                 "keys watched at once on the link to the root (every WAIT's keys)")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 40))
+      ->capture_default_str();
+  app.add_option("--max-barrier-links", opts.max_barrier_links,
+                 "BARRIERs in flight at once (each holds a root connection)")
       ->capture_default_str();
   double idle_timeout_s = std::chrono::duration<double>(opts.limits.idle_timeout).count();
   app.add_option("--idle-timeout", idle_timeout_s,
@@ -59,6 +64,19 @@ int main(int argc, char** argv) {
     std::cerr << "ddprun-store-proxy: bad port in --upstream '" << upstream << "'\n";
     return 2;
   }
+  try {
+    if (auto why = ddp::rdzv::proxy::tagged_mode_refusal(opts.upstream_host, opts.upstream_port,
+                                                         std::chrono::seconds(10))) {
+      std::cerr << fmt::format(
+          "ddprun-store-proxy: the root store {} does not take ddprun's tagged mode ({}): "
+          "connect the workers to it directly\n",
+          upstream, *why);
+      return 69;
+    }
+  } catch (const std::runtime_error& e) {
+    std::cerr << "ddprun-store-proxy: " << e.what() << '\n';
+    return 69;
+  }
   rlimit lim{};
   if (::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
     lim.rlim_cur = lim.rlim_max;
@@ -76,9 +94,11 @@ int main(int argc, char** argv) {
       std::cerr << fmt::format(
           "ddprun-store-proxy: stats downstream_requests={} upstream_requests={} "
           "upstream_connections_opened={} "
-          "coalesced_requests={} watch_waits={} tagged_main_links={} unwatched_keys={}\n",
+          "coalesced_requests={} watch_waits={} tagged_main_links={} unwatched_keys={} "
+          "refused_requests={} accept_errors={}\n",
           s.downstream_requests, s.upstream_requests, s.upstream_connections_opened,
-          s.coalesced_requests, s.watch_waits, s.tagged_main_links, s.unwatched_keys);
+          s.coalesced_requests, s.watch_waits, s.tagged_main_links, s.unwatched_keys,
+          s.refused_requests, s.accept_errors);
       proxy.stop();
       io.stop();
     });

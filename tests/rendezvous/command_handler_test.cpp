@@ -179,7 +179,7 @@ TEST_CASE("handler: TAGGED turns tags on once; G2 WATCH_KEY and UNWATCH need it"
   CHECK(m.watch_registration_count() == 1);
   auto set = handle_command(m, 4, Generation::G2, make(Op::Set, {"/w"}, {"v"}), false);
   REQUIRE(set.effects.events.size() == 1);
-  CHECK(set.effects.events[0].watchers == std::vector<ClientId>{1});
+  CHECK(*set.effects.events[0].watchers == std::vector<ClientId>{1});
   auto unwatch = handle_command(m, 1, Generation::G2, make(Op::Unwatch, {"/w"}), false,
                                 StoreLimits{}, Framing::Tagged);
   CHECK(unwatch.reply == std::string(1, '\x01'));

@@ -293,30 +293,6 @@ TEST_CASE("heartbeats: losing the store itself is reported") {
   CHECK_FALSE(f.get().empty());
 }
 
-TEST_CASE("exit barrier resumed (on a promoted standby): an arrival is counted once") {
-  TestServer server;
-  auto futures = join_all(server, {node("a", 1, 0, 2, 2), node("b", 1, 1, 2, 2)});
-  const RendezvousResult ra = futures[0].get();
-  const RendezvousResult rb = futures[1].get();
-  auto round = node("a", 1, 0, 2, 2);
-  StoreClient a(server.client_options());
-  StoreClient b(server.client_options());
-  int cancels_left = 2;  // a's first wait gives up, as when its store went away
-  auto twice = [&] { return --cancels_left > 0; };
-  bool arrived = false;
-  CHECK(exit_barrier(a, round, ra, 50ms, twice, &arrived).end == ExitBarrierResult::End::Cancelled);
-  CHECK(arrived);
-  // Resumed: no second count, so a alone does not end the barrier...
-  cancels_left = 2;
-  CHECK(exit_barrier(a, round, ra, 50ms, twice, &arrived).end == ExitBarrierResult::End::Cancelled);
-  // ...b's arrival does, and a resumed wait sees it.
-  CHECK(exit_barrier(b, round, rb, 50ms, [] { return true; }).end ==
-        ExitBarrierResult::End::AllDone);
-  CHECK(exit_barrier(
-            a, round, ra, 50ms, [] { return true; }, &arrived)
-            .end == ExitBarrierResult::End::AllDone);
-}
-
 TEST_CASE(
     "end of a round: the exit barrier waits for every node, a stop ends it, leave waits for all") {
   TestServer server;

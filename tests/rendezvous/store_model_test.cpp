@@ -139,7 +139,7 @@ TEST_CASE("G1 watches: created, updated, deleted with old and new values") {
   m.append("/wk", "!", fx);
   m.delete_key("/wk", fx);
   REQUIRE(fx.events.size() == 5);  // one per change, naming both watchers
-  CHECK(fx.events[0].watchers == std::vector<ClientId>{5, 6});
+  CHECK(*fx.events[0].watchers == std::vector<ClientId>{5, 6});
   CHECK(fx.events[0].type == WatchEventType::KeyCreated);
   CHECK(fx.events[0].old_value == "");
   CHECK(fx.events[0].new_value == "abc");
@@ -150,6 +150,44 @@ TEST_CASE("G1 watches: created, updated, deleted with old and new values") {
   CHECK(fx.events[4].type == WatchEventType::KeyDeleted);
   CHECK(fx.events[4].old_value == "ghi!");
   CHECK(fx.events[4].new_value == "");
+}
+
+TEST_CASE("a connection's repeated WATCH_KEY is one registration; events share the list") {
+  StoreModel m;
+  CHECK(m.watch(5, "/wk"));
+  for (int i = 0; i < 1000; ++i) CHECK_FALSE(m.watch(5, "/wk"));
+  CHECK(m.watch(6, "/wk"));
+  CHECK(m.watch_registration_count() == 2);
+  CHECK(m.watch_total() == 2);
+  CHECK(m.watch_count(5) == 1);
+  Effects fx;
+  m.set("/wk", "a", fx);
+  m.set("/wk", "b", fx);
+  REQUIRE(fx.events.size() == 2);
+  // Not copied per change: both events hold the model's one list.
+  CHECK(fx.events[0].watchers.get() == fx.events[1].watchers.get());
+  // Changed while an event holds it: the event keeps what it was sent to.
+  CHECK(m.unwatch(5, "/wk"));
+  CHECK_FALSE(m.unwatch(5, "/wk"));
+  CHECK(*fx.events[0].watchers == std::vector<ClientId>{5, 6});
+  Effects later;
+  m.set("/wk", "c", later);
+  CHECK(*later.events[0].watchers == std::vector<ClientId>{6});
+  m.remove_client(6);
+  CHECK(m.watch_total() == 0);
+  CHECK(m.held_bytes() == StoreModel::entry_bytes(3, 1));
+}
+
+TEST_CASE("QUEUE_PUSH notifies the queue's watchers (a proxy's queue WAITs)") {
+  StoreModel m;
+  m.watch(5, "/q");
+  Effects fx;
+  m.queue_push("/q", "a", fx);
+  m.queue_push("/q", "b", fx);
+  REQUIRE(fx.events.size() == 2);
+  CHECK(fx.events[0].type == WatchEventType::KeyCreated);
+  CHECK(fx.events[1].type == WatchEventType::KeyUpdated);
+  CHECK(fx.events[0].key == "/q");
 }
 
 TEST_CASE("counters notify watchers with ASCII values") {

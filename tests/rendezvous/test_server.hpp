@@ -25,8 +25,7 @@ namespace ddp::rdzv::test {
 class TestServer {
  public:
   explicit TestServer(StoreLimits limits = {},
-                      std::shared_ptr<AccessPolicy> access_policy = nullptr,
-                      ReplicationOptions replication = {}) {
+                      std::shared_ptr<AccessPolicy> access_policy = nullptr) {
     set_log_sink([this](std::string_view line) {
       std::lock_guard lock(log_mutex_);
       log_.emplace_back(line);
@@ -34,7 +33,6 @@ class TestServer {
     StoreServerOptions opts;
     opts.limits = limits;
     opts.access_policy = std::move(access_policy);
-    opts.replication = std::move(replication);
     server_ = std::make_unique<StoreServer>(io_, opts);
     server_->start();
     thread_ = std::thread([this] { io_.run(); });

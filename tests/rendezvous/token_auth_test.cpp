@@ -5,7 +5,6 @@
 #include <set>
 
 #include "rendezvous/codec.hpp"
-#include "rendezvous/replication.hpp"
 #include "rendezvous/token_auth.hpp"
 
 using namespace ddp::rdzv;
@@ -105,64 +104,4 @@ TEST_CASE("access policy: the rendezvous keys need the token; other keys stay op
   auto too_big = policy.screen(model, stranger, Command{Op::ListKeys, {}, {}, 0, 0}, tight);
   REQUIRE(too_big);
   CHECK(too_big->close_reason);
-}
-
-TEST_CASE("access policy: the replication keys (follow, promote, fence) need the token too") {
-  StoreModel model;
-  Effects fx;
-  model.set("/worker/key", "v", fx);
-  model.set("/ddprun.replication/left-over", "x", fx);
-  TokenAccessPolicy policy("s3cret");
-  const StoreLimits limits;
-  auto screen = [&](ClientId client, const Command& cmd) {
-    return policy.screen(model, client, cmd, limits);
-  };
-  const ClientId stranger = 1, standby = 2;
-  CHECK(is_protected_key(kFollowKey));
-  CHECK(is_protected_key(kPromoteKey));
-  CHECK(is_protected_key(kFenceKey));
-  CHECK_FALSE(is_protected_key("/ddprun.replicationx"));  // the prefix ends with its '/'
-
-  // A stranger may neither subscribe (and read every key), nor promote, nor fence: each closes.
-  auto follow = screen(stranger, get(std::string(kFollowKey)));
-  REQUIRE(follow);
-  REQUIRE(follow->close_reason);
-  CHECK(*follow->close_reason == "a standby's subscription without the job's token");
-  auto promote =
-      screen(stranger, Command{Op::CompareSet, {std::string(kPromoteKey)}, {"", "2"}, 0, 0});
-  REQUIRE(promote);
-  CHECK(*promote->close_reason == "a promotion without the job's token");
-  auto fence = screen(stranger, Command{Op::Set, {std::string(kFenceKey)}, {"9"}, 0, 0});
-  REQUIRE(fence);
-  CHECK(*fence->close_reason == "a fence without the job's token");
-  CHECK(screen(stranger, get("/ddprun.replication/other"))->close_reason);
-  // Listing hides them as it hides the rendezvous keys.
-  auto listed = screen(stranger, Command{Op::ListKeys, {}, {}, 0, 0});
-  REQUIRE(listed);
-  std::string expect;
-  put_i64(expect, 1);
-  put_bytes(expect, "/worker/key");
-  CHECK(listed->reply == expect);
-
-  // A standby (or an agent) that proved the token passes through to the replication hub.
-  auto c = screen(standby, get(std::string(kAuthChallengeKey)))->reply.substr(8);
-  auto ok =
-      screen(standby, get(std::string(kAuthResponsePrefix) + challenge_response("s3cret", c)));
-  REQUIRE(ok);
-  CHECK_FALSE(ok->close_reason);
-  CHECK_FALSE(screen(standby, get(std::string(kFollowKey))));
-  CHECK_FALSE(screen(standby, Command{Op::Set, {std::string(kFenceKey)}, {"2"}, 0, 0}));
-  CHECK_FALSE(
-      screen(standby, Command{Op::CompareSet, {std::string(kPromoteKey)}, {"", "2"}, 0, 0}));
-}
-
-TEST_CASE(
-    "access policy: the handshake's own requests are named as such (a standby lets them in)") {
-  TokenAccessPolicy policy("t0ken");
-  CHECK(policy.is_handshake(Command{Op::Get, {std::string(kAuthChallengeKey)}, {}, 0, 0}));
-  CHECK(policy.is_handshake(
-      Command{Op::Get, {std::string(kAuthResponsePrefix) + "abcdef"}, {}, 0, 0}));
-  CHECK_FALSE(policy.is_handshake(Command{Op::Get, {"/ddprun/k"}, {}, 0, 0}));
-  CHECK_FALSE(policy.is_handshake(Command{Op::Set, {std::string(kAuthChallengeKey)}, {"x"}, 0, 0}));
-  CHECK_FALSE(policy.is_handshake(Command{Op::ListKeys, {}, {}, 0, 0}));
 }

@@ -159,7 +159,7 @@ TEST_CASE("file timer: a pid that is gone never fires; bad lines are reported an
                               [&](const std::vector<ExpiredTimer>& e) {
                                 expired.insert(expired.end(), e.begin(), e.end());
                               },
-                              [&](const std::string& why) { bad.push_back(why); }});
+                              [&](size_t, const std::string& why) { bad.push_back(why); }});
   const std::string dir = temp_dir();
   REQUIRE(server.open(dir + "/timer"));
   pid_t gone = start_sleeper();

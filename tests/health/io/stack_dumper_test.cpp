@@ -43,7 +43,8 @@ void stop(pid_t pid) {
   ::waitpid(pid, nullptr, 0);
 }
 
-// The Agent reaps every child; here the test plays that part for the tools.
+// The Agent reaps every child with waitpid(-1); the tools must not be among them (the dumper
+// reaps its own and reports how they ended). Playing the Agent's part here checks that too.
 void reap_tools() {
   while (::waitpid(-1, nullptr, WNOHANG) > 0) {
   }
@@ -156,5 +157,48 @@ TEST_CASE("no tool at all: the file says so and the dump completes") {
               [&](std::vector<StackResult> r) { results = r; });
   CHECK(run_until(io, [&] { return results.has_value(); }));
   CHECK(read_file(dir + "/stacks.txt").find("no stack tool found") != std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("each tool's end is reported as it was, and the Agent's reaper never takes a tool") {
+  // Stand-in tools: one that fails, one that is killed by someone else than the dumper.
+  const std::string dir = dump_dir();
+  const std::string failing = dir + "/eu-stack";
+  std::ofstream(failing) << "#!/bin/sh\necho 'cannot attach' >&2\nexit 3\n";
+  std::filesystem::permissions(failing, std::filesystem::perms::owner_all);
+  StackTools tools;
+  tools.eu_stack = failing;
+  boost::asio::io_context io;
+  StackDumper dumper(io, tools, std::chrono::seconds(30));
+  std::optional<std::vector<StackResult>> results;
+  dumper.dump({{0, ::getpid(), dir + "/stacks.txt"}}, "test",
+              [&](std::vector<StackResult> r) { results = r; });
+  CHECK(run_until(io, [&] {
+    reap_tools();
+    return results.has_value();
+  }));
+  REQUIRE(results->size() == 1);
+  CHECK((*results)[0].outcome == "exit 3");
+  CHECK_FALSE((*results)[0].timed_out);
+  CHECK(read_file(dir + "/stacks.txt").find("ended with exit 3") != std::string::npos);
+
+  const std::string hanging = dir + "/gdb";
+  std::ofstream(hanging) << "#!/bin/sh\nexec sleep 600\n";
+  std::filesystem::permissions(hanging, std::filesystem::perms::owner_all);
+  StackTools slow;
+  slow.gdb = hanging;
+  StackDumper second(io, slow, std::chrono::seconds(30));
+  results.reset();
+  second.dump({{1, ::getpid(), dir + "/stacks1.txt"}}, "test",
+              [&](std::vector<StackResult> r) { results = r; });
+  const auto pids = second.tool_pids();
+  REQUIRE(pids.size() == 1);
+  reap_tools();  // the tool runs on: waitpid(-1) passes it by
+  CHECK(::kill(pids[0], 0) == 0);
+  ::kill(pids[0], SIGKILL);  // as the Agent's leftover cleanup once did
+  CHECK(run_until(io, [&] { return results.has_value(); }));
+  CHECK((*results)[0].outcome == "signal 9");
+  CHECK_FALSE((*results)[0].timed_out);
+  CHECK(second.tool_pids().empty());
   std::filesystem::remove_all(dir);
 }

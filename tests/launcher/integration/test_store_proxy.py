@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: MIT
-"""--store-proxy-max-watched-keys reaches the node's store proxy: a one-node c10d job whose store
-is a real `ddprun-store --trace` (the root), each worker WAITing on a key of its own through its
-node's proxy. With the default the root sees the WAITs as WATCH_KEYs on the proxy's watch link
-and no WAIT; with 0 (no watch link) it sees each WAIT itself, on a WAIT link.
+"""--store-proxy in a job: a one-node c10d job whose store is a real `ddprun-store --trace` (the
+root), each worker WAITing on a key of its own through its node's proxy: the root sees the WAITs
+as WATCH_KEYs on the proxy's one link and no WAIT. Against a root that does not take ddprun's
+tagged mode (torch's libuv TCPStore, when `python3` has torch) the workers connect to the root
+directly and the agent says so in one line.
 Needs DDPRUN_STORE (the ddprun-store binary) besides DDPRUN; stdlib-only workers."""
 import os
 import re
@@ -49,7 +50,7 @@ def check_workers_used_the_proxy(r, root_port):
     assert len(masters) == 1 and masters != {f"127.0.0.1:{root_port}"}, masters  # the proxy's address
 
 
-def test_default_bound_waits_go_on_the_watch_link(tmp):
+def test_waits_go_on_the_proxy_link(tmp):
     r, trace, port = job_against_traced_root(tmp, "default", [])
     check_workers_used_the_proxy(r, port)
     seen = waits_seen(trace)
@@ -57,16 +58,40 @@ def test_default_bound_waits_go_on_the_watch_link(tmp):
     assert seen.get("WATCH_KEY") == {"h13proxy/rank0", "h13proxy/rank1"}, seen
 
 
-def test_zero_watched_keys_sends_every_wait_upstream(tmp):
-    r, trace, port = job_against_traced_root(tmp, "zero", ["--store-proxy-max-watched-keys", "0"])
-    check_workers_used_the_proxy(r, port)
-    seen = waits_seen(trace)
-    assert seen.get("WAIT") == {"h13proxy/rank0", "h13proxy/rank1"}, seen
-    assert "WATCH_KEY" not in seen, seen
+LIBUV_ROOT = r"""
+import sys, time
+from torch.distributed import TCPStore
+s = TCPStore("127.0.0.1", 0, is_master=True, use_libuv=True, wait_for_workers=False)
+print(s.port, flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_a_root_without_tagged_mode_means_workers_connect_directly(tmp):
+    probe = subprocess.run(["python3", "-c", "import torch.distributed"], capture_output=True)
+    if probe.returncode != 0:
+        print("SKIP: python3 has no torch (no libuv root to try)")
+        return
+    root = subprocess.Popen(["python3", "-c", LIBUV_ROOT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        port = int(root.stdout.readline())
+        r = run(["--rdzv_backend", "c10d", "--rdzv_endpoint", f"127.0.0.1:{port}", "--nnodes", "1",
+                 "--nproc_per_node", "2", "--store-proxy", "on", "--python", sys.executable, WORKER],
+                timeout=90)
+    finally:
+        root.stdin.close()
+        root.wait(timeout=10)
+    assert r.rc == 0, r
+    masters = set(re.findall(r"PROXY_WAIT key=\S+ master=(\S+)", r.out))
+    assert masters == {f"127.0.0.1:{port}"}, (masters, r)  # the root's own address
+    lines = [l for l in r.err.splitlines() if "--store-proxy: the root store does not take" in l]
+    assert len(lines) == 1 and "the workers connect to it directly" in lines[0], r.err
 
 
 def test_a_bad_bound_is_one_line_and_exit_2(tmp):
-    for value, words in (("-3", "-3 is out of range"), ("many", "'many' is not a whole number")):
+    for value, words in (("-3", "-3 is out of range"), ("0", "0 is out of range"),
+                         ("many", "'many' is not a whole number")):
         r = run(["--store-proxy", "on", "--store-proxy-max-watched-keys", value, WORKER])
         assert r.rc == 2, r
         assert f"--store-proxy-max-watched-keys: {words}" in r.err and r.err.count("\n") == 1, r

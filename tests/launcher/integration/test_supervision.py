@@ -1,11 +1,13 @@
 # SPDX-License-Identifier: MIT
-"""First failure stops the rest; exit codes; grace then SIGKILL; signals to ddprun; restarts."""
+"""First failure stops the rest; exit codes; grace then SIGKILL; signals to ddprun; restarts;
+stacks saved for two watchdog timers that expire together."""
 import os
+import shutil
 import signal
 import time
 
-from harness import (assert_all_gone, clean_env, helper, main, read_events, read_ids, run, start,
-                     stop, wait_for_files)
+from harness import (Skip, assert_all_gone, clean_env, helper, main, read_events, read_ids, run,
+                     start, stop, wait_for_files)
 
 
 def test_first_failure_stops_the_rest_with_its_exit_code(tmp):
@@ -114,6 +116,54 @@ def test_restarts_increment_the_restart_count(tmp):
     assert r.rc == 9, r
     assert "attempt 0: rank 0 failed with exit code 9" in r.err, r
     assert "attempt 1: rank 0 failed with exit code 9" in r.err, r
+
+
+# Issue 23, item 9: two ranks' watchdog timers expire together. Hostile: each ignores SIGTERM,
+# and both ask for SIGKILL at the same instant, while py-spy reads them.
+TWO_TIMERS = """
+import json, os, signal, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+rank, expires = int(os.environ["RANK"]), float(sys.argv[1])
+with open(os.environ["TORCHELASTIC_TIMER_FILE"], "w") as fifo:
+    fifo.write(json.dumps({"version": 1, "pid": os.getpid(), "scope_id": f"step_of_rank_{rank}",
+                           "expiration_time": expires, "signal": 9}) + "\\n")
+def stuck_in_rank_0():
+    time.sleep(1000)
+def stuck_in_rank_1():
+    time.sleep(1000)
+print("ready", flush=True)
+stuck_in_rank_0() if rank == 0 else stuck_in_rank_1()
+"""
+
+
+def test_item23_9_two_timers_expiring_together_keep_every_stack(tmp):
+    if not shutil.which("py-spy"):
+        raise Skip("py-spy is not installed (scripts/setup.sh installs it)")
+    script = os.path.join(tmp, "timers.py")
+    with open(script, "w") as f:
+        f.write(TWO_TIMERS)
+    events = os.path.join(tmp, "ev.jsonl")
+    logs = os.path.join(tmp, "logs")
+    r = run(["--nproc_per_node", "2", "--file-timer", "--log_dir", logs, "--events", events, script,
+             time.time() + 4], timeout=90)
+    assert r.rc == 137, r
+    ev = read_events(events)
+    expired = [e for e in ev if e["event"] == "timer_expired"]
+    assert sorted(e["rank"] for e in expired) == [0, 1], expired
+    saved = [e for e in ev if e["event"] == "stacks_saved"]
+    assert len(saved) == 1, saved  # one dump covers both; the second timer waited for it
+    files = saved[0]["files"]
+    assert sorted(f["rank"] for f in files) == [0, 1], files
+    for f in files:
+        text = open(f["path"]).read()
+        assert f"stuck_in_rank_{f['rank']}" in text, text
+    assert all(f["tool"] == "py-spy" and f.get("outcome") == "ok" and not f["timed_out"]
+               for f in files), files
+    # No signal before the stacks were saved: both timers act after the dump.
+    order = [e["event"] for e in ev if e["event"] in ("stacks_saved", "worker_exit")]
+    assert order[0] == "stacks_saved", order
+    exits = [e for e in ev if e["event"] == "worker_exit"]
+    assert all(e.get("signal") == "SIGKILL" for e in exits), exits
 
 
 if __name__ == "__main__":

@@ -123,6 +123,25 @@ TEST_CASE("a lost node stops the workers; exit 74, and nobody to leave to") {
   CHECK(run.events("summary")[0]["job_root_cause"] == "lost node 2 (c): no heartbeat for 5 s");
 }
 
+TEST_CASE("a lost store ends an elastic job with 74: the c10d store's host has no standby") {
+  MultiNodeRun run;
+  run.config.rdzv_backend = "c10d";
+  run.config.max_restarts = 3;
+  run.settings.dynamic = true;
+  run.settings.min_nodes = 2;
+  run.settings.max_nodes = 3;
+  run.script.join = [](int, const RoundPlan&) { return round_of(1, 3, 2); };
+  run.script.on_round = [](FakeJobRendezvous& r, int) {
+    r.deliver_loss(
+        NodeLoss{"lost the store at 127.0.0.1:29400 (node 0 gone?): refused", std::nullopt});
+  };
+  CHECK(run.run() == 74);
+  CHECK(run.rendezvous->joins == std::vector<int>{0});  // no re-form without the store
+  CHECK(run.rendezvous->broadcasts.empty());
+  CHECK(run.events("summary")[0]["job_root_cause"] ==
+        "lost the store at 127.0.0.1:29400 (node 0 gone?): refused");
+}
+
 TEST_CASE(
     "finishing: every node done ends the run with 0 and the store's host waits for the others") {
   MultiNodeRun run;
@@ -221,6 +240,9 @@ MultiNodeSettings elastic(int min_nodes, int max_nodes, int max_rescales = 100) 
   s.min_nodes = min_nodes;
   s.max_nodes = max_nodes;
   s.max_rescales = max_rescales;
+  // A local failure is held this long (0.3 s) for a lost peer's verdict (loss_verdict_wait).
+  s.heartbeat_timeout = std::chrono::milliseconds(200);
+  s.heartbeat_interval = std::chrono::milliseconds(50);
   return s;
 }
 
@@ -887,4 +909,122 @@ TEST_CASE("static without spares: a pending node changes nothing and a loss ends
   CHECK(run.rendezvous->answers.empty());
   CHECK(run.rendezvous->broadcasts.empty());
   CHECK(run.events("summary")[0]["job_root_cause"] == "lost node 1 (node1): no heartbeat for 5 s");
+}
+
+// ---- A worker failure that is a lost peer's consequence (issue 23 item 14) ----
+
+namespace {
+
+/// Node 0 of a 2:2 job with a spare waiting, 1 worker per node, 3 restarts; attempt 0's worker
+/// fails at once (as gloo does when a peer dies), later attempts succeed.
+MultiNodeRun& spare_job(MultiNodeRun& run, std::chrono::milliseconds heartbeat_timeout) {
+  run.settings = elastic(2, 2);
+  run.settings.heartbeat_timeout = heartbeat_timeout;
+  run.config.max_restarts = 3;
+  run.script.join = [](int, const RoundPlan& plan) { return pinned_or(plan, round_of(0, 2, 1)); };
+  run.workers = [](const EnvMap& env) {
+    FakeBehaviour b;
+    b.exits_with = ExitStatus::exited(attempt_of(env) == 0 ? 1 : 0);
+    return b;
+  };
+  return run;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "spare under DDP: workers that fail before the lost peer's verdict re-form with the spare") {
+  MultiNodeRun run;
+  spare_job(run, std::chrono::seconds(2));  // held up to 2.1 s; the verdict comes after 0.2 s
+  run.script.on_round = [](FakeJobRendezvous& r, int round) {
+    if (round != 0) return;
+    r.deliver_pending({newcomer(3, "spare-host")});
+    r.deliver_later(std::chrono::milliseconds(200), [](FakeJobRendezvous& f) {
+      f.deliver_loss(NodeLoss{"lost node 1 (node1): no heartbeat for 2 s", 1});
+    });
+  };
+  CHECK(run.run() == 0);
+  auto& r = *run.rendezvous;
+  // The failure was never offered to the job: the store's one reason is the spare swap.
+  REQUIRE(r.broadcasts.size() == 1);
+  CHECK(r.broadcasts[0].survivors == std::vector<int>{0});
+  CHECK(r.broadcasts[0].admitted == std::vector<std::int64_t>{3});
+  REQUIRE(r.plans.size() == 2);
+  CHECK(r.plans[1].nodes == 2);  // pinned: this node and the spare, not "whoever arrives"
+  CHECK(run.events("restart").empty());
+  auto verdict = run.events("loss_verdict");
+  REQUIRE(verdict.size() == 1);
+  CHECK(verdict[0]["lost"] == true);
+  auto rescales = run.events("rescale");
+  REQUIRE(rescales.size() == 1);
+  CHECK(rescales[0]["change"] == "spare");
+  REQUIRE(run.process->starts.size() == 4);  // 2 workers per attempt
+  CHECK(run.process->starts[2].env.at("WORLD_SIZE") == "2");
+}
+
+TEST_CASE("spare under DDP: a failure with no loss within the wait is offered and restarts") {
+  MultiNodeRun run;
+  spare_job(run, std::chrono::milliseconds(100));
+  run.script.on_round = [](FakeJobRendezvous& r, int round) {
+    if (round == 0) r.deliver_pending({newcomer(3, "spare-host")});
+  };
+  CHECK(run.run() == 0);
+  auto& r = *run.rendezvous;
+  REQUIRE(r.broadcasts.size() == 1);
+  CHECK(r.broadcasts[0].survivors.empty());  // this node's worker failure, after the wait
+  CHECK(r.broadcasts[0].exit_code == 1);
+  CHECK(r.plans.size() == 2);
+  CHECK(r.plans[1].nodes == 0);  // a restart meets as configured
+  CHECK(run.events("restart").size() == 1);
+  auto verdict = run.events("loss_verdict");
+  REQUIRE(verdict.size() == 1);
+  CHECK(verdict[0]["lost"] == false);
+}
+
+TEST_CASE(
+    "spare under DDP: another node's stop during the wait is adopted, this failure not sent") {
+  MultiNodeRun run;
+  spare_job(run, std::chrono::seconds(2));
+  run.script.on_round = [](FakeJobRendezvous& r, int round) {
+    if (round != 0) return;
+    r.deliver_later(std::chrono::milliseconds(100), [](FakeJobRendezvous& f) {
+      f.deliver_stop(
+          StopReason{5, 1, "node 1 (node1): rank 1 (pid 9) failed with exit code 5", {}});
+    });
+  };
+  CHECK(run.run() == 0);
+  auto& r = *run.rendezvous;
+  CHECK(r.broadcasts.empty());
+  CHECK(r.joins == std::vector<int>{0, 1});
+  auto restarts = run.events("restart");
+  REQUIRE(restarts.size() == 1);
+  CHECK(restarts[0]["job_root_cause"] == "node 1 (node1): rank 1 (pid 9) failed with exit code 5");
+}
+
+TEST_CASE("spare under DDP: a lost store during the wait ends the job with 74, not a restart") {
+  MultiNodeRun run;
+  spare_job(run, std::chrono::seconds(2));
+  run.script.on_round = [](FakeJobRendezvous& r, int round) {
+    if (round != 0) return;
+    r.deliver_later(std::chrono::milliseconds(100), [](FakeJobRendezvous& f) {
+      f.deliver_loss(
+          NodeLoss{"lost the store at 127.0.0.1:29400 (node 0 gone?): refused", std::nullopt});
+    });
+  };
+  CHECK(run.run() == 74);
+  CHECK(run.rendezvous->broadcasts.empty());
+  CHECK(run.rendezvous->joins == std::vector<int>{0});
+  CHECK(run.events("restart").empty());
+}
+
+TEST_CASE("a static job without spares offers a worker failure at once (no loss could help)") {
+  MultiNodeRun run;
+  run.settings.min_nodes = run.settings.max_nodes = 2;
+  run.settings.node_rank = 0;
+  run.settings.heartbeat_timeout = std::chrono::seconds(30);  // a wait would show as a hang
+  run.script.join = [](int, const RoundPlan&) { return round_of(0, 2, 1); };
+  run.workers = [](const EnvMap&) { return FakeBehaviour{ExitStatus::exited(4)}; };
+  CHECK(run.run() == 4);
+  REQUIRE(run.rendezvous->broadcasts.size() == 1);
+  CHECK(run.events("loss_verdict").empty());
 }

@@ -104,6 +104,8 @@ TEST_CASE("restarts: a new attempt with the next TORCHELASTIC_RESTART_COUNT unti
               .env.at("TORCHELASTIC_ERROR_FILE")
               .find("/attempt_" + std::to_string(i / 2) + "/") != std::string::npos);
   }
+  // Each attempt ends (a fresh job cgroup for the next) after its workers and before the next's.
+  CHECK(fake.attempt_ends == std::vector<size_t>{2, 4, 6});
 }
 
 TEST_CASE("restarts run out: the last attempt's root cause decides the exit code") {

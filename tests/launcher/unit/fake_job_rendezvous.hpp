@@ -8,8 +8,11 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -44,10 +47,6 @@ class FakeJobRendezvous final : public JobRendezvous {
     /// The exit barrier's outcome per round (default: every node finished); may deliver news
     /// first (it reaches the Agent before the barrier's result).
     std::function<BarrierResult(FakeJobRendezvous&, int round)> barrier;
-    /// The standby's answer to fail_over (default: no standby answers); may deliver news first.
-    std::function<FailoverResult(FakeJobRendezvous&)> fail_over;
-    /// News after fail_over's answer reached the Agent (e.g. from the promoted standby).
-    std::function<void(FakeJobRendezvous&)> after_fail_over;
   };
 
   FakeJobRendezvous(boost::asio::io_context& loop, Events events, Script script)
@@ -61,7 +60,6 @@ class FakeJobRendezvous final : public JobRendezvous {
   std::vector<bool> leaves;   // wait_for_others of each leave call
   std::vector<PendingAnswer> answers;
   int cancels = 0;
-  int failovers = 0;  // fail_over calls
 
   bool busy() const override { return false; }
   void cancel_waits() override { ++cancels; }
@@ -101,16 +99,6 @@ class FakeJobRendezvous final : public JobRendezvous {
     boost::asio::post(loop_, [done = std::move(done), result] { done(result); });
   }
 
-  void fail_over(std::function<void(FailoverResult)> done) override {
-    ++failovers;
-    FailoverResult result = script_.fail_over ? script_.fail_over(*this)
-                                              : FailoverResult{std::string("no standby answered")};
-    boost::asio::post(loop_, [done = std::move(done), result] { done(result); });
-    if (script_.after_fail_over) {
-      boost::asio::post(loop_, [this] { script_.after_fail_over(*this); });
-    }
-  }
-
   void leave(bool wait_for_others, std::function<void()> then) override {
     leaves.push_back(wait_for_others);
     boost::asio::post(loop_, std::move(then));
@@ -123,6 +111,15 @@ class FakeJobRendezvous final : public JobRendezvous {
   }
   void deliver_loss(const NodeLoss& loss) {
     boost::asio::post(loop_, [this, loss] { events_.on_lost(loss); });
+  }
+  /// News that reaches the Agent `after` from now: e.g. the monitor's verdict on a peer whose
+  /// death made this node's workers fail first (it comes a heartbeat timeout later).
+  void deliver_later(std::chrono::milliseconds after,
+                     std::function<void(FakeJobRendezvous&)> news) {
+    auto timer = std::make_shared<boost::asio::steady_timer>(loop_, after);
+    timer->async_wait([this, timer, news = std::move(news)](const boost::system::error_code& ec) {
+      if (!ec) news(*this);
+    });
   }
   /// The monitor's list of live pending nodes changed.
   void deliver_pending(const std::vector<rdzv::JoinRequest>& pending) {

@@ -44,12 +44,14 @@ class FakeProcessControl final : public ProcessControl {
   std::vector<std::pair<pid_t, int>> group_signals;  // (pgid, signal) sent to dead workers' groups
   std::vector<std::pair<pid_t, int>> process_signals;  // signal_process() calls
   bool supervising = false;
+  std::vector<size_t> attempt_ends;  // starts.size() at each end_attempt()
 
   std::vector<std::string> begin_supervision(const std::string&, const std::string&) override {
     supervising = true;
     return {};
   }
   void end_supervision() override { supervising = false; }
+  void end_attempt() override { attempt_ends.push_back(starts.size()); }
 
   Result<StartedProcess> start(const SpawnRequest& request) override {
     pid_t pid = next_pid_++;

@@ -205,3 +205,19 @@ TEST_CASE("what a re-form is: loss, admission or spare swap") {
   CHECK(std::string(change_kind(2, 2, 1)) == "admit");
   CHECK(std::string(change_kind(2, 1, 1)) == "spare");
 }
+
+TEST_CASE("a worker failure waits for the loss verdict only where a loss could be survived") {
+  using std::chrono::milliseconds;
+  const milliseconds timeout(2000), interval(300);
+  // Elastic, or a job that takes spares: a peer's death is reported within the timeout plus two
+  // intervals of the failure it caused (its last heartbeat read late, the check once per interval).
+  CHECK(loss_verdict_wait(kTwoToFour, 3, timeout, interval) == milliseconds(2600));
+  ElasticPolicy spares{false, 2, 100};
+  spares.max_nodes = 2;
+  spares.takes_pending = true;  // 2:2 (MIN == MAX) with a hot spare, or static spares=1
+  CHECK(loss_verdict_wait(spares, 2, timeout, interval) == milliseconds(2600));
+  // Nothing to wait for: a static job without spares cannot survive the loss anyway, and a
+  // one-node round has no peer to lose.
+  CHECK(loss_verdict_wait(ElasticPolicy{}, 2, timeout, interval) == milliseconds(0));
+  CHECK(loss_verdict_wait(kTwoToFour, 1, timeout, interval) == milliseconds(0));
+}

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 #pragma once
-// The test fixture shared by the Agent's multi-node unit tests (agent_multinode_test.cpp,
-// agent_failover_test.cpp): one agent with both seams (processes, rendezvous) faked.
+// The test fixture shared by the Agent's multi-node unit tests (agent_multinode_test.cpp):
+// one agent with both seams (processes, rendezvous) faked.
 #include <doctest/doctest.h>
 #include <unistd.h>
 
@@ -43,6 +43,10 @@ struct MultiNodeRun {
   MultiNodeRun() {
     config.nproc_per_node = 2;
     config.shutdown_timeout = std::chrono::seconds(30);
+    // A local failure in a job that takes spares is held this long (0.3 s) for a lost peer's
+    // verdict (loss_verdict_wait); the real default would make each such test wait 7 s.
+    settings.heartbeat_timeout = std::chrono::milliseconds(200);
+    settings.heartbeat_interval = std::chrono::milliseconds(50);
     char tmpl[] = "/tmp/ddprun-agent-events-XXXXXX";
     int fd = ::mkstemp(tmpl);
     REQUIRE(fd >= 0);

@@ -46,67 +46,6 @@ TEST_CASE("store plan: who hosts, and on which address") {
   CHECK(c.master_port == 29400);  // torchrun's c10d default
 }
 
-TEST_CASE("--rdzv_endpoint PRIMARY,STANDBY: the standby store of a c10d job") {
-  auto ok = parse_rdzv_endpoints("10.0.0.1:1234,10.0.0.2");
-  REQUIRE(ok);
-  CHECK(ok->primary.host == "10.0.0.1");
-  CHECK(ok->primary.port == 1234);
-  REQUIRE(ok->standby);
-  CHECK(ok->standby->host == "10.0.0.2");
-  CHECK(ok->standby->port == 29400);  // the c10d default, like the primary's
-  CHECK(!parse_rdzv_endpoints("10.0.0.1")->standby);
-  auto v6 = parse_rdzv_endpoints("[::1]:5,[::1]:6");
-  REQUIRE(v6);
-  CHECK(v6->standby->host == "::1");
-  CHECK(v6->standby->port == 6);
-  auto error_of = [](const char* text) {
-    auto r = parse_rdzv_endpoints(text);
-    REQUIRE(!r);
-    CHECK(r.error().exit_code == 2);
-    return r.error().message;
-  };
-  CHECK(error_of("a:1,b:2,c:3") ==
-        "--rdzv_endpoint: 'a:1,b:2,c:3' names more than two stores (the form is "
-        "PRIMARY[,STANDBY])");
-  CHECK(error_of("a:1,a:1") ==
-        "--rdzv_endpoint: 'a:1,a:1' names the same store as primary and standby");
-  CHECK(error_of("a,a:29400").find("the same store") != std::string::npos);
-  CHECK(error_of("a:1,") == "--rdzv_endpoint: 'a:1,' has an endpoint without a host");
-  CHECK(error_of(",b:1") == "--rdzv_endpoint: ',b:1' has an endpoint without a host");
-  CHECK(error_of("a:1,b:99999").find("out of range") != std::string::npos);
-
-  LaunchConfig c = nodes(1, 0);
-  c.nnodes = {2, 3};
-  c.rdzv_backend = "c10d";
-  c.rdzv_endpoint = "127.0.0.5:1234,127.0.0.6:1235";
-  REQUIRE(apply_rdzv_endpoint(c));
-  CHECK(c.master_addr == "127.0.0.5");  // the primary serves the workers first
-  CHECK(c.master_port == 1234);
-  auto s = multinode_settings(c, std::nullopt, "h");
-  REQUIRE(s);
-  CHECK(s->standby.host == "127.0.0.6");
-  CHECK(s->standby.port == 1235);
-  // Any agent may host the standby store where it can bind the standby's own address; a
-  // store_bind for the primary does not widen it.
-  c.rdzv_conf = {{"store_bind", "0.0.0.0"}};
-  const StorePlan plan = plan_store(c);
-  CHECK(plan.standby_role == StoreRole::TryHost);
-  CHECK(plan.standby_bind_address == "127.0.0.6");
-  CHECK(plan.standby_port == 1235);
-  CHECK(plan.bind_address == "0.0.0.0");
-  c.rdzv_conf.clear();
-  LaunchConfig one_store = c;
-  one_store.rdzv_endpoint = "127.0.0.5:1234";
-  CHECK(plan_store(one_store).standby_role == StoreRole::Client);
-  bool agreed = false;  // every node must name the same standby
-  for (const auto& [flag, value] : s->must_agree) {
-    if (flag == "--rdzv_endpoint standby") agreed = value == "127.0.0.6:1235";
-  }
-  CHECK(agreed);
-  c.rdzv_endpoint = "127.0.0.5:1234,127.0.0.5:1234";
-  CHECK(!apply_rdzv_endpoint(c));
-}
-
 TEST_CASE("rendezvous settings from --rdzv_conf and the token variable") {
   LaunchConfig c = nodes(3, 2);
   c.rdzv_conf = {

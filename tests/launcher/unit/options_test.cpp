@@ -183,8 +183,13 @@ TEST_CASE("every bad input gives one line and its exit code") {
   check_error({"--master_port", "-1", "prog"}, 2, "out of range");  // 0 is valid: a free port
   check_error({"--master_port", "x", "prog"}, 2, "not a whole number");
   check_error({"--rdzv_endpoint", "h:99999", "prog"}, 2, "out of range");
+  // The c10d store has no standby any more (issue 21): a second endpoint points to etcd.
   check_error({"--rdzv_endpoint", "a:1,b:2", "prog"}, 2,
-              "names a standby store, which needs --rdzv_backend=c10d");
+              "--rdzv_endpoint: 'a:1,b:2' names more than one store, but the static store has no "
+              "standby; for no single point of failure use --rdzv_backend etcd");
+  check_error({"--rdzv_backend", "c10d", "--rdzv_endpoint", "a:1,b:2", "--nnodes", "2", "prog"}, 2,
+              "the c10d store has no standby; for no single point of failure use --rdzv_backend "
+              "etcd");
   check_error({"--redirects", "4", "prog"}, 2, "--redirects: '4' is malformed");
   check_error({"--redirects", "0:1,0:2", "prog"}, 2, "malformed");
   check_error({"--tee", "a:1", "prog"}, 2, "--tee: 'a:1' is malformed");
@@ -247,14 +252,14 @@ TEST_CASE("--store-proxy: auto by default, on for multi-node jobs of 1024+ ranks
   check_error({"--store-proxy", "maybe", "train"}, 2, "--store-proxy must be on, off or auto");
 }
 
-TEST_CASE("--store-proxy-max-watched-keys: a whole number >= 0, also from its DDPRUN_ variable") {
+TEST_CASE("--store-proxy-max-watched-keys: a whole number >= 1, also from its DDPRUN_ variable") {
   auto dflt = configure({"--store-proxy", "on", "train"});
   REQUIRE(dflt.ok());
-  CHECK(dflt->config.store_proxy_max_watched_keys == 65536);  // the proxy's own default
+  CHECK(dflt->config.store_proxy_max_watched_keys == 262144);  // the proxy's own default
   for (const char* flag : {"--store-proxy-max-watched-keys", "--store_proxy_max_watched_keys"}) {
-    auto none = configure({"--store-proxy", "on", flag, "0", "train"});
-    REQUIRE_MESSAGE(none.ok(), flag);
-    CHECK(none->config.store_proxy_max_watched_keys == 0);
+    auto one = configure({"--store-proxy", "on", flag, "1", "train"});
+    REQUIRE_MESSAGE(one.ok(), flag);
+    CHECK(one->config.store_proxy_max_watched_keys == 1);
   }
   auto some = configure({"--store-proxy-max-watched-keys=128", "train"});
   REQUIRE(some.ok());
@@ -270,6 +275,8 @@ TEST_CASE("--store-proxy-max-watched-keys: a whole number >= 0, also from its DD
   }
   check_error({"--store-proxy-max-watched-keys", "-1", "train"}, 2,
               "--store-proxy-max-watched-keys: -1 is out of range");
+  check_error({"--store-proxy-max-watched-keys", "0", "train"}, 2,
+              "--store-proxy-max-watched-keys: 0 is out of range");
   check_error({"--store-proxy-max-watched-keys", "lots", "train"}, 2,
               "--store-proxy-max-watched-keys: 'lots' is not a whole number");
   check_error({"--store-proxy-max-watched-keys", "1.5", "train"}, 2, "not a whole number");

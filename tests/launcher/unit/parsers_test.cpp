@@ -93,3 +93,14 @@ TEST_CASE("rdzv conf and endpoints") {
   REQUIRE(host_only.ok());
   CHECK(host_only->port == 0);
 }
+
+TEST_CASE("durations: a year at most, whether from a flag or the environment") {
+  CHECK(parse_seconds("--x", "0.5").value() == 0.5);
+  CHECK(parse_seconds("--x", "31536000").value() == kMaxSeconds);
+  for (const char* text : {"31536001", "1e30", "inf", "nan", "-1", "", "5s"}) {
+    auto parsed = parse_seconds("DDPRUN_STRAGGLER_WINDOW", text);
+    REQUIRE_FALSE(parsed);
+    CHECK(parsed.error().exit_code == 2);
+    CHECK(parsed.error().message.find("DDPRUN_STRAGGLER_WINDOW") == 0);
+  }
+}

@@ -4,6 +4,9 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <cstdlib>
+#include <ctime>
+
 #include "launcher/output/line_framer.hpp"
 #include "launcher/process/process_table.hpp"
 #include "launcher/run/dry_run.hpp"
@@ -63,6 +66,48 @@ TEST_CASE("line framer bounds an endless line") {
   CHECK(framer.pending() == 0);
   CHECK(out.size() == blob.size() + 4 + 1);
   CHECK(out.back() == '\n');
+}
+
+TEST_CASE("line framer: a line that already has the prefix's text gets no second one") {
+  // torch 2.x writes "[rank1]:" itself; the console prefix may be colored around the same text.
+  const std::string input = "[rank1]: Traceback\nplain\n[rank1]:x\n[rank10]: other\n[ran";
+  const std::string expected =
+      "[rank1]: Traceback\nC[rank1]:Dplain\n[rank1]:x\nC[rank1]:D[rank10]: other\n"
+      "C[rank1]:D[ran\n";
+  for (size_t chunk = 1; chunk <= input.size(); ++chunk) {
+    LineFramer framer("C[rank1]:D", "[rank1]:");
+    std::string out;
+    for (size_t i = 0; i < input.size(); i += chunk) {
+      framer.frame(std::string_view(input).substr(i, chunk), out);
+    }
+    framer.finish(out);
+    CHECK(out == expected);
+  }
+  LineFramer raw("", "");  // --no-prefix: nothing added, nothing skipped
+  std::string out;
+  raw.frame("[rank1]: a\n", out);
+  CHECK(out == "[rank1]: a\n");
+}
+
+TEST_CASE("line framer counts the lines it cut") {
+  LineFramer framer;
+  std::string out;
+  framer.frame(std::string(LineFramer::kMaxLineBytes - 1, 'a'), out);
+  CHECK(framer.cuts() == 0);
+  framer.frame("bb", out);
+  CHECK(framer.cuts() == 1);
+  framer.frame("c\n", out);
+  CHECK(framer.cuts() == 1);
+}
+
+TEST_CASE("an error file's timestamp reads as ISO 8601 local time") {
+  ::setenv("TZ", "UTC", 1);
+  ::tzset();
+  CHECK(format_error_time("1796454227") == "2026-12-05T07:03:47+0000");
+  CHECK(format_error_time("yesterday") == "yesterday");
+  CHECK(format_error_time("") == "");
+  ::unsetenv("TZ");
+  ::tzset();
 }
 
 TEST_CASE("/proc/<pid>/stat parsing copes with odd command names") {

@@ -2,32 +2,27 @@
 
   python3 proxy_test.py STORE_BIN PROXY_BIN MODE [PYTHON...]
 
-MODE: linearizability | linearizability_links | linearizability_unwatch | pipelining | bounds |
-      mux | unwatch | fallback | fallback_untagged | libuv_root | torch
+MODE: linearizability | linearizability_unwatch | pipelining | bounds | mux | unwatch | fallback |
+      libuv_root | torch
 
 linearizability: many raw clients (G1 and G2) run random operations on a few keys per round,
   every invocation/response timestamped; each key's history must be linearizable against the
   sequential model (linearizability.py). The checker's self-test runs first.
 pipelining: requests sent in one segment, so what the proxy may coalesce is deterministic:
   combined ADDs get distinct running totals, a GET after the caller's own SET is never answered
-  from an earlier GET, a WAIT after the caller's own DELETE does not return early, CANCEL_WAIT.
-  WAITs go through the tagged main link (asserted: one root connection).
-linearizability_links: the same with --max-watched-keys 0 (WAITs on WAIT links, no watches).
+  from an earlier GET, a WAIT after the caller's own DELETE does not return early, CANCEL_WAIT;
+  a pipelined second WAIT and a G1 WATCH_KEY close that worker only. One root connection.
 linearizability_unwatch: the same with --max-watched-keys 3 (keys of earlier rounds UNWATCHed,
-  some WAITs over the bound on WAIT links).
+  WAITs over the bound wait in line for room).
 unwatch: 40 WAITs one after the other on new keys with --max-watched-keys 4: the root (--trace)
   sees 40 WATCH_KEY and enough UNWATCH to hold at most 4 registrations, on one connection.
-mux: 64 ranks each WAIT on a key of their own through one proxy: the root (--trace) sees 1
-  connection (the tagged main link), one TAGGED and no WAIT; none is answered before its key is
-  SET, all are once it is.
-fallback: the pipelining checks through a relay that closes any connection asking for TAGGED or
-  opening with PROBE (as a 1.13 store does): the proxy reconnects its main link untagged, falls
-  back to WAIT links and nothing goes through a watch link; no worker connection is closed.
-fallback_untagged: the same through a relay that closes only TAGGED (an older ddprun-store):
-  main link reconnected untagged, WAITs through the G1 watch link.
-libuv_root: the proxy in front of torch 2.x's libuv TCPStore (run by an interpreter with torch;
-  STORE_BIN unused): it has neither TAGGED nor PROBE, so WAITs go on WAIT links, the first one
-  not held long.
+mux: 64 ranks each WAIT on a key of their own through one proxy: the root (--trace) sees the
+  proxy's start-up check and its one link, no WAIT; none is answered before its key is SET, all
+  are once it is.
+fallback: a relay that closes any connection asking for TAGGED (a 1.13 store, an older
+  ddprun-store): the proxy does not start (exit 69, one line: connect the workers directly).
+libuv_root: the same in front of torch 2.x's libuv TCPStore (run by an interpreter with torch;
+  STORE_BIN unused).
 torch: each given interpreter's real torch TCPStore client through the proxy.
 """
 import os
@@ -207,10 +202,17 @@ def pipelining(port):
     a.sock.settimeout(60)
     b.call("set", "w", "2")
     assert a.read_byte() == 0
-    # Two WAITs in one segment on a missing key: both answered by one SET.
-    a.send(encode("G2", "wait", ["w2"]), encode("G2", "wait", ["w2"]))
+    # Two workers WAITing on one missing key: both answered by one SET.
+    c = WireClient(port, "G2")
+    a.send(encode("G2", "wait", ["w2"]))
+    c.send(encode("G2", "wait", ["w2"]))
     b.call("set", "w2", "x")
-    assert [a.read_byte(), a.read_byte()] == [0, 0]
+    assert [a.read_byte(), c.read_byte()] == [0, 0]
+    # A second WAIT before the first was answered (no torch client does that) closes that worker
+    # only: one blocking request per worker connection.
+    c.send(encode("G2", "wait", ["w3"]), encode("G2", "wait", ["w3"]))
+    assert c.sock.recv(1) == b"", "pipelined WAITs accepted"
+    c.close()
     # CANCEL_WAIT: WAIT_CANCELED, and the connection stays in step.
     a.send(encode("G2", "wait", ["never"]))
     a.send(encode("G2", "cancel_wait"))
@@ -223,13 +225,12 @@ def pipelining(port):
     assert g1.call("add", "cnt", 5) == 15
     assert g1.call("get", "k") == b"new"
     g1.close()
-    # A 1.13 watch connection is tunnelled to the root: registration reply, then notifications.
+    # A 1.13 WATCH_KEY is not served (the tagged link carries no values): that worker is closed,
+    # the others keep their connections.
     watcher = WireClient(port, "G1")
     watcher.send(bytes([7]) + struct.pack("<Q", 3) + b"/wk")
-    assert watcher.read_byte() == 3, "KEY_CALLBACK_REGISTERED"
-    b.call("set", "/wk", "v1")
-    assert watcher.read_byte() == 1, "KEY_CREATED"
-    assert watcher.read_bytes() == b"/wk" and watcher.read_bytes() == b"" and watcher.read_bytes() == b"v1"
+    assert watcher.sock.recv(1) == b"", "G1 WATCH_KEY served"
+    assert b.call("get", "k") == b"new" and a.call("get", "k") == b"new"
     watcher.close()
     a.close()
     b.close()
@@ -291,35 +292,20 @@ def unwatch(port, rounds=40):
 
 
 def libuv_root(proxy_bin):
+    """A torch libuv root does not take tagged mode: the proxy says, in one line, to connect the
+    workers to it directly, and exits 69 (the agent's --store-proxy does the same in one line)."""
     from torch.distributed import TCPStore
     root = TCPStore("127.0.0.1", 0, is_master=True, use_libuv=True, wait_for_workers=False)
-    proxy = subprocess.Popen([proxy_bin, "--port", "0", "--upstream", f"127.0.0.1:{root.port}"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        port = int(proxy.stdout.readline())
-        a, b = WireClient(port, "G2"), WireClient(port, "G2")
-        for key in ("lu/k1", "lu/k2"):
-            t0 = time.monotonic()
-            a.send(encode("G2", "wait", [key]))
-            b.call("set", key, b"1")
-            assert a.read_byte() == 0
-            took = time.monotonic() - t0
-            # The watch link's detection gives up on a libuv root within a PROBE nudge (200 ms),
-            # not its 10 s deadline; generous for a loaded machine.
-            assert took < 5, f"WAIT on {key} took {took:.1f} s"
-        assert a.call("get", "lu/k2") == b"1"
-        a.close()
-        b.close()
-    finally:
-        proxy.terminate()
-        _, err = proxy.communicate(timeout=10)
-    assert "does not support tagged mode" in err, err
-    assert "WAITs use one upstream connection each" in err, err
-    # The proxy's lines carry its own name, not the store's before it.
-    assert "ddprun-store: ddprun-store-proxy" not in err, err
-    assert any(l.startswith("ddprun-store-proxy: the root store does not support tagged mode")
-               for l in err.splitlines()), err
-    assert "watch_waits=0" in err, err
+    proxy = subprocess.run([proxy_bin, "--port", "0", "--upstream", f"127.0.0.1:{root.port}"],
+                           capture_output=True, text=True, timeout=60)
+    assert proxy.returncode == 69, proxy
+    assert proxy.stdout == "", proxy
+    lines = proxy.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ddprun-store-proxy: the root store "), lines
+    assert "does not take ddprun's tagged mode" in lines[0] and "directly" in lines[0], lines
+    # The root still serves (the check left it as it was).
+    root.set("lu/k", "1")
+    assert root.get("lu/k") == b"1"
     print("libuv_root: OK")
 
 
@@ -379,6 +365,26 @@ def refusing_relay(store_port, refuse=("probe", "tagged")):
 
 
 refusing_relay.refused = []
+
+
+def fallback(store_bin, proxy_bin):
+    """A root that closes a connection asking for tagged mode (a 1.13 store, an older ddprun-store):
+    the proxy does not start; one line says to connect the workers to the root directly."""
+    store = subprocess.Popen([store_bin, "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                             text=True)
+    try:
+        relay = refusing_relay(int(store.stdout.readline()), refuse=("tagged",))
+        proxy = subprocess.run([proxy_bin, "--port", "0", "--upstream", f"127.0.0.1:{relay}"],
+                               capture_output=True, text=True, timeout=60)
+    finally:
+        store.terminate()
+        store.wait(timeout=10)
+    assert proxy.returncode == 69 and proxy.stdout == "", proxy
+    lines = proxy.stderr.splitlines()
+    assert len(lines) == 1 and "does not take ddprun's tagged mode" in lines[0], lines
+    assert "connect the workers to it directly" in lines[0], lines
+    assert refusing_relay.refused == ["tagged"], refusing_relay.refused
+    print("fallback: OK")
 
 
 def bounds(port):
@@ -449,21 +455,19 @@ def main():
     store_bin, proxy_bin, mode = sys.argv[1:4]
     if mode == "libuv_root":
         return libuv_root(proxy_bin)
-    proxy_args = {"bounds": ["--idle-timeout", "0.3"], "linearizability_links": ["--max-watched-keys", "0"],
-                  "linearizability_unwatch": ["--max-watched-keys", "3"], "unwatch": ["--max-watched-keys", "4"]}
+    proxy_args = {"bounds": ["--idle-timeout", "0.3"], "linearizability_unwatch": ["--max-watched-keys", "3"],
+                  "unwatch": ["--max-watched-keys", "4"]}
     store_args = ["--trace"] if mode in ("mux", "unwatch") else []
     upstream = None
     if mode == "fallback":
-        upstream = refusing_relay
-    elif mode == "fallback_untagged":
-        upstream = lambda port: refusing_relay(port, refuse=("tagged",))  # noqa: E731
+        return fallback(store_bin, proxy_bin)
     with store_and_proxy(store_bin, proxy_bin, store_args=store_args, proxy_args=proxy_args.get(mode, []),
                          upstream=upstream) as run:
-        if mode in ("linearizability", "linearizability_links", "linearizability_unwatch"):
+        if mode in ("linearizability", "linearizability_unwatch"):
             linearizability(run.proxy_port)
         elif mode == "unwatch":
             unwatch(run.proxy_port)
-        elif mode in ("pipelining", "fallback", "fallback_untagged"):
+        elif mode == "pipelining":
             pipelining(run.proxy_port)
         elif mode == "mux":
             mux(run.proxy_port)
@@ -475,40 +479,23 @@ def main():
             raise SystemExit(f"unknown mode {mode}")
     stats = run.stats()
     print("proxy", stats)
-    if mode in ("pipelining", "fallback", "fallback_untagged"):
-        # 2 combined ADDs + 1, 1 GET, 1 MULTI_GET, 1 WAIT shared at least.
-        assert stats["coalesced_requests"] >= 6, stats
-        # WAITs on dedicated connections, reused: far fewer connections than requests.
-        assert stats["upstream_connections_opened"] <= 7, stats
     if mode == "pipelining":
-        # Every WAIT on the tagged main link: one root connection, and one for the G1 watcher's
-        # tunnel.
+        # 2 combined ADDs + 1, 1 GET, 1 MULTI_GET at least.
+        assert stats["coalesced_requests"] >= 4, stats
+        # Every request and WAIT on the one tagged link.
         assert stats["watch_waits"] >= 3 and stats["tagged_main_links"] == 1, stats
-        assert stats["upstream_connections_opened"] == 2, stats
-    if mode in ("fallback", "fallback_untagged"):
-        # TAGGED refused: the main link reconnected without it, the workers kept their connections.
-        assert stats["tagged_main_links"] == 0, stats
-        assert "does not support tagged mode" in run.proxy_log, run.proxy_log
-        assert "closing the workers' connections" not in run.proxy_log, run.proxy_log
-    if mode == "fallback":
-        # ... and no PROBE either (a 1.13 store): WAIT links.
-        assert stats["watch_waits"] == 0, stats
-        assert refusing_relay.refused == ["tagged", "probe"], refusing_relay.refused
-        assert "WAITs use one upstream connection each" in run.proxy_log, run.proxy_log
-    if mode == "fallback_untagged":
-        # ... but PROBE (an older ddprun-store): the G1 watch link.
-        assert stats["watch_waits"] >= 3, stats
-        assert refusing_relay.refused == ["tagged"], refusing_relay.refused
+        assert stats["upstream_connections_opened"] == 1, stats
+        assert stats["refused_requests"] == 2, stats  # the pipelined WAIT, the G1 WATCH_KEY
     if mode == "linearizability":
         # Through the tagged main link only: WATCH_KEY, PROBE and the notifications on the one
         # connection that carries the writes.
         assert stats["watch_waits"] > 0 and stats["tagged_main_links"] == 1, stats
         assert stats["upstream_connections_opened"] == 1, stats
     if mode == "linearizability_unwatch":
-        # A bound of 3 keys: keys of earlier rounds are unwatched on the main link, and WAITs
-        # over the bound take WAIT links; still linearizable.
+        # A bound of 3 keys: keys of earlier rounds are unwatched, and WAITs over the bound wait
+        # in line for room; still linearizable, still one connection.
         assert stats["watch_waits"] > 0 and stats["tagged_main_links"] == 1, stats
-        assert stats["unwatched_keys"] > 0, stats
+        assert stats["unwatched_keys"] > 0 and stats["upstream_connections_opened"] == 1, stats
     if mode == "unwatch":
         lines = [line for line in run.store_log.splitlines() if "trace conn=" in line]
         watches = sum(1 for line in lines if " WATCH_KEY " in line)
@@ -518,8 +505,6 @@ def main():
         assert watches == 40 and 0 < watches - unwatches <= 4, (watches, unwatches)
         assert stats["upstream_connections_opened"] == 1 and stats["watch_waits"] == 40, stats
         assert stats["unwatched_keys"] == unwatches, stats
-    if mode == "linearizability_links":
-        assert stats["watch_waits"] == 0 and stats["tagged_main_links"] == 0, stats
     if mode == "mux":
         conns = {line.split("trace conn=")[1].split()[0] for line in run.store_log.splitlines()
                  if "trace conn=" in line}
@@ -527,8 +512,9 @@ def main():
         waits = sum(1 for line in lines if " WAIT " in line)
         tagged = sum(1 for line in lines if " TAGGED " in line)
         print(f"mux: the root saw {len(conns)} connections, {waits} WAITs, {tagged} TAGGED")
-        assert len(conns) == 1, conns
-        assert tagged == 1, tagged
+        # The proxy's start-up check of the root (VALIDATE, TAGGED, closed), then its one link.
+        assert len(conns) == 2, conns
+        assert tagged == 2, tagged
         assert waits == 0, waits
         assert stats["watch_waits"] == 65 and stats["tagged_main_links"] == 1, stats
 

@@ -127,46 +127,52 @@ TEST_CASE(
   CHECK_THROWS_AS(t.on_probe_reply({}), std::runtime_error);  // no PROBE out
 }
 
-TEST_CASE("watch link framing: registration, PROBE reply and notification, split anywhere") {
-  const std::size_t limit = 1 << 20;
-  std::string stream;
-  stream.push_back(static_cast<char>(WatchEventType::CallbackRegistered));
-  stream.push_back(static_cast<char>(kProbeReplyTag));
-  stream.push_back(1);
-  stream.push_back(0);
-  stream += notification(WatchEventType::KeyCreated, "/k", "", "v");
-  auto m = parse_watch_message(stream, 2, limit);
-  REQUIRE(m);
-  CHECK(m->kind == WatchMessage::Kind::Registered);
-  CHECK(m->size == 1);
-  std::string_view rest = std::string_view(stream).substr(1);
-  for (std::size_t cut = 0; cut < 3; ++cut)
-    CHECK_FALSE(parse_watch_message(rest.substr(0, cut), 2, limit));
-  m = parse_watch_message(rest, 2, limit);
-  REQUIRE(m);
-  CHECK(m->kind == WatchMessage::Kind::ProbeReply);
-  CHECK(m->exists == std::vector<bool>{true, false});
-  rest.remove_prefix(m->size);
-  for (std::size_t cut = 0; cut < rest.size(); ++cut)
-    CHECK_FALSE(parse_watch_message(rest.substr(0, cut), std::nullopt, limit));
-  m = parse_watch_message(rest, std::nullopt, limit);
-  REQUIRE(m);
-  CHECK(m->kind == WatchMessage::Kind::Event);
-  CHECK(m->type == WatchEventType::KeyCreated);
-  CHECK(m->key == "/k");
-  CHECK(m->size == rest.size());
+TEST_CASE("wait table: a cancelled armed WAIT leaves nothing behind (no per-key leftovers)") {
+  WaitTable t(1000);
+  for (std::uint64_t round = 1; round <= 50; ++round) {
+    std::vector<std::string> keys;
+    for (int i = 0; i < 20; ++i)
+      keys.push_back("r" + std::to_string(round) + "/" + std::to_string(i));
+    REQUIRE(t.add(round, keys));
+    auto b = t.take_batch();
+    CHECK(t.on_probe_reply(std::vector<bool>(b.probe.size(), false)).empty());
+    CHECK(t.armed_keys() == 20);
+    t.cancel(round);
+    CHECK(t.armed_keys() == 0);
+    CHECK(t.pending() == 0);
+    t.take_unwatch();
+  }
+  CHECK(t.watched_keys() == 0);
 }
 
-TEST_CASE("watch link framing: bytes no ddprun-store sends are errors") {
-  const std::size_t limit = 64;
-  CHECK_THROWS(parse_watch_message(std::string(1, static_cast<char>(kProbeReplyTag)), std::nullopt,
-                                   limit));                                        // no PROBE out
-  CHECK_THROWS(parse_watch_message(std::string("\x04\x02", 2), 1, limit));         // not 0 or 1
-  CHECK_THROWS(parse_watch_message(std::string(1, '\x09'), std::nullopt, limit));  // unknown
-  CHECK_THROWS_AS(
-      parse_watch_message(notification(WatchEventType::KeyUpdated, "/k", "", std::string(100, 'x')),
-                          std::nullopt, limit),
-      std::length_error);
+TEST_CASE("wait table: one WAIT of 131072 keys, duplicates folded, answered key by key") {
+  WaitTable t(300000);
+  std::vector<std::string> keys;
+  for (int i = 0; i < 131072; ++i) keys.push_back("k" + std::to_string(i % 100000));
+  REQUIRE(t.add(1, keys));
+  auto b = t.take_batch();
+  CHECK(b.watch.size() == 100000);
+  CHECK(b.probe.size() == 100000);
+  CHECK(t.on_probe_reply(std::vector<bool>(b.probe.size(), false)).empty());
+  for (int i = 0; i < 99999; ++i)
+    CHECK(t.on_event("k" + std::to_string(i), WatchEventType::KeyCreated).empty());
+  CHECK(t.on_event("k99999", WatchEventType::KeyUpdated) == std::vector<std::uint64_t>{1});
+  CHECK(t.armed_keys() == 0);
+}
+
+TEST_CASE("wait table: a batch's PROBE stays within the per-request key bound, WAITs whole") {
+  WaitTable t(100);
+  REQUIRE(t.add(1, {"a", "b"}));
+  REQUIRE(t.add(2, {"c", "d"}));
+  REQUIRE(t.add(3, {"a", "e"}));
+  auto first = t.take_batch(3);
+  CHECK(first.probe == std::vector<std::string>{"a", "b"});
+  CHECK(first.watch.size() == 5);
+  auto second = t.take_batch(3);
+  CHECK(second.probe == std::vector<std::string>{"c", "d"});
+  auto third = t.take_batch(3);
+  CHECK(third.probe == std::vector<std::string>{"a", "e"});
+  CHECK(t.take_batch(3).empty());
 }
 
 TEST_CASE("PROBE: G1 and G2, and ddprun-store answers it with the tag and one byte per key") {

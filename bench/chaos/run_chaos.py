@@ -1,0 +1,681 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""Chaos harness: a real multi-node elastic ddprun job (torch gloo workers training with
+checkpoints, heartbeats, side clients on the store) takes N faults from a seeded schedule, one
+after another and sometimes overlapping, and after each fault and at the end the invariants are
+checked: progress or a clean end within a bound, the right exit code and root cause, every
+acknowledged store write read back, nothing left behind, bounded agents. docs/reliability.md says
+what each fault and bound is and holds the figures.
+
+  run_chaos.py --build DIR --seed S --faults N [--nodes K] [--mode etcd|c10d]
+               [--topology auto|netns|loopback] [--json OUT] [--md OUT] [--replay SCHEDULE.json]
+               [--schedule-out PATH] [--types a,b,...]
+
+Exit status: 0 no violation, 1 violations (listed, with the seed, the fault index, the schedule so
+far and the evidence), 2 bad usage, 77 the job cannot run here (no torch, no ddprun)."""
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import invariants as inv  # noqa: E402
+import schedule as sched  # noqa: E402
+import topology as topo  # noqa: E402
+
+TRAIN = os.path.join(HERE, "chaos_train.py")
+HEARTBEAT_TIMEOUT = 2
+RDZV_CONF = (f"heartbeat_interval=0.3,heartbeat_timeout={HEARTBEAT_TIMEOUT},join_timeout=60,"
+             "last_call_timeout=1")
+HANG_TIMEOUT = 20
+MAX_RESTARTS = 6
+NPROC = 2
+INITIAL_NODES = 3
+# From a fault (after its own duration) to training again: the failure noticed (at most the
+# heartbeat timeout, or the hang timeout), a re-form, and every rank importing torch again and
+# meeting its peers (8 ranks on 2 cores: ~10-25 s here).
+RESTART_BOUND = 75
+END_BOUND = 45  # from the SIGTERM that ends an episode to every agent gone
+BOUNDS = {"rss_kib": 300 * 1024, "fds": 512, "threads": 64}
+TOKEN = "chaos-" + "%032x" % random.SystemRandom().getrandbits(128)
+
+
+def recovery_bound(fault):
+    extra = HANG_TIMEOUT if fault["type"] in ("hang", "worker_stop") else 0
+    held = fault["duration"] if fault["type"] in ("worker_stop", "agent_stop", "store_host_stop",
+                                                  "link_cut", "etcd_stop", "console_stall") else 0
+    return held + extra + RESTART_BOUND
+
+
+class Agent:
+    """One ddprun agent of an episode: stdout read by a thread (which can be told to stop reading,
+    for console_stall) that timestamps the training's step lines."""
+
+    def __init__(self, h, ep, slot, args):
+        self.h, self.ep, self.slot = h, ep, slot
+        self.name = f"{ep.id}/node{slot}#{len(ep.all_agents)}"
+        base = os.path.join(ep.dir, f"node{slot}_{len(ep.all_agents)}")
+        self.out_path, self.err_path, self.events = base + ".out", base + ".err", base + ".events"
+        self.tmpdir = os.path.join(ep.dir, f"tmp{slot}_{len(ep.all_agents)}")
+        os.makedirs(self.tmpdir)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("PET_", "TORCHELASTIC"))}
+        env.update(CHAOS_EPISODE=ep.tag, CHAOS_NODE=f"node{slot}", TMPDIR=self.tmpdir,
+                   DDPRUN_RDZV_TOKEN=TOKEN, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1",
+                   GLOO_SOCKET_IFNAME=h.topology.ifname(slot))
+        if ep.direct_store:
+            env["CHAOS_DIRECT_STORE"] = ep.direct_store
+        self.err = open(self.err_path, "w")
+        command = ([sys.executable] if h.launcher == "torchrun" else
+                   [h.ddprun, "--events", self.events, *h.preload])
+        self.proc = subprocess.Popen(
+            [*h.topology.prefix(slot), *command, *args],
+            stdout=subprocess.PIPE, stderr=self.err, env=env, start_new_session=True)
+        self.stall_until = 0.0
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self):
+        pending = b""
+        with open(self.out_path, "wb") as out:
+            while True:
+                while time.monotonic() < self.stall_until:
+                    time.sleep(0.05)
+                chunk = self.proc.stdout.read1(65536)
+                if not chunk:
+                    break
+                out.write(chunk)
+                now = time.monotonic()
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                pending = pending[-4096:]  # a line that never ends must not grow the harness
+                for line in lines:
+                    if b"CHAOS STEP" in line:
+                        self.h.step_seen(now)
+
+    def events_of(self, kind):
+        try:
+            with open(self.events) as f:
+                return [e for e in (json.loads(l) for l in f if l.strip()) if e.get("event") == kind]
+        except (OSError, ValueError):
+            return []
+
+    def alive(self):
+        return self.proc.poll() is None
+
+    def workers(self):
+        """pids of this agent's workers in its newest attempt that are still alive."""
+        if self.h.launcher == "torchrun":  # no events: the agent's live child processes
+            return [pid for pid in _children(self.proc.pid) if inv.proc_usage(pid)]
+        starts = self.events_of("worker_start")
+        if not starts:
+            return []
+        last = max(e["attempt"] for e in starts)
+        return [e["pid"] for e in starts if e["attempt"] == last and inv.proc_usage(e["pid"])]
+
+    def hosts_store(self):
+        if self.h.launcher == "torchrun":  # the agent on the endpoint's address hosts it
+            return self.slot == 0 and self is self.ep.agents.get(0)
+        stores = self.events_of("store")
+        return bool(stores) and stores[-1].get("role") == "host"
+
+    def status_port(self):
+        st = self.events_of("status")
+        return st[-1]["port"] if st else None
+
+    def stderr_text(self):
+        with open(self.err_path, encoding="utf-8", errors="replace") as f:
+            return f.read()
+
+
+class Episode:
+    """One job: started with INITIAL_NODES agents, ended by its faults (every agent exited) or by
+    the harness (SIGTERM)."""
+
+    def __init__(self, h, index):
+        self.h, self.index = h, index
+        self.id = f"ch{h.seed}e{index}"
+        self.tag = f"CHAOS_EPISODE={self.id}-{os.getpid()}"
+        self.dir = os.path.join(h.tmp, self.id)
+        os.makedirs(os.path.join(self.dir, "ctl"))
+        self.agents, self.all_agents, self.fault_types = {}, [], []
+        self.terminated = False
+        self.stopped = set()  # pids SIGSTOPped by a fault, SIGCONTed by its timer
+        if h.mode == "c10d":
+            self.endpoint = f"{h.topology.addr(0)}:{h.free_port(0)}"
+            self.direct_store = self.endpoint
+        else:
+            self.endpoint = h.etcd.endpoints
+            self.direct_store = None  # the workers' store moves with each attempt
+        self.start_agent(0)
+        if h.mode == "c10d" and h.launcher == "ddprun":
+            h.wait(lambda: self.agents[0].hosts_store() or not self.agents[0].alive(), 30,
+                   "the store on node 0")
+        elif h.mode == "c10d":
+            time.sleep(2)  # torchrun's host agent binds the endpoint once its interpreter is up
+        for slot in range(1, INITIAL_NODES):
+            self.start_agent(slot)
+
+    def start_agent(self, slot):
+        h = self.h
+        backend = "c10d" if h.mode == "c10d" else "etcd"
+        if h.launcher == "torchrun":
+            # The same job under torchrun 2.15 (c10d only; no proxy, hang timeout, status port
+            # or events: it has none).
+            args = ["-m", "torch.distributed.run", "--rdzv-backend", "c10d",
+                    "--rdzv-endpoint", self.endpoint, "--rdzv-id", self.id,
+                    "--nnodes", f"2:{h.nodes}", "--nproc-per-node", NPROC,
+                    "--local-addr", h.topology.addr(slot), "--max-restarts", MAX_RESTARTS,
+                    "--monitor-interval", "0.1", "--rdzv-conf",
+                    f"join_timeout=60,last_call_timeout=1,is_host={'1' if slot == 0 else '0'}",
+                    TRAIN, self.dir]
+            agent = Agent(h, self, slot, [str(a) for a in args])
+            self.agents[slot] = agent
+            self.all_agents.append(agent)
+            return agent
+        args = ["--rdzv_backend", backend, "--rdzv_endpoint", self.endpoint, "--rdzv_id", self.id,
+                "--nnodes", f"2:{h.nodes}", "--nproc_per_node", NPROC,
+                "--local_addr", h.topology.addr(slot), "--rdzv_conf", RDZV_CONF,
+                "--max_restarts", MAX_RESTARTS, "--store-proxy", "on",
+                "--hang-timeout", HANG_TIMEOUT, "--hang-startup-timeout", 90,
+                "--status-port", 0, "--status-addr", h.topology.addr(slot),
+                TRAIN, self.dir]
+        agent = Agent(h, self, slot, [str(a) for a in args])
+        self.agents[slot] = agent
+        self.all_agents.append(agent)
+        return agent
+
+    def live(self):
+        return [a for a in self.agents.values() if a.alive()]
+
+    def ended(self):
+        return not self.live()
+
+    def store_host(self):
+        return next((a for a in self.live() if a.hosts_store()), None)
+
+    def terminate(self):
+        self.terminated = True
+        for pid in list(self.stopped):
+            _signal(pid, signal.SIGCONT)
+        for a in self.live():
+            _signal(a.proc.pid, signal.SIGTERM)
+
+
+def _children(pid):
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(c) for c in f.read().split()]
+    except OSError:
+        return []
+
+
+def _signal(pid, sig):
+    try:
+        os.kill(pid, sig)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+class Harness:
+    def __init__(self, args):
+        self.args = args
+        self.ddprun = os.path.join(os.path.abspath(args.build), "bin", "ddprun")
+        self.seed, self.nodes, self.mode = args.seed, args.nodes, args.mode
+        self.launcher = args.launcher
+        # Warm starts where this ddprun has them (docs/warm-start.md): restarts then cost a
+        # fork, not an import of torch.
+        self.preload = []
+        if args.launcher == "ddprun" and args.preload != "off":
+            helptext = subprocess.run([self.ddprun, "--help"], capture_output=True, text=True).stdout
+            if "--preload" in helptext:
+                self.preload = ["--preload", "torch"]
+            elif args.preload == "on":
+                raise SystemExit("chaos: this ddprun has no --preload")
+        self.tmp = tempfile.mkdtemp(prefix="ddprun_chaos_")
+        self.topology, why = topo.make(args.nodes, args.topology)
+        self.notes = []
+        if why:
+            self.notes.append(f"topology: loopback addresses, not network namespaces ({why})")
+        self.etcd = None
+        if self.mode == "etcd":
+            from etcd_cluster import EtcdCluster
+            self.etcd = EtcdCluster(self.topology.service_addr, self.topology.service_prefix())
+            self.etcd_down = set()
+        self.last_step_at = 0.0
+        self.lock = threading.Lock()
+        self.timers = []  # (due, action)
+        self.usage_max = {}  # agent name -> [rss, fds, threads]
+        self.next_sample = 0.0
+        self.violations = []
+        self.results = []  # one per fault
+        self.episodes = []
+        self.exit_codes = []
+
+    # --- time and observation -------------------------------------------------------------
+    def step_seen(self, when):
+        with self.lock:
+            self.last_step_at = max(self.last_step_at, when)
+
+    def later(self, delay, action):
+        self.timers.append((time.monotonic() + delay, action))
+
+    def pump(self):
+        now = time.monotonic()
+        due = [t for t in self.timers if t[0] <= now]
+        self.timers = [t for t in self.timers if t[0] > now]
+        for _, action in due:
+            action()
+        if now >= self.next_sample:
+            self.next_sample = now + 1.0
+            for ep in self.episodes[-1:]:
+                for a in ep.live():
+                    use = inv.proc_usage(a.proc.pid)
+                    if use:
+                        top = self.usage_max.setdefault(a.name, [0, 0, 0])
+                        for k in range(3):
+                            top[k] = max(top[k], use[k])
+
+    def wait(self, predicate, timeout, what):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.pump()
+            if predicate():
+                return True
+            time.sleep(0.05)
+        raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+
+    def free_port(self, slot):
+        if self.topology.kind == "netns":
+            code = (f"import socket;s=socket.socket();s.bind(('{self.topology.addr(slot)}',0));"
+                    "print(s.getsockname()[1])")
+            return int(subprocess.run([*self.topology.prefix(slot), sys.executable, "-c", code],
+                                      capture_output=True, text=True, check=True).stdout)
+        s = socket.socket()
+        s.bind((self.topology.addr(slot), 0))
+        port = s.getsockname()[1]
+        s.close()
+        return port
+
+    def violation(self, kind, fault, text, schedule):
+        self.violations.append({
+            "seed": self.seed, "kind": kind, "fault_index": fault["index"] if fault else None,
+            "fault_type": fault["type"] if fault else None, "evidence": text,
+            "schedule_so_far": schedule[: (fault["index"] + 1) if fault else len(schedule)],
+        })
+        print(f"chaos: VIOLATION {kind} at fault {fault['index'] if fault else '-'}: {text}",
+              file=sys.stderr, flush=True)
+
+    # --- faults ---------------------------------------------------------------------------
+    def inject(self, ep, fault):
+        """Does FAULT to EP; returns a short text of what was done, or None when it had no
+        target (it then counts as skipped)."""
+        kind, pick, dur = fault["type"], fault["pick"], fault["duration"]
+        live = ep.live()
+        host = ep.store_host()
+        non_host = [a for a in live if a is not host]
+
+        def choose(items):
+            return items[pick % len(items)] if items else None
+
+        def stop_for(pid, what):
+            if not _signal(pid, signal.SIGSTOP):
+                return None
+            ep.stopped.add(pid)
+
+            def cont():
+                _signal(pid, signal.SIGCONT)
+                ep.stopped.discard(pid)
+            self.later(dur, cont)
+            return f"SIGSTOP {what} pid {pid} for {dur}s"
+
+        if kind in ("worker_kill", "worker_stop"):
+            workers = sorted((pid, a.name) for a in live for pid in a.workers())
+            w = choose(workers)
+            if not w:
+                return None
+            if kind == "worker_kill":
+                return f"SIGKILL worker pid {w[0]} of {w[1]}" if _signal(w[0], signal.SIGKILL) else None
+            return stop_for(w[0], f"worker of {w[1]}")
+        if kind in ("agent_kill", "agent_stop"):
+            a = choose(non_host)
+            if not a:
+                return None
+            if kind == "agent_kill":
+                return f"SIGKILL agent {a.name}" if _signal(a.proc.pid, signal.SIGKILL) else None
+            return stop_for(a.proc.pid, f"agent {a.name}")
+        if kind in ("store_host_kill", "store_host_stop"):
+            if not host:
+                return None
+            if kind == "store_host_kill":
+                return f"SIGKILL store host {host.name}" if _signal(host.proc.pid, signal.SIGKILL) else None
+            return stop_for(host.proc.pid, f"store host {host.name}")
+        if kind == "link_cut":
+            a = choose(live)
+            if not a:
+                return None
+            self.topology.cut(a.slot)
+            self.later(dur, lambda: self.topology.restore(a.slot))
+            return f"link of node{a.slot} ({a.name}) down for {dur}s"
+        if kind == "late_node":
+            free = [s for s in range(self.nodes) if s not in ep.agents or not ep.agents[s].alive()]
+            if self.mode == "c10d":
+                free = [s for s in free if s != 0]  # slot 0's address is the c10d endpoint
+            slot = choose(free)
+            if slot is None:
+                return None
+            a = ep.start_agent(slot)
+            return f"late node {a.name}"
+        if kind in ("hang", "daemon"):
+            a = choose(live)
+            if not a:
+                return None
+            local = pick % NPROC
+            open(os.path.join(ep.dir, "ctl", f"node{a.slot}.local{local}.{kind}"), "w").close()
+            return f"{kind} on {a.name} local rank {local}"
+        if kind == "stranger":
+            targets = []
+            if ep.direct_store:
+                targets.append(("store", ep.direct_store))
+            elif host:
+                targets.append(("store", f"{self.topology.addr(host.slot)}:"
+                                         f"{(host.events_of('store') or [{}])[-1].get('port', 0)}"))
+            a = choose(live)
+            if a and a.status_port():
+                targets.append(("status", f"{self.topology.addr(a.slot)}:{a.status_port()}"))
+            for what, addr in targets:
+                subprocess.run([*self.topology.prefix(a.slot if a else 0), sys.executable,
+                                os.path.join(HERE, "stranger.py"), what, addr, str(pick)],
+                               capture_output=True, timeout=30)
+            return f"stranger against {', '.join(f'{w} {t}' for w, t in targets)}" if targets else None
+        if kind == "console_stall":
+            a = choose(live)
+            if not a:
+                return None
+            a.stall_until = time.monotonic() + dur
+            return f"console of {a.name} not read for {dur}s"
+        if kind in ("etcd_kill", "etcd_leader_kill", "etcd_stop"):
+            up = [k for k in range(3) if self.etcd.alive(k) and k not in self.etcd_down]
+            if kind == "etcd_leader_kill":
+                leader = self.etcd.leader()
+                k = leader if leader in up else None
+            else:
+                k = choose(up)
+            if k is None:
+                return None
+            self.etcd_down.add(k)
+            if kind == "etcd_stop":
+                self.etcd.signal(k, signal.SIGSTOP)
+
+                def resume():
+                    self.etcd.signal(k, signal.SIGCONT)
+                    self.etcd_down.discard(k)
+                self.later(dur, resume)
+                return f"SIGSTOP etcd member e{k} for {dur}s"
+            self.etcd.kill(k)
+
+            def restart():
+                self.etcd.start(k)
+                self.etcd_down.discard(k)
+            self.later(dur, restart)
+            return f"SIGKILL etcd member e{k}{' (leader)' if kind == 'etcd_leader_kill' else ''}"
+        raise ValueError(kind)
+
+    # --- the run ------------------------------------------------------------------------------
+    def start_episode(self):
+        ep = Episode(self, len(self.episodes))
+        self.episodes.append(ep)
+        return ep
+
+    def await_training(self, ep, since, bound):
+        """Until a step line arrives after SINCE, or every agent of EP ended. Returns
+        ('recovered', t) or ('ended', t); raises TimeoutError."""
+        result = {}
+
+        def done():
+            if self.last_step_at > since:
+                result["r"] = ("recovered", self.last_step_at)
+            elif ep.ended():
+                result["r"] = ("ended", time.monotonic())
+            return bool(result)
+        self.wait(done, max(bound - (time.monotonic() - since), 1), "training again or a clean end")
+        return result["r"]
+
+    def end_episode(self, ep, schedule, fault):
+        """Checks an episode that ended (or ends it): exit codes and root causes, the side
+        clients' histories, nothing left."""
+        if not ep.ended():
+            ep.terminate()
+            try:
+                self.wait(ep.ended, END_BOUND, "every agent to end after SIGTERM")
+            except TimeoutError:
+                self.violation("hang", fault, "agents still running "
+                               f"{[a.name for a in ep.live()]} {END_BOUND}s after SIGTERM", schedule)
+                for a in ep.live():
+                    _signal(a.proc.pid, signal.SIGKILL)
+        for pid in list(ep.stopped):
+            _signal(pid, signal.SIGCONT)
+        for a in ep.all_agents:
+            a.proc.wait()
+            a.reader.join(timeout=5)
+            a.err.close()
+            self.exit_codes.append(a.proc.returncode)
+            if self.launcher == "torchrun":
+                continue  # torchrun ends with 1 whatever the cause: its codes are reported only
+            for text in inv.check_exit(a.name, a.proc.returncode, a.stderr_text(),
+                                       ep.fault_types, ep.terminated):
+                self.violation("root_cause", fault, text, schedule)
+        for name in sorted(os.listdir(os.path.join(ep.dir, "history"))) if os.path.isdir(
+                os.path.join(ep.dir, "history")) else []:
+            for text in inv.check_history(os.path.join(ep.dir, "history", name)):
+                self.violation("lost_write", fault, text, schedule)
+        # Nothing left: give the orphan guards a moment (they act on their own agent's death).
+        pids = [a.proc.pid for a in ep.all_agents]
+        daemon_tag = f"chaos-daemon-{ep.tag.split('=', 1)[1]}"
+
+        def clean():
+            return not (inv.leftover_processes(ep.tag, daemon_tag) or inv.leftover_cgroups(pids)
+                        or inv.leftover_files(a.tmpdir for a in ep.all_agents))
+        try:
+            self.wait(clean, 10, "nothing left")
+        except TimeoutError:
+            left = (inv.leftover_processes(ep.tag, daemon_tag) + inv.leftover_cgroups(pids)
+                    + inv.leftover_files(a.tmpdir for a in ep.all_agents))
+            self.violation("leftover", fault, "; ".join(left[:10]), schedule)
+            for entry in inv.leftover_processes(ep.tag, daemon_tag):
+                _signal(int(entry.split()[1].rstrip(":")), signal.SIGKILL)
+        for a in ep.all_agents:
+            top = self.usage_max.get(a.name)
+            if top and (top[0] > BOUNDS["rss_kib"] or top[1] > BOUNDS["fds"] or top[2] > BOUNDS["threads"]):
+                self.violation("unbounded", fault, f"{a.name}: max rss {top[0]} KiB, fds {top[1]}, "
+                               f"threads {top[2]} (bounds {BOUNDS})", schedule)
+
+    def run(self, schedule):
+        ep = self.start_episode()
+        self.wait(lambda: self.last_step_at > 0 or ep.ended(), RESTART_BOUND + 30, "the first step")
+        pending = []  # faults whose recovery is being awaited together (overlaps)
+        for fault in schedule:
+            if ep.ended():
+                self.close_pending(pending, "ended", time.monotonic())
+                self.end_episode(ep, schedule, fault)
+                ep = self.start_episode()
+                try:
+                    self.wait(lambda: self.last_step_at > time.monotonic() - 1 or ep.ended(),
+                              RESTART_BOUND + 30, "the new episode's first step")
+                except TimeoutError as e:
+                    self.violation("stuck", fault, f"new episode {ep.id}: {e}", schedule)
+            end_wait = time.monotonic() + fault["gap"]
+            self.wait(lambda: time.monotonic() >= end_wait, fault["gap"] + 1, "the gap")
+            did = self.inject(ep, fault)
+            at = time.monotonic()
+            entry = {"index": fault["index"], "type": fault["type"], "did": did, "episode": ep.id,
+                     "outcome": None, "ttr": None, "at": at}
+            self.results.append(entry)
+            print(f"chaos: fault {fault['index']} {fault['type']}: {did or 'no target (skipped)'}",
+                  flush=True)
+            if did is None:
+                entry["outcome"] = "skipped"
+                continue
+            ep.fault_types.append(fault["type"])
+            pending.append((entry, fault))
+            nxt = fault["index"] + 1
+            if nxt < len(schedule) and schedule[nxt]["overlap"]:
+                continue  # the next fault lands while this one is still being recovered from
+            bound = max(recovery_bound(f) for _, f in pending)
+            since = max(e["at"] for e, _ in pending) + min(f["duration"] if f["type"] in (
+                "worker_stop", "agent_stop", "store_host_stop", "link_cut", "console_stall")
+                else 0 for _, f in pending) + 0.5
+            try:
+                outcome, t = self.await_training(ep, since, bound + (since - at))
+                self.close_pending(pending, outcome, t)
+            except TimeoutError as e:
+                self.violation("stuck", fault, f"{e}; no step for {time.monotonic() - self.last_step_at:.1f}s; "
+                               f"agents: {[(a.name, a.alive()) for a in ep.all_agents]}", schedule)
+                self.close_pending(pending, "violated", None)
+                ep.terminate()
+        self.close_pending(pending, "ended" if ep.ended() else "recovered", time.monotonic())
+        self.end_episode(ep, schedule, None)
+
+    @staticmethod
+    def close_pending(pending, outcome, t):
+        for entry, _ in pending:
+            entry["outcome"] = outcome
+            entry["ttr"] = None if t is None else round(t - entry["at"], 3)
+        pending.clear()
+
+    def close(self):
+        if self.etcd:
+            self.etcd.close()
+        self.topology.close()
+        if not self.args.keep:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def summarize(h, schedule, elapsed):
+    by_type = {}
+    for r in h.results:
+        t = by_type.setdefault(r["type"], {"count": 0, "skipped": 0, "recovered": 0,
+                                           "ended_correctly": 0, "violated": 0, "ttr": []})
+        t["count"] += 1
+        if r["outcome"] == "skipped":
+            t["skipped"] += 1
+        elif r["outcome"] == "recovered":
+            t["recovered"] += 1
+            t["ttr"].append(r["ttr"])
+        elif r["outcome"] == "ended":
+            t["ended_correctly"] += 1
+        else:
+            t["violated"] += 1
+    for r in h.violations:
+        if r["fault_type"] and r["kind"] != "stuck":
+            by_type[r["fault_type"]]["violated"] += 1
+    for t in by_type.values():
+        ttr = sorted(t.pop("ttr"))
+        t["ttr_p50"] = round(statistics.median(ttr), 2) if ttr else None
+        t["ttr_p99"] = round(ttr[min(len(ttr) - 1, int(0.99 * len(ttr)))], 2) if ttr else None
+        t["ttr_max"] = round(ttr[-1], 2) if ttr else None
+    return {"faults": len(schedule), "seed": h.seed, "mode": h.mode, "topology": h.topology.kind,
+            "launcher": h.launcher, "preload": bool(h.preload),
+            "nodes": h.nodes, "episodes": len(h.episodes), "seconds": round(elapsed, 1),
+            "notes": h.notes, "violations": h.violations, "by_type": by_type,
+            "exit_codes": {str(c): h.exit_codes.count(c) for c in sorted(set(h.exit_codes), key=str)},
+            "bounds": {"recovery_s": {t: recovery_bound({"type": t, "duration": 6.0})
+                                      for t in sorted(by_type)}, **BOUNDS},
+            "max_usage": {"rss_kib": max((u[0] for u in h.usage_max.values()), default=0),
+                          "fds": max((u[1] for u in h.usage_max.values()), default=0),
+                          "threads": max((u[2] for u in h.usage_max.values()), default=0)}}
+
+
+def markdown(summary):
+    rows = ["| fault | count | skipped | recovered | ended correctly | violated | TTR p50 | p99 | max |",
+            "|---|---|---|---|---|---|---|---|---|"]
+    for t, s in sorted(summary["by_type"].items()):
+        rows.append(f"| {t} | {s['count']} | {s['skipped']} | {s['recovered']} | "
+                    f"{s['ended_correctly']} | {s['violated']} | {s['ttr_p50']} | {s['ttr_p99']} | "
+                    f"{s['ttr_max']} |")
+    head = (f"seed {summary['seed']}, {summary['faults']} faults, mode {summary['mode']}, "
+            f"{summary['nodes']} node slots ({summary['topology']}), {summary['episodes']} episodes, "
+            f"{summary['seconds']} s, {len(summary['violations'])} violations")
+    return head + "\n\n" + "\n".join(rows) + "\n"
+
+
+def main():
+    global HANG_TIMEOUT
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--build", required=True)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--faults", type=int, default=30)
+    p.add_argument("--nodes", type=int, default=4)
+    p.add_argument("--mode", choices=["etcd", "c10d"], default="c10d")
+    p.add_argument("--topology", choices=["auto", "netns", "loopback"], default="auto")
+    p.add_argument("--types", default="", help="comma-separated fault types (default: all that apply)")
+    p.add_argument("--json")
+    p.add_argument("--md")
+    p.add_argument("--replay")
+    p.add_argument("--schedule-out")
+    p.add_argument("--keep", action="store_true", help="keep the run's files (logs, histories)")
+    p.add_argument("--launcher", choices=["ddprun", "torchrun"], default="ddprun",
+                   help="torchrun: the same job and schedule under torchrun 2.15 (c10d only)")
+    p.add_argument("--preload", choices=["auto", "on", "off"], default="auto",
+                   help="ddprun --preload torch (auto: when this ddprun has it)")
+    p.add_argument("--hang-timeout", type=float, default=20.0)
+    args = p.parse_args()
+    if args.nodes < INITIAL_NODES or args.nodes > 8:
+        p.error(f"--nodes must be {INITIAL_NODES}..8")
+    if args.launcher == "torchrun" and args.mode != "c10d":
+        p.error("--launcher torchrun runs the c10d mode only")
+    HANG_TIMEOUT = args.hang_timeout
+    ddprun = os.path.join(args.build, "bin", "ddprun")
+    if not os.access(ddprun, os.X_OK):
+        print(f"chaos: SKIP: no ddprun at {ddprun}", file=sys.stderr)
+        return 77
+    if subprocess.run([sys.executable, "-c", "import torch"], capture_output=True).returncode:
+        print(f"chaos: SKIP: {sys.executable} has no torch", file=sys.stderr)
+        return 77
+    if args.mode == "etcd" and not shutil.which("etcd"):
+        print("chaos: SKIP: etcd is not installed", file=sys.stderr)
+        return 77
+    h = Harness(args)
+    try:
+        if args.replay:
+            doc = sched.load(args.replay)
+            schedule, h.seed = doc["faults"], doc["seed"]
+        else:
+            types = args.types.split(",") if args.types else sched.types_for(
+                args.mode, h.topology.kind == "netns")
+            unknown = [t for t in types if t not in sched.FAULT_TYPES]
+            if unknown:
+                p.error(f"unknown fault types: {unknown}")
+            schedule = sched.generate(args.seed, args.faults, types)
+        if args.schedule_out:
+            sched.save(args.schedule_out, h.seed, args.mode, h.topology.kind == "netns", schedule)
+        for note in h.notes:
+            print(f"chaos: {note}", flush=True)
+        start = time.monotonic()
+        h.run(schedule)
+        summary = summarize(h, schedule, time.monotonic() - start)
+    finally:
+        h.close()
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(summary, f, indent=1)
+    md = markdown(summary)
+    if args.md:
+        with open(args.md, "w") as f:
+            f.write(md)
+    print(md)
+    return 1 if summary["violations"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,63 @@
+# SPDX-License-Identifier: MIT
+"""The chaos schedule: a pure function of (seed, number of faults, fault types), written to and
+read from JSON so that `--replay` reruns a schedule exactly."""
+import json
+import random
+
+# Every fault type, what it does, and the modes in which it applies.
+FAULT_TYPES = {
+    "worker_kill": "SIGKILL of one worker",
+    "agent_kill": "SIGKILL of one agent that does not host the workers' store",
+    "store_host_kill": "SIGKILL of the agent hosting the workers' store",
+    "worker_stop": "SIGSTOP of one worker for a random time, then SIGCONT",
+    "agent_stop": "SIGSTOP of one agent (not the store's host) for a random time, then SIGCONT",
+    "store_host_stop": "SIGSTOP of the store host's agent for a random time, then SIGCONT",
+    "link_cut": "one node's link down for a random time, then up (network namespaces only)",
+    "late_node": "a new node arrives (admitted, or waits as a spare)",
+    "hang": "a rank hangs (sleeps without heartbeats) past --hang-timeout",
+    "daemon": "a worker double-forks a setsid'd daemon",
+    "stranger": "garbage and valid-looking requests to the store and status ports, no token",
+    "console_stall": "the reader of one agent's console stops reading for a while",
+    "etcd_kill": "SIGKILL of one etcd member (restarted later)",
+    "etcd_leader_kill": "SIGKILL of the etcd leader (restarted later)",
+    "etcd_stop": "SIGSTOP of one etcd member for a random time, then SIGCONT",
+}
+NETNS_ONLY = {"link_cut"}
+ETCD_ONLY = {"etcd_kill", "etcd_leader_kill", "etcd_stop"}
+
+
+def types_for(mode, netns):
+    return [t for t in FAULT_TYPES
+            if (netns or t not in NETNS_ONLY) and (mode == "etcd" or t not in ETCD_ONLY)]
+
+
+def generate(seed, faults, types):
+    """N faults: type, a pick (which target among those alive when it is injected), a gap before
+    it, a duration (stops, cuts, stalls) and whether it overlaps the previous fault's recovery."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(faults):
+        kind = rng.choice(types)
+        out.append({
+            "index": i,
+            "type": kind,
+            "pick": rng.randrange(1 << 30),
+            "gap": round(rng.uniform(0.2, 3.0), 2),
+            "duration": round(rng.uniform(0.5, 6.0), 2),
+            "overlap": i > 0 and rng.random() < 0.25,
+        })
+    return out
+
+
+def save(path, seed, mode, netns, schedule):
+    with open(path, "w") as f:
+        json.dump({"seed": seed, "mode": mode, "netns": netns, "faults": schedule}, f, indent=1)
+
+
+def load(path):
+    with open(path) as f:
+        doc = json.load(f)
+    for k, fault in enumerate(doc["faults"]):
+        if fault.get("type") not in FAULT_TYPES:
+            raise ValueError(f"{path}: fault {k}: unknown type {fault.get('type')!r}")
+    return doc

@@ -1,0 +1,54 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+/// StatusBeacon: how `ddprun top` finds a running job without being told its port. While the
+/// status endpoint is open, ddprun keeps one small file, `<dir>/status-<pid>.json`, naming the
+/// endpoint, the directory ddprun was started from and its pid; it is removed when the endpoint
+/// closes. <dir> is `$XDG_RUNTIME_DIR/ddprun`, else `/tmp/ddprun-<uid>` (made 0700, used only
+/// when it is this user's own directory). A beacon that cannot be written is skipped silently:
+/// it never fails a job. See docs/health.md ("Seeing a job").
+
+#include <sys/types.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ddp::launcher::health {
+
+struct BeaconEntry {
+  pid_t pid = 0;
+  std::string cwd;
+  std::string address;  // as --status-addr
+  int port = 0;
+  std::string host;
+  double started = 0;  // seconds since the epoch
+};
+
+/// The beacon directory for this user ("" when none can be used).
+std::string status_beacon_dir();
+
+class StatusBeacon {
+ public:
+  /// Writes the beacon; nullptr when it cannot (no usable directory, a full disk).
+  static std::unique_ptr<StatusBeacon> write(const std::string& dir, const std::string& address,
+                                             int port, const std::string& host);
+  ~StatusBeacon();
+  StatusBeacon(const StatusBeacon&) = delete;
+  StatusBeacon& operator=(const StatusBeacon&) = delete;
+
+ private:
+  explicit StatusBeacon(std::string path) : path_(std::move(path)) {}
+  std::string path_;
+};
+
+/// Parses one beacon file's text; nullopt for anything else.
+std::optional<BeaconEntry> parse_beacon(const std::string& text);
+/// Pure: among live beacons, the job started from `cwd` (the newest such), else the user's
+/// newest one.
+std::optional<BeaconEntry> choose_beacon(const std::vector<BeaconEntry>& live,
+                                         const std::string& cwd);
+/// Reads `dir`'s beacons, drops those whose ddprun is gone, and chooses as above.
+std::optional<BeaconEntry> find_status_beacon(const std::string& dir, const std::string& cwd);
+
+}  // namespace ddp::launcher::health

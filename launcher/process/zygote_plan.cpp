@@ -1,0 +1,138 @@
+// SPDX-License-Identifier: MIT
+#include "launcher/process/zygote_plan.hpp"
+
+#include <fmt/format.h>
+
+#include <cctype>
+#include <nlohmann/json.hpp>
+
+#include "launcher/common/exit_codes.hpp"
+#include "launcher/process/zygote_script.hpp"
+
+namespace ddp::launcher {
+namespace {
+
+bool is_python_identifier(const std::string& part) {
+  if (part.empty() || std::isdigit(static_cast<unsigned char>(part[0]))) return false;
+  for (char ch : part) {
+    if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '_') return false;
+  }
+  return true;
+}
+
+bool is_python_module_name(const std::string& name) {
+  size_t start = 0;
+  while (true) {
+    size_t dot = name.find('.', start);
+    if (!is_python_identifier(name.substr(start, dot == std::string::npos ? dot : dot - start)))
+      return false;
+    if (dot == std::string::npos) return true;
+    start = dot + 1;
+  }
+}
+
+/// Interpreter flags that take no value (python3 --help); anything else is not served.
+bool is_python_plain_flag(const std::string& arg) {
+  if (arg.size() < 2 || arg[0] != '-' || arg[1] == '-') return false;
+  static const std::string kPlain = "bBdEhiIOPqsSuvx";
+  for (size_t i = 1; i < arg.size(); ++i) {
+    if (kPlain.find(arg[i]) == std::string::npos) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::optional<PythonInvocation> parse_python_invocation(const std::vector<std::string>& argv) {
+  if (argv.empty()) return std::nullopt;
+  PythonInvocation out;
+  out.interpreter.push_back(argv[0]);
+  size_t i = 1;
+  while (i < argv.size() && argv[i] != "-m" && argv[i] != "-c" && is_python_plain_flag(argv[i]))
+    out.interpreter.push_back(argv[i++]);
+  if (i >= argv.size()) return std::nullopt;
+  if (argv[i] == "-m" || argv[i] == "-c") {
+    if (i + 1 >= argv.size()) return std::nullopt;
+    out.mode = argv[i] == "-m" ? "module" : "code";
+    out.target = argv[i + 1];
+    i += 2;
+  } else {
+    if (argv[i].empty() || argv[i][0] == '-')
+      return std::nullopt;  // stdin, or a flag we don't know
+    out.mode = "script";
+    out.target = argv[i++];
+  }
+  out.args.assign(argv.begin() + static_cast<long>(i), argv.end());
+  return out;
+}
+
+Result<std::vector<std::string>> parse_preload_modules(const std::string& list) {
+  std::vector<std::string> modules;
+  size_t start = 0;
+  while (start <= list.size()) {
+    size_t comma = list.find(',', start);
+    std::string name = list.substr(start, comma == std::string::npos ? comma : comma - start);
+    if (!is_python_module_name(name)) {
+      return Error{exit_codes::kUsage,
+                   fmt::format("--preload: '{}' is not a module name (expected a comma list such "
+                               "as torch,numpy)",
+                               name)};
+    }
+    modules.push_back(name);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return modules;
+}
+
+std::vector<std::string> zygote_argv(const PythonInvocation& workers, int socket_fd,
+                                     const std::vector<std::string>& modules) {
+  std::vector<std::string> argv = workers.interpreter;
+  argv.insert(argv.end(), {"-c", std::string(kZygoteBootstrap), std::to_string(socket_fd),
+                           workers.mode, workers.mode == "code" ? "-" : workers.target});
+  argv.insert(argv.end(), modules.begin(), modules.end());
+  return argv;
+}
+
+bool zygote_can_serve(const PythonInvocation& zygote, const PythonInvocation& worker) {
+  return zygote.interpreter == worker.interpreter;
+}
+
+EnvMap common_environment(const std::vector<EnvMap>& per_rank) {
+  if (per_rank.empty()) return {};
+  EnvMap common = per_rank.front();
+  for (size_t r = 1; r < per_rank.size(); ++r) {
+    std::erase_if(common, [&](const auto& entry) {
+      auto it = per_rank[r].find(entry.first);
+      return it == per_rank[r].end() || it->second != entry.second;
+    });
+  }
+  return common;
+}
+
+WorkerStart choose_worker_start(bool preload_enabled, bool zygote_alive, bool can_serve) {
+  if (!preload_enabled || !can_serve) return WorkerStart::Exec;
+  return zygote_alive ? WorkerStart::Fork : WorkerStart::RespawnThenFork;
+}
+
+std::variant<ZygoteReady, std::string> parse_zygote_hello(const std::string& message) {
+  auto json = nlohmann::json::parse(message, nullptr, false);
+  if (!json.is_object()) return std::string("the preloaded interpreter sent no valid greeting");
+  if (json.contains("refused") && json["refused"].is_string())
+    return json["refused"].get<std::string>();
+  if (json.value("ready", false)) return ZygoteReady{json.value("seconds", 0.0)};
+  return std::string("the preloaded interpreter sent no valid greeting");
+}
+
+std::variant<int, std::string> parse_zygote_reply(const std::string& message) {
+  auto json = nlohmann::json::parse(message, nullptr, false);
+  if (json.is_object() && json.contains("pid") && json["pid"].is_number_integer() &&
+      json["pid"].get<int>() > 1) {
+    return json["pid"].get<int>();
+  }
+  if (json.is_object() && json.contains("error") && json["error"].is_string())
+    return json["error"].get<std::string>();
+  return std::string("the preloaded interpreter gave no worker pid");
+}
+
+}  // namespace ddp::launcher

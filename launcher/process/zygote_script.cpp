@@ -1,0 +1,268 @@
+// SPDX-License-Identifier: MIT
+// The zygote's Python side, embedded so that the binary, the wheel and the .deb need no file next
+// to them. ddprun runs `PYTHON -u -c <kZygoteBootstrap> FD MODE TARGET MOD...` and sends this as
+// the first message on FD (zygote.hpp), so that `ps` shows a short command line.
+#include "launcher/process/zygote_script.hpp"
+
+namespace ddp::launcher {
+
+const std::string_view kZygoteBootstrap =
+    "import os,sys;exec(compile(os.read(int(sys.argv[1]),1<<20),'<ddprun-zygote>','exec'))";
+
+const std::string_view kZygoteScript = R"PY(
+import os, sys, json, socket, struct, signal, time, traceback, types, builtins
+_FD, _MODE, _TARGET = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+_MODULES = [m for m in sys.argv[4:] if m]
+_TORCH_DEFAULT_SEED = 67280421310721  # c10's default_rng_seed_val: torch 1.x's first seed
+_MAX_FDS = 8
+
+
+def _added_at_startup():
+    # What the interpreter put into its own environment while starting (PEP 538's LC_CTYPE
+    # coercion): an exec'd worker's interpreter does the same to the environment ddprun gave it.
+    try:
+        with open('/proc/self/environ', 'rb') as f:
+            given = {e.split(b'=', 1)[0] for e in f.read().split(b'\0') if e}
+    except OSError:
+        return {}
+    return {k: v for k, v in os.environ.items() if os.fsencode(k) not in given}
+
+
+_STARTUP_ADDED = _added_at_startup()
+
+
+def _first_path_entry(mode, target):
+    # What `python script.py` / `python -m mod` / `python -c code` put first on sys.path.
+    if mode == 'script':
+        return os.path.dirname(os.path.realpath(target))
+    if mode == 'module':
+        return os.getcwd()
+    return ''
+
+
+def _refusal():
+    try:
+        import importlib
+        sys.path[0] = _first_path_entry(_MODE, _TARGET)
+        for name in _MODULES:
+            importlib.import_module(name)
+    except BaseException as e:  # a SystemExit in a module is a failed import too
+        return 'preload import failed: %s' % ''.join(
+            traceback.format_exception_only(type(e), e)).strip().splitlines()[-1]
+    tasks = os.listdir('/proc/self/task')
+    if len(tasks) > 1:
+        # Thread pools that stop themselves before a fork (OpenBLAS's, started by `import torch`,
+        # has a pthread_atfork handler) are safe: fork once and count what is left.
+        probe = os.fork()
+        if probe == 0:
+            os._exit(0)
+        os.waitpid(probe, 0)
+        tasks = os.listdir('/proc/self/task')
+    if len(tasks) > 1:
+        names = []
+        for t in tasks:
+            try:
+                with open('/proc/self/task/%s/comm' % t) as f:
+                    names.append(f.read().strip())
+            except OSError:
+                pass
+        return 'the preloaded modules left %d threads running (%s); fork needs one' % (
+            len(tasks), ', '.join(sorted(names)))
+    torch = sys.modules.get('torch')
+    cuda = getattr(torch, 'cuda', None)
+    if cuda is not None and getattr(cuda, 'is_initialized', lambda: False)():
+        return 'the preloaded modules initialised CUDA; a forked worker could not use it'
+    return None
+
+
+def _send(sock, obj):
+    sock.sendmsg([json.dumps(obj).encode()])
+
+
+def _serve(sock):
+    # One request at a time; returns (request, fds) in the worker, None when ddprun goes away.
+    while True:
+        try:
+            data, fds, _, _ = socket.recv_fds(sock, 1 << 22, _MAX_FDS)
+        except OSError:
+            return None
+        if not data:
+            return None
+        req = json.loads(data)
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the intermediate: fork the worker and go, so that it reparents to ddprun
+            os.close(r)
+            worker = os.fork()
+            if worker == 0:
+                os.close(w)
+                sock.close()
+                return req, fds
+            os.write(w, struct.pack('i', worker))
+            os._exit(0)
+        os.close(w)
+        for fd in fds:
+            os.close(fd)
+        got = os.read(r, 4)
+        os.close(r)
+        os.waitpid(pid, 0)
+        if len(got) == 4:
+            _send(sock, {'pid': struct.unpack('i', got)[0]})
+        else:
+            _send(sock, {'error': 'the zygote could not fork a worker'})
+
+
+def _fail(report, err, code=70):
+    try:
+        os.write(report, struct.pack('i', err))
+    finally:
+        os._exit(code)
+
+
+def _become_worker(req, fds):
+    named = dict(zip(req['fds'], fds))
+    report = named['report']
+    parent = req['parent']
+    deadline = time.monotonic() + 10
+    while os.getppid() != parent:  # the intermediate is exiting; ddprun (the subreaper) adopts us
+        if time.monotonic() > deadline:
+            _fail(report, -10)  # -ECHILD
+        time.sleep(0.0002)
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(1, signal.SIGKILL, 0, 0, 0) != 0:  # PR_SET_PDEATHSIG
+        _fail(report, ctypes.get_errno())
+    if os.getppid() != parent:
+        os._exit(70)  # ddprun died before the prctl
+    os.setsid()
+    if 'cgroup' in named:
+        try:
+            os.write(named['cgroup'], b'0')
+        except OSError as e:
+            _fail(report, -e.errno)
+    for sig in signal.valid_signals():
+        if sig in _DISPOSITIONS:
+            try:
+                signal.signal(sig, _DISPOSITIONS[sig])
+            except (OSError, ValueError, TypeError):
+                pass
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+    if req.get('cpus'):
+        try:
+            os.sched_setaffinity(0, req['cpus'])
+        except OSError:
+            pass
+    os.dup2(named['stdout'], 1)
+    os.dup2(named['stderr'], 2)
+    os.umask(req['umask'])
+    os.chdir(req['cwd'])
+    os.environ.clear()  # unsetenv: the C environ follows
+    for entry in req['env']:
+        key, _, value = entry.partition('=')
+        os.environ[key] = value
+    for key, value in _STARTUP_ADDED.items():
+        os.environ.setdefault(key, value)
+    # Every other descriptor goes, the report last: its EOF tells ddprun the worker is set up.
+    keep = report
+    os.closerange(3, keep)
+    os.closerange(keep + 1, 1 << 20)
+    for name in ('stdout', 'stderr'):
+        old = getattr(sys, name)
+        new = __import__('io').TextIOWrapper(
+            __import__('io').FileIO(1 if name == 'stdout' else 2, 'w', closefd=False),
+            encoding=old.encoding, errors=old.errors, newline='\n',
+            line_buffering=False, write_through=True)
+        setattr(sys, name, new)
+        setattr(sys, '__%s__' % name, new)
+    import random
+    random.seed()
+    np = sys.modules.get('numpy')
+    if np is not None and hasattr(np, 'random'):
+        np.random.seed()
+    torch = sys.modules.get('torch')
+    if torch is not None and hasattr(torch, 'random'):
+        if _TORCH_FIXED_SEED:  # torch 1.x: every fresh interpreter starts from the same seed
+            torch.random.default_generator.manual_seed(_TORCH_DEFAULT_SEED)
+        else:  # torch 2.x seeds its default generator from the OS
+            torch.random.default_generator.seed()
+    os.close(report)
+
+
+def _strip_own_frames(tb):
+    # Everything up to and including _run is the zygote's; the program's frames follow.
+    first = tb
+    while tb is not None:
+        if tb.tb_frame.f_code is _run.__code__:
+            return tb.tb_next
+        tb = tb.tb_next
+    return first
+
+
+def _run(req):
+    mode, target, args = req['mode'], req['target'], req['args']
+    main = types.ModuleType('__main__')
+    main.__dict__['__annotations__'] = {}
+    main.__dict__['__builtins__'] = builtins
+    sys.modules['__main__'] = main
+    sys.path[0] = _first_path_entry(mode, target)
+    sys.orig_argv = req['orig_argv']
+    if mode == 'module':
+        import runpy
+        sys.argv = ['-m'] + args
+        runpy._run_module_as_main(target, alter_argv=True)
+        return
+    if mode == 'script':
+        path = os.path.abspath(target)
+        from importlib.machinery import SourceFileLoader
+        main.__loader__ = SourceFileLoader('__main__', path)
+        main.__file__ = path
+        main.__cached__ = None
+        sys.argv = [target] + args
+        with open(path, 'rb') as f:
+            code = compile(f.read(), path, 'exec', dont_inherit=True)
+    else:
+        from importlib.machinery import BuiltinImporter
+        main.__loader__ = BuiltinImporter
+        sys.argv = ['-c'] + args
+        code = compile(target, '<string>', 'exec', dont_inherit=True)
+    exec(code, main.__dict__)
+
+
+def _worker_main(req):
+    try:
+        _run(req)
+    except SystemExit:
+        raise  # the interpreter's own handling: the code, or the message and 1
+    except BaseException as e:
+        tb = _strip_own_frames(e.__traceback__)
+        sys.excepthook(type(e), e.with_traceback(tb), tb)
+        if isinstance(e, KeyboardInterrupt):
+            # As the interpreter does: finish, then die of SIGINT.
+            import atexit, threading
+            threading._shutdown()
+            atexit._run_exitfuncs()
+            sys.stdout.flush()
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGINT)
+        sys.exit(1)
+
+
+_sock = socket.socket(fileno=_FD)
+_started = time.monotonic()
+_why_not = _refusal()
+_TORCH_FIXED_SEED = 'torch' in sys.modules and hasattr(sys.modules['torch'], 'initial_seed') and \
+    sys.modules['torch'].initial_seed() == _TORCH_DEFAULT_SEED
+_DISPOSITIONS = {s: signal.getsignal(s) for s in signal.valid_signals()}
+_DISPOSITIONS = {s: h for s, h in _DISPOSITIONS.items() if h is not None}
+if _why_not is not None:
+    _send(_sock, {'refused': _why_not})
+    os._exit(0)
+_send(_sock, {'ready': True, 'seconds': round(time.monotonic() - _started, 3)})
+_request = _serve(_sock)
+if _request is None:
+    os._exit(0)
+_become_worker(*_request)
+_worker_main(_request[0])
+)PY";
+
+}  // namespace ddp::launcher

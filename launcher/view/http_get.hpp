@@ -1,0 +1,20 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+/// One bounded HTTP/1.1 GET on the caller's loop (Boost.Beast), for `ddprun top`: connect,
+/// request, read, all within `timeout`; the body at most 16 MiB.
+
+#include <boost/asio/io_context.hpp>
+#include <chrono>
+#include <functional>
+#include <string>
+
+#include "launcher/common/result.hpp"
+
+namespace ddp::launcher::view {
+
+/// Calls `done` on `io` with the body of a 200 answer, or an error (exit 69) saying why.
+void async_http_get(boost::asio::io_context& io, const std::string& host, int port,
+                    const std::string& path, std::chrono::milliseconds timeout,
+                    std::function<void(Result<std::string>)> done);
+
+}  // namespace ddp::launcher::view

@@ -1,0 +1,199 @@
+// SPDX-License-Identifier: MIT
+#include "launcher/view/status_model.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace ddp::launcher::view {
+
+namespace {
+
+using nlohmann::json;
+
+template <typename T>
+std::optional<T> num(const json& j, const char* key) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_number()) return std::nullopt;
+  return it->get<T>();
+}
+
+std::string joined(const json& list) {
+  std::string out;
+  if (!list.is_array()) return out;
+  for (const auto& x : list) {
+    if (!out.empty()) out += ", ";
+    out += x.is_string() ? x.get<std::string>() : x.dump();
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string field_text(const json& j, const char* key) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return {};
+  return it->is_string() ? it->get<std::string>() : it->dump();
+}
+
+std::string describe_event(const json& e) {
+  const std::string kind = field_text(e, "event");
+  if (kind == "worker_exit") {
+    std::string how =
+        e.contains("exit_code") ? "exit " + field_text(e, "exit_code") : field_text(e, "signal");
+    return fmt::format("rank {} ended: {}{}", field_text(e, "rank"), how,
+                       e.value("terminated_by_ddprun", false) ? " (stopped by ddprun)" : "");
+  }
+  if (kind == "worker_start")
+    return fmt::format("rank {} started (attempt {})", field_text(e, "rank"),
+                       field_text(e, "attempt"));
+  if (kind == "rendezvous")
+    return fmt::format("round {}: {} node(s), world size {}", field_text(e, "attempt"),
+                       field_text(e, "num_nodes"), field_text(e, "world_size"));
+  if (kind == "rescale")
+    return fmt::format("re-formed ({}): world size {} -> {}: {}", field_text(e, "change"),
+                       field_text(e, "old_world_size"), field_text(e, "new_world_size"),
+                       field_text(e, "reason"));
+  if (kind == "node_lost") return field_text(e, "message");
+  if (kind == "restart") return fmt::format("restart (attempt {})", field_text(e, "attempt"));
+  if (kind == "hang") return fmt::format("hang verdict (source {})", field_text(e, "source"));
+  if (kind == "stacks_saved") return "stacks saved: " + joined(e.value("files", json::array()));
+  if (kind == "straggler")
+    return fmt::format("rank {} is a straggler ({:.2f} vs median {:.2f} steps/s)",
+                       field_text(e, "rank"), e.value("steps_per_s", 0.0),
+                       e.value("median_steps_per_s", 0.0));
+  if (kind == "summary") {
+    std::string cause = field_text(e, "job_root_cause");
+    return fmt::format("ended with exit {}{}", field_text(e, "exit_code"),
+                       cause.empty() ? "" : ": " + cause);
+  }
+  if (kind == "spare" || kind == "pending") {
+    std::string who = field_text(e, "node");
+    return fmt::format("{} waits as {}", who.empty() ? field_text(e, "host") : who,
+                       kind == "spare" ? "a spare" : "pending");
+  }
+  if (kind == "excluded")
+    return fmt::format("excluded {} ({})", field_text(e, "host"), field_text(e, "reason"));
+  if (kind == "job_stop") return fmt::format("job stopped: {}", field_text(e, "reason"));
+  std::string out;
+  if (e.is_object()) {
+    for (const auto& [k, v] : e.items()) {
+      if (k == "event" || k == "time" || k == "seq") continue;
+      if (!out.empty()) out += ' ';
+      out += k + "=" + (v.is_string() ? v.get<std::string>() : v.dump());
+      if (out.size() > 160) break;
+    }
+  }
+  return out;
+}
+
+Result<StatusModel> parse_status(const std::string& text) {
+  auto j = json::parse(text, nullptr, false);
+  if (!j.is_object() || !j.contains("ranks")) {
+    return Error{69, "the endpoint's /status is not ddprun's status JSON"};
+  }
+  StatusModel m;
+  m.phase = field_text(j, "phase");
+  m.attempt = num<int>(j, "attempt").value_or(0);
+  m.host = field_text(j, "host");
+  m.hang_timeout_s = num<double>(j, "hang_timeout_s").value_or(0);
+  m.num_nodes = num<int>(j, "nodes").value_or(1);
+  m.state = m.phase;
+  if (auto it = j.find("job"); it != j.end() && it->is_object()) {
+    const json& job = *it;
+    m.run_id = field_text(job, "run_id");
+    m.state = field_text(job, "state");
+    m.attempt = num<int>(job, "attempt").value_or(m.attempt);
+    m.world_size = num<int>(job, "world_size").value_or(0);
+    m.node_rank = num<int>(job, "node_rank").value_or(0);
+    m.num_nodes = num<int>(job, "num_nodes").value_or(m.num_nodes);
+    for (const auto& n : job.value("nodes", json::array())) {
+      NodeStatus node{field_text(n, "name"), num<int>(n, "node_rank"), field_text(n, "state"),
+                      num<int>(n, "local_world_size").value_or(0)};
+      m.nodes.push_back(std::move(node));
+    }
+  }
+  for (const auto& r : j["ranks"]) {
+    if (!r.is_object()) continue;
+    RankStatus rank;
+    rank.node = num<int>(r, "node_rank").value_or(m.node_rank);
+    rank.rank = num<int>(r, "rank").value_or(0);
+    rank.local_rank = num<int>(r, "local_rank").value_or(0);
+    rank.pid = num<long long>(r, "pid").value_or(0);
+    rank.state = field_text(r, "state");
+    rank.step = num<long long>(r, "last_step");
+    rank.age_s = num<double>(r, "last_progress_age_s");
+    rank.straggler = r.value("straggler", false);
+    rank.exit = field_text(r, "exit");
+    m.ranks.push_back(std::move(rank));
+  }
+  if (m.world_size == 0) m.world_size = static_cast<int>(m.ranks.size());
+  for (const auto& e : j.value("events", json::array())) {
+    if (!e.is_object()) continue;
+    const std::string kind = field_text(e, "event");
+    // Where things are (the endpoint, the store, the log directory): not news in a terminal.
+    if (kind == "status" || kind == "store" || kind == "launch" || kind == "file_timer") continue;
+    m.events.push_back(EventLine{e.value("time", 0.0), field_text(e, "event"), describe_event(e)});
+  }
+  return m;
+}
+
+void RateHistory::note(const StatusModel& model, double now_s) {
+  for (const auto& r : model.ranks) {
+    if (!r.step) continue;
+    auto& s = samples_[{r.node, r.rank}];
+    // A restart starts the steps again: the old samples say nothing about the new attempt.
+    if (!s.empty() && *r.step < s.back().second) s.clear();
+    s.emplace_back(now_s, *r.step);
+    while (s.size() > keep_) s.pop_front();
+  }
+}
+
+std::vector<double> RateHistory::recent(int node, int rank, size_t n) const {
+  std::vector<double> out;
+  auto it = samples_.find({node, rank});
+  if (it == samples_.end()) return out;
+  const auto& s = it->second;
+  const size_t first = s.size() > n + 1 ? s.size() - n - 1 : 0;
+  for (size_t i = first + 1; i < s.size(); ++i) {
+    const double dt = s[i].first - s[i - 1].first;
+    if (dt > 0)
+      out.push_back(std::max(0.0, static_cast<double>(s[i].second - s[i - 1].second) / dt));
+  }
+  return out;
+}
+
+std::optional<double> RateHistory::rate(int node, int rank) const {
+  auto it = samples_.find({node, rank});
+  if (it == samples_.end() || it->second.size() < 2) return std::nullopt;
+  const auto& s = it->second;
+  const auto& from = s[s.size() > 10 ? s.size() - 11 : 0];
+  const auto& to = s.back();
+  if (to.first <= from.first) return std::nullopt;
+  return std::max(0.0, static_cast<double>(to.second - from.second) / (to.first - from.first));
+}
+
+int severity(const RankStatus& r, double hang_timeout_s) {
+  if (!r.exit.empty() && r.exit != "0") return 4;
+  const double stale_after = std::max(10.0, hang_timeout_s / 2);
+  if (r.state == "running" && r.age_s && *r.age_s > stale_after) return 3;
+  if (r.straggler) return 2;
+  return 1;
+}
+
+std::vector<RankStatus> worst_first(std::vector<RankStatus> ranks, const RateHistory& rates,
+                                    double hang_timeout_s) {
+  std::stable_sort(ranks.begin(), ranks.end(), [&](const RankStatus& a, const RankStatus& b) {
+    const int sa = severity(a, hang_timeout_s), sb = severity(b, hang_timeout_s);
+    if (sa != sb) return sa > sb;
+    // The slowest first where both rates are known (two polls or more), else the longest silent.
+    const auto ra = rates.rate(a.node, a.rank), rb = rates.rate(b.node, b.rank);
+    if (ra && rb && *ra != *rb) return *ra < *rb;
+    const double aa = a.age_s.value_or(0), ab = b.age_s.value_or(0);
+    if (aa != ab) return aa > ab;
+    return a.node != b.node ? a.node < b.node : a.rank < b.rank;
+  });
+  return ranks;
+}
+
+}  // namespace ddp::launcher::view

@@ -1,0 +1,145 @@
+// SPDX-License-Identifier: MIT
+#include "launcher/view/terminal_frame.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <ctime>
+
+namespace ddp::launcher::view {
+
+namespace {
+
+constexpr const char* kReset = "\x1b[0m";
+constexpr const char* kInverse = "\x1b[7m";
+constexpr const char* kRed = "\x1b[31;1m";
+constexpr const char* kYellow = "\x1b[33;1m";
+constexpr const char* kMagenta = "\x1b[35m";
+constexpr const char* kDim = "\x1b[2m";
+
+bool continuation(unsigned char c) { return (c & 0xC0) == 0x80; }
+
+std::string clock_time(double t) {
+  std::time_t s = static_cast<std::time_t>(t);
+  std::tm tm{};
+  ::localtime_r(&s, &tm);
+  return fmt::format("{:02}:{:02}:{:02}", tm.tm_hour, tm.tm_min, tm.tm_sec);
+}
+
+std::string optional_number(const std::optional<double>& v, const char* spec) {
+  return v ? fmt::format(fmt::runtime(spec), *v) : "-";
+}
+
+}  // namespace
+
+std::string fit(const std::string& text, int width) {
+  std::string out;
+  int chars = 0;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (!continuation(c)) {
+      if (chars == width) break;
+      ++chars;
+    }
+    out += text[i];
+  }
+  if (chars < width) out.append(static_cast<size_t>(width - chars), ' ');
+  return out;
+}
+
+std::string sparkline(const std::vector<double>& values, int width) {
+  static const char* kBlocks[] = {"▁", "▂", "▃", "▄", "▅", "▆", "▇", "█"};
+  std::string out;
+  if (width <= 0) return out;
+  const size_t n = std::min(values.size(), static_cast<size_t>(width));
+  const double max = values.empty() ? 0 : *std::max_element(values.end() - n, values.end());
+  for (size_t i = values.size() - n; i < values.size(); ++i) {
+    const int level = max > 0 ? static_cast<int>(values[i] / max * 7.0 + 0.5) : 0;
+    out += kBlocks[std::clamp(level, 0, 7)];
+  }
+  return out;
+}
+
+std::vector<std::string> render_frame(const StatusModel& m, const RateHistory& rates,
+                                      const FrameOptions& o) {
+  const int width = std::max(o.width, 40);
+  const int height = std::max(o.height, 8);
+  auto paint = [&](const char* code, const std::string& line) {
+    return o.color ? std::string(code) + line + kReset : line;
+  };
+  std::vector<std::string> head;
+  head.push_back(
+      paint(kInverse, fit(fmt::format(" ddprun top  job {}  {}  attempt {}  world size {}  "
+                                      "node {} of {}  {}",
+                                      m.run_id.empty() ? "-" : m.run_id, m.state, m.attempt,
+                                      m.world_size, m.node_rank, m.num_nodes, m.host),
+                          width)));
+  std::string nodes = " nodes:";
+  if (m.nodes.empty())
+    nodes += " " + (m.host.empty() ? std::string("this node") : m.host) + " (single node)";
+  for (const auto& n : m.nodes) {
+    nodes += n.node_rank ? fmt::format("  {} {} {}", *n.node_rank, n.name, n.state)
+                         : fmt::format("  {} {}", n.name, n.state);
+  }
+  const bool node_trouble = std::any_of(m.nodes.begin(), m.nodes.end(), [](const NodeStatus& n) {
+    return n.state == "lost" || n.state == "excluded";
+  });
+  head.push_back(paint(node_trouble ? kRed : "", fit(nodes, width)));
+  if (m.node_rank != 0 && m.num_nodes > 1) {
+    head.push_back(fit(" this node's ranks only: node 0's endpoint shows every node", width));
+  }
+  if (!o.notice.empty()) head.push_back(paint(kYellow, fit(" " + o.notice, width)));
+
+  // The other columns take 73 characters.
+  const int spark_width = std::clamp(width - 73, 6, 40);
+  const std::string columns = fmt::format(
+      " {:>4} {:>5} {:>5} {:>7} {:<8} {:>8} {:>7} {} {:>6} {:<5} {:>6}", "NODE", "RANK", "LOCAL",
+      "PID", "STATE", "STEP", "STEP/S", fit("RATE", spark_width), "AGE", "FLAG", "EXIT");
+  head.push_back(paint(kDim, fit(columns, width)));
+
+  // Room: the header, the ranks, then up to 6 event lines, then the footer.
+  const int events_room = std::min<int>(6, static_cast<int>(m.events.size()));
+  const int fixed = static_cast<int>(head.size()) + 1 + (events_room > 0 ? events_room + 1 : 0);
+  int rank_room = std::max(1, height - fixed);
+  const auto ordered = worst_first(m.ranks, rates, m.hang_timeout_s);
+  const bool all_fit = static_cast<int>(ordered.size()) <= rank_room;
+  if (!all_fit) rank_room = std::max(1, rank_room - 1);  // the "more" line
+
+  std::vector<std::string> lines = head;
+  for (int i = 0; i < rank_room && i < static_cast<int>(ordered.size()); ++i) {
+    const auto& r = ordered[static_cast<size_t>(i)];
+    const int sev = severity(r, m.hang_timeout_s);
+    const std::string state = sev == 4 ? "failed" : r.state;
+    const std::string flag = sev == 3 ? "STALL" : r.straggler ? "SLOW" : "";
+    const std::string row = fmt::format(
+        " {:>4} {:>5} {:>5} {:>7} {:<8} {:>8} {:>7} {} {:>6} {:<5} {:>6}", r.node, r.rank,
+        r.local_rank, r.pid, fit(state, 8), r.step ? std::to_string(*r.step) : "-",
+        optional_number(rates.rate(r.node, r.rank), "{:.2f}"),
+        fit(sparkline(rates.recent(r.node, r.rank, static_cast<size_t>(spark_width)), spark_width),
+            spark_width),
+        optional_number(r.age_s, "{:.1f}s"), flag, r.exit.empty() ? "" : r.exit);
+    lines.push_back(paint(sev == 4   ? kRed
+                          : sev == 3 ? kYellow
+                          : sev == 2 ? kMagenta
+                                     : "",
+                          fit(row, width)));
+  }
+  if (!all_fit) {
+    lines.push_back(fit(fmt::format(" ... {} more rank(s), none worse than those above",
+                                    ordered.size() - static_cast<size_t>(rank_room)),
+                        width));
+  }
+  if (events_room > 0) {
+    lines.push_back(paint(kDim, fit(" recent events", width)));
+    for (size_t i = m.events.size() - static_cast<size_t>(events_room); i < m.events.size(); ++i) {
+      const auto& e = m.events[i];
+      lines.push_back(fit(fmt::format(" {} {:<12} {}", clock_time(e.time), e.kind, e.text), width));
+    }
+  }
+  while (static_cast<int>(lines.size()) < height - 1) lines.push_back(fit("", width));
+  if (static_cast<int>(lines.size()) > height - 1) lines.resize(static_cast<size_t>(height - 1));
+  lines.push_back(paint(kDim, fit(fmt::format(" {}  {}", o.source, o.footer), width)));
+  return lines;
+}
+
+}  // namespace ddp::launcher::view

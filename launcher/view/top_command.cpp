@@ -1,0 +1,283 @@
+// SPDX-License-Identifier: MIT
+// `ddprun top`: the terminal's side only (arguments, the endpoint, the tty, the loop). What a
+// frame shows is terminal_frame.cpp's; what /status means is status_model.cpp's.
+#include <sys/ioctl.h>
+#include <termios.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
+#include <climits>
+#include <cstdlib>
+#include <optional>
+
+#include <fmt/format.h>
+
+#include "launcher/common/exit_codes.hpp"
+#include "launcher/health/status_beacon.hpp"
+#include "launcher/output/output_sink.hpp"
+#include "launcher/view/commands.hpp"
+#include "launcher/view/http_get.hpp"
+#include "launcher/view/terminal_frame.hpp"
+
+namespace ddp::launcher::view {
+
+namespace {
+
+constexpr auto kFetchTimeout = std::chrono::seconds(3);
+
+struct Endpoint {
+  std::string host;
+  int port = 0;
+  std::string text() const {
+    return host.find(':') == std::string::npos ? fmt::format("{}:{}", host, port)
+                                               : fmt::format("[{}]:{}", host, port);
+  }
+};
+
+int top_fail(int code, const std::string& line) {
+  write_fully(STDERR_FILENO, fmt::format("ddprun top: {}\n", line));
+  return code;
+}
+
+/// HOST:PORT, [V6]:PORT, PORT (loopback), or a URL as the "status endpoint" line prints it.
+std::optional<Endpoint> parse_endpoint(std::string s) {
+  if (s.rfind("http://", 0) == 0) s = s.substr(7);
+  if (auto slash = s.find('/'); slash != std::string::npos) s.resize(slash);
+  Endpoint e{"127.0.0.1", 0};
+  std::string port = s;
+  if (!s.empty() && s[0] == '[') {
+    auto close = s.find("]:");
+    if (close == std::string::npos) return std::nullopt;
+    e.host = s.substr(1, close - 1);
+    port = s.substr(close + 2);
+  } else if (auto colon = s.rfind(':'); colon != std::string::npos) {
+    e.host = s.substr(0, colon);
+    port = s.substr(colon + 1);
+  }
+  if (e.host.empty() || port.empty() || port.size() > 5 ||
+      port.find_first_not_of("0123456789") != std::string::npos) {
+    return std::nullopt;
+  }
+  e.port = std::stoi(port);
+  if (e.port < 1 || e.port > 65535) return std::nullopt;
+  return e;
+}
+
+std::string current_dir() {
+  char buf[PATH_MAX];
+  return ::getcwd(buf, sizeof buf) ? std::string(buf) : std::string();
+}
+
+bool color_wanted() {
+  const char* no_color = std::getenv("NO_COLOR");
+  return ::isatty(STDOUT_FILENO) && !(no_color && *no_color);
+}
+
+std::pair<int, int> terminal_size() {
+  winsize ws{};
+  if (::ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0 && ws.ws_row > 0) {
+    return {ws.ws_col, ws.ws_row};
+  }
+  auto env_int = [](const char* name, int fallback) {
+    const char* v = std::getenv(name);
+    int n = v ? std::atoi(v) : 0;
+    return n > 0 ? n : fallback;
+  };
+  return {env_int("COLUMNS", 80), env_int("LINES", 24)};
+}
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+/// Raw keys (no echo, no line buffering) while alive; the terminal's settings come back on every
+/// way out: destruction (return, exception) and the signals the loop handles.
+class RawTerminal {
+ public:
+  RawTerminal() {
+    if (::tcgetattr(STDIN_FILENO, &saved_) != 0) return;
+    termios raw = saved_;
+    raw.c_lflag &= static_cast<tcflag_t>(~(ICANON | ECHO));
+    raw.c_cc[VMIN] = 1;
+    raw.c_cc[VTIME] = 0;
+    active_ = ::tcsetattr(STDIN_FILENO, TCSANOW, &raw) == 0;
+    // The alternate screen, cursor hidden: the frame is redrawn in place.
+    write_fully(STDOUT_FILENO, "\x1b[?1049h\x1b[?25l");
+  }
+  ~RawTerminal() {
+    write_fully(STDOUT_FILENO, "\x1b[?25h\x1b[?1049l");
+    if (active_) ::tcsetattr(STDIN_FILENO, TCSANOW, &saved_);
+  }
+  RawTerminal(const RawTerminal&) = delete;
+  RawTerminal& operator=(const RawTerminal&) = delete;
+
+ private:
+  termios saved_{};
+  bool active_ = false;
+};
+
+class TopLoop {
+ public:
+  TopLoop(Endpoint endpoint, std::chrono::milliseconds interval)
+      : endpoint_(std::move(endpoint)),
+        interval_(interval),
+        signals_(io_, SIGINT, SIGTERM, SIGHUP),
+        resize_(io_, SIGWINCH),
+        keys_(io_, ::dup(STDIN_FILENO)),
+        timer_(io_) {}
+
+  int run() {
+    RawTerminal raw;
+    signals_.async_wait([this](const boost::system::error_code& ec, int) {
+      if (!ec) stop();
+    });
+    watch_resize();
+    read_keys();
+    fetch();
+    io_.run();
+    return exit_codes::kSuccess;
+  }
+
+ private:
+  void stop() { io_.stop(); }
+  void watch_resize() {
+    resize_.async_wait([this](const boost::system::error_code& ec, int) {
+      if (ec) return;
+      draw();
+      watch_resize();
+    });
+  }
+  void read_keys() {
+    keys_.async_read_some(boost::asio::buffer(key_),
+                          [this](const boost::system::error_code& ec, size_t n) {
+                            if (ec) return;  // stdin closed: Ctrl-C still works
+                            for (size_t i = 0; i < n; ++i) {
+                              if (key_[i] == 'q' || key_[i] == 'Q' || key_[i] == 3 /* Ctrl-C */)
+                                return stop();
+                            }
+                            read_keys();
+                          });
+  }
+  void fetch() {
+    async_http_get(io_, endpoint_.host, endpoint_.port, "/status", kFetchTimeout,
+                   [this](Result<std::string> body) {
+                     if (body) {
+                       auto model = parse_status(*body);
+                       if (model) {
+                         model_ = std::move(*model);
+                         rates_.note(*model_, now_seconds());
+                         notice_.clear();
+                       } else {
+                         notice_ = model.error().message;
+                       }
+                     } else {
+                       notice_ = body.error().message + "; retrying";
+                     }
+                     draw();
+                     timer_.expires_after(interval_);
+                     timer_.async_wait([this](const boost::system::error_code& ec) {
+                       if (!ec) fetch();
+                     });
+                   });
+  }
+  void draw() {
+    auto [w, h] = terminal_size();
+    FrameOptions options{w, h, color_wanted(), endpoint_.text(), "q quits", notice_};
+    std::string out = "\x1b[H";
+    const auto lines = render_frame(model_ ? *model_ : StatusModel{}, rates_, options);
+    for (size_t i = 0; i < lines.size(); ++i) {
+      out += lines[i];
+      if (i + 1 < lines.size()) out += "\r\n";
+    }
+    write_fully(STDOUT_FILENO, out);
+  }
+
+  Endpoint endpoint_;
+  std::chrono::milliseconds interval_;
+  boost::asio::io_context io_;
+  boost::asio::signal_set signals_;
+  boost::asio::signal_set resize_;
+  boost::asio::posix::stream_descriptor keys_;
+  boost::asio::steady_timer timer_;
+  char key_[64] = {};
+  std::optional<StatusModel> model_;
+  RateHistory rates_;
+  std::string notice_;
+};
+
+int print_once(const Endpoint& endpoint) {
+  boost::asio::io_context io;
+  Result<std::string> body = Error{69, "no answer"};
+  async_http_get(io, endpoint.host, endpoint.port, "/status", kFetchTimeout,
+                 [&](Result<std::string> r) { body = std::move(r); });
+  io.run();
+  if (!body) return top_fail(body.error().exit_code, body.error().message);
+  auto model = parse_status(*body);
+  if (!model) return top_fail(model.error().exit_code, model.error().message);
+  auto [w, h] = terminal_size();
+  RateHistory rates;
+  rates.note(*model, now_seconds());
+  auto lines = render_frame(*model, rates, {w, h, color_wanted(), endpoint.text(), "--once", ""});
+  // One frame for a script: no padding lines at the end.
+  while (lines.size() > 1 && lines[lines.size() - 2].find_first_not_of(' ') == std::string::npos) {
+    lines.erase(lines.end() - 2);
+  }
+  std::string out;
+  for (const auto& l : lines) out += l + "\n";
+  write_fully(STDOUT_FILENO, out);
+  return exit_codes::kSuccess;
+}
+
+}  // namespace
+
+int run_top(const std::vector<std::string>& args) {
+  CLI::App app{"ddprun top: a running job's ranks in the terminal, worst first", "ddprun top"};
+  std::string where;
+  bool once = false;
+  double interval = 1.0;
+  app.add_option("endpoint", where, "HOST:PORT of the job's --status-port (found when omitted)");
+  app.add_flag("--once", once, "print one frame and exit");
+  app.add_option("--interval", interval, "seconds between refreshes")
+      ->check(CLI::Range(0.1, 3600.0));
+  try {
+    std::vector<std::string> reversed(args.rbegin(), args.rend());
+    app.parse(reversed);
+  } catch (const CLI::CallForHelp&) {
+    write_fully(STDOUT_FILENO, app.help());
+    return exit_codes::kSuccess;
+  } catch (const CLI::ParseError& e) {
+    return top_fail(exit_codes::kUsage, e.what());
+  }
+  std::optional<Endpoint> endpoint;
+  if (!where.empty()) {
+    endpoint = parse_endpoint(where);
+    if (!endpoint) return top_fail(exit_codes::kUsage, fmt::format("'{}' is not HOST:PORT", where));
+  } else {
+    const std::string dir = health::status_beacon_dir();
+    auto found = health::find_status_beacon(dir, current_dir());
+    if (!found) {
+      return top_fail(
+          exit_codes::kUsage,
+          fmt::format("no running ddprun with --status-port found for this user{}; pass "
+                      "HOST:PORT (its \"status endpoint\" line)",
+                      dir.empty() ? "" : " in " + dir));
+    }
+    std::string host = found->address;
+    if (host == "0.0.0.0") host = "127.0.0.1";
+    if (host == "::") host = "::1";
+    endpoint = Endpoint{host, found->port};
+  }
+  if (once) return print_once(*endpoint);
+  if (!::isatty(STDIN_FILENO) || !::isatty(STDOUT_FILENO)) {
+    return top_fail(exit_codes::kUsage, "needs a terminal (use --once for one frame)");
+  }
+  return TopLoop(*endpoint, std::chrono::milliseconds(static_cast<long long>(interval * 1000)))
+      .run();
+}
+
+}  // namespace ddp::launcher::view

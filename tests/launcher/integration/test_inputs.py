@@ -1,0 +1,280 @@
+# SPDX-License-Identifier: MIT
+"""Untrusted inputs and compatibility polish (issue 23, items 10-12, 17-19): the rendezvous token
+out of /proc, JSON that survives any bytes, bounded durations from the environment, the Slurm
+report on an inconsistent environment, prefixes torch 2.x already wrote, the error time, the man
+page's exit codes and lines over 1 MiB. Real ddprun processes, no torch.
+Usage: test_inputs.py [test names]"""
+import datetime
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import textwrap
+
+from harness import DDPRUN, Skip, clean_env, ddprun_lines, main, run, start, stop, wait_until
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+BAD = b"h\xff\xfex"  # not UTF-8
+
+
+def write_script(tmp, name, body):
+    path = os.path.join(tmp, name)
+    with open(path, "w") as f:
+        f.write(textwrap.dedent(body))
+    return path
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_bytes(args, env=None, timeout=60, prefix=()):
+    """ddprun with byte arguments; (rc, stdout bytes, stderr bytes)."""
+    p = subprocess.run([*prefix, os.fsencode(DDPRUN), *args], env=env or clean_env(),
+                       capture_output=True, timeout=timeout, start_new_session=True)
+    return p.returncode, p.stdout, p.stderr
+
+
+def in_uts_namespace(hostname):
+    """A command prefix that runs the rest under a private host name (root only), or Skip."""
+    unshare = shutil.which("unshare")
+    probe = subprocess.run([unshare or "unshare", "--uts", "true"], capture_output=True) \
+        if unshare else None
+    if not probe or probe.returncode != 0:
+        raise Skip("cannot create a UTS namespace here")
+    setter = ("import os, socket, sys; socket.sethostname(bytes.fromhex(sys.argv[1])); "
+              "os.execv(sys.argv[2], sys.argv[2:])")
+    return [unshare, "--uts", sys.executable, "-c", setter, hostname.hex()]
+
+
+# --- item 10: the token ------------------------------------------------------------------------
+
+TOKEN_PEEK = """
+    import os, sys, time
+    parent = os.getppid()
+    with open(sys.argv[1] + f".{os.environ['RANK']}", "wb") as out:
+        for what in ("environ", "cmdline"):
+            with open(f"/proc/{parent}/{what}", "rb") as f:
+                out.write(f.read() + b"\\n")
+        out.write(repr(sorted(k for k in os.environ if "TOKEN" in k)).encode())
+    """
+
+
+def test_token_is_not_in_proc_environ_or_cmdline(tmp):
+    peek = write_script(tmp, "peek.py", TOKEN_PEEK)
+    seen = os.path.join(tmp, "seen")
+    port = free_port()
+    env = clean_env(DDPRUN_RDZV_TOKEN="env-secret-41",
+                    PET_RDZV_CONF="join_timeout=30,token=pet-secret-42")
+    common = ["--nnodes", "2", "--nproc-per-node", "1", "--master_addr", "127.0.0.1",
+              "--master_port", port]
+    # node 0: the token in --rdzv_conf (spelled as an abbreviation too); node 1: token_file.
+    token_file = os.path.join(tmp, "token")
+    with open(token_file, "w") as f:
+        f.write("argv-secret-43\n")
+    node0 = start([*common, "--node_rank", "0", "--rdzv_c", "join_timeout=30,token=argv-secret-43",
+                   peek, seen], env=env)
+    node1 = start([*common, "--node_rank", "1", f"--rdzv_conf=join_timeout=30,token_file={token_file}", peek,
+                   seen], env=clean_env())
+    try:
+        wait_until(lambda: os.path.exists(seen + ".0") and os.path.exists(seen + ".1"), 60,
+                   "both workers")
+        for node in (node0, node1):
+            for what in ("environ", "cmdline"):
+                with open(f"/proc/{node.pid}/{what}", "rb") as f:
+                    text = f.read()
+                assert b"secret" not in text, (what, text)
+        for r in ("0", "1"):
+            with open(seen + "." + r, "rb") as f:
+                text = f.read()
+            assert b"secret" not in text, text
+        out0, err0 = node0.communicate(timeout=60)
+        out1, err1 = node1.communicate(timeout=60)
+        assert node0.returncode == 0 and node1.returncode == 0, (err0, err1)
+    finally:
+        stop(node0)
+        stop(node1)
+
+
+def test_token_file_errors(tmp):
+    base = ["--nnodes", "2", "--master_port", free_port(), "/bin/true"]
+    r = run(["--rdzv_conf", f"token_file={tmp}/missing", *base], timeout=20)
+    assert r.rc == 2 and "token_file: cannot read" in r.err, r
+    empty = os.path.join(tmp, "empty")
+    open(empty, "w").close()
+    r = run(["--rdzv_conf", f"token_file={empty}", *base], timeout=20)
+    assert r.rc == 2 and "is empty" in r.err, r
+    r = run(["--rdzv_conf", f"token=a,token_file={empty}", *base], timeout=20)
+    assert r.rc == 2 and "both given" in r.err, r
+
+
+# --- item 11: JSON survives any bytes ----------------------------------------------------------
+
+def test_dry_run_events_with_non_utf8_arguments_and_run_id(tmp):
+    rc, out, err = run_bytes([b"--dry-run", b"--events", b"-", b"--rdzv-id", BAD, b"/bin/echo",
+                              BAD])
+    assert rc == 0, (rc, err)
+    lines = [json.loads(l) for l in out.decode().splitlines()]
+    assert lines and lines[0]["argv"][-1] == "h\ufffd\ufffdx", lines
+    assert lines[0]["env"]["TORCHELASTIC_RUN_ID"] == "h\ufffd\ufffdx", lines[0]["env"]
+
+
+def test_status_on_a_host_whose_name_is_not_utf8(tmp):
+    prefix = in_uts_namespace(BAD)
+    script = write_script(tmp, "sleep.py", "import time\ntime.sleep(120)\n")
+    events = os.path.join(tmp, "events.jsonl")
+    proc = subprocess.Popen([*prefix, DDPRUN, "--status-port", "0", "--events", events, script],
+                            env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    try:
+        port = []
+
+        def ready():
+            if os.path.exists(events):
+                with open(events, "rb") as f:
+                    port[:] = [json.loads(l)["port"] for l in f
+                               if b'"event":"status"' in l.replace(b" ", b"")]
+            return bool(port)
+        wait_until(ready, 30, "the status event")
+        with socket.create_connection(("127.0.0.1", port[0]), timeout=10) as s:
+            s.sendall(b"GET /status HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            answer = b""
+            while chunk := s.recv(65536):
+                answer += chunk
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200"), answer[:300]
+        assert json.loads(body)["host"] == "h\ufffd\ufffdx", body
+        assert proc.poll() is None, proc.communicate()
+    finally:
+        stop(proc)
+
+
+def test_multinode_join_from_a_host_whose_name_is_not_utf8(tmp):
+    prefix = in_uts_namespace(BAD)
+    port = free_port()
+    common = [b"--nnodes", b"2", b"--nproc-per-node", b"1", b"--master_addr", b"127.0.0.1",
+              b"--master_port", str(port).encode(), b"--rdzv_conf", b"join_timeout=30",
+              b"/bin/true"]
+    node0 = subprocess.Popen([DDPRUN, *common[:-1], b"--node_rank", b"0", b"/bin/true"],
+                             env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             start_new_session=True)
+    try:
+        rc1, out1, err1 = run_bytes([*common[:-1], b"--node_rank", b"1", b"/bin/true"],
+                                    prefix=prefix)
+        out0, err0 = node0.communicate(timeout=60)
+        assert rc1 == 0 and node0.returncode == 0, (rc1, err1, node0.returncode, err0)
+    finally:
+        stop(node0)
+
+
+# --- item 12: durations from the environment ---------------------------------------------------
+
+def test_durations_from_the_environment_are_bounded(tmp):
+    cases = [
+        (dict(DDPRUN_STRAGGLER_WINDOW="1e30"), [], "DDPRUN_STRAGGLER_WINDOW: '1e30'"),
+        (dict(TORCH_ELASTIC_SHUTDOWN_TIMEOUT="1e30"), [], "TORCH_ELASTIC_SHUTDOWN_TIMEOUT: '1e30'"),
+        ({}, ["--rdzv_conf", "join_timeout=1e30", "--nnodes", "2"], "join_timeout: '1e30'"),
+        ({}, ["--monitor_interval", "1e300"], "--monitor_interval: '1e300'"),
+    ]
+    for env, args, needle in cases:
+        r = run([*args, "/bin/true"], env=clean_env(**env), timeout=20)
+        lines = [l for l in r.err.splitlines() if l.strip()]
+        assert r.rc == 2 and len(lines) == 1 and needle in lines[0], (env, args, r)
+
+
+# --- item 17: --print-env-detect on an inconsistent Slurm environment -------------------------
+
+def test_print_env_detect_shows_what_it_found_before_the_error(tmp):
+    env = clean_env(SLURM_JOB_ID="77", SLURM_NODEID="5", SLURM_NNODES="2",
+                    SLURM_JOB_NODELIST="n[1-2]", SLURM_STEP_ID="0")
+    r = run(["--print-env-detect"], env=env, timeout=20)
+    assert r.rc == 2, r
+    # Each variable on its own line, before the line that says what is wrong with them.
+    found = r.out.split("scheduler detection failed")[0]
+    assert "  SLURM_NODEID=5\n" in found and "  SLURM_NNODES=2\n" in found, r
+    assert "scheduler detection failed: inconsistent Slurm environment" in r.out, r
+    assert ddprun_lines(r.err), r
+
+
+# --- item 18: prefixes, error time, man page ---------------------------------------------------
+
+PREFIXED = """
+    import os, sys
+    r = os.environ["RANK"]
+    print(f"[rank{r}]: Traceback (torch 2.x wrote this prefix)")
+    print("plain line")
+    print(f"<{r}> templated line")
+    sys.stdout.flush()
+    """
+
+
+def test_lines_torch_already_prefixed_are_not_prefixed_twice(tmp):
+    script = write_script(tmp, "prefixed.py", PREFIXED)
+    r = run(["--nproc-per-node", "2", script], timeout=60)
+    assert r.rc == 0, r
+    for rank in (0, 1):
+        assert f"[rank{rank}]: Traceback" in r.out, r
+        assert f"[rank{rank}]:[rank{rank}]:" not in r.out, r
+        assert f"[rank{rank}]:plain line" in r.out, r
+    r = run(["--nproc-per-node", "2", "--log-line-prefix-template", "<${rank}>", script],
+            timeout=60)
+    assert r.rc == 0, r
+    for rank in (0, 1):
+        assert f"<{rank}> templated line" in r.out and f"<{rank}><{rank}>" not in r.out, r
+        assert f"<{rank}>plain line" in r.out, r
+
+
+def test_error_time_is_a_time(tmp):
+    stamp = 1796454227
+    script = write_script(tmp, "fail.py", f"""
+        import json, os, sys
+        with open(os.environ["TORCHELASTIC_ERROR_FILE"], "w") as f:
+            json.dump({{"message": {{"message": "boom", "extraInfo": {{
+                "py_callstack": "Traceback: here", "timestamp": "{stamp}"}}}}}}, f)
+        sys.exit(1)
+        """)
+    r = run([script], env=clean_env(TZ="UTC"), timeout=60)
+    assert r.rc == 1, r
+    want = datetime.datetime.fromtimestamp(stamp, datetime.timezone.utc).strftime(
+        "%Y-%m-%dT%H:%M:%S+0000")
+    assert f"error time : {want}" in r.err, r
+
+
+def test_man_page_lists_every_exit_code_of_the_readme(tmp):
+    with open(os.path.join(ROOT, "README.md")) as f:
+        readme = f.read()
+    table = readme.split("## Exit codes", 1)[1].split("\n\n", 2)[1]
+    codes = set(re.findall(r"^\| (\d+) ", table, re.M))
+    with open(os.path.join(ROOT, "packaging", "man", "ddprun.h2m")) as f:
+        man = f.read()
+    exit_status = man.split("[EXIT STATUS]", 1)[1].split("\n[", 1)[0]
+    missing = [c for c in sorted(codes) if not re.search(rf"\b{c}\b", exit_status)]
+    assert codes and not missing, f"EXIT STATUS lacks {missing}:\n{exit_status}"
+
+
+# --- item 19: lines over 1 MiB with --no-prefix -------------------------------------------------
+
+def test_no_prefix_long_lines_are_flagged_when_cut(tmp):
+    script = write_script(tmp, "long.py", """
+        import sys
+        sys.stdout.write("{" + "x" * (3 << 20) + "}\\n")
+        sys.stdout.write("short\\n")
+        """)
+    log_dir = os.path.join(tmp, "logs")
+    r = run(["--no-prefix", "--tee", "1", "--log-dir", log_dir, script], timeout=60)
+    assert r.rc == 0, r
+    notes = [l for l in ddprun_lines(r.err) if "longer than 1 MiB" in l]
+    assert len(notes) == 1 and "rank 0" in notes[0] and "stdout" in notes[0], r.err[-2000:]
+    assert r.out.endswith("}\nshort\n") and r.out.count("\n") == 5, r.out.count("\n")
+    logs = [os.path.join(d, f) for d, _, fs in os.walk(log_dir) for f in fs if f == "stdout.log"]
+    with open(logs[0]) as f:
+        assert f.read() == "{" + "x" * (3 << 20) + "}\nshort\n"
+
+
+if __name__ == "__main__":
+    main(globals())

@@ -1,0 +1,137 @@
+// SPDX-License-Identifier: MIT
+// --preload's pure decisions (launcher/process/zygote_plan.hpp) and the flag's validation.
+#include <doctest/doctest.h>
+
+#include "launcher/config/cli.hpp"
+#include "launcher/config/launch_config.hpp"
+#include "launcher/config/program.hpp"
+#include "launcher/process/zygote_plan.hpp"
+#include "launcher/process/zygote_script.hpp"
+
+using namespace ddp::launcher;
+
+namespace {
+
+Result<ConfiguredLaunch> configure_preload(const std::vector<std::string>& args) {
+  HostFacts host;
+  host.cpu_count = 4;
+  auto parsed = parse_command_line(args);
+  if (!parsed) return parsed.error();
+  return config_from_options(parsed->raw, host);
+}
+
+}  // namespace
+
+TEST_CASE("the worker command lines ddprun builds parse into what the zygote runs") {
+  LaunchConfig c;
+  c.python = "python3";
+  c.program = "train.py";
+  c.program_args = {"--lr", "0.1", "-m", "x"};
+  c.program_kind = ProgramKind::PythonScript;
+  auto script = parse_python_invocation(worker_argv(c));
+  REQUIRE(script);
+  CHECK(script->interpreter == std::vector<std::string>{"python3", "-u"});
+  CHECK(script->mode == "script");
+  CHECK(script->target == "train.py");
+  CHECK(script->args == c.program_args);  // the program's own -m is an argument
+
+  c.program_kind = ProgramKind::PythonModule;
+  c.program = "pkg.main";
+  auto module = parse_python_invocation(worker_argv(c));
+  REQUIRE(module);
+  CHECK(module->mode == "module");
+  CHECK(module->target == "pkg.main");
+
+  c.program_kind = ProgramKind::PythonRunPath;
+  c.program = "tool";
+  auto code = parse_python_invocation(worker_argv(c));
+  REQUIRE(code);
+  CHECK(code->mode == "code");
+  CHECK(code->target == kRunPathBootstrap);
+  CHECK(code->args.front() == "tool");
+}
+
+TEST_CASE("command lines the zygote cannot reproduce are exec'd") {
+  CHECK_FALSE(parse_python_invocation({}));
+  CHECK_FALSE(parse_python_invocation({"python3"}));
+  CHECK_FALSE(parse_python_invocation({"python3", "-u"}));
+  CHECK_FALSE(parse_python_invocation({"python3", "-m"}));
+  CHECK_FALSE(parse_python_invocation({"python3", "-"}));                // stdin
+  CHECK_FALSE(parse_python_invocation({"python3", "-W", "x", "a.py"}));  // a flag with a value
+  CHECK_FALSE(parse_python_invocation({"python3", "--check-hash-based-pycs", "a.py"}));
+  auto flags = parse_python_invocation({"py", "-uB", "-s", "a.py", "b"});
+  REQUIRE(flags);
+  CHECK(flags->interpreter == std::vector<std::string>{"py", "-uB", "-s"});
+
+  auto zygote = *parse_python_invocation({"python3", "-u", "a.py"});
+  CHECK(zygote_can_serve(zygote, *parse_python_invocation({"python3", "-u", "b.py", "x"})));
+  CHECK(zygote_can_serve(zygote, *parse_python_invocation({"python3", "-u", "-m", "mod"})));
+  CHECK_FALSE(zygote_can_serve(zygote, *parse_python_invocation({"python3", "b.py"})));
+  CHECK_FALSE(zygote_can_serve(zygote, *parse_python_invocation({"python3.12", "-u", "a.py"})));
+}
+
+TEST_CASE("when a worker is forked, respawns the zygote first, or is exec'd") {
+  CHECK(choose_worker_start(false, true, true) == WorkerStart::Exec);
+  CHECK(choose_worker_start(true, true, false) == WorkerStart::Exec);
+  CHECK(choose_worker_start(true, false, false) == WorkerStart::Exec);
+  CHECK(choose_worker_start(true, true, true) == WorkerStart::Fork);
+  CHECK(choose_worker_start(true, false, true) == WorkerStart::RespawnThenFork);
+}
+
+TEST_CASE("the zygote's command line keeps the workers' interpreter and flags") {
+  auto workers = *parse_python_invocation({"/opt/py", "-u", "dir/train.py", "--x"});
+  auto argv = zygote_argv(workers, 3, {"torch", "numpy"});
+  CHECK(argv == std::vector<std::string>{"/opt/py", "-u", "-c", std::string(kZygoteBootstrap), "3",
+                                         "script", "dir/train.py", "torch", "numpy"});
+  auto code = *parse_python_invocation({"/opt/py", "-u", "-c", "print(1)", "a"});
+  CHECK(zygote_argv(code, 3, {"json"})[6] == "-");
+}
+
+TEST_CASE("the zygote's greeting and replies") {
+  auto ready = parse_zygote_hello(R"({"ready": true, "seconds": 2.5})");
+  REQUIRE(std::holds_alternative<ZygoteReady>(ready));
+  CHECK(std::get<ZygoteReady>(ready).import_seconds == doctest::Approx(2.5));
+  auto refused = parse_zygote_hello(R"({"refused": "preload import failed: X"})");
+  CHECK(std::get<std::string>(refused) == "preload import failed: X");
+  CHECK(std::holds_alternative<std::string>(parse_zygote_hello("garbage")));
+  CHECK(std::holds_alternative<std::string>(parse_zygote_hello(R"({"ready": false})")));
+  CHECK(std::get<int>(parse_zygote_reply(R"({"pid": 4242})")) == 4242);
+  CHECK(std::get<std::string>(parse_zygote_reply(R"({"error": "fork failed"})")) == "fork failed");
+  CHECK(std::holds_alternative<std::string>(parse_zygote_reply(R"({"pid": 1})")));
+  CHECK(std::holds_alternative<std::string>(parse_zygote_reply("")));
+}
+
+TEST_CASE("--preload: a comma list of modules, for Python programs only") {
+  auto ok = configure_preload({"--preload", "torch,numpy.linalg,_x1", "train.py"});
+  REQUIRE(ok.ok());
+  CHECK(ok->config.preload == std::vector<std::string>{"torch", "numpy.linalg", "_x1"});
+  auto module = configure_preload({"--preload", "torch", "-m", "pkg.train"});
+  REQUIRE(module.ok());
+  CHECK(module->config.preload == std::vector<std::string>{"torch"});
+  auto none = configure_preload({"train.py"});
+  REQUIRE(none.ok());
+  CHECK(none->config.preload.empty());
+  for (const auto& bad : {"torch,,numpy", "torch,", "1x", "a..b", "a-b", "torch numpy"}) {
+    auto r = configure_preload({"--preload", bad, "train.py"});
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().exit_code == 2);
+    CHECK(r.error().message.find("--preload:") == 0);
+  }
+  auto binary = configure_preload({"--preload", "torch", "./worker"});
+  REQUIRE_FALSE(binary.ok());
+  CHECK(binary.error().exit_code == 2);
+  CHECK(binary.error().message ==
+        "--preload: './worker' is not a Python program (.py or -m); only those can be preloaded");
+  auto no_python = configure_preload({"--preload", "torch", "--no-python", "t.py"});
+  REQUIRE_FALSE(no_python.ok());
+  CHECK(no_python.error().exit_code == 2);
+}
+
+TEST_CASE("the zygote's environment is what every local rank shares") {
+  CHECK(common_environment({}).empty());
+  EnvMap only{{"RANK", "0"}, {"OMP_NUM_THREADS", "1"}};
+  CHECK(common_environment({only}) == only);
+  EnvMap r0{{"RANK", "0"}, {"OMP_NUM_THREADS", "1"}, {"PATH", "/bin"}, {"ONLY0", "x"}};
+  EnvMap r1{{"RANK", "1"}, {"OMP_NUM_THREADS", "1"}, {"PATH", "/bin"}};
+  CHECK(common_environment({r0, r1}) == EnvMap{{"OMP_NUM_THREADS", "1"}, {"PATH", "/bin"}});
+}

@@ -1,0 +1,118 @@
+# SPDX-License-Identifier: MIT
+"""`ddprun report` (docs/health.md, "Seeing a job") on the events files of real runs: a worker
+failure and a hang verdict (the elastic run's is in test_live_view.py). The HTML opens in
+headless chromium and shows every event, asking for nothing; the Markdown has the root cause
+line. Bad input: one line, a defined exit code; a truncated last line is tolerated."""
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "launcher", "integration"))
+from harness import DDPRUN, main, run  # noqa: E402
+import cdp  # noqa: E402
+
+ARTEFACTS = os.environ.get("VIEW_ARTEFACTS", os.getcwd())
+
+FAIL = """import os, sys, time
+if os.environ['RANK'] == '1':
+    time.sleep(0.3)
+    sys.exit(3)
+time.sleep(30)
+"""
+HANG = """import time
+print('one line, then silence', flush=True)
+time.sleep(60)
+"""
+
+
+def report(*args):
+    return subprocess.run([DDPRUN, "report", *args], capture_output=True, text=True, timeout=30)
+
+
+def script(tmp, name, text):
+    path = os.path.join(tmp, name)
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+def check_html_in_chromium(html_path, events_path, expect_sections):
+    lines = [l for l in open(events_path) if l.strip()]
+    if not cdp.find_chromium():
+        print("  (no chromium: the HTML is not opened)")
+        return
+    browser = cdp.Browser(1200, 900)
+    try:
+        url = "file://" + html_path
+        browser.navigate(url)
+        browser.wait_for("document.readyState === 'complete'", 20)
+        page = browser.evaluate("""(() => ({
+          all: document.querySelectorAll('table:last-of-type tr.event').length,
+          timeline: document.querySelectorAll('#timeline g.ev').length,
+          sections: [...document.querySelectorAll('h2')].map(h => h.textContent),
+          cause: document.getElementById('root-cause').textContent}))()""")
+        assert page["all"] == len(lines), (page, len(lines))  # every event, one row each
+        assert page["timeline"] > 0, page
+        for s in expect_sections:
+            assert s in page["sections"], (s, page)
+        assert browser.requested_urls() == [url], browser.requested_urls()
+        browser.screenshot(html_path.replace(".html", ".png"))
+        return page
+    finally:
+        browser.close()
+
+
+def test_report_of_a_failed_run(tmp):
+    events = os.path.join(tmp, "fail.jsonl")
+    r = run(["--nproc-per-node", 2, "--events", events, script(tmp, "fail.py", FAIL)], timeout=60)
+    assert r.rc == 3, r
+    html = os.path.join(ARTEFACTS, "report-failure.html")
+    out = report(events, "-o", html)
+    assert out.returncode == 0 and out.stdout == "" and out.stderr == "", out
+    page = check_html_in_chromium(html, events, ["Failures", "Ranks", "Timeline"])
+    if page:
+        assert "rank 1 (local rank 1, attempt 0) exited with code 3" in page["cause"], page
+    md = report(events, "--format", "md")
+    assert md.returncode == 0, md
+    assert "**Root cause:** rank 1 (local rank 1, attempt 0) exited with code 3" in md.stdout, md.stdout
+    assert "| 0 | 1 | 1 |" in md.stdout and "| 3 |" in md.stdout, md.stdout
+
+
+def test_report_of_a_hung_run(tmp):
+    events = os.path.join(tmp, "hang.jsonl")
+    r = run(["--nproc-per-node", 2, "--hang-timeout", 2, "--log-dir", os.path.join(tmp, "logs"),
+             "--events", events, script(tmp, "hang.py", HANG)], timeout=90)
+    assert r.rc == 75, r
+    html = os.path.join(ARTEFACTS, "report-hang.html")
+    assert report(events, "-o", html).returncode == 0
+    check_html_in_chromium(html, events, ["Hangs, stacks and stragglers"])
+    md = report(events, "--format", "md").stdout
+    assert "**Root cause:** hang verdict" in md, md
+    assert "stacks saved: " in md and "stacks.txt" in md, md
+
+
+def test_bad_input_is_one_line_with_a_defined_code(tmp):
+    missing = report(os.path.join(tmp, "nope.jsonl"))
+    assert missing.returncode == 66 and missing.stderr.count("\n") == 1, missing
+    assert missing.stderr.startswith("ddprun report: cannot read "), missing
+    garbage = script(tmp, "garbage.jsonl", '{"event":"launch","time":1}\nhello\n{"event":"summary"}\n')
+    bad = report(garbage)
+    assert bad.returncode == 65, bad
+    assert bad.stderr == f"ddprun report: {garbage}: line 2 is not an event (a JSON object with \"event\")\n", bad
+    empty = report(script(tmp, "empty.jsonl", ""))
+    assert empty.returncode == 65 and "no events" in empty.stderr, empty
+    cut = script(tmp, "cut.jsonl", '{"event":"launch","time":1,"run_id":"r"}\n{"event":"summ')
+    ok = report(cut, "--format", "md")
+    assert ok.returncode == 0 and "last line cut short" in ok.stdout, ok
+    assert "**Root cause:** unknown" in ok.stdout, ok
+    unwritable = report(cut, "-o", os.path.join(tmp, "no", "such", "dir", "r.html"))
+    assert unwritable.returncode == 73 and unwritable.stderr.count("\n") == 1, unwritable
+    usage = report()
+    assert usage.returncode == 2 and usage.stderr.startswith("ddprun report: "), usage
+    fmt = report(cut, "--format", "pdf")
+    assert fmt.returncode == 2, fmt
+
+
+if __name__ == "__main__":
+    main(globals())

@@ -1,0 +1,49 @@
+// SPDX-License-Identifier: MIT
+// How `ddprun top` picks a job without being told: the same directory first, else the newest.
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "launcher/health/status_beacon.hpp"
+
+using namespace ddp::launcher::health;
+
+TEST_CASE("choose_beacon: the newest started here, else the newest of the user's") {
+  std::vector<BeaconEntry> live = {{1, "/a", "127.0.0.1", 100, "h", 10.0},
+                                   {2, "/b", "127.0.0.1", 200, "h", 30.0},
+                                   {3, "/a", "127.0.0.1", 300, "h", 20.0}};
+  CHECK(choose_beacon(live, "/a")->port == 300);
+  CHECK(choose_beacon(live, "/c")->port == 200);
+  CHECK_FALSE(choose_beacon({}, "/a"));
+}
+
+TEST_CASE("parse_beacon refuses junk") {
+  CHECK_FALSE(parse_beacon("x"));
+  CHECK_FALSE(parse_beacon(R"ev({"pid":1,"cwd":"/","address":"a","port":0})ev"));
+  CHECK(parse_beacon(R"ev({"pid":1,"cwd":"/","address":"a","port":9})ev")->port == 9);
+}
+
+TEST_CASE("a written beacon is found while its writer lives, and removed with it") {
+  auto dir = std::filesystem::temp_directory_path() / ("beacon-test-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::filesystem::permissions(dir, std::filesystem::perms::owner_all);
+  {
+    auto beacon = StatusBeacon::write(dir.string(), "127.0.0.1", 4242, "h");
+    REQUIRE(beacon);
+    auto found = find_status_beacon(dir.string(), "/nowhere");
+    REQUIRE(found);
+    CHECK(found->port == 4242);
+    CHECK(found->pid == ::getpid());
+  }
+  CHECK_FALSE(find_status_beacon(dir.string(), "/nowhere"));
+  // A dead writer's beacon is ignored (pid 2^22+ is above pid_max's default).
+  {
+    std::FILE* f = std::fopen((dir / "status-99999999.json").c_str(), "w");
+    std::fputs(R"ev({"pid":99999999,"cwd":"/","address":"127.0.0.1","port":5})ev", f);
+    std::fclose(f);
+  }
+  CHECK_FALSE(find_status_beacon(dir.string(), "/"));
+  std::filesystem::remove_all(dir);
+}
