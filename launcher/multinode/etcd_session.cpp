@@ -71,7 +71,11 @@ void EtcdSession::on_loop(std::function<void()> f) { boost::asio::post(agent_io_
 
 void EtcdSession::report_etcd_lost(const std::string& why) {
   if (etcd_lost_.exchange(true)) return;
-  NodeLoss loss{fmt::format("lost etcd at {}: {}", settings_.etcd.endpoints, why), std::nullopt};
+  // The client's errors already name the members ("etcd at A,B,C did not answer ...").
+  NodeLoss loss{why.find("etcd at ") != std::string::npos
+                    ? fmt::format("lost etcd: {}", why)
+                    : fmt::format("lost etcd at {}: {}", settings_.etcd.endpoints, why),
+                std::nullopt};
   on_loop([this, loss] { events_.on_lost(loss); });
 }
 
@@ -99,7 +103,10 @@ void EtcdSession::start_lease() {
         last_ok = Clock::now();
       } catch (const std::exception& e) {
         if (Clock::now() - last_ok > settings_.heartbeat_timeout) {
-          report_etcd_lost(e.what());
+          report_etcd_lost(
+              fmt::format("no member renewed this node's lease for {:.3g} s; last "
+                          "try: {}",
+                          settings_.heartbeat_timeout.count() / 1000.0, e.what()));
           return;
         }
       }

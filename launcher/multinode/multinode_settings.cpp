@@ -8,10 +8,12 @@
 #include <cstring>
 #include <fstream>
 #include <set>
+#include <stdexcept>
 
 #include "launcher/common/exit_codes.hpp"
 #include "launcher/config/rdzv_conf_keys.hpp"
 #include "launcher/config/value_parsers.hpp"
+#include "rendezvous/etcd/etcd_client.hpp"
 
 namespace ddp::launcher {
 
@@ -119,6 +121,12 @@ Result<MultiNodeSettings> multinode_settings(const LaunchConfig& c,
   s.etcd.on = is_etcd_backend(c.rdzv_backend);
   s.dynamic = c.rdzv_backend == "c10d" || s.etcd.on;
   if (s.etcd.on) {
+    try {  // every member's address, before any node waits on them
+      (void)rdzv::etcd::parse_endpoints(c.rdzv_endpoint);
+    } catch (const std::invalid_argument& e) {
+      return usage(fmt::format("--rdzv_endpoint: {} (the etcd members: HOST:PORT[,HOST:PORT...])",
+                               e.what()));
+    }
     s.etcd.endpoints = c.rdzv_endpoint;
     s.etcd.store_address = c.local_addr.empty() ? node_name : c.local_addr;
     s.etcd.store_bind = listen_address_for(s.etcd.store_address);
@@ -143,7 +151,7 @@ Result<MultiNodeSettings> multinode_settings(const LaunchConfig& c,
           "--rdzv_conf: unknown key '{}' (known: join_timeout, "
           "last_call_timeout, close_timeout, read_timeout, token, token_file, "
           "heartbeat_interval, heartbeat_timeout, store_bind, refused_timeout, max_rescales, "
-          "node_failure_limit, admit, spares)",
+          "node_failure_limit, admit, spares, etcd_prefix)",
           key));
     }
     if (key == "token") {

@@ -4,14 +4,15 @@ free loopback ports, temp data) and ddprun agents whose torch gloo workers meet 
 attempt's workers' store, hosted by the round's node 0. The job ends 0 with the right ranks; the
 store's host SIGKILLed mid-training in a 1:2 job: the survivor re-forms alone and hosts the next store; below
 MIN the survivor ends 74 naming the lost node (as on c10d, test_elastic.py); the etcd leader
-SIGKILLed mid-job: the job does not notice; nothing listening at the endpoint: one line, exit 69.
+SIGKILLed mid-job: the job does not notice; a restart: every attempt its own store; quorum lost:
+every agent ends 74 with one line naming etcd; nothing listening at the endpoint: one line, exit 69.
 Exits 77 when etcd or torch is missing."""
 import os
 import subprocess
 import sys
 import time
 
-from harness import Skip, clean_env, ddprun_lines, main, run, wait_until
+from harness import Skip, assert_all_gone, clean_env, ddprun_lines, main, run, wait_until
 import test_multinode as mn
 from test_elastic import events, group_rank, kill_agent, one_rescale
 
@@ -32,12 +33,12 @@ def require(torch=True):
         raise Skip("python3 has no torch")
 
 
-def agents(tmp, cluster, count, nnodes, mode, conf=FAST, job="job", worker=WORKER):
+def agents(tmp, cluster, count, nnodes, mode, conf=FAST, job="job", worker=WORKER, extra=()):
     nodes = []
     for k in range(count):
         args = ["--rdzv_backend", "etcd", "--rdzv_endpoint", cluster.endpoints, "--rdzv_id", job,
                 "--nnodes", nnodes, "--nproc_per_node", 2, "--local_addr", "127.0.0.1",
-                "--master_port", 0, "--rdzv_conf", conf, worker, mode]
+                "--master_port", 0, "--rdzv_conf", conf, *extra, worker, mode]
         nodes.append(mn.Node(tmp, f"agent{k}", args, env=clean_env(DDPRUN_RDZV_TOKEN=TOKEN)))
     return nodes
 
@@ -138,6 +139,44 @@ def test_etcd_leader_killed_mid_job_is_not_noticed(tmp):
     for node in nodes:
         assert not events(node, "rescale") and not events(node, "restart"), node
         assert len([l for l in node.text()[0].splitlines() if "GLOO done" in l]) == 2, node
+
+
+def test_restart_on_every_node_gets_a_new_store(tmp):
+    require(torch=False)
+    with EtcdCluster(3) as cluster:
+        nodes = agents(tmp, cluster, 2, "2", "fail_once", worker=mn.WORKER,
+                       extra=["--max_restarts", 1])
+        codes = mn.finish(nodes)
+    assert codes == [0, 0], nodes
+    lines = [mn.fields(l) for n in nodes for l in mn.worker_lines(n)]
+    for restart in ("0", "1"):
+        attempt = [f for f in lines if f["restart"] == restart]
+        assert sorted(f["rank"] for f in attempt) == ["0", "1", "2", "3"], nodes
+        assert len({f["master"] for f in attempt}) == 1, attempt  # one store per attempt
+    assert {f["master"] for f in lines if f["restart"] == "0"} != \
+        {f["master"] for f in lines if f["restart"] == "1"}, lines  # ...and a new one each attempt
+    for node in nodes:
+        assert "restarting the workers on every node (restart 1 of 1)" in node.text()[1], node
+
+
+def test_quorum_lost_every_agent_ends_74_naming_etcd(tmp):
+    require(torch=False)
+    with EtcdCluster(3) as cluster:
+        nodes = agents(tmp, cluster, 2, "2", "sleep", worker=mn.WORKER)
+        try:
+            wait_until(lambda: all(n.started_workers() == 2 for n in nodes), 60,
+                       "workers on both agents")
+            workers = [e["pid"] for n in nodes for e in events(n, "worker_start")]
+            cluster.kill(0)
+            cluster.kill(1)  # one member of three left: no quorum
+            codes = [n.proc.wait(timeout=60) for n in nodes]
+        finally:
+            mn.finish(nodes)
+    assert codes == [74, 74], nodes
+    for node in nodes:
+        said = [l for l in ddprun_lines(node.text()[1]) if "lost etcd" in l]
+        assert len(said) == 1 and said[0].count(cluster.endpoints) == 1, node
+    assert_all_gone(workers, [])
 
 
 def test_nothing_listening_is_one_line_and_69(tmp):
