@@ -138,7 +138,6 @@ void EtcdSession::stop_round() {
   watch_.reset();
   store_.reset();  // every worker of the last attempt is reaped before the next join
   joined_.reset();
-  record_.reset();
   std::lock_guard lock(watch_mutex_);
   done_ranks_.clear();
   lost_ranks_.clear();
@@ -306,25 +305,23 @@ rdzv::RendezvousResult EtcdSession::join_round(int round, const RoundPlan& plan)
   joined.rescales_used = closed.rescales_used;
   // Watch from the round's start: every stop, loss and arrival at the barrier since.
   const std::int64_t from = client_->range(keys_.record(round)).kvs.at(0).create_revision;
-  record_ = closed;
-  joined_ = joined;
-  start_watch(round, from);
+  start_watch(round, from, closed);
   announce_or_find_store(round, joined);
   joined_ = joined;
   return joined;
 }
 
-void EtcdSession::start_watch(int round, std::int64_t from_revision) {
+void EtcdSession::start_watch(int round, std::int64_t from_revision, const RoundRecord& closed) {
   const std::string prefix = keys_.round(round);
+  // The watch thread reads only its own copy of the round (the join goes on meanwhile).
   watch_ = std::make_unique<EtcdWatch>(
       client_->options(), prefix, prefix_end(prefix), from_revision, settings_.heartbeat_timeout,
-      EtcdWatch::Callbacks{[this](const WatchMessage& m) { on_watch(m); },
-                           [this](const std::string& error) { report_etcd_lost(error); }});
+      EtcdWatch::Callbacks{
+          [this, round, closed](const WatchMessage& m) { on_watch(round, closed, m); },
+          [this](const std::string& error) { report_etcd_lost(error); }});
 }
 
-void EtcdSession::on_watch(const WatchMessage& message) {
-  // Watch thread: record_ and joined_ stay as they are until stop_round() ends this watch.
-  const int round = joined_->round;
+void EtcdSession::on_watch(int round, const RoundRecord& closed, const WatchMessage& message) {
   const std::string alive_prefix = keys_.alive_prefix(round);
   const std::string done_prefix = keys_.done_prefix(round);
   for (const auto& e : message.events) {
@@ -352,17 +349,17 @@ void EtcdSession::on_watch(const WatchMessage& message) {
         report_etcd_lost("this node's lease expired (etcd took it for lost)");
         continue;
       }
-      auto rank = node_rank_of(*record_, *lease);
+      auto rank = node_rank_of(closed, *lease);
       if (!rank) continue;  // not a member of the round as it closed
       {
         std::lock_guard lock(watch_mutex_);
         // A node that finished its workers and left is no loss.
         if (done_ranks_.count(*rank) || !lost_ranks_.insert(*rank).second) continue;
       }
-      const auto& node = joined_->assignment.nodes.at(*rank);
       NodeLoss loss{fmt::format("lost node {} ({}): its etcd lease expired (no heartbeat for "
                                 "{:.3g} s)",
-                                *rank, node.name, settings_.heartbeat_timeout.count() / 1000.0),
+                                *rank, closed.members.at(*rank).name,
+                                settings_.heartbeat_timeout.count() / 1000.0),
                     *rank};
       on_loop([this, loss] { events_.on_lost(loss); });
     }

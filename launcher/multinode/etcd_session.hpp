@@ -56,10 +56,11 @@ class EtcdSession final : public JobRendezvous {
   rdzv::etcd::RoundRecord form_round(int round, const RoundPlan& plan);
   void announce_or_find_store(int round, rdzv::RendezvousResult& joined);
   void start_lease();
-  void start_watch(int round, std::int64_t from_revision);
+  void start_watch(int round, std::int64_t from_revision, const rdzv::etcd::RoundRecord& closed);
   void stop_round();
   // Watch thread:
-  void on_watch(const rdzv::etcd::WatchMessage& message);
+  void on_watch(int round, const rdzv::etcd::RoundRecord& closed,
+                const rdzv::etcd::WatchMessage& message);
 
   boost::asio::io_context& agent_io_;
   MultiNodeSettings settings_;
@@ -72,7 +73,6 @@ class EtcdSession final : public JobRendezvous {
   std::unique_ptr<HostedStore> store_;  // the workers' store of this attempt (node 0)
   std::unique_ptr<rdzv::etcd::EtcdWatch> watch_;
   std::optional<rdzv::RendezvousResult> joined_;
-  std::optional<rdzv::etcd::RoundRecord> record_;
   // Keepalives (their own thread and client):
   std::int64_t lease_ = 0;
   std::thread keepalive_;

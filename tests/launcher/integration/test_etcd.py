@@ -33,11 +33,11 @@ def require(torch=True):
         raise Skip("python3 has no torch")
 
 
-def agents(tmp, cluster, count, nnodes, mode, conf=FAST, job="job", worker=WORKER, extra=()):
+def agents(tmp, cluster, count, nnodes, mode, conf=FAST, job="job", worker=WORKER, extra=(), nproc=2):
     nodes = []
     for k in range(count):
         args = ["--rdzv_backend", "etcd", "--rdzv_endpoint", cluster.endpoints, "--rdzv_id", job,
-                "--nnodes", nnodes, "--nproc_per_node", 2, "--local_addr", "127.0.0.1",
+                "--nnodes", nnodes, "--nproc_per_node", nproc, "--local_addr", "127.0.0.1",
                 "--master_port", 0, "--rdzv_conf", conf, *extra, worker, mode]
         nodes.append(mn.Node(tmp, f"agent{k}", args, env=clean_env(DDPRUN_RDZV_TOKEN=TOKEN)))
     return nodes
@@ -108,7 +108,7 @@ def test_below_min_ends_with_74_naming_the_lost_node(tmp):
     with EtcdCluster(3) as cluster:
         nodes = agents(tmp, cluster, 2, "2:3", "sleep_once", worker=mn.WORKER)  # no torch needed
         try:
-            wait_until(lambda: all(n.started_workers() == 2 for n in nodes), 60,
+            wait_until(lambda: all(len(mn.worker_lines(n)) == 2 for n in nodes), 60,
                        "workers on both agents")
             victim = next(n for n in nodes if group_rank(n, 0) == 1)
             survivor = next(n for n in nodes if n is not victim)
@@ -149,10 +149,11 @@ def test_restart_on_every_node_gets_a_new_store(tmp):
         codes = mn.finish(nodes)
     assert codes == [0, 0], nodes
     lines = [mn.fields(l) for n in nodes for l in mn.worker_lines(n)]
-    for restart in ("0", "1"):
-        attempt = [f for f in lines if f["restart"] == restart]
-        assert sorted(f["rank"] for f in attempt) == ["0", "1", "2", "3"], nodes
-        assert len({f["master"] for f in attempt}) == 1, attempt  # one store per attempt
+    # Attempt 0's rank 1 fails at once: the others may be stopped before they print.
+    again = [f for f in lines if f["restart"] == "1"]
+    assert sorted(f["rank"] for f in again) == ["0", "1", "2", "3"], nodes
+    for restart in ("0", "1"):  # one store per attempt...
+        assert len({f["master"] for f in lines if f["restart"] == restart}) == 1, lines
     assert {f["master"] for f in lines if f["restart"] == "0"} != \
         {f["master"] for f in lines if f["restart"] == "1"}, lines  # ...and a new one each attempt
     for node in nodes:
