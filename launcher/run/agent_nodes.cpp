@@ -40,7 +40,10 @@ Result<Ok> Agent::open_store() {
       // TryHost: the endpoint belongs to another node, or its agent already serves it.
     }
   }
-  if (setup_.config.store_proxy && setup_.config.use_agent_store && setup_.master_port != 0) {
+  // On etcd the workers' store moves with each round's node 0: no proxy in front of it (yet).
+  const bool on_etcd = setup_.multinode && setup_.multinode->etcd.on;
+  if (setup_.config.store_proxy && setup_.config.use_agent_store && setup_.master_port != 0 &&
+      !on_etcd) {
     try {
       proxy_ = std::make_unique<NodeStoreProxy>(plan.connect_host,
                                                 static_cast<std::uint16_t>(setup_.master_port),
