@@ -68,7 +68,8 @@ rdzv::AgreedSettings settings_that_must_agree(const LaunchConfig& c, const Multi
   return {{"--max_restarts", std::to_string(c.max_restarts)},
           {"--role", c.role},
           {"--nnodes", fmt::format("{}:{}", s.min_nodes, s.max_nodes)},
-          {"--rdzv_backend", c.rdzv_backend},
+          // etcd and etcd-v2 are one backend under torchrun's two names.
+          {"--rdzv_backend", is_etcd_backend(c.rdzv_backend) ? "etcd" : c.rdzv_backend},
           {"--rdzv_conf join_timeout", seconds(s.join_timeout)},
           {"--rdzv_conf last_call_timeout", seconds(s.last_call_timeout)},
           {"--rdzv_conf read_timeout", seconds(s.read_timeout)},

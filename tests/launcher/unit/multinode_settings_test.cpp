@@ -2,6 +2,7 @@
 // Where the store lives, how agents meet, and the rendezvous' layout in the worker environment.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <map>
 
 #include "launcher/env/worker_env.hpp"
@@ -159,6 +160,10 @@ TEST_CASE("--rdzv_backend etcd: members, key prefix, the workers' store, what is
     CHECK(s->etcd.store_address == "10.0.0.7");      // what the other nodes' workers connect to
     CHECK(plan_store(c).role == StoreRole::Client);  // no job-wide store: a round's node 0 serves
     CHECK(needs_rendezvous(c));
+    const auto& agreed = s->must_agree;
+    CHECK(std::find(agreed.begin(), agreed.end(),
+                    std::pair<std::string, std::string>{"--rdzv_backend", "etcd"}) !=
+          agreed.end());  // the two names agree with each other
   }
   auto refused = [&](std::map<std::string, std::string> conf, std::string endpoint,
                      const std::string& says) {
