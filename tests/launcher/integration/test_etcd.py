@@ -54,6 +54,18 @@ def gloo_lines(node, restart=None):
     return out
 
 
+def gloo_world(tmp, cluster, nnodes, mode):
+    """Two agents whose attempt 0 formed a gloo world of 4 (each printed its GLOO lines)."""
+    nodes = agents(tmp, cluster, 2, nnodes, mode)
+    try:
+        wait_until(lambda: all(len(gloo_lines(n, 0)) == 2 for n in nodes), 60,
+                   "a gloo world of 4 on both agents")
+    except BaseException:
+        mn.finish(nodes)
+        raise
+    return nodes
+
+
 def test_two_agents_form_one_gloo_world(tmp):
     require()
     with EtcdCluster(3) as cluster:
@@ -79,10 +91,8 @@ def test_store_host_killed_survivor_reforms_and_hosts_the_next_store(tmp):
     require()
     with EtcdCluster(3) as cluster:
         # Attempt 0 trains (all_reduces through gloo) until the store's host dies under it.
-        nodes = agents(tmp, cluster, 2, "1:2", "steps_once:600")
+        nodes = gloo_world(tmp, cluster, "1:2", "steps_once:600")
         try:
-            wait_until(lambda: all(len(gloo_lines(n, 0)) == 2 for n in nodes), 60,
-                       "a gloo world of 4 on both agents")
             host = next(n for n in nodes if group_rank(n, 0) == 0)  # it serves the workers' store
             survivor = next(n for n in nodes if n is not host)
             killed_at = kill_agent(host)
@@ -125,10 +135,8 @@ def test_below_min_ends_with_74_naming_the_lost_node(tmp):
 def test_etcd_leader_killed_mid_job_is_not_noticed(tmp):
     require()
     with EtcdCluster(3) as cluster:
-        nodes = agents(tmp, cluster, 2, "2", "steps:50")
+        nodes = gloo_world(tmp, cluster, "2", "steps:50")
         try:
-            wait_until(lambda: all(len(gloo_lines(n, 0)) == 2 for n in nodes), 60,
-                       "a gloo world of 4 on both agents")
             leader = cluster.leader()
             assert leader is not None
             cluster.kill(leader)
