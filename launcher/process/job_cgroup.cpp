@@ -186,6 +186,12 @@ void JobCgroup::next_attempt() {
   ++attempts_;
 }
 
+bool JobCgroup::adopt(pid_t pid, const std::string& name) {
+  const std::string path = fmt::format("{}/{}", path_, name);
+  if (::mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) return false;
+  return write_file(path + "/cgroup.procs", std::to_string(pid).c_str());
+}
+
 bool JobCgroup::kill_all() const { return write_file(path_ + "/cgroup.kill", "1"); }
 
 std::vector<pid_t> JobCgroup::members() const {

@@ -47,6 +47,9 @@ class JobCgroup {
   /// The attempt is over (nothing of it should be left): its cgroup is killed and removed, and
   /// the next worker starts in a fresh one.
   void next_attempt();
+  /// Moves `pid` (a helper of the run, not a worker: the preloaded interpreter) into the child
+  /// cgroup `name`, outside every attempt's, so the run's end kills it with the rest.
+  bool adopt(pid_t pid, const std::string& name);
   /// SIGKILLs every process of the run (cgroup.kill on the run's cgroup). False if it failed.
   bool kill_all() const;
   /// Live processes anywhere in the run's cgroup, nested cgroups included.

@@ -99,13 +99,13 @@ class PosixProcessControl final : public ProcessControl {
   std::optional<std::string> take_preload_notice() override;
 
  private:
-  void guard_zygote();
+  void own_zygote();
   OrphanGuard guard_;
-  std::unique_ptr<JobCgroup> cgroup_;      // nullptr where cgroup v2 is not writable
+  std::unique_ptr<JobCgroup> cgroup_;  // nullptr where cgroup v2 is not writable
   WorkerPidfds workers_;
   std::unique_ptr<ZygoteStarter> zygote_;  // --preload
   bool subreaper_ = false;
-  pid_t guarded_zygote_ = -1;  // the zygote the orphan guard has a pidfd of
+  pid_t guarded_zygote_ = -1;  // the zygote in the job cgroup, whose pidfd the guard holds
 };
 
 }  // namespace ddp::launcher

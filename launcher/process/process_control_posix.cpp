@@ -56,7 +56,7 @@ Result<StartedProcess> PosixProcessControl::start(const SpawnRequest& request) {
   std::optional<Result<StartedProcess>> forked;
   if (zygote_) {
     forked = zygote_->start(in_cgroup);
-    guard_zygote();  // a respawned one too
+    own_zygote();  // a respawned one too
   }
   auto started = forked ? std::move(*forked) : start_process(in_cgroup);
   // Unreaped (only this loop reaps; a forked worker re-parents to ddprun, the subreaper), so the
@@ -73,16 +73,19 @@ std::variant<ZygoteReady, std::string> PosixProcessControl::enable_preload(
   auto ready = starter->begin();
   if (std::holds_alternative<ZygoteReady>(ready)) {
     zygote_ = std::move(starter);
-    guard_zygote();
+    own_zygote();
   }
   return ready;
 }
 
-void PosixProcessControl::guard_zygote() {
-  // Its own session: the guard kills it if ddprun is killed. Our unreaped child, so the pidfd is
-  // certainly its.
+void PosixProcessControl::own_zygote() {
   const pid_t pid = zygote_ ? zygote_->pid() : -1;
   if (pid <= 0 || pid == guarded_zygote_) return;
+  // Part of the job: in its cgroup (beside the attempts', which are emptied after each), so the
+  // run's end kills it with everything else. Its workers move themselves into the attempt's.
+  if (cgroup_) cgroup_->adopt(pid, "preload");
+  // Its own session: the guard kills it if ddprun is killed. Our unreaped child, so the pidfd is
+  // certainly its.
   const int fd = open_pidfd(pid);
   if (fd >= 0) {
     guard_.watch_group(fd);
@@ -116,7 +119,6 @@ std::vector<ReapedChild> PosixProcessControl::reap_exited() {
 std::vector<pid_t> PosixProcessControl::live_children() {
   std::vector<pid_t> children = list_children();
   std::erase(children, guard_.pid());
-  if (zygote_) std::erase(children, zygote_->pid());  // serves the next attempt
   if (cgroup_) {
     // Processes under a subreaper of their own never come back to ddprun; the cgroup knows them.
     for (pid_t pid : cgroup_->members()) {
@@ -124,6 +126,7 @@ std::vector<pid_t> PosixProcessControl::live_children() {
         children.push_back(pid);
     }
   }
+  if (zygote_) std::erase(children, zygote_->pid());  // serves the next attempt
   return children;
 }
 

@@ -14,9 +14,9 @@
 /// is its parent, enters the cgroup, resets its process state and closes the report pipe, which
 /// await_exec() reads as a successful exec. From then on it is an ordinary child of ddprun.
 ///
-/// The zygote itself stays out of the job cgroup (which is emptied at the end of every attempt);
-/// it carries the run's token for the orphan guard, dies with ddprun (PDEATHSIG) and is killed
-/// when this object goes.
+/// The zygote itself stays out of the attempts' cgroups (each emptied at the end of its attempt;
+/// PosixProcessControl puts it beside them); it carries the run's token for the orphan guard, dies
+/// with ddprun (PDEATHSIG) and is killed when this object goes.
 
 #include <sys/types.h>
 
