@@ -8,6 +8,7 @@ collectives fail the moment a peer vanishes, as in real DDP). Same scenario for 
 torchrun (python3 -m torch.distributed.run, torch 2.x) with comparable settings: ddprun
 heartbeat 0.5 s / timeout 2 s, torchrun keep-alive 1 s x 2; last call 1 s for both.
     bench/multinode/reform_time.py --build build [--nodes 2,3,8] [--repeats 3] [--workers sleep,gloo]
+        [--launchers ddprun,ddprun-preload,torchrun]
 """
 import argparse
 import os
@@ -33,8 +34,11 @@ def free_port():
 def agent_cmd(launcher, ddprun, n, port, worker):
     rdzv = ["--nnodes", f"1:{n}", "--nproc_per_node", "1", "--rdzv_backend", "c10d",
             "--rdzv_endpoint", f"127.0.0.1:{port}", "--rdzv_id", "bench", "--max_restarts", "3"]
-    if launcher == "ddprun":
-        return [ddprun, *rdzv, "--rdzv_conf", "heartbeat_interval=0.5,heartbeat_timeout=2,last_call_timeout=1",
+    if launcher in ("ddprun", "ddprun-preload"):
+        # ddprun-preload: every worker forked from a preloaded interpreter (docs/warm-start.md).
+        preload = ["--preload", "torch"] if launcher == "ddprun-preload" else []
+        return [ddprun, *rdzv, *preload, "--rdzv_conf",
+                "heartbeat_interval=0.5,heartbeat_timeout=2,last_call_timeout=1",
                 "--shutdown-timeout", "2", sys.executable, WORKER, worker]
     return [sys.executable, "-m", "torch.distributed.run", *rdzv, "--rdzv_conf",
             "keep_alive_interval=1,keep_alive_max_attempt=2,last_call_timeout=1", "--monitor_interval", "0.1",
