@@ -20,7 +20,6 @@ import random
 import shutil
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -30,10 +29,15 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import invariants as inv  # noqa: E402
+import report  # noqa: E402
 import schedule as sched  # noqa: E402
 import topology as topo  # noqa: E402
 
 TRAIN = os.path.join(HERE, "chaos_train.py")
+# What chaos_train.py imports before its first step: torch, its process groups, and torch._dynamo
+# (which torch.optim imports lazily, 2+ s here): preloaded, a restart costs a fork, and the first
+# output line (a c10d warning) is not followed by seconds of imports that --hang-timeout counts.
+PRELOAD = "torch,torch.distributed,torch.nn.parallel,torch._dynamo"
 HEARTBEAT_TIMEOUT = 2
 RDZV_CONF = (f"heartbeat_interval=0.3,heartbeat_timeout={HEARTBEAT_TIMEOUT},join_timeout=60,"
              "last_call_timeout=1")
@@ -149,6 +153,7 @@ class Episode:
         os.makedirs(os.path.join(self.dir, "ctl"))
         self.agents, self.all_agents, self.fault_types = {}, [], []
         self.terminated = False
+        self.last_fault = None
         self.stopped = set()  # pids SIGSTOPped by a fault, SIGCONTed by its timer
         if h.mode == "c10d":
             self.endpoint = f"{h.topology.addr(0)}:{h.free_port(0)}"
@@ -230,7 +235,7 @@ def _signal(pid, sig):
 class Harness:
     def __init__(self, args):
         self.args = args
-        self.ddprun = os.path.join(os.path.abspath(args.build), "bin", "ddprun")
+        self.ddprun = os.path.abspath(args.ddprun)
         self.seed, self.nodes, self.mode = args.seed, args.nodes, args.mode
         self.launcher = args.launcher
         # Warm starts where this ddprun has them (docs/warm-start.md): restarts then cost a
@@ -239,7 +244,7 @@ class Harness:
         if args.launcher == "ddprun" and args.preload != "off":
             helptext = subprocess.run([self.ddprun, "--help"], capture_output=True, text=True).stdout
             if "--preload" in helptext:
-                self.preload = ["--preload", "torch"]
+                self.preload = ["--preload", PRELOAD]
             elif args.preload == "on":
                 raise SystemExit("chaos: this ddprun has no --preload")
         self.tmp = tempfile.mkdtemp(prefix="ddprun_chaos_")
@@ -261,6 +266,7 @@ class Harness:
         self.results = []  # one per fault
         self.episodes = []
         self.exit_codes = []
+        self.pinned_exit = None  # a replay's expect_exit
 
     # --- time and observation -------------------------------------------------------------
     def step_seen(self, when):
@@ -473,24 +479,30 @@ class Harness:
             if self.launcher == "torchrun":
                 continue  # torchrun ends with 1 whatever the cause: its codes are reported only
             for text in inv.check_exit(a.name, a.proc.returncode, a.stderr_text(),
-                                       ep.fault_types, ep.terminated):
+                                       ep.fault_types, ep.terminated, self.pinned_exit):
                 self.violation("root_cause", fault, text, schedule)
+        # The workers' keys live for one attempt: ddprun deletes them when the next round has
+        # formed (docs/launcher.md); a writer still running then (on a node declared lost) sees
+        # them gone.
+        rounds = sorted(e["time"] for a in ep.all_agents for e in a.events_of("rendezvous"))
         for name in sorted(os.listdir(os.path.join(ep.dir, "history"))) if os.path.isdir(
                 os.path.join(ep.dir, "history")) else []:
-            for text in inv.check_history(os.path.join(ep.dir, "history", name)):
+            for text in inv.check_history(os.path.join(ep.dir, "history", name), rounds):
                 self.violation("lost_write", fault, text, schedule)
         # Nothing left: give the orphan guards a moment (they act on their own agent's death).
         pids = [a.proc.pid for a in ep.all_agents]
         daemon_tag = f"chaos-daemon-{ep.tag.split('=', 1)[1]}"
+        kept = [k for a in ep.all_agents for k in inv.kept_dirs(a.stderr_text())]
+        tmpdirs = [a.tmpdir for a in ep.all_agents]
 
         def clean():
             return not (inv.leftover_processes(ep.tag, daemon_tag) or inv.leftover_cgroups(pids)
-                        or inv.leftover_files(a.tmpdir for a in ep.all_agents))
+                        or inv.leftover_files(tmpdirs, kept))
         try:
             self.wait(clean, 10, "nothing left")
         except TimeoutError:
             left = (inv.leftover_processes(ep.tag, daemon_tag) + inv.leftover_cgroups(pids)
-                    + inv.leftover_files(a.tmpdir for a in ep.all_agents))
+                    + inv.leftover_files(tmpdirs, kept))
             self.violation("leftover", fault, "; ".join(left[:10]), schedule)
             for entry in inv.leftover_processes(ep.tag, daemon_tag):
                 _signal(int(entry.split()[1].rstrip(":")), signal.SIGKILL)
@@ -507,7 +519,7 @@ class Harness:
         for fault in schedule:
             if ep.ended():
                 self.close_pending(pending, "ended", time.monotonic())
-                self.end_episode(ep, schedule, fault)
+                self.end_episode(ep, schedule, ep.last_fault)
                 ep = self.start_episode()
                 try:
                     self.wait(lambda: self.last_step_at > time.monotonic() - 1 or ep.ended(),
@@ -527,6 +539,7 @@ class Harness:
                 entry["outcome"] = "skipped"
                 continue
             ep.fault_types.append(fault["type"])
+            ep.last_fault = fault  # what an episode's end is checked against
             pending.append((entry, fault))
             nxt = fault["index"] + 1
             if nxt < len(schedule) and schedule[nxt]["overlap"]:
@@ -544,7 +557,7 @@ class Harness:
                 self.close_pending(pending, "violated", None)
                 ep.terminate()
         self.close_pending(pending, "ended" if ep.ended() else "recovered", time.monotonic())
-        self.end_episode(ep, schedule, None)
+        self.end_episode(ep, schedule, ep.last_fault)
 
     @staticmethod
     def close_pending(pending, outcome, t):
@@ -557,33 +570,14 @@ class Harness:
         if self.etcd:
             self.etcd.close()
         self.topology.close()
-        if not self.args.keep:
+        if self.args.keep or self.violations:  # the evidence: logs, events, histories, stacks
+            print(f"chaos: the run's files are kept in {self.tmp}", file=sys.stderr, flush=True)
+        else:
             shutil.rmtree(self.tmp, ignore_errors=True)
 
 
 def summarize(h, schedule, elapsed):
-    by_type = {}
-    for r in h.results:
-        t = by_type.setdefault(r["type"], {"count": 0, "skipped": 0, "recovered": 0,
-                                           "ended_correctly": 0, "violated": 0, "ttr": []})
-        t["count"] += 1
-        if r["outcome"] == "skipped":
-            t["skipped"] += 1
-        elif r["outcome"] == "recovered":
-            t["recovered"] += 1
-            t["ttr"].append(r["ttr"])
-        elif r["outcome"] == "ended":
-            t["ended_correctly"] += 1
-        else:
-            t["violated"] += 1
-    for r in h.violations:
-        if r["fault_type"] and r["kind"] != "stuck":
-            by_type[r["fault_type"]]["violated"] += 1
-    for t in by_type.values():
-        ttr = sorted(t.pop("ttr"))
-        t["ttr_p50"] = round(statistics.median(ttr), 2) if ttr else None
-        t["ttr_p99"] = round(ttr[min(len(ttr) - 1, int(0.99 * len(ttr)))], 2) if ttr else None
-        t["ttr_max"] = round(ttr[-1], 2) if ttr else None
+    by_type = report.by_type(h.results, h.violations)
     return {"faults": len(schedule), "seed": h.seed, "mode": h.mode, "topology": h.topology.kind,
             "launcher": h.launcher, "preload": bool(h.preload),
             "nodes": h.nodes, "episodes": len(h.episodes), "seconds": round(elapsed, 1),
@@ -596,26 +590,14 @@ def summarize(h, schedule, elapsed):
                           "threads": max((u[2] for u in h.usage_max.values()), default=0)}}
 
 
-def markdown(summary):
-    rows = ["| fault | count | skipped | recovered | ended correctly | violated | TTR p50 | p99 | max |",
-            "|---|---|---|---|---|---|---|---|---|"]
-    for t, s in sorted(summary["by_type"].items()):
-        rows.append(f"| {t} | {s['count']} | {s['skipped']} | {s['recovered']} | "
-                    f"{s['ended_correctly']} | {s['violated']} | {s['ttr_p50']} | {s['ttr_p99']} | "
-                    f"{s['ttr_max']} |")
-    head = (f"seed {summary['seed']}, {summary['faults']} faults, mode {summary['mode']}, "
-            f"{summary['nodes']} node slots ({summary['topology']}), {summary['episodes']} episodes, "
-            f"{summary['seconds']} s, {len(summary['violations'])} violations")
-    return head + "\n\n" + "\n".join(rows) + "\n"
-
-
 def main():
     global HANG_TIMEOUT
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--build", required=True)
+    p.add_argument("--build", help="a build directory (its bin/ddprun)")
+    p.add_argument("--ddprun", help="the ddprun binary (instead of --build)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--faults", type=int, default=30)
-    p.add_argument("--nodes", type=int, default=4)
+    p.add_argument("--nodes", type=int, help="node slots (default 4, or the replay's)")
     p.add_argument("--mode", choices=["etcd", "c10d"], default="c10d")
     p.add_argument("--topology", choices=["auto", "netns", "loopback"], default="auto")
     p.add_argument("--types", default="", help="comma-separated fault types (default: all that apply)")
@@ -627,17 +609,36 @@ def main():
     p.add_argument("--launcher", choices=["ddprun", "torchrun"], default="ddprun",
                    help="torchrun: the same job and schedule under torchrun 2.15 (c10d only)")
     p.add_argument("--preload", choices=["auto", "on", "off"], default="auto",
-                   help="ddprun --preload torch (auto: when this ddprun has it)")
-    p.add_argument("--hang-timeout", type=float, default=20.0)
+                   help=f"ddprun --preload {PRELOAD} (auto: when this ddprun has it)")
+    p.add_argument("--hang-timeout", type=float,
+                   help="ddprun --hang-timeout (default 20, or the replay's)")
     args = p.parse_args()
-    if args.nodes < INITIAL_NODES or args.nodes > 8:
-        p.error(f"--nodes must be {INITIAL_NODES}..8")
     if args.launcher == "torchrun" and args.mode != "c10d":
         p.error("--launcher torchrun runs the c10d mode only")
+    doc = None
+    if args.replay:
+        try:
+            doc = sched.load(args.replay)
+        except (OSError, ValueError, KeyError) as e:
+            p.error(f"--replay: {e}")
+        # The job the schedule was found on, unless the command line says otherwise.
+        if args.nodes is None:
+            args.nodes = doc.get("nodes")
+        if args.hang_timeout is None:
+            args.hang_timeout = doc.get("hang_timeout")
+        if doc["mode"] != args.mode:
+            p.error(f"{args.replay} is a {doc['mode']} schedule (--mode {doc['mode']})")
+    args.nodes = 4 if args.nodes is None else args.nodes
+    args.hang_timeout = 20.0 if args.hang_timeout is None else args.hang_timeout
+    if args.nodes < INITIAL_NODES or args.nodes > 8:
+        p.error(f"--nodes must be {INITIAL_NODES}..8")
     HANG_TIMEOUT = args.hang_timeout
-    ddprun = os.path.join(args.build, "bin", "ddprun")
-    if not os.access(ddprun, os.X_OK):
-        print(f"chaos: SKIP: no ddprun at {ddprun}", file=sys.stderr)
+    if not args.ddprun:
+        if not args.build:
+            p.error("--build DIR or --ddprun PATH is required")
+        args.ddprun = os.path.join(args.build, "bin", "ddprun")
+    if not os.access(args.ddprun, os.X_OK):
+        print(f"chaos: SKIP: no ddprun at {args.ddprun}", file=sys.stderr)
         return 77
     if subprocess.run([sys.executable, "-c", "import torch"], capture_output=True).returncode:
         print(f"chaos: SKIP: {sys.executable} has no torch", file=sys.stderr)
@@ -647,9 +648,13 @@ def main():
         return 77
     h = Harness(args)
     try:
-        if args.replay:
-            doc = sched.load(args.replay)
+        if doc:
             schedule, h.seed = doc["faults"], doc["seed"]
+            h.pinned_exit = doc.get("expect_exit")
+            if "link_cut" in {f["type"] for f in schedule} and h.topology.kind != "netns":
+                print(f"chaos: SKIP: {args.replay} cuts links: it needs network namespaces "
+                      f"({'; '.join(h.notes)})", file=sys.stderr)
+                return 77
         else:
             types = args.types.split(",") if args.types else sched.types_for(
                 args.mode, h.topology.kind == "netns")
@@ -658,7 +663,8 @@ def main():
                 p.error(f"unknown fault types: {unknown}")
             schedule = sched.generate(args.seed, args.faults, types)
         if args.schedule_out:
-            sched.save(args.schedule_out, h.seed, args.mode, h.topology.kind == "netns", schedule)
+            sched.save(args.schedule_out, h.seed, args.mode, h.topology.kind == "netns", schedule,
+                       nodes=args.nodes, hang_timeout=args.hang_timeout)
         for note in h.notes:
             print(f"chaos: {note}", flush=True)
         start = time.monotonic()
@@ -669,7 +675,7 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             json.dump(summary, f, indent=1)
-    md = markdown(summary)
+    md = report.markdown(summary)
     if args.md:
         with open(args.md, "w") as f:
             f.write(md)
