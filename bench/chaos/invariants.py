@@ -57,11 +57,16 @@ def check_exit(name, code, stderr_text, fault_types, terminated, pinned=None):
     return []
 
 
-def check_history(path, rounds=()):
+# ddprun events (--events) that begin the end of an attempt: after the first of them, the next
+# round may form and delete the workers' keys.
+ATTEMPT_END_EVENTS = ("node_lost", "loss_verdict", "restart", "rescale", "rendezvous")
+
+
+def check_history(path, attempt_ends=()):
     """One side client's operations, in the order it made them, on keys only it writes: every
-    acknowledged write is read back, counters count, nothing goes back in time. ROUNDS: when
-    rounds formed (wall clock); the check ends at the first round after the client began, when
-    ddprun deletes the workers' keys."""
+    acknowledged write is read back, counters count, nothing goes back in time. ATTEMPT_ENDS:
+    wall-clock times of ATTEMPT_END_EVENTS; the check covers the client's own attempt, up to the
+    first of them after it began (then ddprun may delete the workers' keys: docs/launcher.md)."""
     problems = []
     until = None
     last_set = None
@@ -80,9 +85,9 @@ def check_history(path, rounds=()):
                 break  # the writer was killed mid-line
             return [f"{path}:{n + 1}: not JSON: {line[:100]!r}"]
         if until is None:
-            until = min((t for t in rounds if t > op["t0"]), default=float("inf"))
-        if op["t0"] >= until:
-            break  # a later attempt's round formed: this attempt's keys are deleted
+            until = min((t for t in attempt_ends if t > op["t0"]), default=float("inf"))
+        if op["t1"] >= until:
+            break  # the attempt was ending: the next round may have deleted its keys
         if not op["ok"]:
             break  # the connection broke: what follows was never acknowledged
         kind, ret = op["op"], op["ret"]

@@ -483,11 +483,12 @@ class Harness:
                 self.violation("root_cause", fault, text, schedule)
         # The workers' keys live for one attempt: ddprun deletes them when the next round has
         # formed (docs/launcher.md); a writer still running then (on a node declared lost) sees
-        # them gone.
-        rounds = sorted(e["time"] for a in ep.all_agents for e in a.events_of("rendezvous"))
+        # them gone. An attempt's end begins with the first of these events on any node.
+        ends = sorted(e["time"] for a in ep.all_agents for kind in inv.ATTEMPT_END_EVENTS
+                      for e in a.events_of(kind))
         for name in sorted(os.listdir(os.path.join(ep.dir, "history"))) if os.path.isdir(
                 os.path.join(ep.dir, "history")) else []:
-            for text in inv.check_history(os.path.join(ep.dir, "history", name), rounds):
+            for text in inv.check_history(os.path.join(ep.dir, "history", name), ends):
                 self.violation("lost_write", fault, text, schedule)
         # Nothing left: give the orphan guards a moment (they act on their own agent's death).
         pids = [a.proc.pid for a in ep.all_agents]

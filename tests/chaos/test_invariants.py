@@ -72,12 +72,15 @@ class Histories(unittest.TestCase):
         self.assertEqual(len(found), 1)
         self.assertIn("get returned 7", found[0])
 
-    def test_the_check_ends_at_the_next_round(self):
-        ops = [("add", 1, k + 1, 10.0 + k / 10) for k in range(5)] + [("add", 1, 1, 12.62)]
+    def test_the_check_ends_with_the_clients_attempt(self):
+        # Replayed: node_lost at 12.04, the add in flight from 12.10 to 12.11 returns 1, the
+        # round's rendezvous event at 12.117.
+        ops = [("add", 1, k + 1, 10.0 + k / 10) for k in range(5)] + [("add", 1, 1, 12.10)]
         path = history(ops)
         self.assertEqual(len(inv.check_history(path)), 1)
-        self.assertEqual(inv.check_history(path, rounds=[9.0, 12.57]), [])
-        self.assertEqual(len(inv.check_history(path, rounds=[9.0, 13.0])), 1)
+        self.assertEqual(inv.check_history(path, attempt_ends=[9.0, 12.04, 12.117]), [])
+        self.assertEqual(inv.check_history(path, attempt_ends=[9.0, 12.105]), [])
+        self.assertEqual(len(inv.check_history(path, attempt_ends=[9.0, 13.0])), 1)
         os.unlink(path)
 
 
