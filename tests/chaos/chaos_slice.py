@@ -6,7 +6,7 @@ codes it must now end with), on a 3-node elastic c10d job with warm starts (--pr
 timeouts, so that about 30 faults fit in a few minutes on 2 cores. docs/reliability.md says what
 is checked.
 
-  chaos_slice.py [--ddprun PATH] [--seed S] [--faults N]   (DDPRUN=PATH in the environment too)
+  chaos_slice.py [--ddprun PATH] [--seed S] [--faults N] [--schedules DIR]   (or DDPRUN=PATH)
 
 Exit 0: no violation; 1: a violation (the harness printed it, with its seed, fault index and
 evidence, and kept the run's files); 77: skipped (no torch, no `ip`, no ddprun), with the reason."""
@@ -47,7 +47,9 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--ddprun", default=os.environ.get("DDPRUN"))
     p.add_argument("--seed", type=int, default=26)
-    p.add_argument("--faults", type=int, default=20)
+    p.add_argument("--faults", type=int, default=20, help="of the seeded run (0: replays only)")
+    p.add_argument("--schedules", default=os.path.join(HERE, "schedules"),
+                   help="the replay files' directory")
     args = p.parse_args()
     if not args.ddprun or not os.access(args.ddprun, os.X_OK):
         return skip(f"no ddprun binary ({args.ddprun!r}; set DDPRUN or --ddprun)")
@@ -59,9 +61,10 @@ def main():
     summaries, failed, skipped = [], [], []
     with tempfile.TemporaryDirectory(prefix="chaos_slice_") as tmp:
         runs = [(os.path.basename(f), ["--replay", f])
-                for f in sorted(glob.glob(os.path.join(HERE, "schedules", "*.json")))]
-        runs.append((f"seed {args.seed}", ["--seed", str(args.seed), "--faults", str(args.faults),
-                                           *SLICE_ARGS]))
+                for f in sorted(glob.glob(os.path.join(args.schedules, "*.json")))]
+        if args.faults > 0:
+            runs.append((f"seed {args.seed}", ["--seed", str(args.seed), "--faults",
+                                               str(args.faults), *SLICE_ARGS]))
         for k, (name, extra) in enumerate(runs):
             out = os.path.join(tmp, f"{k}.json")
             rc = run(args.ddprun, extra, out)
