@@ -16,7 +16,6 @@ far and the evidence), 2 bad usage, 77 the job cannot run here (no torch, no ddp
 import argparse
 import json
 import os
-import random
 import shutil
 import signal
 import socket
@@ -32,204 +31,22 @@ import invariants as inv  # noqa: E402
 import report  # noqa: E402
 import schedule as sched  # noqa: E402
 import topology as topo  # noqa: E402
+import job  # noqa: E402
+from job import Episode  # noqa: E402
 
-TRAIN = os.path.join(HERE, "chaos_train.py")
-# What chaos_train.py imports before its first step: torch, its process groups, and torch._dynamo
-# (which torch.optim imports lazily, 2+ s here): preloaded, a restart costs a fork, and the first
-# output line (a c10d warning) is not followed by seconds of imports that --hang-timeout counts.
-PRELOAD = "torch,torch.distributed,torch.nn.parallel,torch._dynamo"
-HEARTBEAT_TIMEOUT = 2
-RDZV_CONF = (f"heartbeat_interval=0.3,heartbeat_timeout={HEARTBEAT_TIMEOUT},join_timeout=60,"
-             "last_call_timeout=1")
-HANG_TIMEOUT = 20
-MAX_RESTARTS = 6
-NPROC = 2
-INITIAL_NODES = 3
 # From a fault (after its own duration) to training again: the failure noticed (at most the
 # heartbeat timeout, or the hang timeout), a re-form, and every rank importing torch again and
 # meeting its peers (8 ranks on 2 cores: ~10-25 s here).
 RESTART_BOUND = 75
 END_BOUND = 45  # from the SIGTERM that ends an episode to every agent gone
 BOUNDS = {"rss_kib": 300 * 1024, "fds": 512, "threads": 64}
-TOKEN = "chaos-" + "%032x" % random.SystemRandom().getrandbits(128)
 
 
-def recovery_bound(fault):
-    extra = HANG_TIMEOUT if fault["type"] in ("hang", "worker_stop") else 0
+def recovery_bound(fault, hang_timeout):
+    extra = hang_timeout if fault["type"] in ("hang", "worker_stop") else 0
     held = fault["duration"] if fault["type"] in ("worker_stop", "agent_stop", "store_host_stop",
                                                   "link_cut", "etcd_stop", "console_stall") else 0
     return held + extra + RESTART_BOUND
-
-
-class Agent:
-    """One ddprun agent of an episode: stdout read by a thread (which can be told to stop reading,
-    for console_stall) that timestamps the training's step lines."""
-
-    def __init__(self, h, ep, slot, args):
-        self.h, self.ep, self.slot = h, ep, slot
-        self.name = f"{ep.id}/node{slot}#{len(ep.all_agents)}"
-        base = os.path.join(ep.dir, f"node{slot}_{len(ep.all_agents)}")
-        self.out_path, self.err_path, self.events = base + ".out", base + ".err", base + ".events"
-        self.tmpdir = os.path.join(ep.dir, f"tmp{slot}_{len(ep.all_agents)}")
-        os.makedirs(self.tmpdir)
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("PET_", "TORCHELASTIC"))}
-        env.update(CHAOS_EPISODE=ep.tag, CHAOS_NODE=f"node{slot}", TMPDIR=self.tmpdir,
-                   DDPRUN_RDZV_TOKEN=TOKEN, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1",
-                   GLOO_SOCKET_IFNAME=h.topology.ifname(slot))
-        if ep.direct_store:
-            env["CHAOS_DIRECT_STORE"] = ep.direct_store
-        self.err = open(self.err_path, "w")
-        command = ([sys.executable] if h.launcher == "torchrun" else
-                   [h.ddprun, "--events", self.events, *h.preload])
-        self.proc = subprocess.Popen(
-            [*h.topology.prefix(slot), *command, *args],
-            stdout=subprocess.PIPE, stderr=self.err, env=env, start_new_session=True)
-        self.stall_until = 0.0
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-
-    def _read(self):
-        pending = b""
-        with open(self.out_path, "wb") as out:
-            while True:
-                while time.monotonic() < self.stall_until:
-                    time.sleep(0.05)
-                chunk = self.proc.stdout.read1(65536)
-                if not chunk:
-                    break
-                out.write(chunk)
-                now = time.monotonic()
-                pending += chunk
-                *lines, pending = pending.split(b"\n")
-                pending = pending[-4096:]  # a line that never ends must not grow the harness
-                for line in lines:
-                    if b"CHAOS STEP" in line:
-                        self.h.step_seen(now)
-
-    def events_of(self, kind):
-        try:
-            with open(self.events) as f:
-                return [e for e in (json.loads(l) for l in f if l.strip()) if e.get("event") == kind]
-        except (OSError, ValueError):
-            return []
-
-    def alive(self):
-        return self.proc.poll() is None
-
-    def workers(self):
-        """pids of this agent's workers in its newest attempt that are still alive."""
-        if self.h.launcher == "torchrun":  # no events: the agent's live child processes
-            return [pid for pid in _children(self.proc.pid) if inv.proc_usage(pid)]
-        starts = self.events_of("worker_start")
-        if not starts:
-            return []
-        last = max(e["attempt"] for e in starts)
-        return [e["pid"] for e in starts if e["attempt"] == last and inv.proc_usage(e["pid"])]
-
-    def hosts_store(self):
-        if self.h.launcher == "torchrun":  # the agent on the endpoint's address hosts it
-            return self.slot == 0 and self is self.ep.agents.get(0)
-        stores = self.events_of("store")
-        return bool(stores) and stores[-1].get("role") == "host"
-
-    def status_port(self):
-        st = self.events_of("status")
-        return st[-1]["port"] if st else None
-
-    def stderr_text(self):
-        with open(self.err_path, encoding="utf-8", errors="replace") as f:
-            return f.read()
-
-
-class Episode:
-    """One job: started with INITIAL_NODES agents, ended by its faults (every agent exited) or by
-    the harness (SIGTERM)."""
-
-    def __init__(self, h, index):
-        self.h, self.index = h, index
-        self.id = f"ch{h.seed}e{index}"
-        self.tag = f"CHAOS_EPISODE={self.id}-{os.getpid()}"
-        self.dir = os.path.join(h.tmp, self.id)
-        os.makedirs(os.path.join(self.dir, "ctl"))
-        self.agents, self.all_agents, self.fault_types = {}, [], []
-        self.terminated = False
-        self.last_fault = None
-        self.stopped = set()  # pids SIGSTOPped by a fault, SIGCONTed by its timer
-        if h.mode == "c10d":
-            self.endpoint = f"{h.topology.addr(0)}:{h.free_port(0)}"
-            self.direct_store = self.endpoint
-        else:
-            self.endpoint = h.etcd.endpoints
-            self.direct_store = None  # the workers' store moves with each attempt
-        self.start_agent(0)
-        if h.mode == "c10d" and h.launcher == "ddprun":
-            h.wait(lambda: self.agents[0].hosts_store() or not self.agents[0].alive(), 30,
-                   "the store on node 0")
-        elif h.mode == "c10d":
-            time.sleep(2)  # torchrun's host agent binds the endpoint once its interpreter is up
-        for slot in range(1, INITIAL_NODES):
-            self.start_agent(slot)
-
-    def start_agent(self, slot):
-        h = self.h
-        backend = "c10d" if h.mode == "c10d" else "etcd"
-        if h.launcher == "torchrun":
-            # The same job under torchrun 2.15 (c10d only; no proxy, hang timeout, status port
-            # or events: it has none).
-            args = ["-m", "torch.distributed.run", "--rdzv-backend", "c10d",
-                    "--rdzv-endpoint", self.endpoint, "--rdzv-id", self.id,
-                    "--nnodes", f"2:{h.nodes}", "--nproc-per-node", NPROC,
-                    "--local-addr", h.topology.addr(slot), "--max-restarts", MAX_RESTARTS,
-                    "--monitor-interval", "0.1", "--rdzv-conf",
-                    f"join_timeout=60,last_call_timeout=1,is_host={'1' if slot == 0 else '0'}",
-                    TRAIN, self.dir]
-            agent = Agent(h, self, slot, [str(a) for a in args])
-            self.agents[slot] = agent
-            self.all_agents.append(agent)
-            return agent
-        args = ["--rdzv_backend", backend, "--rdzv_endpoint", self.endpoint, "--rdzv_id", self.id,
-                "--nnodes", f"2:{h.nodes}", "--nproc_per_node", NPROC,
-                "--local_addr", h.topology.addr(slot), "--rdzv_conf", RDZV_CONF,
-                "--max_restarts", MAX_RESTARTS, "--store-proxy", "on",
-                "--hang-timeout", HANG_TIMEOUT, "--hang-startup-timeout", 90,
-                "--status-port", 0, "--status-addr", h.topology.addr(slot),
-                TRAIN, self.dir]
-        agent = Agent(h, self, slot, [str(a) for a in args])
-        self.agents[slot] = agent
-        self.all_agents.append(agent)
-        return agent
-
-    def live(self):
-        return [a for a in self.agents.values() if a.alive()]
-
-    def ended(self):
-        return not self.live()
-
-    def store_host(self):
-        return next((a for a in self.live() if a.hosts_store()), None)
-
-    def terminate(self):
-        self.terminated = True
-        for pid in list(self.stopped):
-            _signal(pid, signal.SIGCONT)
-        for a in self.live():
-            _signal(a.proc.pid, signal.SIGTERM)
-
-
-def _children(pid):
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as f:
-            return [int(c) for c in f.read().split()]
-    except OSError:
-        return []
-
-
-def _signal(pid, sig):
-    try:
-        os.kill(pid, sig)
-        return True
-    except ProcessLookupError:
-        return False
 
 
 class Harness:
@@ -238,13 +55,14 @@ class Harness:
         self.ddprun = os.path.abspath(args.ddprun)
         self.seed, self.nodes, self.mode = args.seed, args.nodes, args.mode
         self.launcher = args.launcher
+        self.hang_timeout = args.hang_timeout
         # Warm starts where this ddprun has them (docs/warm-start.md): restarts then cost a
         # fork, not an import of torch.
         self.preload = []
         if args.launcher == "ddprun" and args.preload != "off":
             helptext = subprocess.run([self.ddprun, "--help"], capture_output=True, text=True).stdout
             if "--preload" in helptext:
-                self.preload = ["--preload", PRELOAD]
+                self.preload = ["--preload", job.PRELOAD]
             elif args.preload == "on":
                 raise SystemExit("chaos: this ddprun has no --preload")
         self.tmp = tempfile.mkdtemp(prefix="ddprun_chaos_")
@@ -335,12 +153,12 @@ class Harness:
             return items[pick % len(items)] if items else None
 
         def stop_for(pid, what):
-            if not _signal(pid, signal.SIGSTOP):
+            if not job.signal_pid(pid, signal.SIGSTOP):
                 return None
             ep.stopped.add(pid)
 
             def cont():
-                _signal(pid, signal.SIGCONT)
+                job.signal_pid(pid, signal.SIGCONT)
                 ep.stopped.discard(pid)
             self.later(dur, cont)
             return f"SIGSTOP {what} pid {pid} for {dur}s"
@@ -351,20 +169,20 @@ class Harness:
             if not w:
                 return None
             if kind == "worker_kill":
-                return f"SIGKILL worker pid {w[0]} of {w[1]}" if _signal(w[0], signal.SIGKILL) else None
+                return f"SIGKILL worker pid {w[0]} of {w[1]}" if job.signal_pid(w[0], signal.SIGKILL) else None
             return stop_for(w[0], f"worker of {w[1]}")
         if kind in ("agent_kill", "agent_stop"):
             a = choose(non_host)
             if not a:
                 return None
             if kind == "agent_kill":
-                return f"SIGKILL agent {a.name}" if _signal(a.proc.pid, signal.SIGKILL) else None
+                return f"SIGKILL agent {a.name}" if job.signal_pid(a.proc.pid, signal.SIGKILL) else None
             return stop_for(a.proc.pid, f"agent {a.name}")
         if kind in ("store_host_kill", "store_host_stop"):
             if not host:
                 return None
             if kind == "store_host_kill":
-                return f"SIGKILL store host {host.name}" if _signal(host.proc.pid, signal.SIGKILL) else None
+                return f"SIGKILL store host {host.name}" if job.signal_pid(host.proc.pid, signal.SIGKILL) else None
             return stop_for(host.proc.pid, f"store host {host.name}")
         if kind == "link_cut":
             a = choose(live)
@@ -386,7 +204,7 @@ class Harness:
             a = choose(live)
             if not a:
                 return None
-            local = pick % NPROC
+            local = pick % job.NPROC
             open(os.path.join(ep.dir, "ctl", f"node{a.slot}.local{local}.{kind}"), "w").close()
             return f"{kind} on {a.name} local rank {local}"
         if kind == "stranger":
@@ -468,9 +286,9 @@ class Harness:
                 self.violation("hang", fault, "agents still running "
                                f"{[a.name for a in ep.live()]} {END_BOUND}s after SIGTERM", schedule)
                 for a in ep.live():
-                    _signal(a.proc.pid, signal.SIGKILL)
+                    job.signal_pid(a.proc.pid, signal.SIGKILL)
         for pid in list(ep.stopped):
-            _signal(pid, signal.SIGCONT)
+            job.signal_pid(pid, signal.SIGCONT)
         for a in ep.all_agents:
             a.proc.wait()
             a.reader.join(timeout=5)
@@ -506,7 +324,7 @@ class Harness:
                     + inv.leftover_files(tmpdirs, kept))
             self.violation("leftover", fault, "; ".join(left[:10]), schedule)
             for entry in inv.leftover_processes(ep.tag, daemon_tag):
-                _signal(int(entry.split()[1].rstrip(":")), signal.SIGKILL)
+                job.signal_pid(int(entry.split()[1].rstrip(":")), signal.SIGKILL)
         for a in ep.all_agents:
             top = self.usage_max.get(a.name)
             if top and (top[0] > BOUNDS["rss_kib"] or top[1] > BOUNDS["fds"] or top[2] > BOUNDS["threads"]):
@@ -545,7 +363,7 @@ class Harness:
             nxt = fault["index"] + 1
             if nxt < len(schedule) and schedule[nxt]["overlap"]:
                 continue  # the next fault lands while this one is still being recovered from
-            bound = max(recovery_bound(f) for _, f in pending)
+            bound = max(recovery_bound(f, self.hang_timeout) for _, f in pending)
             since = max(e["at"] for e, _ in pending) + min(f["duration"] if f["type"] in (
                 "worker_stop", "agent_stop", "store_host_stop", "link_cut", "console_stall")
                 else 0 for _, f in pending) + 0.5
@@ -584,7 +402,7 @@ def summarize(h, schedule, elapsed):
             "nodes": h.nodes, "episodes": len(h.episodes), "seconds": round(elapsed, 1),
             "notes": h.notes, "violations": h.violations, "by_type": by_type,
             "exit_codes": {str(c): h.exit_codes.count(c) for c in sorted(set(h.exit_codes), key=str)},
-            "bounds": {"recovery_s": {t: recovery_bound({"type": t, "duration": 6.0})
+            "bounds": {"recovery_s": {t: recovery_bound({"type": t, "duration": 6.0}, h.hang_timeout)
                                       for t in sorted(by_type)}, **BOUNDS},
             "max_usage": {"rss_kib": max((u[0] for u in h.usage_max.values()), default=0),
                           "fds": max((u[1] for u in h.usage_max.values()), default=0),
@@ -592,7 +410,6 @@ def summarize(h, schedule, elapsed):
 
 
 def main():
-    global HANG_TIMEOUT
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--build", help="a build directory (its bin/ddprun)")
     p.add_argument("--ddprun", help="the ddprun binary (instead of --build)")
@@ -610,7 +427,7 @@ def main():
     p.add_argument("--launcher", choices=["ddprun", "torchrun"], default="ddprun",
                    help="torchrun: the same job and schedule under torchrun 2.15 (c10d only)")
     p.add_argument("--preload", choices=["auto", "on", "off"], default="auto",
-                   help=f"ddprun --preload {PRELOAD} (auto: when this ddprun has it)")
+                   help=f"ddprun --preload {job.PRELOAD} (auto: when this ddprun has it)")
     p.add_argument("--hang-timeout", type=float,
                    help="ddprun --hang-timeout (default 20, or the replay's)")
     args = p.parse_args()
@@ -631,9 +448,8 @@ def main():
             p.error(f"{args.replay} is a {doc['mode']} schedule (--mode {doc['mode']})")
     args.nodes = 4 if args.nodes is None else args.nodes
     args.hang_timeout = 20.0 if args.hang_timeout is None else args.hang_timeout
-    if args.nodes < INITIAL_NODES or args.nodes > 8:
-        p.error(f"--nodes must be {INITIAL_NODES}..8")
-    HANG_TIMEOUT = args.hang_timeout
+    if args.nodes < job.INITIAL_NODES or args.nodes > 8:
+        p.error(f"--nodes must be {job.INITIAL_NODES}..8")
     if not args.ddprun:
         if not args.build:
             p.error("--build DIR or --ddprun PATH is required")
