@@ -401,6 +401,8 @@ def summarize(h, schedule, elapsed):
             "launcher": h.launcher, "preload": bool(h.preload),
             "nodes": h.nodes, "episodes": len(h.episodes), "seconds": round(elapsed, 1),
             "notes": h.notes, "violations": h.violations, "by_type": by_type,
+            "results": [{k: r[k] for k in ("index", "type", "did", "episode", "outcome", "ttr")}
+                        for r in h.results],
             "exit_codes": {str(c): h.exit_codes.count(c) for c in sorted(set(h.exit_codes), key=str)},
             "bounds": {"recovery_s": {t: recovery_bound({"type": t, "duration": 6.0}, h.hang_timeout)
                                       for t in sorted(by_type)}, **BOUNDS},

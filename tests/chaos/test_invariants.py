@@ -4,6 +4,7 @@
 the evidence of real findings, so that a check that cannot fail is caught without a 3-minute job:
 the 69-vs-74 end (docs/reliability.md), a lost node's writer after a re-form, a kept stacks
 directory, the per-type table."""
+import glob
 import json
 import os
 import sys
@@ -124,11 +125,13 @@ class Schedules(unittest.TestCase):
         self.assertNotEqual(sched.generate(26, 26, types), sched.generate(27, 26, types))
 
     def test_every_replay_file_loads(self):
+        # schedules/open/: violations found and not yet fixed (chaos.slice does not replay them).
         here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "schedules")
-        names = sorted(os.listdir(here))
+        names = sorted(glob.glob(os.path.join(here, "*.json")) +
+                       glob.glob(os.path.join(here, "open", "*.json")))
         self.assertTrue(names)
         for name in names:
-            doc = sched.load(os.path.join(here, name))
+            doc = sched.load(name)
             self.assertIn(doc["mode"], ("c10d", "etcd"), name)
             self.assertTrue(doc["faults"], name)
 
