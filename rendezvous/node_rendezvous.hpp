@@ -74,6 +74,10 @@ struct RendezvousResult {
   Assignment assignment;   // every node, in node-rank order
   int restarts_used = -1;  // the job's budgets as published for this round (-1: none were)
   int rescales_used = -1;
+  // The workers' store of this round when the rendezvous chose it (--rdzv_backend etcd: node 0
+  // hosts one per attempt); port 0: the job's store as configured.
+  std::string master_addr{};
+  int master_port = 0;
 };
 
 // Join failed: timed out (the message says who arrived and who did not) or was refused.

@@ -25,7 +25,13 @@ inline const std::set<std::string>& known_rdzv_conf_keys() {
                                            "max_rescales",
                                            "node_failure_limit",
                                            "admit",
-                                           "spares"};
+                                           "spares",
+                                           "etcd_prefix",
+                                           "etcd_cacert",
+                                           "etcd_cert",
+                                           "etcd_key",
+                                           "etcd_user",
+                                           "etcd_password"};
   return kKeys;
 }
 

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
 #include "launcher/health/status_beacon.hpp"
+#include "rendezvous/json_text.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -59,7 +60,7 @@ std::unique_ptr<StatusBeacon> StatusBeacon::write(const std::string& dir,
   const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::trunc);
-    out << j.dump() << '\n';
+    out << dump_json(j) << '\n';
     if (!out.flush()) {
       ::unlink(tmp.c_str());
       return nullptr;

@@ -8,10 +8,12 @@
 #include <cstring>
 #include <fstream>
 #include <set>
+#include <stdexcept>
 
 #include "launcher/common/exit_codes.hpp"
 #include "launcher/config/rdzv_conf_keys.hpp"
 #include "launcher/config/value_parsers.hpp"
+#include "rendezvous/etcd/etcd_client.hpp"
 
 namespace ddp::launcher {
 
@@ -43,7 +45,13 @@ Result<std::string> read_token_file(const std::string& path) {
 
 }  // namespace
 
-bool needs_rendezvous(const LaunchConfig& c) { return c.multi_node() || c.rdzv_backend == "c10d"; }
+bool is_etcd_backend(const std::string& backend) {
+  return backend == "etcd" || backend == "etcd-v2";
+}
+
+bool needs_rendezvous(const LaunchConfig& c) {
+  return c.multi_node() || c.rdzv_backend == "c10d" || is_etcd_backend(c.rdzv_backend);
+}
 
 std::string listen_address_for(const std::string& master_addr) {
   if (master_addr == "localhost") return "127.0.0.1";
@@ -60,7 +68,8 @@ rdzv::AgreedSettings settings_that_must_agree(const LaunchConfig& c, const Multi
   return {{"--max_restarts", std::to_string(c.max_restarts)},
           {"--role", c.role},
           {"--nnodes", fmt::format("{}:{}", s.min_nodes, s.max_nodes)},
-          {"--rdzv_backend", c.rdzv_backend},
+          // etcd and etcd-v2 are one backend under torchrun's two names.
+          {"--rdzv_backend", is_etcd_backend(c.rdzv_backend) ? "etcd" : c.rdzv_backend},
           {"--rdzv_conf join_timeout", seconds(s.join_timeout)},
           {"--rdzv_conf last_call_timeout", seconds(s.last_call_timeout)},
           {"--rdzv_conf read_timeout", seconds(s.read_timeout)},
@@ -70,6 +79,12 @@ rdzv::AgreedSettings settings_that_must_agree(const LaunchConfig& c, const Multi
 }
 
 Result<Ok> apply_rdzv_endpoint(LaunchConfig& c) {
+  if (is_etcd_backend(c.rdzv_backend) && c.rdzv_endpoint.empty()) {
+    return Error{exit_codes::kUsage,
+                 fmt::format("--rdzv_backend={} needs --rdzv_endpoint=HOST:PORT[,HOST:PORT...] "
+                             "(the etcd members)",
+                             c.rdzv_backend)};
+  }
   if (c.rdzv_backend != "c10d") return Ok{};
   if (c.rdzv_endpoint.empty()) {
     return Error{exit_codes::kUsage, "--rdzv_backend=c10d needs --rdzv_endpoint=HOST:PORT"};
@@ -89,6 +104,8 @@ StorePlan plan_store(const LaunchConfig& c) {
   if (c.rdzv_backend == "c10d") {
     // The agent on the endpoint's host serves; binding the exact address decides who that is.
     plan.role = StoreRole::TryHost;
+  } else if (is_etcd_backend(c.rdzv_backend)) {
+    plan.role = StoreRole::Client;  // no job-wide store: a round's node 0 hosts the workers'
   } else if (c.multi_node() && c.node_rank != 0) {
     plan.role = StoreRole::Client;
   }
@@ -102,7 +119,20 @@ Result<MultiNodeSettings> multinode_settings(const LaunchConfig& c,
                                              const std::string& node_name) {
   auto usage = [](std::string m) { return Error{exit_codes::kUsage, std::move(m)}; };
   MultiNodeSettings s;
-  s.dynamic = c.rdzv_backend == "c10d";
+  s.etcd.on = is_etcd_backend(c.rdzv_backend);
+  s.dynamic = c.rdzv_backend == "c10d" || s.etcd.on;
+  if (s.etcd.on) {
+    try {  // every member's address, before any node waits on them
+      (void)rdzv::etcd::parse_endpoints(c.rdzv_endpoint);
+    } catch (const std::invalid_argument& e) {
+      return usage(fmt::format("--rdzv_endpoint: {} (the etcd members: HOST:PORT[,HOST:PORT...])",
+                               e.what()));
+    }
+    s.etcd.endpoints = c.rdzv_endpoint;
+    s.etcd.store_address = c.local_addr.empty() ? node_name : c.local_addr;
+    s.etcd.store_bind = listen_address_for(s.etcd.store_address);
+    s.etcd.store_port = c.master_port;
+  }
   s.run_id = c.run_id;
   s.min_nodes = c.nnodes.min;
   s.max_nodes = c.nnodes.max;
@@ -122,7 +152,7 @@ Result<MultiNodeSettings> multinode_settings(const LaunchConfig& c,
           "--rdzv_conf: unknown key '{}' (known: join_timeout, "
           "last_call_timeout, close_timeout, read_timeout, token, token_file, "
           "heartbeat_interval, heartbeat_timeout, store_bind, refused_timeout, max_rescales, "
-          "node_failure_limit, admit, spares)",
+          "node_failure_limit, admit, spares, etcd_prefix)",
           key));
     }
     if (key == "token") {
@@ -137,8 +167,24 @@ Result<MultiNodeSettings> multinode_settings(const LaunchConfig& c,
       s.token = *token;
       continue;
     }
-    if (key == "is_host") continue;     // torchrun's hint; ddprun decides by binding the endpoint
-    if (key == "store_bind") continue;  // read by plan_store
+    if (key == "is_host") continue;  // torchrun's hint; ddprun decides by binding the endpoint
+    if (key == "store_bind") {       // read by plan_store; on etcd, where node 0 serves
+      s.etcd.store_bind = value;
+      continue;
+    }
+    if (key == "etcd_prefix") {
+      if (value.empty() || value.front() != '/')
+        return usage(fmt::format("--rdzv_conf etcd_prefix: '{}' must start with '/'", value));
+      s.etcd.prefix = value;
+      continue;
+    }
+    if (key == "etcd_cacert" || key == "etcd_cert" || key == "etcd_key" || key == "etcd_user" ||
+        key == "etcd_password") {
+      return usage(fmt::format(
+          "--rdzv_conf {}: TLS and user authentication to etcd are not supported by this ddprun "
+          "yet (reach etcd over plain http://, e.g. through a local TLS proxy)",
+          key));
+    }
     if (key == "max_rescales") {
       auto n = parse_integer("--rdzv_conf max_rescales", value, 0, 1'000'000);
       if (!n) return n.error();

@@ -38,8 +38,20 @@ struct StorePlan {
   int port = 0;                            // 0: the kernel picks (single node only)
 };
 
-/// The rendezvous settings of a multi-node job (--nnodes > 1 or c10d).
+/// --rdzv_backend etcd (or etcd-v2): where the cluster is and where this node's agent serves
+/// the workers' store when it is a round's node 0.
+struct EtcdBackend {
+  bool on = false;
+  std::string endpoints;           // --rdzv_endpoint: host:port[,host:port...]
+  std::string prefix = "/ddprun";  // --rdzv_conf etcd_prefix
+  std::string store_address;       // what the other nodes' workers connect to (--local_addr)
+  std::string store_bind;          // --rdzv_conf store_bind, else store_address
+  int store_port = 0;              // --master_port when given, else a free one
+};
+
+/// The rendezvous settings of a multi-node job (--nnodes > 1, c10d or etcd).
 struct MultiNodeSettings {
+  EtcdBackend etcd;
   bool dynamic = false;  // c10d: node ranks on arrival
   std::string run_id;
   std::string token;
@@ -78,7 +90,10 @@ struct MultiNodeSettings {
 rdzv::AgreedSettings settings_that_must_agree(const LaunchConfig& config,
                                               const MultiNodeSettings& settings);
 
-/// True when the job needs the multi-node rendezvous (several nodes, or c10d even for 1:1).
+/// --rdzv_backend etcd or etcd-v2 (torchrun's names; ddprun speaks etcd's v3 API for both).
+bool is_etcd_backend(const std::string& backend);
+
+/// True when the job needs the multi-node rendezvous (several nodes, or c10d/etcd even for 1:1).
 bool needs_rendezvous(const LaunchConfig& config);
 
 /// The address a store host listens on: the one it was given (a host name is resolved by the

@@ -17,6 +17,7 @@
 
 #include "launcher/common/exit_codes.hpp"
 #include "launcher/process/zygote_script.hpp"
+#include "rendezvous/json_text.hpp"
 
 namespace ddp::launcher {
 namespace {
@@ -154,7 +155,7 @@ Result<StartedProcess> Zygote::fork_worker(const SpawnRequest& request,
                                   {"env", request.envp},          {"cwd", current_directory()},
                                   {"umask", read_umask()},        {"parent", ::getpid()},
                                   {"cpus", request.cpu_affinity}, {"fds", names}};
-  const bool sent = send_to_zygote(socket_fd_, message.dump(), fds);
+  const bool sent = send_to_zygote(socket_fd_, dump_json(message), fds);
   const int send_errno = errno;
   ::close(report[1]);
   auto fail = [&](std::string why) -> Result<StartedProcess> {

@@ -3,7 +3,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cctype>
+#include <cstdint>
 #include <nlohmann/json.hpp>
 
 #include "launcher/common/exit_codes.hpp"
@@ -96,6 +98,49 @@ std::vector<std::string> zygote_argv(const PythonInvocation& workers, int socket
 
 bool zygote_can_serve(const PythonInvocation& zygote, const PythonInvocation& worker) {
   return zygote.interpreter == worker.interpreter;
+}
+
+namespace {
+
+bool is_utf8(const std::string& text) {
+  const auto* p = reinterpret_cast<const unsigned char*>(text.data());
+  const auto* end = p + text.size();
+  while (p < end) {
+    const unsigned char c = *p;
+    size_t more = 0;
+    uint32_t cp = 0;
+    if (c < 0x80) {
+      ++p;
+      continue;
+    } else if ((c & 0xE0) == 0xC0) {
+      more = 1;
+      cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      more = 2;
+      cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      more = 3;
+      cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (static_cast<size_t>(end - p) <= more) return false;
+    for (size_t i = 1; i <= more; ++i) {
+      if ((p[i] & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (p[i] & 0x3F);
+    }
+    // Overlong forms, surrogates and past U+10FFFF are not UTF-8.
+    static constexpr uint32_t kSmallest[] = {0, 0x80, 0x800, 0x10000};
+    if (cp < kSmallest[more] || (cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF) return false;
+    p += more + 1;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool all_utf8(const std::vector<std::string>& strings) {
+  return std::all_of(strings.begin(), strings.end(), is_utf8);
 }
 
 EnvMap common_environment(const std::vector<EnvMap>& per_rank) {

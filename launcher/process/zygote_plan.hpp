@@ -38,6 +38,10 @@ std::vector<std::string> zygote_argv(const PythonInvocation& workers, int socket
 /// same flags (they are fixed when an interpreter starts).
 bool zygote_can_serve(const PythonInvocation& zygote, const PythonInvocation& worker);
 
+/// True when every string is valid UTF-8. The request to the zygote is JSON, which carries text:
+/// a worker whose argv or environment holds other bytes is exec'd, which passes them unchanged.
+bool all_utf8(const std::vector<std::string>& strings);
+
 /// The zygote's environment: the variables every local rank gets with the same value (ddprun's
 /// OMP_NUM_THREADS=1 included), so that a module reading the environment at import (OpenBLAS
 /// sizing its thread pool) sees what the workers would; per-rank ones are set after the fork.

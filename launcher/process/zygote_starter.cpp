@@ -28,7 +28,8 @@ bool ZygoteStarter::respawn() {
 
 std::optional<Result<StartedProcess>> ZygoteStarter::start(const SpawnRequest& request) {
   auto program = parse_python_invocation(request.argv);
-  const bool can_serve = program && zygote_can_serve(setup_.workers, *program);
+  const bool can_serve = program && zygote_can_serve(setup_.workers, *program) &&
+                         all_utf8(request.argv) && all_utf8(request.envp);
   switch (choose_worker_start(enabled_, zygote_ != nullptr, can_serve)) {
     case WorkerStart::Exec:
       return std::nullopt;

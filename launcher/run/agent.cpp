@@ -337,6 +337,10 @@ void Agent::start_worker(Worker& w, int attempt) {
   }
   streams->on_line(health_->output_hook(r));
   WorkerSlot slot{r, attempt, setup_.master_port, w.outcome.error_file};
+  if (round_ && round_->master_port > 0) {  // etcd: this round's node 0 serves the workers
+    slot.master_addr = round_->master_addr;
+    slot.master_port = round_->master_port;
+  }
   if (proxy_) {
     if (auto why = proxy_->refusal()) {
       say(

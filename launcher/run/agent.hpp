@@ -143,6 +143,8 @@ class Agent {
   /// This node waits as a pending node or a spare (during its join).
   void on_waiting(const std::string& role);
   void on_barrier(const JobRendezvous::BarrierResult& result);
+  /// The Agent's handlers for the rendezvous's news (stop, loss, pending nodes, progress).
+  JobRendezvous::Events rendezvous_events();
   /// Offers a cause for the end of the attempt (see run_end.hpp); true when it stands.
   bool end_with(RunEnd cause);
   /// Elastic: a lost node of the current round that the job may survive; false when the loss

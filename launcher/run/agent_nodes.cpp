@@ -9,6 +9,7 @@
 #include <algorithm>
 
 #include "launcher/common/exit_codes.hpp"
+#include "launcher/multinode/etcd_session.hpp"
 #include "launcher/multinode/node_session.hpp"
 #include "launcher/run/agent.hpp"
 #include "launcher/run/agent_events.hpp"
@@ -39,7 +40,10 @@ Result<Ok> Agent::open_store() {
       // TryHost: the endpoint belongs to another node, or its agent already serves it.
     }
   }
-  if (setup_.config.store_proxy && setup_.config.use_agent_store && setup_.master_port != 0) {
+  // On etcd the workers' store moves with each round's node 0: no proxy in front of it (yet).
+  const bool on_etcd = setup_.multinode && setup_.multinode->etcd.on;
+  if (setup_.config.store_proxy && setup_.config.use_agent_store && setup_.master_port != 0 &&
+      !on_etcd) {
     try {
       proxy_ = std::make_unique<NodeStoreProxy>(plan.connect_host,
                                                 static_cast<std::uint16_t>(setup_.master_port),
@@ -49,11 +53,29 @@ Result<Ok> Agent::open_store() {
     }
   }
   if (!setup_.multinode) return Ok{};
+  if (setup_.multinode->etcd.on && !make_rendezvous_) {
+    // The job's state is in etcd; the workers' store is per attempt (node 0 of each round).
+    session_ = std::make_unique<EtcdSession>(io_, *setup_.multinode, rendezvous_events());
+    return Ok{};
+  }
   if (setup_.master_port == 0) {
     return Error{exit_codes::kUsage,
                  "--master_port 0 only works on the node that hosts the store; "
                  "give the other nodes the port it chose"};
   }
+  if (make_rendezvous_) {
+    session_ = make_rendezvous_(io_, rendezvous_events());
+    return Ok{};
+  }
+  rdzv::StoreClientOptions client;
+  client.host = plan.connect_host;
+  client.port = static_cast<std::uint16_t>(setup_.master_port);
+  client.timeout = setup_.multinode->read_timeout;
+  session_ = std::make_unique<NodeSession>(io_, *setup_.multinode, client, rendezvous_events());
+  return Ok{};
+}
+
+JobRendezvous::Events Agent::rendezvous_events() {
   JobRendezvous::Events events;
   events.on_stop = [this](const StopReason& reason) { on_job_stop(reason); };
   events.on_lost = [this](const NodeLoss& loss) { on_node_lost(loss); };
@@ -65,16 +87,7 @@ Result<Ok> Agent::open_store() {
   events.on_progress_elsewhere = [this](std::optional<long long> best_step) {
     if (health_) health_->progress_elsewhere(best_step);  // the job-wide hang verdict
   };
-  if (make_rendezvous_) {
-    session_ = make_rendezvous_(io_, std::move(events));
-    return Ok{};
-  }
-  rdzv::StoreClientOptions client;
-  client.host = plan.connect_host;
-  client.port = static_cast<std::uint16_t>(setup_.master_port);
-  client.timeout = setup_.multinode->read_timeout;
-  session_ = std::make_unique<NodeSession>(io_, *setup_.multinode, client, std::move(events));
-  return Ok{};
+  return events;
 }
 
 void Agent::on_joined(int attempt, const JobRendezvous::JoinResult& result) {

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
 #include "launcher/run/failure_report.hpp"
+#include "rendezvous/json_text.hpp"
 
 #include <fmt/format.h>
 
@@ -16,7 +17,7 @@ constexpr const char* kThin = "-------------------------------------------------
 std::string string_field(const nlohmann::json& j, const char* key) {
   auto it = j.find(key);
   if (it == j.end()) return {};
-  return it->is_string() ? it->get<std::string>() : it->dump();
+  return it->is_string() ? it->get<std::string>() : dump_json(*it);
 }
 
 void append_indented(std::string& out, const std::string& text, const char* indent) {
@@ -58,7 +59,7 @@ std::optional<ErrorFileInfo> parse_error_file(const std::string& json_text) {
       info.timestamp = string_field(*extra, "timestamp");
     }
   } else {
-    info.message = message->is_string() ? message->get<std::string>() : message->dump();
+    info.message = message->is_string() ? message->get<std::string>() : dump_json(*message);
   }
   if (info.timestamp.empty()) info.timestamp = string_field(j, "timestamp");
   return info;

@@ -14,15 +14,13 @@
 #include "launcher/output/output_sink.hpp"
 #include "launcher/view/commands.hpp"
 #include "launcher/view/event_report.hpp"
+#include "launcher/view/subcommand.hpp"
 
 namespace ddp::launcher::view {
 
 namespace {
 
-int report_fail(int code, const std::string& line) {
-  write_fully(STDERR_FILENO, fmt::format("ddprun report: {}\n", line));
-  return code;
-}
+int report_fail(int code, const std::string& line) { return subcommand_fail("report", code, line); }
 
 }  // namespace
 
@@ -33,15 +31,7 @@ int run_report(const std::vector<std::string>& args) {
   app.add_option("events", input, "the --events file (JSON lines)")->required();
   app.add_option("-o,--output", output, "write here (default: stdout)");
   app.add_option("--format", format, "html or md")->check(CLI::IsMember({"html", "md"}));
-  try {
-    std::vector<std::string> reversed(args.rbegin(), args.rend());
-    app.parse(reversed);
-  } catch (const CLI::CallForHelp&) {
-    write_fully(STDOUT_FILENO, app.help());
-    return exit_codes::kSuccess;
-  } catch (const CLI::ParseError& e) {
-    return report_fail(exit_codes::kUsage, e.what());
-  }
+  if (auto done = parse_subcommand(app, "report", args)) return *done;
   std::ifstream in(input, std::ios::binary);
   if (!in)
     return report_fail(kReportNoInput,

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
 #include "launcher/view/status_model.hpp"
+#include "rendezvous/json_text.hpp"
 
 #include <fmt/format.h>
 
@@ -23,7 +24,7 @@ std::string joined(const json& list) {
   if (!list.is_array()) return out;
   for (const auto& x : list) {
     if (!out.empty()) out += ", ";
-    out += x.is_string() ? x.get<std::string>() : x.dump();
+    out += x.is_string() ? x.get<std::string>() : dump_json(x);
   }
   return out;
 }
@@ -33,7 +34,7 @@ std::string joined(const json& list) {
 std::string field_text(const json& j, const char* key) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return {};
-  return it->is_string() ? it->get<std::string>() : it->dump();
+  return it->is_string() ? it->get<std::string>() : dump_json(*it);
 }
 
 std::string describe_event(const json& e) {
@@ -80,7 +81,7 @@ std::string describe_event(const json& e) {
     for (const auto& [k, v] : e.items()) {
       if (k == "event" || k == "time" || k == "seq") continue;
       if (!out.empty()) out += ' ';
-      out += k + "=" + (v.is_string() ? v.get<std::string>() : v.dump());
+      out += k + "=" + (v.is_string() ? v.get<std::string>() : dump_json(v));
       if (out.size() > 160) break;
     }
   }

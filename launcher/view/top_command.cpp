@@ -22,6 +22,7 @@
 #include "launcher/output/output_sink.hpp"
 #include "launcher/view/commands.hpp"
 #include "launcher/view/http_get.hpp"
+#include "launcher/view/subcommand.hpp"
 #include "launcher/view/terminal_frame.hpp"
 
 namespace ddp::launcher::view {
@@ -39,10 +40,7 @@ struct Endpoint {
   }
 };
 
-int top_fail(int code, const std::string& line) {
-  write_fully(STDERR_FILENO, fmt::format("ddprun top: {}\n", line));
-  return code;
-}
+int top_fail(int code, const std::string& line) { return subcommand_fail("top", code, line); }
 
 /// HOST:PORT, [V6]:PORT, PORT (loopback), or a URL as the "status endpoint" line prints it.
 std::optional<Endpoint> parse_endpoint(std::string s) {
@@ -244,15 +242,7 @@ int run_top(const std::vector<std::string>& args) {
   app.add_flag("--once", once, "print one frame and exit");
   app.add_option("--interval", interval, "seconds between refreshes")
       ->check(CLI::Range(0.1, 3600.0));
-  try {
-    std::vector<std::string> reversed(args.rbegin(), args.rend());
-    app.parse(reversed);
-  } catch (const CLI::CallForHelp&) {
-    write_fully(STDOUT_FILENO, app.help());
-    return exit_codes::kSuccess;
-  } catch (const CLI::ParseError& e) {
-    return top_fail(exit_codes::kUsage, e.what());
-  }
+  if (auto done = parse_subcommand(app, "top", args)) return *done;
   std::optional<Endpoint> endpoint;
   if (!where.empty()) {
     endpoint = parse_endpoint(where);

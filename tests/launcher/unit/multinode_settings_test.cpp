@@ -2,6 +2,9 @@
 // Where the store lives, how agents meet, and the rendezvous' layout in the worker environment.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <map>
+
 #include "launcher/env/worker_env.hpp"
 #include "launcher/multinode/multinode_settings.hpp"
 #include "launcher/multinode/node_session.hpp"
@@ -138,6 +141,48 @@ TEST_CASE("settings that must agree across nodes, by flag name (issue 8 item 18)
   CHECK(value("--rdzv_conf join_timeout") == "600s");
   CHECK(value("--nproc_per_node") == "(absent)");     // nodes may run different worker counts
   CHECK(value("--rdzv_conf max_rescales") == "100");  // elastic budget: every node counts the same
+}
+
+TEST_CASE("--rdzv_backend etcd: members, key prefix, the workers' store, what is refused") {
+  LaunchConfig c = nodes(2, 0);
+  c.nnodes = {1, 3};
+  c.rdzv_endpoint = "10.0.0.1:2379,10.0.0.2:2379,10.0.0.3";
+  c.local_addr = "10.0.0.7";
+  c.rdzv_conf = {{"etcd_prefix", "/team"}};
+  for (const char* backend : {"etcd", "etcd-v2"}) {  // torchrun's two names, one meaning
+    c.rdzv_backend = backend;
+    auto s = multinode_settings(c, std::nullopt, "host-a");
+    REQUIRE(s);
+    CHECK(s->etcd.on);
+    CHECK(s->dynamic);
+    CHECK(s->etcd.endpoints == c.rdzv_endpoint);
+    CHECK(s->etcd.prefix == "/team");
+    CHECK(s->etcd.store_address == "10.0.0.7");      // what the other nodes' workers connect to
+    CHECK(plan_store(c).role == StoreRole::Client);  // no job-wide store: a round's node 0 serves
+    CHECK(needs_rendezvous(c));
+    const auto& agreed = s->must_agree;
+    CHECK(std::find(agreed.begin(), agreed.end(),
+                    std::pair<std::string, std::string>{"--rdzv_backend", "etcd"}) !=
+          agreed.end());  // the two names agree with each other
+  }
+  auto refused = [&](std::map<std::string, std::string> conf, std::string endpoint,
+                     const std::string& says) {
+    LaunchConfig bad = c;
+    bad.rdzv_conf = std::move(conf);
+    bad.rdzv_endpoint = std::move(endpoint);
+    auto s = multinode_settings(bad, std::nullopt, "h");
+    REQUIRE_FALSE(s);
+    CHECK(s.error().exit_code == 2);
+    CHECK_MESSAGE(s.error().message.find(says) != std::string::npos, s.error().message);
+  };
+  refused({{"etcd_prefix", "team"}}, c.rdzv_endpoint, "must start with '/'");
+  refused({{"etcd_cacert", "/ca.pem"}}, c.rdzv_endpoint, "not supported");
+  refused({{"etcd_user", "root"}}, c.rdzv_endpoint, "not supported");
+  refused({}, "10.0.0.1:2379,:5", "--rdzv_endpoint: ':5' has no host");
+  LaunchConfig none = c;
+  none.rdzv_endpoint.clear();
+  CHECK(apply_rdzv_endpoint(none).error().message.find("needs --rdzv_endpoint") !=
+        std::string::npos);
 }
 
 TEST_CASE("--rdzv_conf max_rescales: a whole number, default 100") {

@@ -70,6 +70,15 @@ TEST_CASE("command lines the zygote cannot reproduce are exec'd") {
   CHECK_FALSE(zygote_can_serve(zygote, *parse_python_invocation({"python3.12", "-u", "a.py"})));
 }
 
+TEST_CASE("a worker whose argv or environment is not UTF-8 is not sent to the zygote") {
+  CHECK(all_utf8({"", "plain", "caf\xc3\xa9", "\xf0\x9f\x98\x80", "X=\xe2\x82\xac"}));
+  CHECK_FALSE(all_utf8({"ok", "h\xff\xfex"}));
+  CHECK_FALSE(all_utf8({"\xc3"}));              // cut short
+  CHECK_FALSE(all_utf8({"\xc0\xaf"}));          // overlong
+  CHECK_FALSE(all_utf8({"\xed\xa0\x80"}));      // a surrogate
+  CHECK_FALSE(all_utf8({"\xf4\x90\x80\x80"}));  // past U+10FFFF
+}
+
 TEST_CASE("when a worker is forked, respawns the zygote first, or is exec'd") {
   CHECK(choose_worker_start(false, true, true) == WorkerStart::Exec);
   CHECK(choose_worker_start(true, true, false) == WorkerStart::Exec);

@@ -1,0 +1,458 @@
+// SPDX-License-Identifier: MIT
+#include "launcher/multinode/etcd_session.hpp"
+
+#include <fmt/format.h>
+#include <boost/asio/post.hpp>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+
+#include "launcher/multinode/node_session.hpp"  // encode_stop_reason / decode_stop_reason
+#include "launcher/run/hosted_store.hpp"
+
+namespace ddp::launcher {
+namespace {
+
+using namespace rdzv::etcd;
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+std::string settings_line(const rdzv::AgreedSettings& agreed) {
+  std::string out;
+  for (const auto& [flag, value] : agreed) out += fmt::format("{}={};", flag, value);
+  return out;
+}
+
+std::optional<std::int64_t> lease_of_alive_key(std::string_view key, std::string_view prefix) {
+  if (key.substr(0, prefix.size()) != prefix) return std::nullopt;
+  const auto hex = key.substr(prefix.size());
+  std::uint64_t v = 0;
+  auto [end, ec] = std::from_chars(hex.data(), hex.data() + hex.size(), v, 16);
+  if (ec != std::errc{} || end != hex.data() + hex.size()) return std::nullopt;
+  return static_cast<std::int64_t>(v);
+}
+
+}  // namespace
+
+EtcdSession::EtcdSession(boost::asio::io_context& agent_io, MultiNodeSettings settings,
+                         Events events)
+    : agent_io_(agent_io),
+      settings_(std::move(settings)),
+      keys_(settings_.etcd.prefix, settings_.run_id),
+      events_(std::move(events)),
+      work_(io_.get_executor()),
+      thread_([this] { io_.run(); }) {}
+
+EtcdSession::~EtcdSession() {
+  cancel_ = true;
+  {
+    std::lock_guard lock(keepalive_mutex_);
+    keepalive_stop_ = true;
+  }
+  keepalive_wake_.notify_all();
+  work_.reset();
+  io_.stop();
+  if (thread_.joinable()) thread_.join();
+  if (keepalive_.joinable()) keepalive_.join();
+  watch_.reset();
+  store_.reset();
+}
+
+bool EtcdSession::detach_if_blocked() {
+  if (!busy_) return false;
+  cancel_ = true;
+  io_.stop();
+  thread_.detach();
+  return true;
+}
+
+void EtcdSession::on_loop(std::function<void()> f) { boost::asio::post(agent_io_, std::move(f)); }
+
+void EtcdSession::report_etcd_lost(const std::string& why) {
+  if (etcd_lost_.exchange(true)) return;
+  // The client's errors already name the members ("etcd at A,B,C did not answer ...").
+  NodeLoss loss{why.find("etcd at ") != std::string::npos
+                    ? fmt::format("lost etcd: {}", why)
+                    : fmt::format("lost etcd at {}: {}", settings_.etcd.endpoints, why),
+                std::nullopt};
+  on_loop([this, loss] { events_.on_lost(loss); });
+}
+
+void EtcdSession::start_lease() {
+  if (lease_ != 0) return;
+  // The lease is this node's heartbeat: etcd deletes its keys once heartbeat_timeout passes
+  // without a keepalive (etcd's own floor is about 2 s).
+  const auto ttl = std::max<std::int64_t>(
+      2, static_cast<std::int64_t>(std::ceil(settings_.heartbeat_timeout.count() / 1000.0)));
+  lease_ = client_->grant_lease(ttl);
+  keepalive_ = std::thread([this] {
+    ClientOptions options = client_->options();
+    options.timeout = std::max(settings_.heartbeat_interval, milliseconds(500));
+    EtcdClient client(options);
+    auto last_ok = Clock::now();
+    std::unique_lock lock(keepalive_mutex_);
+    while (!keepalive_stop_) {
+      lock.unlock();
+      try {
+        if (client.keep_alive(lease_) == 0) {
+          report_etcd_lost(
+              "this node's lease expired (etcd took it for lost; its keepalives were late)");
+          return;
+        }
+        last_ok = Clock::now();
+      } catch (const std::exception& e) {
+        if (Clock::now() - last_ok > settings_.heartbeat_timeout) {
+          report_etcd_lost(
+              fmt::format("no member renewed this node's lease for {:.3g} s; last "
+                          "try: {}",
+                          settings_.heartbeat_timeout.count() / 1000.0, e.what()));
+          return;
+        }
+      }
+      lock.lock();
+      keepalive_wake_.wait_for(lock, settings_.heartbeat_interval,
+                               [this] { return keepalive_stop_; });
+    }
+  });
+}
+
+void EtcdSession::join(int round, const RoundPlan& plan, std::function<void(JoinResult)> done) {
+  boost::asio::post(io_, [this, round, plan, done = std::move(done)] {
+    busy_ = true;
+    JoinResult result;
+    try {
+      result = join_round(round, plan);
+    } catch (const EtcdUnavailable& e) {
+      result = std::string(e.what());
+      report_etcd_lost(e.what());
+    } catch (const std::exception& e) {
+      result = std::string(e.what());
+    }
+    busy_ = false;
+    on_loop([done, result] { done(result); });
+  });
+}
+
+void EtcdSession::stop_round() {
+  watch_.reset();
+  store_.reset();  // every worker of the last attempt is reaped before the next join
+  joined_.reset();
+  std::lock_guard lock(watch_mutex_);
+  done_ranks_.clear();
+  lost_ranks_.clear();
+  stop_seen_ = false;
+}
+
+RoundRecord EtcdSession::form_round(int round, const RoundPlan& plan) {
+  const auto deadline =
+      Clock::now() + (plan.join_timeout.count() > 0 ? plan.join_timeout : settings_.join_timeout);
+  RoundMember me;
+  me.lease = lease_;
+  me.name = settings_.node_name;
+  me.local_world_size = settings_.local_world_size;
+  me.asked_rank = plan.nodes > 0 ? plan.node_rank : settings_.node_rank;
+  me.settings = settings_line(settings_.must_agree);
+  RoundShape shape{settings_.min_nodes, settings_.max_nodes, plan.restarts_used,
+                   plan.rescales_used};
+  if (plan.nodes > 0) shape.min_nodes = shape.max_nodes = plan.nodes;
+  const std::string key = keys_.record(round);
+  const std::string& token = settings_.token;
+  std::optional<Clock::time_point> enough_since;  // when the open round first had min_nodes
+  bool in = false;
+  while (true) {
+    if (cancel_) throw std::runtime_error("the join was cancelled");
+    auto read = client_->range(key);
+    std::optional<RoundRecord> current;
+    std::int64_t mod = 0;
+    if (!read.kvs.empty()) {
+      mod = read.kvs[0].mod_revision;
+      // A value without the job's seal is a stranger's: the round is written over it.
+      if (auto payload = unseal(token, key, read.kvs[0].value)) current = decode_round(*payload);
+    }
+    const Compare same = mod == 0 ? Compare{key, Compare::Target::Create, 0, {}}
+                                  : Compare{key, Compare::Target::Mod, mod, {}};
+    if (!in) {
+      JoinStep step = join_step(current, me, shape);
+      switch (step.kind) {
+        case JoinStep::Kind::Refused:
+          throw rdzv::RendezvousError(fmt::format("refused by round {} of job '{}' on etcd: {}",
+                                                  round, settings_.run_id, step.reason));
+        case JoinStep::Kind::Closed:
+          throw rdzv::RendezvousError(fmt::format(
+              "round {} of job '{}' on etcd formed without this node (late arrivals are not "
+              "admitted on etcd; start every node before the round closes)",
+              round, settings_.run_id));
+        case JoinStep::Kind::Joined:
+          in = true;
+          break;
+        case JoinStep::Kind::Write: {
+          auto t = client_->txn({same}, {put_op(key, seal(token, key, encode_round(step.next))),
+                                         put_op(keys_.alive(round, lease_), "1", lease_)});
+          if (t.succeeded) in = true;
+          continue;  // reread: closed by this write, or raced
+        }
+      }
+    }
+    if (!current) continue;  // a stranger overwrote it: rejoin
+    if (!current->open) return *current;
+    if (static_cast<int>(current->members.size()) >= current->min_nodes && !enough_since)
+      enough_since = Clock::now();
+    const bool last_call_over =
+        enough_since && Clock::now() - *enough_since >= settings_.last_call_timeout;
+    // Any member may close: only live members count (their alive keys are on their leases).
+    const std::string alive_prefix = keys_.alive_prefix(round);
+    std::set<std::int64_t> alive;
+    for (const auto& kv : client_->range(alive_prefix, prefix_end(alive_prefix)).kvs) {
+      if (auto lease = lease_of_alive_key(kv.key, alive_prefix)) alive.insert(*lease);
+    }
+    if (auto closed = close_step(*current, alive, last_call_over)) {
+      (void)client_->txn({same}, {put_op(key, seal(token, key, encode_round(*closed)))});
+      continue;
+    }
+    if (Clock::now() >= deadline) {
+      throw rdzv::RendezvousError(fmt::format(
+          "round {} of job '{}' on etcd did not form in time: {} of {}:{} node(s) arrived", round,
+          settings_.run_id, current->members.size(), current->min_nodes, current->max_nodes));
+    }
+    auto wait = std::min<Clock::duration>(deadline - Clock::now(), std::chrono::seconds(1));
+    if (enough_since && !last_call_over) {
+      wait = std::min<Clock::duration>(wait,
+                                       *enough_since + settings_.last_call_timeout - Clock::now());
+    }
+    (void)client_->wait_for_change(
+        keys_.round(round), prefix_end(keys_.round(round)), read.revision + 1,
+        std::max(std::chrono::duration_cast<milliseconds>(wait), milliseconds(10)));
+  }
+}
+
+void EtcdSession::announce_or_find_store(int round, rdzv::RendezvousResult& joined) {
+  const std::string key = keys_.store(round);
+  if (joined.node_rank == 0) {
+    rdzv::StoreServerOptions options;
+    options.bind_address = settings_.etcd.store_bind;
+    options.port = static_cast<std::uint16_t>(settings_.etcd.store_port);
+    try {
+      store_ = std::make_unique<HostedStore>(options);
+    } catch (const std::exception&) {
+      if (options.port == 0) throw;
+      options.port = 0;  // the configured port is taken (a previous attempt's): any free one
+      store_ = std::make_unique<HostedStore>(options);
+    }
+    joined.master_addr = settings_.etcd.store_address;
+    joined.master_port = store_->port();
+    client_->put(key, seal(settings_.token, key,
+                           fmt::format("{}:{}", joined.master_addr, joined.master_port)));
+    return;
+  }
+  const auto deadline = Clock::now() + settings_.join_timeout;
+  while (!cancel_) {
+    auto read = client_->range(key);
+    if (!read.kvs.empty()) {
+      if (auto payload = unseal(settings_.token, key, read.kvs[0].value)) {
+        const auto colon = payload->rfind(':');
+        int port = 0;
+        if (colon != std::string::npos) {
+          std::from_chars(payload->data() + colon + 1, payload->data() + payload->size(), port);
+        }
+        if (port > 0) {
+          joined.master_addr = payload->substr(0, colon);
+          joined.master_port = port;
+          return;
+        }
+      }
+    }
+    if (Clock::now() >= deadline) break;
+    // Node 0 announces right after the round closed; if it died meanwhile its lease goes and
+    // the next round re-forms without it (this wait is bounded by the join timeout).
+    (void)client_->wait_for_change(key, "", read.revision + 1, settings_.heartbeat_timeout);
+    const std::string alive = keys_.alive(round, joined.assignment.nodes.at(0).seq);
+    if (client_->range(alive).kvs.empty()) {
+      throw rdzv::RendezvousError(
+          fmt::format("node 0 of round {} ({}) was lost before it announced the workers' store",
+                      round, joined.assignment.nodes.at(0).name));
+    }
+  }
+  throw rdzv::RendezvousError(
+      fmt::format("node 0 of round {} never announced the workers' store", round));
+}
+
+rdzv::RendezvousResult EtcdSession::join_round(int round, const RoundPlan& plan) {
+  stop_round();
+  cancel_ = false;
+  if (!client_) {
+    ClientOptions options;
+    options.endpoints = parse_endpoints(settings_.etcd.endpoints);
+    options.timeout = std::min(settings_.read_timeout, settings_.heartbeat_timeout);
+    client_ = std::make_unique<EtcdClient>(options);
+  }
+  start_lease();
+  RoundRecord closed = form_round(round, plan);
+  auto rank = node_rank_of(closed, lease_);
+  if (!rank) {
+    throw rdzv::RendezvousError(fmt::format("round {} of job '{}' on etcd formed without this node",
+                                            round, settings_.run_id));
+  }
+  rdzv::RendezvousResult joined;
+  joined.round = round;
+  joined.node_rank = *rank;
+  joined.assignment = assignment_of(closed);
+  joined.num_nodes = static_cast<int>(closed.members.size());
+  joined.world_size = joined.assignment.world_size;
+  joined.base_rank = joined.assignment.nodes[*rank].base_rank;
+  joined.local_world_size = settings_.local_world_size;
+  joined.restarts_used = closed.restarts_used;
+  joined.rescales_used = closed.rescales_used;
+  // Watch from the round's start: every stop, loss and arrival at the barrier since.
+  const std::int64_t from = client_->range(keys_.record(round)).kvs.at(0).create_revision;
+  start_watch(round, from, closed);
+  announce_or_find_store(round, joined);
+  joined_ = joined;
+  return joined;
+}
+
+void EtcdSession::start_watch(int round, std::int64_t from_revision, const RoundRecord& closed) {
+  const std::string prefix = keys_.round(round);
+  // The watch thread reads only its own copy of the round (the join goes on meanwhile).
+  watch_ = std::make_unique<EtcdWatch>(
+      client_->options(), prefix, prefix_end(prefix), from_revision, settings_.heartbeat_timeout,
+      EtcdWatch::Callbacks{
+          [this, round, closed](const WatchMessage& m) { on_watch(round, closed, m); },
+          [this](const std::string& error) { report_etcd_lost(error); }});
+}
+
+void EtcdSession::on_watch(int round, const RoundRecord& closed, const WatchMessage& message) {
+  const std::string alive_prefix = keys_.alive_prefix(round);
+  const std::string done_prefix = keys_.done_prefix(round);
+  for (const auto& e : message.events) {
+    const std::string& key = e.kv.key;
+    if (e.type == WatchEvent::Type::Put && key == keys_.stop(round)) {
+      auto payload = unseal(settings_.token, key, e.kv.value);
+      if (!payload) continue;  // a stranger's stop is no stop
+      {
+        std::lock_guard lock(watch_mutex_);
+        if (stop_seen_) continue;
+        stop_seen_ = true;
+      }
+      StopReason reason = decode_stop_reason(*payload);
+      on_loop([this, reason] { events_.on_stop(reason); });
+    } else if (e.type == WatchEvent::Type::Put && key.starts_with(done_prefix)) {
+      if (!unseal(settings_.token, key, e.kv.value)) continue;
+      int rank = -1;
+      std::from_chars(key.data() + done_prefix.size(), key.data() + key.size(), rank);
+      std::lock_guard lock(watch_mutex_);
+      done_ranks_.insert(rank);
+    } else if (e.type == WatchEvent::Type::Delete && key.starts_with(alive_prefix)) {
+      auto lease = lease_of_alive_key(key, alive_prefix);
+      if (!lease) continue;
+      if (*lease == lease_) {
+        report_etcd_lost("this node's lease expired (etcd took it for lost)");
+        continue;
+      }
+      auto rank = node_rank_of(closed, *lease);
+      if (!rank) continue;  // not a member of the round as it closed
+      {
+        std::lock_guard lock(watch_mutex_);
+        // A node that finished its workers and left is no loss.
+        if (done_ranks_.count(*rank) || !lost_ranks_.insert(*rank).second) continue;
+      }
+      NodeLoss loss{fmt::format("lost node {} ({}): its etcd lease expired (no heartbeat for "
+                                "{:.3g} s)",
+                                *rank, closed.members.at(*rank).name,
+                                settings_.heartbeat_timeout.count() / 1000.0),
+                    *rank};
+      on_loop([this, loss] { events_.on_lost(loss); });
+    }
+  }
+}
+
+void EtcdSession::broadcast_stop(const StopReason& reason) {
+  boost::asio::post(io_, [this, reason] {
+    if (!joined_ || !client_) return;
+    const std::string key = keys_.stop(joined_->round);
+    const std::string sealed = seal(settings_.token, key, encode_stop_reason(reason));
+    try {
+      // The first valid reason wins: create if absent, or write over a stranger's value.
+      for (int tries = 0; tries < 5; ++tries) {
+        auto read = client_->range(key);
+        std::int64_t stranger = 0;
+        if (!read.kvs.empty()) {
+          if (unseal(settings_.token, key, read.kvs[0].value)) return;  // another reason won
+          stranger = read.kvs[0].mod_revision;
+        }
+        const Compare cmp = stranger == 0 ? Compare{key, Compare::Target::Create, 0, {}}
+                                          : Compare{key, Compare::Target::Mod, stranger, {}};
+        if (client_->txn({cmp}, {put_op(key, sealed)}).succeeded) return;
+      }
+    } catch (const std::exception& e) {
+      report_etcd_lost(e.what());
+    }
+  });
+}
+
+void EtcdSession::exit_barrier(std::function<void(BarrierResult)> done) {
+  cancel_ = false;
+  boost::asio::post(io_, [this, done = std::move(done)] {
+    BarrierResult result = AllNodesDone{};
+    try {
+      if (!joined_ || !client_) throw std::runtime_error("not joined");
+      const int round = joined_->round;
+      const std::string mine = keys_.done(round, joined_->node_rank);
+      client_->put(mine, seal(settings_.token, mine, "1"));
+      const std::string prefix = keys_.round(round);
+      while (!cancel_) {
+        auto read = client_->range(prefix, prefix_end(prefix));
+        std::set<int> finished;
+        std::optional<std::string> stop;
+        const std::string done_prefix = keys_.done_prefix(round);
+        for (const auto& kv : read.kvs) {
+          if (kv.key == keys_.stop(round)) {
+            stop = unseal(settings_.token, kv.key, kv.value);
+          } else if (kv.key.starts_with(done_prefix) && unseal(settings_.token, kv.key, kv.value)) {
+            int rank = -1;
+            std::from_chars(kv.key.data() + done_prefix.size(), kv.key.data() + kv.key.size(),
+                            rank);
+            finished.insert(rank);
+          }
+        }
+        if (stop) {
+          result = decode_stop_reason(*stop);
+          break;
+        }
+        if (static_cast<int>(finished.size()) >= joined_->num_nodes) break;
+        (void)client_->wait_for_change(prefix, prefix_end(prefix), read.revision + 1,
+                                       settings_.heartbeat_interval);
+      }
+    } catch (const std::exception& e) {
+      result = NodeLoss{fmt::format("lost etcd at {} during the exit barrier: {}",
+                                    settings_.etcd.endpoints, e.what()),
+                        std::nullopt};
+    }
+    on_loop([done, result] { done(result); });
+  });
+}
+
+void EtcdSession::leave(bool /*wait_for_others*/, std::function<void()> then) {
+  cancel_ = false;
+  boost::asio::post(io_, [this, then = std::move(then)] {
+    // Nobody needs to wait for this node: the outcome is in etcd, not in its store.
+    watch_.reset();
+    {
+      std::lock_guard lock(keepalive_mutex_);
+      keepalive_stop_ = true;
+    }
+    keepalive_wake_.notify_all();
+    if (keepalive_.joinable()) keepalive_.join();
+    if (client_ && lease_ != 0) {
+      try {
+        client_->revoke_lease(lease_);
+      } catch (const std::exception&) {
+        // Best effort: the lease expires by itself.
+      }
+    }
+    store_.reset();
+    on_loop(then);
+  });
+}
+
+}  // namespace ddp::launcher

@@ -1,0 +1,93 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+/// EtcdSession: this agent's side of a job on etcd (--rdzv_backend etcd): the JobRendezvous
+/// seam over an etcd v3 cluster instead of ddprun's own store. The job's durable state (rounds,
+/// stop reasons, the exit barrier) lives in etcd; this node's liveness is an etcd lease that
+/// keepalives renew; the other nodes' losses arrive through a watch on the round's keys. Every
+/// decision two agents could race on is one txn on the round record or the stop key
+/// (rendezvous/etcd/etcd_round.hpp), so there is never a second winner. The workers' store is
+/// per attempt: the round's node 0 hosts it and announces it in etcd.
+///
+/// Threads: blocking etcd calls run on one rendezvous thread (as NodeSession's); keepalives on
+/// one more; the watch on its own. Results and events are posted to the agent's loop.
+
+#include <atomic>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "launcher/multinode/job_rendezvous.hpp"
+#include "launcher/multinode/multinode_settings.hpp"
+#include "rendezvous/etcd/etcd_client.hpp"
+#include "rendezvous/etcd/etcd_round.hpp"
+
+namespace ddp::launcher {
+
+class HostedStore;
+
+class EtcdSession final : public JobRendezvous {
+ public:
+  EtcdSession(boost::asio::io_context& agent_io, MultiNodeSettings settings, Events events);
+  ~EtcdSession() override;
+  EtcdSession(const EtcdSession&) = delete;
+  EtcdSession& operator=(const EtcdSession&) = delete;
+
+  bool busy() const override { return busy_; }
+  void cancel_waits() override { cancel_ = true; }
+  void join(int round, const RoundPlan& plan, std::function<void(JoinResult)> done) override;
+  void broadcast_stop(const StopReason& reason) override;
+  /// Late arrivals are not admitted on etcd yet: nothing to answer.
+  void answer_pending(const PendingAnswer&) override {}
+  void exit_barrier(std::function<void(BarrierResult)> done) override;
+  void leave(bool wait_for_others, std::function<void()> then) override;
+  bool detach_if_blocked() override;
+
+ private:
+  void on_loop(std::function<void()> f);
+  void report_etcd_lost(const std::string& why);
+  // Rendezvous thread:
+  rdzv::RendezvousResult join_round(int round, const RoundPlan& plan);
+  rdzv::etcd::RoundRecord form_round(int round, const RoundPlan& plan);
+  void announce_or_find_store(int round, rdzv::RendezvousResult& joined);
+  void start_lease();
+  void start_watch(int round, std::int64_t from_revision, const rdzv::etcd::RoundRecord& closed);
+  void stop_round();
+  // Watch thread:
+  void on_watch(int round, const rdzv::etcd::RoundRecord& closed,
+                const rdzv::etcd::WatchMessage& message);
+
+  boost::asio::io_context& agent_io_;
+  MultiNodeSettings settings_;
+  rdzv::etcd::JobKeys keys_;
+  Events events_;
+  boost::asio::io_context io_{1};
+  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_;
+  // Rendezvous thread only:
+  std::unique_ptr<rdzv::etcd::EtcdClient> client_;
+  std::unique_ptr<HostedStore> store_;  // the workers' store of this attempt (node 0)
+  std::unique_ptr<rdzv::etcd::EtcdWatch> watch_;
+  std::optional<rdzv::RendezvousResult> joined_;
+  // Keepalives (their own thread and client):
+  std::int64_t lease_ = 0;
+  std::thread keepalive_;
+  std::mutex keepalive_mutex_;
+  std::condition_variable keepalive_wake_;
+  bool keepalive_stop_ = false;
+  std::atomic<bool> etcd_lost_{false};  // reported once
+  // Shared with the watch thread (under watch_mutex_):
+  std::mutex watch_mutex_;
+  std::set<int> done_ranks_;
+  std::set<int> lost_ranks_;
+  bool stop_seen_ = false;
+  std::atomic<bool> busy_{false};
+  std::atomic<bool> cancel_{false};
+  std::thread thread_;
+};
+
+}  // namespace ddp::launcher

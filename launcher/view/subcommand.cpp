@@ -1,0 +1,33 @@
+// SPDX-License-Identifier: MIT
+#include "launcher/view/subcommand.hpp"
+
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include "launcher/common/exit_codes.hpp"
+#include "launcher/output/output_sink.hpp"
+
+namespace ddp::launcher::view {
+
+int subcommand_fail(std::string_view name, int code, const std::string& line) {
+  write_fully(STDERR_FILENO, fmt::format("ddprun {}: {}\n", name, line));
+  return code;
+}
+
+std::optional<int> parse_subcommand(CLI::App& app, std::string_view name,
+                                    const std::vector<std::string>& args) {
+  try {
+    // CLI11 takes the words last first.
+    std::vector<std::string> reversed(args.rbegin(), args.rend());
+    app.parse(reversed);
+  } catch (const CLI::CallForHelp&) {
+    write_fully(STDOUT_FILENO, app.help());
+    return exit_codes::kSuccess;
+  } catch (const CLI::ParseError& e) {
+    return subcommand_fail(name, exit_codes::kUsage, e.what());
+  }
+  return std::nullopt;
+}
+
+}  // namespace ddp::launcher::view

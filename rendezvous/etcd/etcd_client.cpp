@@ -1,0 +1,395 @@
+#include "rendezvous/etcd/etcd_client.hpp"
+
+#include <fmt/format.h>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <charconv>
+#include <exception>
+#include <optional>
+
+namespace ddp::rdzv::etcd {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using asio::use_awaitable;
+using tcp = asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
+
+// A reply worth trying on another member: it has no leader or could not commit in time.
+bool is_transient(const std::string& error) {
+  for (const char* sign : {"leader", "timed out", "unavailable", "too many requests", "not capable",
+                           "stopped", "connection"}) {
+    if (error.find(sign) != std::string::npos) return true;
+  }
+  return false;
+}
+
+http::request<http::string_body> make_request(const Endpoint& at, const char* path,
+                                              const std::string& body) {
+  http::request<http::string_body> req{http::verb::post, path, 11};
+  req.set(http::field::host, fmt::format("{}:{}", at.host, at.port));
+  req.set(http::field::content_type, "application/json");
+  req.keep_alive(true);
+  req.body() = body;
+  req.prepare_payload();
+  return req;
+}
+
+asio::awaitable<void> connect(beast::tcp_stream& stream, const Endpoint& at) {
+  tcp::resolver resolver(co_await asio::this_coro::executor);
+  auto found = co_await resolver.async_resolve(at.host, std::to_string(at.port), use_awaitable);
+  co_await stream.async_connect(found, use_awaitable);
+  stream.socket().set_option(tcp::no_delay(true));
+}
+
+// Runs `task` on `io` until it ends (or `*stop` turns true: then it returns quietly, the task
+// left for the io_context's destruction); rethrows what it threw.
+void run_blocking(asio::io_context& io, asio::awaitable<void> task,
+                  const std::atomic<bool>* stop = nullptr) {
+  std::exception_ptr failed;
+  bool ended = false;
+  io.restart();
+  asio::co_spawn(io, std::move(task), [&](std::exception_ptr e) {
+    failed = e;
+    ended = true;
+  });
+  if (stop == nullptr) {
+    io.run();
+  } else {
+    while (!ended && !*stop) io.run_for(std::chrono::milliseconds(50));
+    if (!ended) return;
+  }
+  if (!ended) throw EtcdUnavailable("the etcd client's call did not end");
+  if (failed) std::rethrow_exception(failed);
+}
+
+std::string reason_of(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const boost::system::system_error& s) {
+    return s.code() == beast::error::timeout ? std::string("no answer in time")
+                                             : s.code().message();
+  } catch (const std::exception& x) {
+    return x.what();
+  }
+}
+
+// Reads a watch response's stream on `stream` (request already written): every complete message
+// goes to `on_message`, which returns false to end the read.
+asio::awaitable<void> read_watch(beast::tcp_stream& stream, beast::flat_buffer& buffer,
+                                 std::function<bool(const WatchMessage&)> on_message) {
+  http::response_parser<http::string_body> parser;
+  parser.body_limit(boost::none);
+  co_await http::async_read_header(stream, buffer, parser, use_awaitable);
+  if (parser.get().result() != http::status::ok) {
+    throw EtcdProtocolError(
+        fmt::format("etcd answered the watch with HTTP {}", parser.get().result_int()));
+  }
+  WatchFramer framer;
+  bool keep_reading = true;
+  std::exception_ptr failed;
+  auto on_chunk = [&](std::uint64_t, beast::string_view body, beast::error_code&) {
+    try {
+      framer.feed(std::string_view(body.data(), body.size()));
+      while (keep_reading) {
+        auto message = framer.next();
+        if (!message) break;
+        keep_reading = on_message(parse_watch_message(*message));
+      }
+    } catch (...) {
+      failed = std::current_exception();
+      keep_reading = false;
+    }
+    return body.size();
+  };
+  parser.on_chunk_body(on_chunk);  // Beast keeps a reference: on_chunk outlives the reads
+  while (keep_reading && !parser.is_done()) {
+    co_await http::async_read_some(stream, buffer, parser, use_awaitable);
+  }
+  if (failed) std::rethrow_exception(failed);
+  if (keep_reading) throw EtcdUnavailable("etcd ended the watch stream");
+}
+
+}  // namespace
+
+std::vector<Endpoint> parse_endpoints(std::string_view text) {
+  std::vector<Endpoint> out;
+  std::size_t at = 0;
+  while (at <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', at), text.size());
+    std::string_view part = text.substr(at, comma - at);
+    for (std::string_view scheme : {"http://", "https://"}) {
+      if (part.substr(0, scheme.size()) == scheme) {
+        if (scheme == "https://")
+          throw std::invalid_argument(fmt::format(
+              "'{}': TLS to etcd is not supported by this ddprun (use http:// members)", part));
+        part.remove_prefix(scheme.size());
+      }
+    }
+    if (part.empty()) throw std::invalid_argument(fmt::format("'{}' has an empty member", text));
+    Endpoint e;
+    const std::size_t colon = part.rfind(':');
+    if (colon == std::string_view::npos) {
+      e.host = std::string(part);
+    } else {
+      e.host = std::string(part.substr(0, colon));
+      unsigned port = 0;
+      auto digits = part.substr(colon + 1);
+      auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), port);
+      if (ec != std::errc{} || end != digits.data() + digits.size() || port == 0 || port > 65535)
+        throw std::invalid_argument(fmt::format("'{}' has no valid port", part));
+      e.port = static_cast<std::uint16_t>(port);
+    }
+    if (e.host.empty()) throw std::invalid_argument(fmt::format("'{}' has no host", part));
+    out.push_back(std::move(e));
+    at = comma + 1;
+  }
+  return out;
+}
+
+std::string describe(const std::vector<Endpoint>& endpoints) {
+  std::string out;
+  for (const auto& e : endpoints) {
+    if (!out.empty()) out += ',';
+    out += fmt::format("{}:{}", e.host, e.port);
+  }
+  return out;
+}
+
+struct EtcdClient::Connection {
+  explicit Connection(asio::io_context& io) : stream(io) {}
+  beast::tcp_stream stream;
+  beast::flat_buffer buffer;
+  bool open = false;
+};
+
+EtcdClient::EtcdClient(ClientOptions options)
+    : options_(std::move(options)), connection_(std::make_unique<Connection>(io_)) {
+  if (options_.endpoints.empty()) throw std::invalid_argument("no etcd endpoint was given");
+}
+
+EtcdClient::~EtcdClient() = default;
+
+std::string EtcdClient::post(const char* path, const std::string& body) {
+  const auto deadline = Clock::now() + options_.timeout;
+  const std::size_t members = options_.endpoints.size();
+  std::string last_error = "no member was tried";
+  // Each member gets a share of the deadline, so that one that hangs (cut off from the leader)
+  // leaves time for the others; a round over every member is followed by a short pause.
+  const auto share =
+      std::max<Clock::duration>(options_.timeout / (members + 1), std::chrono::milliseconds(500));
+  for (std::size_t tries = 0; Clock::now() < deadline; ++tries) {
+    if (tries > 0 && tries % members == 0) {
+      asio::steady_timer pause(io_, std::chrono::milliseconds(100));
+      io_.restart();
+      pause.async_wait([](auto) {});
+      io_.run();
+    }
+    const Endpoint& at = options_.endpoints[current_ % members];
+    const auto budget = std::min<Clock::duration>(share, deadline - Clock::now());
+    if (budget <= Clock::duration::zero()) break;
+    std::string reply;
+    unsigned status = 0;
+    auto& c = *connection_;
+    auto call = [&]() -> asio::awaitable<void> {
+      c.stream.expires_after(budget);
+      if (!c.open) {
+        co_await connect(c.stream, at);
+        c.open = true;
+      }
+      auto req = make_request(at, path, body);
+      co_await http::async_write(c.stream, req, use_awaitable);
+      http::response<http::string_body> res;
+      co_await http::async_read(c.stream, c.buffer, res, use_awaitable);
+      status = res.result_int();
+      reply = std::move(res.body());
+      if (!res.keep_alive()) c.open = false;
+    };
+    try {
+      run_blocking(io_, call());
+      if (!c.open) {
+        beast::error_code ignored;
+        c.stream.socket().close(ignored);
+      }
+      if (status == 200) return reply;
+      const std::string refused =
+          gateway_error(reply).value_or(fmt::format("HTTP {}: {}", status, reply.substr(0, 200)));
+      if (!is_transient(refused)) throw EtcdProtocolError(refused);
+      last_error = fmt::format("{}:{}: {}", at.host, at.port, refused);
+    } catch (const EtcdProtocolError&) {
+      throw;
+    } catch (...) {
+      last_error = fmt::format("{}:{}: {}", at.host, at.port, reason_of(std::current_exception()));
+      beast::error_code ignored;
+      c.stream.socket().close(ignored);
+      c.open = false;
+      c.buffer.clear();
+    }
+    ++current_;  // the next try (and the next call) starts on another member
+  }
+  throw EtcdUnavailable(fmt::format("etcd at {} did not answer within {:.3g} s ({})",
+                                    describe(options_.endpoints), options_.timeout.count() / 1000.0,
+                                    last_error));
+}
+
+RangeReply EtcdClient::range(const std::string& key, const std::string& range_end) {
+  return parse_range(post("/v3/kv/range", range_request(key, range_end)));
+}
+
+std::int64_t EtcdClient::put(const std::string& key, const std::string& value, std::int64_t lease) {
+  return parse_revision(post("/v3/kv/put", put_request(key, value, lease)));
+}
+
+std::int64_t EtcdClient::erase(const std::string& key, const std::string& range_end) {
+  return parse_revision(post("/v3/kv/deleterange", delete_request(key, range_end)));
+}
+
+TxnReply EtcdClient::txn(const std::vector<Compare>& compares, const std::vector<Op>& success,
+                         const std::vector<Op>& failure) {
+  return parse_txn(post("/v3/kv/txn", txn_request(compares, success, failure)));
+}
+
+std::int64_t EtcdClient::grant_lease(std::int64_t ttl_seconds) {
+  return parse_lease_grant(post("/v3/lease/grant", lease_grant_request(ttl_seconds)));
+}
+
+std::int64_t EtcdClient::keep_alive(std::int64_t lease) {
+  return parse_keepalive(post("/v3/lease/keepalive", lease_id_request(lease)));
+}
+
+void EtcdClient::revoke_lease(std::int64_t lease) {
+  try {
+    (void)post("/v3/lease/revoke", lease_id_request(lease));
+  } catch (const EtcdProtocolError& e) {
+    // Revoking a lease that already expired is no failure.
+    if (std::string(e.what()).find("not found") == std::string::npos) throw;
+  }
+}
+
+std::vector<WatchEvent> EtcdClient::wait_for_change(const std::string& key,
+                                                    const std::string& range_end,
+                                                    std::int64_t start_revision,
+                                                    std::chrono::milliseconds wait) {
+  const auto deadline = Clock::now() + wait;
+  std::vector<WatchEvent> events;
+  std::string last_error;
+  const std::size_t members = options_.endpoints.size();
+  for (std::size_t tries = 0; tries < members && Clock::now() < deadline; ++tries) {
+    const Endpoint& at = options_.endpoints[current_ % members];
+    beast::tcp_stream stream(io_);
+    beast::flat_buffer buffer;
+    bool timed_out_waiting = false;
+    auto call = [&]() -> asio::awaitable<void> {
+      stream.expires_after(std::min<Clock::duration>(options_.timeout, deadline - Clock::now()));
+      co_await connect(stream, at);
+      auto req = make_request(at, "/v3/watch", watch_request(key, range_end, start_revision));
+      req.keep_alive(false);
+      co_await http::async_write(stream, req, use_awaitable);
+      stream.expires_at(deadline);
+      co_await read_watch(stream, buffer, [&](const WatchMessage& m) {
+        if (m.compact_revision > 0) {
+          events.push_back(WatchEvent{});  // compacted: the caller rereads
+          return false;
+        }
+        if (m.canceled) throw EtcdProtocolError("etcd cancelled the watch: " + m.cancel_reason);
+        for (const auto& e : m.events) events.push_back(e);
+        return events.empty();
+      });
+    };
+    try {
+      run_blocking(io_, call());
+      return events;
+    } catch (const EtcdProtocolError&) {
+      throw;
+    } catch (const boost::system::system_error& e) {
+      if (e.code() == beast::error::timeout && Clock::now() >= deadline) timed_out_waiting = true;
+      last_error = fmt::format("{}:{}: {}", at.host, at.port, reason_of(std::current_exception()));
+    } catch (...) {
+      last_error = fmt::format("{}:{}: {}", at.host, at.port, reason_of(std::current_exception()));
+    }
+    if (timed_out_waiting) return events;  // nothing changed in time
+    ++current_;
+  }
+  if (Clock::now() >= deadline && last_error.empty()) return events;
+  throw EtcdUnavailable(fmt::format("etcd at {} did not answer a watch ({})",
+                                    describe(options_.endpoints), last_error));
+}
+
+EtcdWatch::EtcdWatch(ClientOptions options, std::string key, std::string range_end,
+                     std::int64_t start_revision, std::chrono::milliseconds give_up,
+                     Callbacks callbacks)
+    : options_(std::move(options)),
+      key_(std::move(key)),
+      range_end_(std::move(range_end)),
+      next_revision_(start_revision),
+      give_up_(give_up),
+      callbacks_(std::move(callbacks)),
+      thread_([this] { run(); }) {}
+
+EtcdWatch::~EtcdWatch() {
+  stopping_ = true;
+  if (thread_.joinable()) thread_.join();
+}
+
+void EtcdWatch::run() {
+  const std::size_t members = options_.endpoints.size();
+  std::size_t current = 0;
+  auto failing_since = Clock::now();
+  std::string last_error;
+  while (!stopping_) {
+    const Endpoint& at = options_.endpoints[current % members];
+    beast::tcp_stream stream(io_);
+    beast::flat_buffer buffer;
+    bool got_any = false;
+    auto call = [&]() -> asio::awaitable<void> {
+      stream.expires_after(options_.timeout);
+      co_await connect(stream, at);
+      auto req = make_request(at, "/v3/watch", watch_request(key_, range_end_, next_revision_));
+      req.keep_alive(false);
+      co_await http::async_write(stream, req, use_awaitable);
+      // No deadline while streaming: a member that goes away resets the connection, and the
+      // agent's lease keepalive notices a hung cluster within the heartbeat timeout.
+      stream.expires_never();
+      co_await read_watch(stream, buffer, [&](const WatchMessage& m) {
+        if (m.canceled || m.compact_revision > 0) {
+          throw EtcdProtocolError(
+              fmt::format("etcd cancelled the watch on {} ({}; compacted at revision {})", key_,
+                          m.cancel_reason, m.compact_revision));
+        }
+        got_any = true;
+        failing_since = Clock::now();
+        if (!m.events.empty()) next_revision_ = m.events.back().kv.mod_revision + 1;
+        if (!stopping_ && callbacks_.on_message) callbacks_.on_message(m);
+        return !stopping_.load();
+      });
+    };
+    try {
+      run_blocking(io_, call(), &stopping_);
+    } catch (const EtcdProtocolError& e) {
+      if (!stopping_ && callbacks_.on_error) callbacks_.on_error(e.what());
+      return;
+    } catch (...) {
+      last_error = fmt::format("{}:{}: {}", at.host, at.port, reason_of(std::current_exception()));
+    }
+    if (stopping_) return;
+    if (!got_any && Clock::now() - failing_since > give_up_) {
+      if (callbacks_.on_error) {
+        callbacks_.on_error(fmt::format("etcd at {} stopped answering the watch for {:.3g} s ({})",
+                                        describe(options_.endpoints), give_up_.count() / 1000.0,
+                                        last_error));
+      }
+      return;
+    }
+    ++current;
+    if (current % members == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
+}  // namespace ddp::rdzv::etcd

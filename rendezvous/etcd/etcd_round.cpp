@@ -1,0 +1,192 @@
+#include "rendezvous/etcd/etcd_round.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "rendezvous/token_auth.hpp"
+
+namespace ddp::rdzv::etcd {
+namespace {
+using Json = nlohmann::json;
+}
+
+JobKeys::JobKeys(std::string prefix, const std::string& run_id) {
+  while (!prefix.empty() && prefix.back() == '/') prefix.pop_back();
+  root_ = fmt::format("{}/{}/", prefix, run_id);
+}
+std::string JobKeys::round(int round) const { return fmt::format("{}r{}/", root_, round); }
+std::string JobKeys::record(int r) const { return round(r) + "record"; }
+std::string JobKeys::alive(int r, std::int64_t lease) const {
+  return fmt::format("{}{:x}", alive_prefix(r), lease);
+}
+std::string JobKeys::alive_prefix(int r) const { return round(r) + "alive/"; }
+std::string JobKeys::store(int r) const { return round(r) + "store"; }
+std::string JobKeys::stop(int r) const { return round(r) + "stop"; }
+std::string JobKeys::done(int r, int node_rank) const {
+  return fmt::format("{}{}", done_prefix(r), node_rank);
+}
+std::string JobKeys::done_prefix(int r) const { return round(r) + "done/"; }
+
+std::string encode_round(const RoundRecord& record) {
+  Json members = Json::array();
+  for (const auto& m : record.members) {
+    members.push_back({{"lease", std::to_string(m.lease)},
+                       {"name", m.name},
+                       {"lws", m.local_world_size},
+                       {"rank", m.asked_rank},
+                       {"settings", m.settings}});
+  }
+  return Json{{"open", record.open},
+              {"min", record.min_nodes},
+              {"max", record.max_nodes},
+              {"members", members},
+              {"restarts_used", record.restarts_used},
+              {"rescales_used", record.rescales_used}}
+      .dump();
+}
+
+std::optional<RoundRecord> decode_round(std::string_view text) {
+  try {
+    const Json j = Json::parse(text);
+    RoundRecord r;
+    r.open = j.at("open").get<bool>();
+    r.min_nodes = j.at("min").get<int>();
+    r.max_nodes = j.at("max").get<int>();
+    r.restarts_used = j.value("restarts_used", -1);
+    r.rescales_used = j.value("rescales_used", -1);
+    for (const auto& m : j.at("members")) {
+      RoundMember one;
+      one.lease = std::stoll(m.at("lease").get<std::string>());
+      one.name = m.at("name").get<std::string>();
+      one.local_world_size = m.at("lws").get<int>();
+      one.asked_rank = m.at("rank").get<int>();
+      one.settings = m.value("settings", std::string());
+      if (one.local_world_size < 1) return std::nullopt;
+      r.members.push_back(std::move(one));
+    }
+    if (r.min_nodes < 1 || r.max_nodes < r.min_nodes) return std::nullopt;
+    return r;
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+JoinStep join_step(const std::optional<RoundRecord>& current, const RoundMember& me,
+                   const RoundShape& shape) {
+  JoinStep step;
+  RoundRecord next;
+  if (current) {
+    next = *current;
+  } else {
+    next.min_nodes = shape.min_nodes;
+    next.max_nodes = shape.max_nodes;
+  }
+  for (const auto& m : next.members) {
+    if (m.lease == me.lease) {
+      step.kind = JoinStep::Kind::Joined;
+      step.next = next;
+      return step;
+    }
+  }
+  if (!next.open) {
+    step.kind = JoinStep::Kind::Closed;
+    return step;
+  }
+  if (current && (current->min_nodes != shape.min_nodes || current->max_nodes != shape.max_nodes)) {
+    step.kind = JoinStep::Kind::Refused;
+    step.reason = fmt::format("the round expects {}:{} nodes, this node {}:{}", current->min_nodes,
+                              current->max_nodes, shape.min_nodes, shape.max_nodes);
+    return step;
+  }
+  for (const auto& m : next.members) {
+    if (me.asked_rank >= 0 && m.asked_rank == me.asked_rank) {
+      step.kind = JoinStep::Kind::Refused;
+      step.reason = fmt::format("node rank {} is taken by {}", me.asked_rank, m.name);
+      return step;
+    }
+    if (m.settings != me.settings) {
+      step.kind = JoinStep::Kind::Refused;
+      step.reason =
+          fmt::format("its settings differ from {}'s: {} vs {}", m.name, me.settings, m.settings);
+      return step;
+    }
+  }
+  next.members.push_back(me);
+  next.restarts_used = std::max(next.restarts_used, shape.restarts_used);
+  next.rescales_used = std::max(next.rescales_used, shape.rescales_used);
+  if (static_cast<int>(next.members.size()) >= next.max_nodes) {
+    next.open = false;
+    order_members(next);
+  }
+  step.next = std::move(next);
+  return step;
+}
+
+std::optional<RoundRecord> close_step(const RoundRecord& open, const std::set<std::int64_t>& alive,
+                                      bool last_call_over) {
+  if (!open.open) return std::nullopt;
+  RoundRecord next = open;
+  std::erase_if(next.members, [&](const RoundMember& m) { return !alive.count(m.lease); });
+  const int n = static_cast<int>(next.members.size());
+  // Static ranks need every rank; arrivals need min_nodes after the last call.
+  const bool asked = std::any_of(next.members.begin(), next.members.end(),
+                                 [](const RoundMember& m) { return m.asked_rank >= 0; });
+  if (n >= next.max_nodes || (!asked && last_call_over && n >= next.min_nodes)) {
+    next.open = false;
+    order_members(next);
+    return next;
+  }
+  return std::nullopt;
+}
+
+void order_members(RoundRecord& record) {
+  std::stable_sort(record.members.begin(), record.members.end(),
+                   [](const RoundMember& a, const RoundMember& b) {
+                     const bool a_asked = a.asked_rank >= 0;
+                     const bool b_asked = b.asked_rank >= 0;
+                     if (a_asked != b_asked) return a_asked;
+                     return a_asked && a.asked_rank < b.asked_rank;
+                   });
+}
+
+Assignment assignment_of(const RoundRecord& closed) {
+  Assignment out;
+  for (std::size_t i = 0; i < closed.members.size(); ++i) {
+    const auto& m = closed.members[i];
+    out.nodes.push_back(
+        NodeAssignment{static_cast<int>(i), m.name, m.local_world_size, out.world_size, m.lease});
+    out.world_size += m.local_world_size;
+  }
+  return out;
+}
+
+std::optional<int> node_rank_of(const RoundRecord& closed, std::int64_t lease) {
+  for (std::size_t i = 0; i < closed.members.size(); ++i) {
+    if (closed.members[i].lease == lease) return static_cast<int>(i);
+  }
+  return std::nullopt;
+}
+
+std::string seal(std::string_view token, std::string_view key, std::string_view payload) {
+  if (token.empty()) return fmt::format("-|{}", payload);
+  return fmt::format("{}|{}", hmac_sha256_hex(token, fmt::format("{}\n{}", key, payload)), payload);
+}
+
+std::optional<std::string> unseal(std::string_view token, std::string_view key,
+                                  std::string_view value) {
+  const auto bar = value.find('|');
+  if (bar == std::string_view::npos) return std::nullopt;
+  const std::string_view mac = value.substr(0, bar);
+  const std::string_view payload = value.substr(bar + 1);
+  if (token.empty()) {
+    if (mac != "-") return std::nullopt;
+    return std::string(payload);
+  }
+  if (!same_secret(mac, hmac_sha256_hex(token, fmt::format("{}\n{}", key, payload))))
+    return std::nullopt;
+  return std::string(payload);
+}
+
+}  // namespace ddp::rdzv::etcd

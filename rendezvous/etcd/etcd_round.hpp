@@ -1,0 +1,103 @@
+#pragma once
+
+// The pure half of the etcd rendezvous (--rdzv_backend etcd): the key layout under the job's
+// prefix, the round record every join rewrites in one txn (compare its mod revision, then put),
+// the decision each joiner takes on the record it read, and the token's seal on every value.
+// No I/O: launcher/multinode/etcd_session.cpp drives it over EtcdClient.
+
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "rendezvous/rank_assignment.hpp"
+
+namespace ddp::rdzv::etcd {
+
+// Where a job's keys live: "<prefix>/<run_id>/r<round>/..." (prefix from --rdzv_conf
+// etcd_prefix, default "/ddprun").
+class JobKeys {
+ public:
+  JobKeys(std::string prefix, const std::string& run_id);
+  std::string job() const { return root_; }  // every key of the job starts with this
+  std::string round(int round) const;        // every key of one round
+  std::string record(int round) const;       // the round record (members, open/closed)
+  std::string alive(int round, std::int64_t lease) const;  // a member's key on its lease
+  std::string alive_prefix(int round) const;
+  std::string store(int round) const;                // the workers' store: "host:port"
+  std::string stop(int round) const;                 // the first stop reason
+  std::string done(int round, int node_rank) const;  // the exit barrier
+  std::string done_prefix(int round) const;
+
+ private:
+  std::string root_;
+};
+
+struct RoundMember {
+  std::int64_t lease = 0;  // its etcd lease: the member's identity and liveness
+  std::string name;
+  int local_world_size = 1;
+  int asked_rank = -1;   // static --node_rank, or the node rank a re-form gave it; -1: on arrival
+  std::string settings;  // the settings that must agree, as one line
+};
+
+struct RoundRecord {
+  bool open = true;
+  int min_nodes = 1;
+  int max_nodes = 1;
+  std::vector<RoundMember> members;  // arrival order while open; node-rank order once closed
+  // The job's budgets so far, carried to nodes that join later (-1: nobody published them).
+  int restarts_used = -1;
+  int rescales_used = -1;
+};
+
+std::string encode_round(const RoundRecord& record);
+std::optional<RoundRecord> decode_round(std::string_view text);
+
+// What a joiner asked for.
+struct RoundShape {
+  int min_nodes = 1;
+  int max_nodes = 1;
+  int restarts_used = -1;
+  int rescales_used = -1;
+};
+
+struct JoinStep {
+  enum class Kind {
+    Write,    // put `next` (compare the record's mod revision, or absence)
+    Joined,   // this member is in the record already (an earlier txn of ours won)
+    Closed,   // the round formed without this node
+    Refused,  // `reason`: it cannot join this round (rank taken, settings differ)
+  };
+  Kind kind = Kind::Write;
+  RoundRecord next;
+  std::string reason;
+};
+// The step of a joiner `me` that read `current` (nullopt: no record yet). A record that fills
+// to max_nodes is closed by the same write.
+JoinStep join_step(const std::optional<RoundRecord>& current, const RoundMember& me,
+                   const RoundShape& shape);
+
+// Closes an open round with its live members (`alive`: their leases) when they are enough:
+// max_nodes of them, or min_nodes once `last_call_over`. nullopt: not yet.
+std::optional<RoundRecord> close_step(const RoundRecord& open, const std::set<std::int64_t>& alive,
+                                      bool last_call_over);
+// Puts the members of a closed round in node-rank order: asked ranks first in their order, then
+// the others in arrival order.
+void order_members(RoundRecord& record);
+
+// The closed round as ranks (node rank = index; global ranks contiguous per node).
+Assignment assignment_of(const RoundRecord& closed);
+// This member's node rank in a closed round (nullopt: not a member).
+std::optional<int> node_rank_of(const RoundRecord& closed, std::int64_t lease);
+
+// The job's token on every value: "<hmac-sha256 hex of key and payload>|<payload>" (without a
+// token: "-|<payload>"). Bound to the key, so a record cannot be replayed under another key.
+std::string seal(std::string_view token, std::string_view key, std::string_view payload);
+// The payload when the seal matches (constant-time); nullopt for a stranger's value.
+std::optional<std::string> unseal(std::string_view token, std::string_view key,
+                                  std::string_view value);
+
+}  // namespace ddp::rdzv::etcd

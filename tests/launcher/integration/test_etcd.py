@@ -1,0 +1,206 @@
+# SPDX-License-Identifier: MIT
+"""--rdzv_backend etcd with real agents: a real 3-member etcd cluster (tests/support/etcd_cluster.py,
+free loopback ports, temp data) and ddprun agents whose torch gloo workers meet through the
+attempt's workers' store, hosted by the round's node 0. The job ends 0 with the right ranks; the
+store's host SIGKILLed mid-training in a 1:2 job: the survivor re-forms alone and hosts the next store; below
+MIN the survivor ends 74 naming the lost node (as on c10d, test_elastic.py); the etcd leader
+SIGKILLed mid-job: the job does not notice; a restart: every attempt its own store; quorum lost:
+every agent ends 74 with one line naming etcd; nothing listening at the endpoint: one line, exit 69.
+Exits 77 when etcd or torch is missing."""
+import os
+import subprocess
+import sys
+import time
+
+from harness import Skip, assert_all_gone, clean_env, ddprun_lines, main, run, wait_until
+import test_multinode as mn
+from test_elastic import events, group_rank, kill_agent, one_rescale
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "support"))
+from etcd_cluster import ETCD, EtcdCluster, free_ports  # noqa: E402
+
+WORKER = os.path.join(HERE, "..", "etcd_gloo_worker.py")
+FAST = "heartbeat_interval=0.3,heartbeat_timeout=2,join_timeout=30,last_call_timeout=1"
+TOKEN = "etcd-test-token"
+
+
+def require(torch=True):
+    if not os.path.exists(ETCD):
+        raise Skip("etcd is not installed (Debian: etcd-server)")
+    has_torch = "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is None)"
+    if torch and subprocess.run(["python3", "-c", has_torch]).returncode != 0:
+        raise Skip("python3 has no torch")
+
+
+def agents(tmp, cluster, count, nnodes, mode, conf=FAST, job="job", worker=WORKER, extra=(), nproc=2):
+    nodes = []
+    for k in range(count):
+        args = ["--rdzv_backend", "etcd", "--rdzv_endpoint", cluster.endpoints, "--rdzv_id", job,
+                "--nnodes", nnodes, "--nproc_per_node", nproc, "--local_addr", "127.0.0.1",
+                "--master_port", 0, "--rdzv_conf", conf, *extra, worker, mode]
+        nodes.append(mn.Node(tmp, f"agent{k}", args, env=clean_env(DDPRUN_RDZV_TOKEN=TOKEN)))
+    return nodes
+
+
+def gloo_lines(node, restart=None):
+    out = []
+    for line in node.text()[0].splitlines():
+        _, _, rest = line.partition(":")
+        if rest.startswith("GLOO rank="):
+            f = dict(kv.split("=", 1) for kv in rest[len("GLOO "):].split())
+            if restart is None or f["restart"] == str(restart):
+                out.append(f)
+    return out
+
+
+def gloo_world(tmp, cluster, nnodes, mode):
+    """Two agents whose attempt 0 formed a gloo world of 4 (each printed its GLOO lines)."""
+    nodes = agents(tmp, cluster, 2, nnodes, mode)
+    try:
+        wait_until(lambda: all(len(gloo_lines(n, 0)) == 2 for n in nodes), 60,
+                   "a gloo world of 4 on both agents")
+    except BaseException:
+        mn.finish(nodes)
+        raise
+    return nodes
+
+
+def test_two_agents_form_one_gloo_world(tmp):
+    require()
+    with EtcdCluster(3) as cluster:
+        nodes = agents(tmp, cluster, 2, "2", "ok")
+        codes = mn.finish(nodes)
+    assert codes == [0, 0], nodes
+    seen = {}
+    for node in nodes:
+        node_rank = group_rank(node, 0)
+        for f in gloo_lines(node):
+            seen[int(f["rank"])] = f
+            assert int(f["rank"]) // 2 == node_rank, (f, node)  # contiguous per node
+    assert sorted(seen) == [0, 1, 2, 3], nodes
+    assert all(f["world"] == "4" and f["sum"] == "10" for f in seen.values()), seen
+    # One workers' store for the attempt: node 0's, the same address for every rank.
+    assert len({f["master"] for f in seen.values()}) == 1, seen
+    for node in nodes:
+        assert TOKEN not in node.text()[0], node  # the token never reaches a worker's output
+        assert events(node, "summary")[-1]["exit_code"] == 0, node
+
+
+def test_store_host_killed_survivor_reforms_and_hosts_the_next_store(tmp):
+    require()
+    with EtcdCluster(3) as cluster:
+        # Attempt 0 trains (all_reduces through gloo) until the store's host dies under it.
+        nodes = gloo_world(tmp, cluster, "1:2", "steps_once:600")
+        try:
+            host = next(n for n in nodes if group_rank(n, 0) == 0)  # it serves the workers' store
+            survivor = next(n for n in nodes if n is not host)
+            killed_at = kill_agent(host)
+            assert survivor.wait(60) == 0, survivor
+            took = time.monotonic() - killed_at
+        finally:
+            mn.finish(nodes)
+    first, second = gloo_lines(survivor, 0), gloo_lines(survivor, 1)
+    assert {f["master"] for f in first} == {f["master"] for f in gloo_lines(host, 0)}, (first, host)
+    assert sorted(f["rank"] for f in second) == ["0", "1"], survivor
+    assert all(f["world"] == "2" and f["sum"] == "3" for f in second), survivor
+    assert {f["master"] for f in second} != {f["master"] for f in first}, survivor  # a new store
+    assert group_rank(survivor, 1) == 0, survivor
+    rescale = one_rescale(survivor)
+    assert rescale["old_world_size"] == 4 and rescale["new_world_size"] == 2, survivor
+    assert rescale["reason"].startswith("lost node 0") and rescale["change"] == "loss", survivor
+    assert "lost node 0" in survivor.text()[1], survivor
+    print(f"  store host kill -> survivor done (re-formed, new gloo world, exit 0): {took:.2f} s")
+
+
+def test_below_min_ends_with_74_naming_the_lost_node(tmp):
+    require(torch=False)
+    with EtcdCluster(3) as cluster:
+        nodes = agents(tmp, cluster, 2, "2:3", "sleep_once", worker=mn.WORKER)  # no torch needed
+        try:
+            wait_until(lambda: all(len(mn.worker_lines(n)) == 2 for n in nodes), 60,
+                       "workers on both agents")
+            victim = next(n for n in nodes if group_rank(n, 0) == 1)
+            survivor = next(n for n in nodes if n is not victim)
+            kill_agent(victim)
+            assert survivor.wait(60) == 74, survivor
+        finally:
+            mn.finish(nodes)
+    err = survivor.text()[1]
+    assert "fewer than the minimum of 2" in err and "lost node 1" in err, survivor
+    lines = mn.worker_lines(survivor)
+    assert lines and all(mn.fields(l)["token_seen"] == "False" for l in lines), survivor
+
+
+def test_etcd_leader_killed_mid_job_is_not_noticed(tmp):
+    require()
+    with EtcdCluster(3) as cluster:
+        nodes = gloo_world(tmp, cluster, "2", "steps:50")
+        try:
+            leader = cluster.leader()
+            assert leader is not None
+            cluster.kill(leader)
+            codes = mn.finish(nodes)
+        finally:
+            mn.finish(nodes)
+    assert codes == [0, 0], nodes
+    for node in nodes:
+        assert not events(node, "rescale") and not events(node, "restart"), node
+        assert len([l for l in node.text()[0].splitlines() if "GLOO done" in l]) == 2, node
+
+
+def test_restart_on_every_node_gets_a_new_store(tmp):
+    require(torch=False)
+    with EtcdCluster(3) as cluster:
+        nodes = agents(tmp, cluster, 2, "2", "fail_once", worker=mn.WORKER,
+                       extra=["--max_restarts", 1])
+        codes = mn.finish(nodes)
+    assert codes == [0, 0], nodes
+    lines = [mn.fields(l) for n in nodes for l in mn.worker_lines(n)]
+    # Attempt 0's rank 1 fails at once: the others may be stopped before they print.
+    again = [f for f in lines if f["restart"] == "1"]
+    assert sorted(f["rank"] for f in again) == ["0", "1", "2", "3"], nodes
+    for restart in ("0", "1"):  # one store per attempt...
+        assert len({f["master"] for f in lines if f["restart"] == restart}) == 1, lines
+    assert {f["master"] for f in lines if f["restart"] == "0"} != \
+        {f["master"] for f in lines if f["restart"] == "1"}, lines  # ...and a new one each attempt
+    for node in nodes:
+        assert "restarting the workers on every node (restart 1 of 1)" in node.text()[1], node
+
+
+def test_quorum_lost_every_agent_ends_74_naming_etcd(tmp):
+    require(torch=False)
+    with EtcdCluster(3) as cluster:
+        nodes = agents(tmp, cluster, 2, "2", "sleep", worker=mn.WORKER)
+        try:
+            wait_until(lambda: all(n.started_workers() == 2 for n in nodes), 60,
+                       "workers on both agents")
+            workers = [e["pid"] for n in nodes for e in events(n, "worker_start")]
+            cluster.kill(0)
+            cluster.kill(1)  # one member of three left: no quorum
+            codes = [n.proc.wait(timeout=60) for n in nodes]
+        finally:
+            mn.finish(nodes)
+    assert codes == [74, 74], nodes
+    for node in nodes:
+        said = [l for l in ddprun_lines(node.text()[1]) if "lost etcd" in l]
+        assert len(said) == 1 and said[0].count(cluster.endpoints) == 1, node
+    assert_all_gone(workers, [])
+
+
+def test_nothing_listening_is_one_line_and_69(tmp):
+    require(torch=False)
+    port = free_ports(1)[0]  # nothing listens there
+    r = run(["--rdzv_backend", "etcd", "--rdzv_endpoint", f"127.0.0.1:{port}", "--rdzv_id", "none",
+             "--nnodes", "2", "--rdzv_conf", "heartbeat_timeout=2,join_timeout=10", WORKER, "ok"],
+            timeout=30)
+    assert r.rc == 69, r
+    # One line says what failed; the rest is the usual failure banner.
+    said = [l for l in ddprun_lines(r.err) if "FAILED (ddprun exit code 69)" not in l]
+    assert len(said) == 1 and "etcd" in said[0] and f"127.0.0.1:{port}" in said[0], r
+    assert "GLOO" not in r.out, r
+    print(f"  nothing listening -> exit 69 after {r.elapsed:.2f} s (join_timeout 10 s)")
+
+
+if __name__ == "__main__":
+    main(globals())
