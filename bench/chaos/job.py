@@ -96,6 +96,9 @@ class Agent:
     def hosts_store(self):
         if self.h.launcher == "torchrun":  # the agent on the endpoint's address hosts it
             return self.slot == 0 and self is self.ep.agents.get(0)
+        if self.h.mode == "etcd":  # each round's node 0 hosts that attempt's workers' store
+            rounds = self.events_of("rendezvous")
+            return bool(rounds) and rounds[-1].get("node_rank") == 0
         stores = self.events_of("store")
         return bool(stores) and stores[-1].get("role") == "host"
 

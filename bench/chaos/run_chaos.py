@@ -339,9 +339,10 @@ class Harness:
             if ep.ended():
                 self.close_pending(pending, "ended", time.monotonic())
                 self.end_episode(ep, schedule, ep.last_fault)
+                started = time.monotonic()  # a step of the episode before, up to now, is not one
                 ep = self.start_episode()
                 try:
-                    self.wait(lambda: self.last_step_at > time.monotonic() - 1 or ep.ended(),
+                    self.wait(lambda: self.last_step_at > started or ep.ended(),
                               RESTART_BOUND + 30, "the new episode's first step")
                 except TimeoutError as e:
                     self.violation("stuck", fault, f"new episode {ep.id}: {e}", schedule)
