@@ -3,6 +3,7 @@
 returning a list of violation texts (empty: the invariant held)."""
 import json
 import os
+import re
 
 # Exit codes a node may end with, by the fault that can cause them (docs/launcher.md): 74 a lost
 # node or store, 75 a hang verdict, 128+9 a SIGKILLed worker once the restarts are spent, 69 a
@@ -35,15 +36,19 @@ def allowed_codes(fault_types, terminated):
     return codes | (TERMINATED if terminated else set())
 
 
-def check_exit(name, code, stderr_text, fault_types, terminated):
-    """A node's end: its code is one the injected faults can cause, and its root cause says so."""
+def check_exit(name, code, stderr_text, fault_types, terminated, pinned=None):
+    """A node's end: its code is one the injected faults can cause (or, for a replay that pins
+    them, one of PINNED), and its root cause says so."""
     if code is None:
         return [f"{name}: still running at the end of its episode"]
     if code < 0:  # killed by the harness itself (agent_kill, store_host_kill): nothing to check
         return []
     allowed = allowed_codes(fault_types, terminated)
+    if pinned is not None:
+        allowed = set(pinned) | (TERMINATED if terminated else set())
     if code not in allowed:
-        return [f"{name}: exit {code}, expected one of {sorted(allowed)} for faults "
+        return [f"{name}: exit {code}, expected one of {sorted(allowed)}"
+                f"{' (pinned by the replay)' if pinned is not None else ''} for faults "
                 f"{sorted(set(fault_types))}; stderr tail: {stderr_text[-600:]!r}"]
     words = ROOT_CAUSE_WORDS.get(code)
     if words and not any(w.lower() in stderr_text.lower() for w in words):
@@ -52,10 +57,18 @@ def check_exit(name, code, stderr_text, fault_types, terminated):
     return []
 
 
-def check_history(path):
+# ddprun events (--events) that begin the end of an attempt: after the first of them, the next
+# round may form and delete the workers' keys.
+ATTEMPT_END_EVENTS = ("node_lost", "loss_verdict", "restart", "rescale", "rendezvous")
+
+
+def check_history(path, attempt_ends=()):
     """One side client's operations, in the order it made them, on keys only it writes: every
-    acknowledged write is read back, counters count, nothing goes back in time."""
+    acknowledged write is read back, counters count, nothing goes back in time. ATTEMPT_ENDS:
+    wall-clock times of ATTEMPT_END_EVENTS; the check covers the client's own attempt, up to the
+    first of them after it began (then ddprun may delete the workers' keys: docs/launcher.md)."""
     problems = []
+    until = None
     last_set = None
     counter = 0
     cas = 0
@@ -71,6 +84,10 @@ def check_history(path):
             if n == len(lines) - 1:
                 break  # the writer was killed mid-line
             return [f"{path}:{n + 1}: not JSON: {line[:100]!r}"]
+        if until is None:
+            until = min((t for t in attempt_ends if t > op["t0"]), default=float("inf"))
+        if op["t1"] >= until:
+            break  # the attempt was ending: the next round may have deleted its keys
         if not op["ok"]:
             break  # the connection broke: what follows was never acknowledged
         kind, ret = op["op"], op["ret"]
@@ -126,13 +143,26 @@ def leftover_cgroups(agent_pids, root="/sys/fs/cgroup/unified"):
     return found
 
 
-def leftover_files(dirs):
+KEPT_LINE = re.compile(r"worker logs and stacks: (\S+)")
+
+
+def kept_dirs(stderr_text):
+    """The directories ddprun announced it keeps (a hang verdict's stacks, docs/health.md): they
+    are the user's to read, not leftovers."""
+    return [os.path.normpath(m) for m in KEPT_LINE.findall(stderr_text)]
+
+
+def leftover_files(dirs, kept=()):
     """ddprun's run directories left in the agents' TMPDIRs (what the workers themselves leave
-    there, e.g. torch's compile cache, is theirs)."""
+    there, e.g. torch's compile cache, is theirs), except those holding an announced kept one."""
     found = []
     for d in dirs:
         if os.path.isdir(d):
-            found += [os.path.join(d, n) for n in os.listdir(d) if n.startswith("ddprun")]
+            for n in os.listdir(d):
+                path = os.path.join(d, n)
+                if n.startswith("ddprun") and not any(
+                        k == path or k.startswith(path + os.sep) for k in kept):
+                    found.append(path)
     return found
 
 

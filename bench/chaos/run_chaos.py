@@ -16,11 +16,9 @@ far and the evidence), 2 bad usage, 77 the job cannot run here (no torch, no ddp
 import argparse
 import json
 import os
-import random
 import shutil
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -30,216 +28,41 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import invariants as inv  # noqa: E402
+import report  # noqa: E402
 import schedule as sched  # noqa: E402
 import topology as topo  # noqa: E402
+import job  # noqa: E402
+from job import Episode  # noqa: E402
 
-TRAIN = os.path.join(HERE, "chaos_train.py")
-HEARTBEAT_TIMEOUT = 2
-RDZV_CONF = (f"heartbeat_interval=0.3,heartbeat_timeout={HEARTBEAT_TIMEOUT},join_timeout=60,"
-             "last_call_timeout=1")
-HANG_TIMEOUT = 20
-MAX_RESTARTS = 6
-NPROC = 2
-INITIAL_NODES = 3
 # From a fault (after its own duration) to training again: the failure noticed (at most the
 # heartbeat timeout, or the hang timeout), a re-form, and every rank importing torch again and
 # meeting its peers (8 ranks on 2 cores: ~10-25 s here).
 RESTART_BOUND = 75
 END_BOUND = 45  # from the SIGTERM that ends an episode to every agent gone
 BOUNDS = {"rss_kib": 300 * 1024, "fds": 512, "threads": 64}
-TOKEN = "chaos-" + "%032x" % random.SystemRandom().getrandbits(128)
 
 
-def recovery_bound(fault):
-    extra = HANG_TIMEOUT if fault["type"] in ("hang", "worker_stop") else 0
+def recovery_bound(fault, hang_timeout):
+    extra = hang_timeout if fault["type"] in ("hang", "worker_stop") else 0
     held = fault["duration"] if fault["type"] in ("worker_stop", "agent_stop", "store_host_stop",
                                                   "link_cut", "etcd_stop", "console_stall") else 0
     return held + extra + RESTART_BOUND
 
 
-class Agent:
-    """One ddprun agent of an episode: stdout read by a thread (which can be told to stop reading,
-    for console_stall) that timestamps the training's step lines."""
-
-    def __init__(self, h, ep, slot, args):
-        self.h, self.ep, self.slot = h, ep, slot
-        self.name = f"{ep.id}/node{slot}#{len(ep.all_agents)}"
-        base = os.path.join(ep.dir, f"node{slot}_{len(ep.all_agents)}")
-        self.out_path, self.err_path, self.events = base + ".out", base + ".err", base + ".events"
-        self.tmpdir = os.path.join(ep.dir, f"tmp{slot}_{len(ep.all_agents)}")
-        os.makedirs(self.tmpdir)
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("PET_", "TORCHELASTIC"))}
-        env.update(CHAOS_EPISODE=ep.tag, CHAOS_NODE=f"node{slot}", TMPDIR=self.tmpdir,
-                   DDPRUN_RDZV_TOKEN=TOKEN, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1",
-                   GLOO_SOCKET_IFNAME=h.topology.ifname(slot))
-        if ep.direct_store:
-            env["CHAOS_DIRECT_STORE"] = ep.direct_store
-        self.err = open(self.err_path, "w")
-        command = ([sys.executable] if h.launcher == "torchrun" else
-                   [h.ddprun, "--events", self.events, *h.preload])
-        self.proc = subprocess.Popen(
-            [*h.topology.prefix(slot), *command, *args],
-            stdout=subprocess.PIPE, stderr=self.err, env=env, start_new_session=True)
-        self.stall_until = 0.0
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-
-    def _read(self):
-        pending = b""
-        with open(self.out_path, "wb") as out:
-            while True:
-                while time.monotonic() < self.stall_until:
-                    time.sleep(0.05)
-                chunk = self.proc.stdout.read1(65536)
-                if not chunk:
-                    break
-                out.write(chunk)
-                now = time.monotonic()
-                pending += chunk
-                *lines, pending = pending.split(b"\n")
-                pending = pending[-4096:]  # a line that never ends must not grow the harness
-                for line in lines:
-                    if b"CHAOS STEP" in line:
-                        self.h.step_seen(now)
-
-    def events_of(self, kind):
-        try:
-            with open(self.events) as f:
-                return [e for e in (json.loads(l) for l in f if l.strip()) if e.get("event") == kind]
-        except (OSError, ValueError):
-            return []
-
-    def alive(self):
-        return self.proc.poll() is None
-
-    def workers(self):
-        """pids of this agent's workers in its newest attempt that are still alive."""
-        if self.h.launcher == "torchrun":  # no events: the agent's live child processes
-            return [pid for pid in _children(self.proc.pid) if inv.proc_usage(pid)]
-        starts = self.events_of("worker_start")
-        if not starts:
-            return []
-        last = max(e["attempt"] for e in starts)
-        return [e["pid"] for e in starts if e["attempt"] == last and inv.proc_usage(e["pid"])]
-
-    def hosts_store(self):
-        if self.h.launcher == "torchrun":  # the agent on the endpoint's address hosts it
-            return self.slot == 0 and self is self.ep.agents.get(0)
-        stores = self.events_of("store")
-        return bool(stores) and stores[-1].get("role") == "host"
-
-    def status_port(self):
-        st = self.events_of("status")
-        return st[-1]["port"] if st else None
-
-    def stderr_text(self):
-        with open(self.err_path, encoding="utf-8", errors="replace") as f:
-            return f.read()
-
-
-class Episode:
-    """One job: started with INITIAL_NODES agents, ended by its faults (every agent exited) or by
-    the harness (SIGTERM)."""
-
-    def __init__(self, h, index):
-        self.h, self.index = h, index
-        self.id = f"ch{h.seed}e{index}"
-        self.tag = f"CHAOS_EPISODE={self.id}-{os.getpid()}"
-        self.dir = os.path.join(h.tmp, self.id)
-        os.makedirs(os.path.join(self.dir, "ctl"))
-        self.agents, self.all_agents, self.fault_types = {}, [], []
-        self.terminated = False
-        self.stopped = set()  # pids SIGSTOPped by a fault, SIGCONTed by its timer
-        if h.mode == "c10d":
-            self.endpoint = f"{h.topology.addr(0)}:{h.free_port(0)}"
-            self.direct_store = self.endpoint
-        else:
-            self.endpoint = h.etcd.endpoints
-            self.direct_store = None  # the workers' store moves with each attempt
-        self.start_agent(0)
-        if h.mode == "c10d" and h.launcher == "ddprun":
-            h.wait(lambda: self.agents[0].hosts_store() or not self.agents[0].alive(), 30,
-                   "the store on node 0")
-        elif h.mode == "c10d":
-            time.sleep(2)  # torchrun's host agent binds the endpoint once its interpreter is up
-        for slot in range(1, INITIAL_NODES):
-            self.start_agent(slot)
-
-    def start_agent(self, slot):
-        h = self.h
-        backend = "c10d" if h.mode == "c10d" else "etcd"
-        if h.launcher == "torchrun":
-            # The same job under torchrun 2.15 (c10d only; no proxy, hang timeout, status port
-            # or events: it has none).
-            args = ["-m", "torch.distributed.run", "--rdzv-backend", "c10d",
-                    "--rdzv-endpoint", self.endpoint, "--rdzv-id", self.id,
-                    "--nnodes", f"2:{h.nodes}", "--nproc-per-node", NPROC,
-                    "--local-addr", h.topology.addr(slot), "--max-restarts", MAX_RESTARTS,
-                    "--monitor-interval", "0.1", "--rdzv-conf",
-                    f"join_timeout=60,last_call_timeout=1,is_host={'1' if slot == 0 else '0'}",
-                    TRAIN, self.dir]
-            agent = Agent(h, self, slot, [str(a) for a in args])
-            self.agents[slot] = agent
-            self.all_agents.append(agent)
-            return agent
-        args = ["--rdzv_backend", backend, "--rdzv_endpoint", self.endpoint, "--rdzv_id", self.id,
-                "--nnodes", f"2:{h.nodes}", "--nproc_per_node", NPROC,
-                "--local_addr", h.topology.addr(slot), "--rdzv_conf", RDZV_CONF,
-                "--max_restarts", MAX_RESTARTS, "--store-proxy", "on",
-                "--hang-timeout", HANG_TIMEOUT, "--hang-startup-timeout", 90,
-                "--status-port", 0, "--status-addr", h.topology.addr(slot),
-                TRAIN, self.dir]
-        agent = Agent(h, self, slot, [str(a) for a in args])
-        self.agents[slot] = agent
-        self.all_agents.append(agent)
-        return agent
-
-    def live(self):
-        return [a for a in self.agents.values() if a.alive()]
-
-    def ended(self):
-        return not self.live()
-
-    def store_host(self):
-        return next((a for a in self.live() if a.hosts_store()), None)
-
-    def terminate(self):
-        self.terminated = True
-        for pid in list(self.stopped):
-            _signal(pid, signal.SIGCONT)
-        for a in self.live():
-            _signal(a.proc.pid, signal.SIGTERM)
-
-
-def _children(pid):
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as f:
-            return [int(c) for c in f.read().split()]
-    except OSError:
-        return []
-
-
-def _signal(pid, sig):
-    try:
-        os.kill(pid, sig)
-        return True
-    except ProcessLookupError:
-        return False
-
-
 class Harness:
     def __init__(self, args):
         self.args = args
-        self.ddprun = os.path.join(os.path.abspath(args.build), "bin", "ddprun")
+        self.ddprun = os.path.abspath(args.ddprun)
         self.seed, self.nodes, self.mode = args.seed, args.nodes, args.mode
         self.launcher = args.launcher
+        self.hang_timeout = args.hang_timeout
         # Warm starts where this ddprun has them (docs/warm-start.md): restarts then cost a
         # fork, not an import of torch.
         self.preload = []
         if args.launcher == "ddprun" and args.preload != "off":
             helptext = subprocess.run([self.ddprun, "--help"], capture_output=True, text=True).stdout
             if "--preload" in helptext:
-                self.preload = ["--preload", "torch"]
+                self.preload = ["--preload", job.PRELOAD]
             elif args.preload == "on":
                 raise SystemExit("chaos: this ddprun has no --preload")
         self.tmp = tempfile.mkdtemp(prefix="ddprun_chaos_")
@@ -261,6 +84,7 @@ class Harness:
         self.results = []  # one per fault
         self.episodes = []
         self.exit_codes = []
+        self.pinned_exit = None  # a replay's expect_exit
 
     # --- time and observation -------------------------------------------------------------
     def step_seen(self, when):
@@ -329,12 +153,12 @@ class Harness:
             return items[pick % len(items)] if items else None
 
         def stop_for(pid, what):
-            if not _signal(pid, signal.SIGSTOP):
+            if not job.signal_pid(pid, signal.SIGSTOP):
                 return None
             ep.stopped.add(pid)
 
             def cont():
-                _signal(pid, signal.SIGCONT)
+                job.signal_pid(pid, signal.SIGCONT)
                 ep.stopped.discard(pid)
             self.later(dur, cont)
             return f"SIGSTOP {what} pid {pid} for {dur}s"
@@ -345,20 +169,20 @@ class Harness:
             if not w:
                 return None
             if kind == "worker_kill":
-                return f"SIGKILL worker pid {w[0]} of {w[1]}" if _signal(w[0], signal.SIGKILL) else None
+                return f"SIGKILL worker pid {w[0]} of {w[1]}" if job.signal_pid(w[0], signal.SIGKILL) else None
             return stop_for(w[0], f"worker of {w[1]}")
         if kind in ("agent_kill", "agent_stop"):
             a = choose(non_host)
             if not a:
                 return None
             if kind == "agent_kill":
-                return f"SIGKILL agent {a.name}" if _signal(a.proc.pid, signal.SIGKILL) else None
+                return f"SIGKILL agent {a.name}" if job.signal_pid(a.proc.pid, signal.SIGKILL) else None
             return stop_for(a.proc.pid, f"agent {a.name}")
         if kind in ("store_host_kill", "store_host_stop"):
             if not host:
                 return None
             if kind == "store_host_kill":
-                return f"SIGKILL store host {host.name}" if _signal(host.proc.pid, signal.SIGKILL) else None
+                return f"SIGKILL store host {host.name}" if job.signal_pid(host.proc.pid, signal.SIGKILL) else None
             return stop_for(host.proc.pid, f"store host {host.name}")
         if kind == "link_cut":
             a = choose(live)
@@ -380,7 +204,7 @@ class Harness:
             a = choose(live)
             if not a:
                 return None
-            local = pick % NPROC
+            local = pick % job.NPROC
             open(os.path.join(ep.dir, "ctl", f"node{a.slot}.local{local}.{kind}"), "w").close()
             return f"{kind} on {a.name} local rank {local}"
         if kind == "stranger":
@@ -462,9 +286,9 @@ class Harness:
                 self.violation("hang", fault, "agents still running "
                                f"{[a.name for a in ep.live()]} {END_BOUND}s after SIGTERM", schedule)
                 for a in ep.live():
-                    _signal(a.proc.pid, signal.SIGKILL)
+                    job.signal_pid(a.proc.pid, signal.SIGKILL)
         for pid in list(ep.stopped):
-            _signal(pid, signal.SIGCONT)
+            job.signal_pid(pid, signal.SIGCONT)
         for a in ep.all_agents:
             a.proc.wait()
             a.reader.join(timeout=5)
@@ -473,27 +297,34 @@ class Harness:
             if self.launcher == "torchrun":
                 continue  # torchrun ends with 1 whatever the cause: its codes are reported only
             for text in inv.check_exit(a.name, a.proc.returncode, a.stderr_text(),
-                                       ep.fault_types, ep.terminated):
+                                       ep.fault_types, ep.terminated, self.pinned_exit):
                 self.violation("root_cause", fault, text, schedule)
+        # The workers' keys live for one attempt: ddprun deletes them when the next round has
+        # formed (docs/launcher.md); a writer still running then (on a node declared lost) sees
+        # them gone. An attempt's end begins with the first of these events on any node.
+        ends = sorted(e["time"] for a in ep.all_agents for kind in inv.ATTEMPT_END_EVENTS
+                      for e in a.events_of(kind))
         for name in sorted(os.listdir(os.path.join(ep.dir, "history"))) if os.path.isdir(
                 os.path.join(ep.dir, "history")) else []:
-            for text in inv.check_history(os.path.join(ep.dir, "history", name)):
+            for text in inv.check_history(os.path.join(ep.dir, "history", name), ends):
                 self.violation("lost_write", fault, text, schedule)
         # Nothing left: give the orphan guards a moment (they act on their own agent's death).
         pids = [a.proc.pid for a in ep.all_agents]
         daemon_tag = f"chaos-daemon-{ep.tag.split('=', 1)[1]}"
+        kept = [k for a in ep.all_agents for k in inv.kept_dirs(a.stderr_text())]
+        tmpdirs = [a.tmpdir for a in ep.all_agents]
 
         def clean():
             return not (inv.leftover_processes(ep.tag, daemon_tag) or inv.leftover_cgroups(pids)
-                        or inv.leftover_files(a.tmpdir for a in ep.all_agents))
+                        or inv.leftover_files(tmpdirs, kept))
         try:
             self.wait(clean, 10, "nothing left")
         except TimeoutError:
             left = (inv.leftover_processes(ep.tag, daemon_tag) + inv.leftover_cgroups(pids)
-                    + inv.leftover_files(a.tmpdir for a in ep.all_agents))
+                    + inv.leftover_files(tmpdirs, kept))
             self.violation("leftover", fault, "; ".join(left[:10]), schedule)
             for entry in inv.leftover_processes(ep.tag, daemon_tag):
-                _signal(int(entry.split()[1].rstrip(":")), signal.SIGKILL)
+                job.signal_pid(int(entry.split()[1].rstrip(":")), signal.SIGKILL)
         for a in ep.all_agents:
             top = self.usage_max.get(a.name)
             if top and (top[0] > BOUNDS["rss_kib"] or top[1] > BOUNDS["fds"] or top[2] > BOUNDS["threads"]):
@@ -507,10 +338,11 @@ class Harness:
         for fault in schedule:
             if ep.ended():
                 self.close_pending(pending, "ended", time.monotonic())
-                self.end_episode(ep, schedule, fault)
+                self.end_episode(ep, schedule, ep.last_fault)
+                started = time.monotonic()  # a step of the episode before, up to now, is not one
                 ep = self.start_episode()
                 try:
-                    self.wait(lambda: self.last_step_at > time.monotonic() - 1 or ep.ended(),
+                    self.wait(lambda: self.last_step_at > started or ep.ended(),
                               RESTART_BOUND + 30, "the new episode's first step")
                 except TimeoutError as e:
                     self.violation("stuck", fault, f"new episode {ep.id}: {e}", schedule)
@@ -527,11 +359,12 @@ class Harness:
                 entry["outcome"] = "skipped"
                 continue
             ep.fault_types.append(fault["type"])
+            ep.last_fault = fault  # what an episode's end is checked against
             pending.append((entry, fault))
             nxt = fault["index"] + 1
             if nxt < len(schedule) and schedule[nxt]["overlap"]:
                 continue  # the next fault lands while this one is still being recovered from
-            bound = max(recovery_bound(f) for _, f in pending)
+            bound = max(recovery_bound(f, self.hang_timeout) for _, f in pending)
             since = max(e["at"] for e, _ in pending) + min(f["duration"] if f["type"] in (
                 "worker_stop", "agent_stop", "store_host_stop", "link_cut", "console_stall")
                 else 0 for _, f in pending) + 0.5
@@ -544,7 +377,7 @@ class Harness:
                 self.close_pending(pending, "violated", None)
                 ep.terminate()
         self.close_pending(pending, "ended" if ep.ended() else "recovered", time.monotonic())
-        self.end_episode(ep, schedule, None)
+        self.end_episode(ep, schedule, ep.last_fault)
 
     @staticmethod
     def close_pending(pending, outcome, t):
@@ -557,65 +390,35 @@ class Harness:
         if self.etcd:
             self.etcd.close()
         self.topology.close()
-        if not self.args.keep:
+        if self.args.keep or self.violations:  # the evidence: logs, events, histories, stacks
+            print(f"chaos: the run's files are kept in {self.tmp}", file=sys.stderr, flush=True)
+        else:
             shutil.rmtree(self.tmp, ignore_errors=True)
 
 
 def summarize(h, schedule, elapsed):
-    by_type = {}
-    for r in h.results:
-        t = by_type.setdefault(r["type"], {"count": 0, "skipped": 0, "recovered": 0,
-                                           "ended_correctly": 0, "violated": 0, "ttr": []})
-        t["count"] += 1
-        if r["outcome"] == "skipped":
-            t["skipped"] += 1
-        elif r["outcome"] == "recovered":
-            t["recovered"] += 1
-            t["ttr"].append(r["ttr"])
-        elif r["outcome"] == "ended":
-            t["ended_correctly"] += 1
-        else:
-            t["violated"] += 1
-    for r in h.violations:
-        if r["fault_type"] and r["kind"] != "stuck":
-            by_type[r["fault_type"]]["violated"] += 1
-    for t in by_type.values():
-        ttr = sorted(t.pop("ttr"))
-        t["ttr_p50"] = round(statistics.median(ttr), 2) if ttr else None
-        t["ttr_p99"] = round(ttr[min(len(ttr) - 1, int(0.99 * len(ttr)))], 2) if ttr else None
-        t["ttr_max"] = round(ttr[-1], 2) if ttr else None
+    by_type = report.by_type(h.results, h.violations)
     return {"faults": len(schedule), "seed": h.seed, "mode": h.mode, "topology": h.topology.kind,
             "launcher": h.launcher, "preload": bool(h.preload),
             "nodes": h.nodes, "episodes": len(h.episodes), "seconds": round(elapsed, 1),
             "notes": h.notes, "violations": h.violations, "by_type": by_type,
+            "results": [{k: r[k] for k in ("index", "type", "did", "episode", "outcome", "ttr")}
+                        for r in h.results],
             "exit_codes": {str(c): h.exit_codes.count(c) for c in sorted(set(h.exit_codes), key=str)},
-            "bounds": {"recovery_s": {t: recovery_bound({"type": t, "duration": 6.0})
+            "bounds": {"recovery_s": {t: recovery_bound({"type": t, "duration": 6.0}, h.hang_timeout)
                                       for t in sorted(by_type)}, **BOUNDS},
             "max_usage": {"rss_kib": max((u[0] for u in h.usage_max.values()), default=0),
                           "fds": max((u[1] for u in h.usage_max.values()), default=0),
                           "threads": max((u[2] for u in h.usage_max.values()), default=0)}}
 
 
-def markdown(summary):
-    rows = ["| fault | count | skipped | recovered | ended correctly | violated | TTR p50 | p99 | max |",
-            "|---|---|---|---|---|---|---|---|---|"]
-    for t, s in sorted(summary["by_type"].items()):
-        rows.append(f"| {t} | {s['count']} | {s['skipped']} | {s['recovered']} | "
-                    f"{s['ended_correctly']} | {s['violated']} | {s['ttr_p50']} | {s['ttr_p99']} | "
-                    f"{s['ttr_max']} |")
-    head = (f"seed {summary['seed']}, {summary['faults']} faults, mode {summary['mode']}, "
-            f"{summary['nodes']} node slots ({summary['topology']}), {summary['episodes']} episodes, "
-            f"{summary['seconds']} s, {len(summary['violations'])} violations")
-    return head + "\n\n" + "\n".join(rows) + "\n"
-
-
 def main():
-    global HANG_TIMEOUT
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--build", required=True)
+    p.add_argument("--build", help="a build directory (its bin/ddprun)")
+    p.add_argument("--ddprun", help="the ddprun binary (instead of --build)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--faults", type=int, default=30)
-    p.add_argument("--nodes", type=int, default=4)
+    p.add_argument("--nodes", type=int, help="node slots (default 4, or the replay's)")
     p.add_argument("--mode", choices=["etcd", "c10d"], default="c10d")
     p.add_argument("--topology", choices=["auto", "netns", "loopback"], default="auto")
     p.add_argument("--types", default="", help="comma-separated fault types (default: all that apply)")
@@ -627,17 +430,35 @@ def main():
     p.add_argument("--launcher", choices=["ddprun", "torchrun"], default="ddprun",
                    help="torchrun: the same job and schedule under torchrun 2.15 (c10d only)")
     p.add_argument("--preload", choices=["auto", "on", "off"], default="auto",
-                   help="ddprun --preload torch (auto: when this ddprun has it)")
-    p.add_argument("--hang-timeout", type=float, default=20.0)
+                   help=f"ddprun --preload {job.PRELOAD} (auto: when this ddprun has it)")
+    p.add_argument("--hang-timeout", type=float,
+                   help="ddprun --hang-timeout (default 20, or the replay's)")
     args = p.parse_args()
-    if args.nodes < INITIAL_NODES or args.nodes > 8:
-        p.error(f"--nodes must be {INITIAL_NODES}..8")
     if args.launcher == "torchrun" and args.mode != "c10d":
         p.error("--launcher torchrun runs the c10d mode only")
-    HANG_TIMEOUT = args.hang_timeout
-    ddprun = os.path.join(args.build, "bin", "ddprun")
-    if not os.access(ddprun, os.X_OK):
-        print(f"chaos: SKIP: no ddprun at {ddprun}", file=sys.stderr)
+    doc = None
+    if args.replay:
+        try:
+            doc = sched.load(args.replay)
+        except (OSError, ValueError, KeyError) as e:
+            p.error(f"--replay: {e}")
+        # The job the schedule was found on, unless the command line says otherwise.
+        if args.nodes is None:
+            args.nodes = doc.get("nodes")
+        if args.hang_timeout is None:
+            args.hang_timeout = doc.get("hang_timeout")
+        if doc["mode"] != args.mode:
+            p.error(f"{args.replay} is a {doc['mode']} schedule (--mode {doc['mode']})")
+    args.nodes = 4 if args.nodes is None else args.nodes
+    args.hang_timeout = 20.0 if args.hang_timeout is None else args.hang_timeout
+    if args.nodes < job.INITIAL_NODES or args.nodes > 8:
+        p.error(f"--nodes must be {job.INITIAL_NODES}..8")
+    if not args.ddprun:
+        if not args.build:
+            p.error("--build DIR or --ddprun PATH is required")
+        args.ddprun = os.path.join(args.build, "bin", "ddprun")
+    if not os.access(args.ddprun, os.X_OK):
+        print(f"chaos: SKIP: no ddprun at {args.ddprun}", file=sys.stderr)
         return 77
     if subprocess.run([sys.executable, "-c", "import torch"], capture_output=True).returncode:
         print(f"chaos: SKIP: {sys.executable} has no torch", file=sys.stderr)
@@ -647,9 +468,13 @@ def main():
         return 77
     h = Harness(args)
     try:
-        if args.replay:
-            doc = sched.load(args.replay)
+        if doc:
             schedule, h.seed = doc["faults"], doc["seed"]
+            h.pinned_exit = doc.get("expect_exit")
+            if "link_cut" in {f["type"] for f in schedule} and h.topology.kind != "netns":
+                print(f"chaos: SKIP: {args.replay} cuts links: it needs network namespaces "
+                      f"({'; '.join(h.notes)})", file=sys.stderr)
+                return 77
         else:
             types = args.types.split(",") if args.types else sched.types_for(
                 args.mode, h.topology.kind == "netns")
@@ -658,7 +483,8 @@ def main():
                 p.error(f"unknown fault types: {unknown}")
             schedule = sched.generate(args.seed, args.faults, types)
         if args.schedule_out:
-            sched.save(args.schedule_out, h.seed, args.mode, h.topology.kind == "netns", schedule)
+            sched.save(args.schedule_out, h.seed, args.mode, h.topology.kind == "netns", schedule,
+                       nodes=args.nodes, hang_timeout=args.hang_timeout)
         for note in h.notes:
             print(f"chaos: {note}", flush=True)
         start = time.monotonic()
@@ -669,7 +495,7 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             json.dump(summary, f, indent=1)
-    md = markdown(summary)
+    md = report.markdown(summary)
     if args.md:
         with open(args.md, "w") as f:
             f.write(md)

@@ -49,14 +49,23 @@ def generate(seed, faults, types):
     return out
 
 
-def save(path, seed, mode, netns, schedule):
+def save(path, seed, mode, netns, schedule, **job):
+    """JOB: what else the replay must reproduce (nodes, hang_timeout)."""
     with open(path, "w") as f:
-        json.dump({"seed": seed, "mode": mode, "netns": netns, "faults": schedule}, f, indent=1)
+        json.dump({"seed": seed, "mode": mode, "netns": netns, **job, "faults": schedule}, f,
+                  indent=1)
 
 
 def load(path):
+    """A written schedule. Besides what save() writes, a replay file may pin `expect_exit`: the
+    exit codes every agent that ends by itself must end with (sharper than the codes any of its
+    faults can explain: the regression it guards)."""
     with open(path) as f:
         doc = json.load(f)
+    pinned = doc.get("expect_exit")
+    if pinned is not None and not (isinstance(pinned, list)
+                                   and all(isinstance(c, int) for c in pinned)):
+        raise ValueError(f"{path}: expect_exit must be a list of exit codes")
     for k, fault in enumerate(doc["faults"]):
         if fault.get("type") not in FAULT_TYPES:
             raise ValueError(f"{path}: fault {k}: unknown type {fault.get('type')!r}")
