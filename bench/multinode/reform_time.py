@@ -36,10 +36,12 @@ def agent_cmd(launcher, ddprun, n, port, worker):
             "--rdzv_endpoint", f"127.0.0.1:{port}", "--rdzv_id", "bench", "--max_restarts", "3"]
     if launcher in ("ddprun", "ddprun-preload"):
         # ddprun-preload: every worker forked from a preloaded interpreter (docs/warm-start.md).
-        preload = ["--preload", "torch"] if launcher == "ddprun-preload" else []
-        return [ddprun, *rdzv, *preload, "--rdzv_conf",
+        # (--preload needs the program to be the .py, the interpreter given by --python.)
+        program = (["--preload", "torch,torch.distributed", "--python", sys.executable, WORKER]
+                   if launcher == "ddprun-preload" else [sys.executable, WORKER])
+        return [ddprun, *rdzv, "--rdzv_conf",
                 "heartbeat_interval=0.5,heartbeat_timeout=2,last_call_timeout=1",
-                "--shutdown-timeout", "2", sys.executable, WORKER, worker]
+                "--shutdown-timeout", "2", *program, worker]
     return [sys.executable, "-m", "torch.distributed.run", *rdzv, "--rdzv_conf",
             "keep_alive_interval=1,keep_alive_max_attempt=2,last_call_timeout=1", "--monitor_interval", "0.1",
             WORKER, worker]
