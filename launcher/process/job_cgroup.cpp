@@ -10,7 +10,6 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
-#include <iterator>
 #include <random>
 #include <sstream>
 
@@ -91,12 +90,22 @@ void nested_cgroups(const std::string& path, std::vector<std::string>& out, int 
   }
 }
 
+/// /proc/PID/stat, or "" when the process is gone. A plain read(2): the process may exit between
+/// open and read (ESRCH), and istreambuf_iterator would throw that out of the event loop.
+std::string read_proc_stat(pid_t pid) {
+  const int fd = ::open(fmt::format("/proc/{}/stat", pid).c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return {};
+  char buffer[1024];
+  const ssize_t got = ::read(fd, buffer, sizeof buffer);
+  ::close(fd);
+  return got > 0 ? std::string(buffer, static_cast<size_t>(got)) : std::string();
+}
+
 void read_members(const std::string& path, std::vector<pid_t>& pids) {
   std::ifstream procs(path + "/cgroup.procs");
   long pid = 0;
   while (procs >> pid) {
-    std::ifstream stat(fmt::format("/proc/{}/stat", pid));
-    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    const std::string text = read_proc_stat(static_cast<pid_t>(pid));
     const size_t close = text.rfind(") ");
     // A zombie is dead already; it only waits for its parent.
     if (close != std::string::npos && close + 2 < text.size() && text[close + 2] != 'Z') {

@@ -155,6 +155,14 @@ void PosixProcessControl::signal_process(pid_t pid, int sig) {
   }
   if (ours) signal_pidfd(pidfd, sig, false);
   ::close(pidfd);
+  // A child of ddprun that left ddprun's session (a daemon a worker made) takes its process group
+  // along: a daemon that hops pids is gone from `pid` by now, but its hops share the group, and
+  // a group kill reaches every member atomically (a fork racing it fails). The group is provably
+  // ours: `pid` is ddprun's unreaped child, so the group's number stays taken while it lives, and
+  // every member of a session a descendant made descends from that descendant.
+  if (ours && st.ppid == ::getpid() && st.session != ::getsid(0) && st.pgrp > 1) {
+    ::kill(-st.pgrp, sig);
+  }
 }
 
 }  // namespace ddp::launcher

@@ -22,7 +22,8 @@ struct ReapedChild {
 /// waitpid(-1, WNOHANG) until nothing is left to reap. Never blocks.
 std::vector<ReapedChild> reap_exited_children();
 
-/// Live children of this process, from /proc (workers and inherited orphans alike).
+/// Live children of this process, from /proc (workers and inherited orphans alike), and zombie
+/// children that had left this process's session (see signal_process: their group is signalled).
 std::vector<pid_t> list_children();
 
 /// Sends `sig` to process group `pgid`; falls back to the process itself if the group is gone.
@@ -34,6 +35,7 @@ struct ProcStat {
   char state = '?';
   pid_t ppid = 0;
   pid_t pgrp = 0;
+  pid_t session = 0;
 };
 /// Parses one /proc/<pid>/stat line (the command name may contain spaces and parentheses).
 bool parse_proc_stat(const char* text, ProcStat& out);

@@ -51,14 +51,23 @@ bool parse_proc_stat(const char* text, ProcStat& out) {
   const char* close = std::strrchr(text, ')');
   if (!close) return false;
   out.pid = static_cast<pid_t>(std::strtol(text, nullptr, 10));
-  int ppid = 0, pgrp = 0;
+  int ppid = 0, pgrp = 0, session = 0;
   char state = '?';
-  if (std::sscanf(close + 1, " %c %d %d", &state, &ppid, &pgrp) != 3) return false;
+  if (std::sscanf(close + 1, " %c %d %d %d", &state, &ppid, &pgrp, &session) != 4) return false;
   out.state = state;
   out.ppid = ppid;
   out.pgrp = pgrp;
+  out.session = session;
   return true;
 }
+
+namespace {
+
+/// Whether a child of ddprun is worth a signal. A live one is. A zombie is dead already, except as
+/// evidence: one that left ddprun's session was a daemon a worker started, and a daemon that hops
+/// pids (fork, exit, again) is a zombie by the time its stat is read, nearly every time; its
+/// process group (which the hops share) still holds the live one.
+bool is_leftover(const ProcStat& st) { return st.state != 'Z' || st.session != ::getsid(0); }
 
 /// Fast path: the kernel's own list (CONFIG_PROC_CHILDREN). ddprun has one thread, so its
 /// thread id is its pid and this file lists every child.
@@ -77,12 +86,13 @@ bool read_children_file(std::vector<pid_t>& children) {
   char* end = nullptr;
   for (long pid = std::strtol(p, &end, 10); end != p; pid = std::strtol(p, &end, 10)) {
     ProcStat st;
-    // The list includes zombies; only live children need killing.
-    if (read_proc_stat(static_cast<pid_t>(pid), st) && st.state != 'Z') children.push_back(st.pid);
+    if (read_proc_stat(static_cast<pid_t>(pid), st) && is_leftover(st)) children.push_back(st.pid);
     p = end;
   }
   return true;
 }
+
+}  // namespace
 
 std::vector<pid_t> list_children() {
   std::vector<pid_t> children;
@@ -94,7 +104,7 @@ std::vector<pid_t> list_children() {
     if (entry->d_name[0] < '1' || entry->d_name[0] > '9') continue;
     ProcStat st;
     if (read_proc_stat(static_cast<pid_t>(std::atoi(entry->d_name)), st) && st.ppid == self &&
-        st.state != 'Z') {
+        is_leftover(st)) {
       children.push_back(st.pid);
     }
   }

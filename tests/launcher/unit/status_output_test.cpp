@@ -117,7 +117,9 @@ TEST_CASE("/proc/<pid>/stat parsing copes with odd command names") {
   CHECK(st.state == 'S');
   CHECK(st.ppid == 77);
   CHECK(st.pgrp == 1234);
+  CHECK(st.session == 1234);
   CHECK_FALSE(parse_proc_stat("garbage", st));
+  CHECK_FALSE(parse_proc_stat("1 (short) S 1 1", st));
 }
 
 TEST_CASE("error files in torch's @record format") {
