@@ -130,6 +130,7 @@ class Agent {
   /// Holds this node's failure `stop` until a lost node or another node's stop explains it, or
   /// `wait` passes (then it is broadcast and the attempt goes on as for any failure).
   void hold_for_loss_verdict(const StopReason& stop, std::chrono::milliseconds wait);
+  void await_loss_verdict(std::chrono::milliseconds wait);
   /// The held failure is settled by other news: no broadcast; an attempt waiting in Awaiting
   /// goes on (from the loop) with the end that news set. False when nothing was held.
   bool settle_held_failure();
@@ -253,8 +254,9 @@ class Agent {
   };
   std::optional<Reform> reform_;
   std::optional<StopReason> held_failure_;  // this node's failure, not yet offered (see above)
-  std::optional<RoundLeft> restart_from_;   // the round a pending restart left (none: no restart)
-  RoundLeft round_left() const;             // round_ (empty without one), left now
+  int hold_renewals_ = 0;  // of the held failure's wait, after a stall of this agent
+  std::optional<RoundLeft> restart_from_;  // the round a pending restart left (none: no restart)
+  RoundLeft round_left() const;            // round_ (empty without one), left now
   std::vector<std::string> membership_changes_;  // for the summary
 
   std::unique_ptr<health::HealthMonitor> health_;

@@ -213,9 +213,28 @@ void Agent::hold_for_loss_verdict(const StopReason& stop, std::chrono::milliseco
       "{}; waiting up to {:.3g} s for the other nodes' heartbeats before restarting (a lost "
       "node makes the collectives fail first)",
       stop.text, wait.count() / 1000.0));
-  verdict_timer_.expires_after(wait);
-  verdict_timer_.async_wait([this](const boost::system::error_code& ec) {
-    if (!ec) release_held_failure();
+  hold_renewals_ = 0;
+  await_loss_verdict(wait);
+}
+
+void Agent::await_loss_verdict(std::chrono::milliseconds wait) {
+  const auto due = std::chrono::steady_clock::now() + wait;
+  verdict_timer_.expires_at(due);
+  verdict_timer_.async_wait([this, due, wait](const boost::system::error_code& ec) {
+    if (ec) return;
+    const auto late = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::now() - due);
+    if (held_failure_ &&
+        renew_loss_verdict_hold(late, setup_.multinode->heartbeat_interval, hold_renewals_)) {
+      ++hold_renewals_;
+      say(
+          fmt::format("this agent stood still for {:.3g} s while its failure was held; waiting "
+                      "{:.3g} s more for the other nodes' heartbeats",
+                      late.count() / 1000.0, wait.count() / 1000.0));
+      await_loss_verdict(wait);
+      return;
+    }
+    release_held_failure();
   });
 }
 

@@ -160,6 +160,11 @@ std::chrono::milliseconds loss_verdict_wait(const ElasticPolicy& policy, size_t 
   return heartbeat_timeout + 2 * heartbeat_interval;
 }
 
+bool renew_loss_verdict_hold(std::chrono::milliseconds late,
+                             std::chrono::milliseconds heartbeat_interval, int renewals_used) {
+  return late > heartbeat_interval && renewals_used < kMaxHoldRenewals;
+}
+
 std::optional<RoundPlan> reform_plan(const std::vector<int>& survivors, int old_rank) {
   auto it = std::find(survivors.begin(), survivors.end(), old_rank);
   if (it == survivors.end()) return std::nullopt;

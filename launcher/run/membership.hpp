@@ -90,6 +90,15 @@ std::chrono::milliseconds loss_verdict_wait(const ElasticPolicy& policy, size_t 
                                             std::chrono::milliseconds heartbeat_timeout,
                                             std::chrono::milliseconds heartbeat_interval);
 
+/// The held failure's wait ended `late` after it was due. Later than one heartbeat interval means
+/// this agent itself stood still (SIGSTOP, a host swapping): its monitor looked at no heartbeat
+/// meanwhile, and on the store's host the other nodes' heartbeats queued during the stall land
+/// all at once on resume, looking fresh. The verdict needs live time, so the hold is renewed, at
+/// most `kMaxHoldRenewals` times (a stall that repeats cannot hold the failure for ever).
+inline constexpr int kMaxHoldRenewals = 2;
+bool renew_loss_verdict_hold(std::chrono::milliseconds late,
+                             std::chrono::milliseconds heartbeat_interval, int renewals_used);
+
 /// How this node joins the round that re-forms the job from `survivors` (old node ranks, in
 /// order): the survivors keep their relative order and take the ranks 0..S-1, and the round is
 /// complete as soon as all S have joined (no last-call wait). Empty plan when this node

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "fake_job_rendezvous.hpp"
 #include "fake_process_control.hpp"
@@ -1015,6 +1016,31 @@ TEST_CASE("spare under DDP: a lost store during the wait ends the job with 74, n
   CHECK(run.rendezvous->broadcasts.empty());
   CHECK(run.rendezvous->joins == std::vector<int>{0});
   CHECK(run.events("restart").empty());
+}
+
+TEST_CASE("an agent that stood still through the held failure's wait judges after it resumes") {
+  // Chaos seed 12 (tests/chaos/schedules/store_host_stop_survivor.json): the store host's agent
+  // was SIGSTOPped past the end of its hold; on resume the timer fired before the monitor's first
+  // look, and the failure went out as this node's own (a restart alone, 69 after the join
+  // timeout) while the other nodes were gone. Here the loop stands still 0.6 s (hold: 0.2 s) and
+  // the monitor names the loss 50 ms after the loop resumes.
+  MultiNodeRun run;
+  spare_job(run, std::chrono::milliseconds(100));  // held 100 + 2 x 50 ms
+  run.script.on_round = [](FakeJobRendezvous& r, int round) {
+    if (round != 0) return;
+    r.deliver_later(std::chrono::milliseconds(50), [](FakeJobRendezvous&) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(600));
+    });
+    r.deliver_later(std::chrono::milliseconds(700), [](FakeJobRendezvous& f) {
+      f.deliver_loss(NodeLoss{"lost node 1 (node1): no heartbeat for 0.1 s", 1});
+    });
+  };
+  run.run();
+  auto verdict = run.events("loss_verdict");
+  REQUIRE(verdict.size() == 1);
+  CHECK(verdict[0]["lost"] == true);
+  CHECK(run.events("restart").empty());
+  CHECK(run.events("node_lost").size() == 1);
 }
 
 TEST_CASE("a static job without spares offers a worker failure at once (no loss could help)") {

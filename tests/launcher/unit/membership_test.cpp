@@ -221,3 +221,14 @@ TEST_CASE("a worker failure waits for the loss verdict only where a loss could b
   CHECK(loss_verdict_wait(ElasticPolicy{}, 2, timeout, interval) == milliseconds(0));
   CHECK(loss_verdict_wait(kTwoToFour, 1, timeout, interval) == milliseconds(0));
 }
+
+TEST_CASE(
+    "a held failure's wait is renewed after this agent stood still, a bounded number of times") {
+  using std::chrono::milliseconds;
+  const milliseconds interval(300);
+  CHECK_FALSE(renew_loss_verdict_hold(milliseconds(0), interval, 0));    // on time
+  CHECK_FALSE(renew_loss_verdict_hold(milliseconds(300), interval, 0));  // a slow loop, no stall
+  CHECK(renew_loss_verdict_hold(milliseconds(4000), interval, 0));       // SIGSTOPped 4 s
+  CHECK(renew_loss_verdict_hold(milliseconds(4000), interval, kMaxHoldRenewals - 1));
+  CHECK_FALSE(renew_loss_verdict_hold(milliseconds(4000), interval, kMaxHoldRenewals));
+}
