@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstdio>
 
@@ -119,6 +120,73 @@ void await_failure_read(StoreClient& client, const std::string& prefix, std::int
   }
 }
 
+// A re-form's leader watches the survivors that have not joined yet, by the heartbeat each one's
+// monitor keeps in the round they left (NodeRendezvousOptions::survivors_previous_ranks).
+class SurvivorWatch {
+ public:
+  explicit SurvivorWatch(const NodeRendezvousOptions& o) : options_(o) {}
+
+  RdzvClock::time_point next() const { return active() ? next_ : RdzvClock::time_point::max(); }
+
+  // "" while every survivor not in `admitted` still heartbeats; else why the round cannot form.
+  std::string look(StoreClient& client, const std::vector<JoinRequest>& admitted,
+                   RdzvClock::time_point now) {
+    next_ = now + std::clamp(options_.survivor_heartbeat_timeout / 4,
+                             std::chrono::milliseconds(100), std::chrono::milliseconds(1000));
+    const std::string old_prefix =
+        fmt::format("ddprun/{}/{}/", options_.run_id, options_.previous_round);
+    const auto& previous = options_.survivors_previous_ranks;
+    std::vector<int> gone;
+    for (std::size_t r = 0; r < previous.size(); ++r) {
+      const int rank = static_cast<int>(r);
+      if (rank == options_.node_rank ||
+          std::any_of(admitted.begin(), admitted.end(),
+                      [&](const JoinRequest& j) { return j.requested_node_rank == rank; })) {
+        continue;
+      }
+      const std::string key = old_prefix + "hb/" + std::to_string(previous[r]);
+      const std::string beat = client.check({key}) ? client.get(key) : std::string();
+      auto [it, fresh] = beats_.try_emplace(rank, Beat{beat, now});
+      if (fresh) continue;
+      if (it->second.value != beat) {
+        it->second = Beat{beat, now};
+      } else if (now - it->second.changed > options_.survivor_heartbeat_timeout) {
+        gone.push_back(previous[r]);
+      }
+    }
+    if (gone.empty()) return {};
+    std::optional<Assignment> old;
+    if (client.check({old_prefix + "assignment"}))
+      old = decode_assignment(client.get(old_prefix + "assignment"));
+    std::string names;
+    for (int rank : gone) {
+      std::string name;
+      if (old) {
+        for (const auto& n : old->nodes)
+          if (n.node_rank == rank) name = fmt::format(" ({})", n.name);
+      }
+      names += fmt::format("{}{}{}", names.empty() ? "" : ", ", rank, name);
+    }
+    return fmt::format(
+        "node{} {} of the round left did not rejoin: no heartbeat for {:.3g} s (lost with it)",
+        gone.size() == 1 ? "" : "s", names,
+        std::chrono::duration<double>(options_.survivor_heartbeat_timeout).count());
+  }
+
+ private:
+  bool active() const {
+    return options_.previous_round >= 0 && !options_.survivors_previous_ranks.empty() &&
+           options_.survivor_heartbeat_timeout.count() > 0;
+  }
+  struct Beat {
+    std::string value;
+    RdzvClock::time_point changed;
+  };
+  const NodeRendezvousOptions& options_;
+  RdzvClock::time_point next_ = RdzvClock::now();
+  std::map<int, Beat> beats_;
+};
+
 Assignment lead(StoreClient& client, const std::string& prefix, const NodeRendezvousOptions& o,
                 const std::string& leader_name, std::int64_t own_seq,
                 RdzvClock::time_point deadline) {
@@ -127,6 +195,7 @@ Assignment lead(StoreClient& client, const std::string& prefix, const NodeRendez
                                       o.excluded_hosts});
   std::int64_t next = 1;
   JoinProgressClock progress(o);
+  SurvivorWatch survivors(o);
   while (!admission.complete(RdzvClock::now())) {
     const auto now = RdzvClock::now();
     progress.report(now, [&] { return admission.describe(); });
@@ -139,10 +208,20 @@ Assignment lead(StoreClient& client, const std::string& prefix, const NodeRendez
           "rendezvous '{}' timed out after {} s: {}", o.run_id,
           std::chrono::duration_cast<std::chrono::seconds>(o.join_timeout).count(), status));
     }
+    const std::string join_key = prefix + "join/" + std::to_string(next);
+    // A join already written is read first: its node stopped heartbeating to write it.
+    if (now >= survivors.next() && !client.check({join_key})) {
+      const std::string gone = survivors.look(client, admission.admitted(), now);
+      if (!gone.empty()) {
+        client.set(prefix + "status", gone);
+        client.set(prefix + "closed", "1");
+        await_failure_read(client, prefix, own_seq);
+        throw RendezvousError(fmt::format("rendezvous '{}': {}", o.run_id, gone));
+      }
+    }
     auto until = deadline;
     if (auto last_call = admission.last_call_deadline()) until = std::min(until, *last_call);
-    until = std::min(until, progress.next());
-    const std::string join_key = prefix + "join/" + std::to_string(next);
+    until = std::min({until, progress.next(), survivors.next()});
     if (!wait_for(client, join_key,
                   std::chrono::duration_cast<std::chrono::milliseconds>(until - now)))
       continue;

@@ -62,6 +62,15 @@ struct NodeRendezvousOptions {
   // a node that joins later counts from the job's figures, not from zero.
   int restarts_used = -1;
   int rescales_used = -1;
+  // A re-form (a pinned round of the survivors of `previous_round`): survivor i, who joins as
+  // node rank i, was node `survivors_previous_ranks[i]` there. Its monitor heartbeats in that
+  // round until it starts to join this one, so the leader watches the heartbeat of each survivor
+  // that has not joined yet: one that stands still for `survivor_heartbeat_timeout` is gone (lost
+  // in the same event as the node that caused the re-form, reported a tick later), and the round
+  // fails at once, naming it, instead of waiting out join_timeout. Empty: not a re-form.
+  int previous_round = -1;
+  std::vector<int> survivors_previous_ranks;
+  std::chrono::milliseconds survivor_heartbeat_timeout{0};
 };
 
 struct RendezvousResult {

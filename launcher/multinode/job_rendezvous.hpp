@@ -62,6 +62,10 @@ struct RoundPlan {
   // fast rejoin counts from these, not from zero). Published only by a node that joined before.
   int restarts_used = 0;
   int rescales_used = 0;
+  // A re-form: the round left and each survivor's node rank in it, in the new order (the
+  // rendezvous may fail at once when one of them is gone too; rdzv::NodeRendezvousOptions).
+  int previous_round = -1;
+  std::vector<int> survivors_previous_ranks;
 };
 
 /// A node, or the store itself, stopped answering.

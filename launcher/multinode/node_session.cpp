@@ -200,6 +200,9 @@ void NodeSession::join(int round, const RoundPlan& plan, std::function<void(Join
       round_.node_rank = plan.node_rank;
     }
     if (plan.join_timeout.count() > 0) round_.join_timeout = plan.join_timeout;
+    round_.previous_round = plan.previous_round;
+    round_.survivors_previous_ranks = plan.survivors_previous_ranks;
+    round_.survivor_heartbeat_timeout = settings_.heartbeat_timeout;
     // c10d: a join that finds its round closed (the job runs without this node) waits to be
     // admitted instead of failing.
     round_.may_wait_pending = (settings_.dynamic || settings_.spares) && plan.nodes == 0;

@@ -157,6 +157,8 @@ void Agent::on_joined(int attempt, const JobRendezvous::JoinResult& result) {
     reform_.reset();
     next_round_.join_timeout =
         std::chrono::milliseconds(0);  // later restarts: the same nodes, as configured
+    next_round_.previous_round = -1;   // nor survivors of this round to watch
+    next_round_.survivors_previous_ranks.clear();
   }
   if (change) {
     events_.emit("rescale", rescale_fields(*change));
@@ -457,6 +459,10 @@ void Agent::begin_reform() {
   plan->join_timeout = std::min<std::chrono::milliseconds>(
       m.join_timeout,
       setup_.config.shutdown_timeout + 2 * m.heartbeat_timeout + std::chrono::seconds(5));
+  if (round_) {
+    plan->previous_round = round_->round;
+    plan->survivors_previous_ranks = cause.survivors;
+  }
   next_round_ = *plan;
   end_.reset();
   phase_ = Phase::Starting;

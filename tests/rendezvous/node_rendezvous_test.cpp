@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <future>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -495,4 +496,69 @@ TEST_CASE("--exclude-hosts: the leader refuses a join from an excluded host") {
           std::string::npos);
   }
   CHECK(first.get().num_nodes == 1);
+}
+
+namespace {
+
+/// Round 0 of nodes a, b, c (node ranks 0, 1, 2), each with its heartbeat monitor running.
+struct FormedRound {
+  explicit FormedRound(TestServer& server) {
+    auto futures =
+        join_all(server, {node("a", 1, 0, 3, 3), node("b", 1, 1, 3, 3), node("c", 1, 2, 3, 3)});
+    const char* names[] = {"a", "b", "c"};
+    for (int r = 0; r < 3; ++r) {
+      monitors.push_back(std::make_unique<NodeMonitor>(
+          server.client_options(), node(names[r], 1, r, 3, 3), futures[r].get(),
+          NodeMonitor::Options{50ms, 10s}, NodeMonitor::Callbacks{}));
+    }
+  }
+  std::vector<std::unique_ptr<NodeMonitor>> monitors;
+};
+
+/// How survivor `name` joins the re-form of round 0 as `rank` of the survivors `previous`.
+NodeRendezvousOptions survivor(std::string name, int rank, std::vector<int> previous) {
+  auto o = node(std::move(name), 1, rank, static_cast<int>(previous.size()),
+                static_cast<int>(previous.size()));
+  o.round = 1;
+  o.join_timeout = 60s;  // a failure must come from the survivor watch, not from this
+  o.previous_round = 0;
+  o.survivors_previous_ranks = std::move(previous);
+  o.survivor_heartbeat_timeout = 300ms;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "a re-form fails at once, naming it, when a survivor's heartbeat in the old round stops") {
+  // Node 1 is lost and reported; node 2 died in the same event but its loss was not reported
+  // before the re-form began, so it is still listed as a survivor.
+  TestServer server;
+  FormedRound old(server);
+  old.monitors[1].reset();
+  old.monitors[2].reset();
+  old.monitors[0].reset();  // node 0 starts to join
+  try {
+    join_rendezvous(server.client_options(), survivor("a", 0, {0, 2}));
+    FAIL("the re-form formed without node 2");
+  } catch (const RendezvousError& e) {
+    const std::string what = e.what();
+    CHECK(what.find("node 2 (c) of the round left did not rejoin") != std::string::npos);
+    CHECK(what.find("timed out") == std::string::npos);
+  }
+}
+
+TEST_CASE("a re-form waits for a survivor that still heartbeats while it stops its workers") {
+  TestServer server;
+  FormedRound old(server);
+  old.monitors[2].reset();  // the lost node
+  old.monitors[0].reset();
+  auto slow = std::async(std::launch::async, [&] {
+    std::this_thread::sleep_for(1500ms);  // 5 x the survivor timeout, beating all along
+    old.monitors[1].reset();
+    return join_rendezvous(server.client_options(), survivor("b", 1, {0, 1}));
+  });
+  const auto leader = join_rendezvous(server.client_options(), survivor("a", 0, {0, 1}));
+  CHECK(leader.num_nodes == 2);
+  CHECK(slow.get().node_rank == 1);
 }

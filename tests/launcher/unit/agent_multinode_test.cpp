@@ -294,6 +294,10 @@ TEST_CASE("elastic: a lost node re-forms the survivors, who restart with the new
   CHECK(r.plans[1].nodes == 2);      // exactly the survivors: no last-call wait
   CHECK(r.plans[1].node_rank == 1);  // old node 2 follows old node 0
   CHECK(r.plans[1].join_timeout.count() > 0);
+  // The rendezvous watches the survivors' heartbeats in round 0 while they rejoin.
+  CHECK(r.plans[0].previous_round == -1);
+  CHECK(r.plans[1].previous_round == 0);
+  CHECK(r.plans[1].survivors_previous_ranks == std::vector<int>{0, 2});
   REQUIRE(r.broadcasts.size() == 1);
   CHECK(r.broadcasts[0].survivors == std::vector<int>{0, 2});
   REQUIRE(run.process->starts.size() == 4);
