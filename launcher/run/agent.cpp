@@ -257,6 +257,7 @@ void Agent::start_attempt(int attempt) {
     return;
   }
   phase_ = Phase::Starting;
+  store_lost_in_join_.reset();
   pending_.clear();  // the next round's monitor reports them afresh (some were just invited)
   next_round_.restarts_used = restarts_used_;
   next_round_.rescales_used = rescales_used_;

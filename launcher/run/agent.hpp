@@ -232,12 +232,14 @@ class Agent {
   std::unique_ptr<JobRendezvous> session_;
   std::optional<GroupLayout> layout_;            // this attempt's place in the job (multi-node)
   std::optional<rdzv::RendezvousResult> round_;  // every node of this attempt's round
-  RoundPlan next_round_;                    // how to join the next round (pinned after a re-form)
-  std::set<int> lost_nodes_;                // node ranks of this round known to be gone
-  int restarts_used_ = 0;                   // worker failures restarted (--max_restarts)
-  int rescales_used_ = 0;                   // membership changes (max_rescales)
-  int own_failures_in_a_row_ = 0;           // earlier attempts in a row whose workers failed here
-  bool failed_here_ = false;                // a worker of this attempt failed on this node
+  RoundPlan next_round_;           // how to join the next round (pinned after a re-form)
+  std::set<int> lost_nodes_;       // node ranks of this round known to be gone
+  int restarts_used_ = 0;          // worker failures restarted (--max_restarts)
+  int rescales_used_ = 0;          // membership changes (max_rescales)
+  int own_failures_in_a_row_ = 0;  // earlier attempts in a row whose workers failed here
+  bool failed_here_ = false;       // a worker of this attempt failed on this node
+  bool reached_store_ = false;     // this node waited in the job's store (pending, spare)
+  std::optional<NodeLoss> store_lost_in_join_;  // the store went away while this node joined
   bool quarantined_ = false;                // node_failure_limit reached: this node leaves the job
   std::vector<rdzv::JoinRequest> pending_;  // live pending nodes of this round, as last heard
   std::set<std::int64_t> told_spare_;       // pending numbers told they are spares

@@ -101,6 +101,12 @@ void Agent::on_joined(int attempt, const JobRendezvous::JoinResult& result) {
           fmt::format("could not re-form the job after \"{}\": {}", reform_->reason, *error);
       say(text);
       end_with(node_lost(NodeLoss{text, std::nullopt}));
+    } else if (store_lost_in_join_ && (reached_store_ || round_)) {
+      // A node that was in the job, or waited in it as pending or spare, and then lost the
+      // store, lost the job's store like the running nodes did (74). Only a store never reached
+      // is a rendezvous failure (69: nothing listens there).
+      say(store_lost_in_join_->text);
+      end_with(node_lost(*store_lost_in_join_));
     } else {
       say(fmt::format("rendezvous failed: {}", *error));
       end_with(rendezvous_failed(*error));
@@ -287,6 +293,11 @@ void Agent::on_job_stop(const StopReason& reason) {
 }
 
 void Agent::on_node_lost(const NodeLoss& loss) {
+  if (phase_ == Phase::Starting && !loss.node_rank) {
+    // The store went away during the join; the join fails next and decides what that means.
+    store_lost_in_join_ = loss;
+    return;
+  }
   if (phase_ == Phase::Done || phase_ == Phase::Starting) return;
   if (const std::optional<StopReason> held = held_failure_; held && settle_held_failure()) {
     // The local failure this loss explains was held for it: the loss is the attempt's end (a
@@ -384,6 +395,7 @@ void Agent::consider_arrivals() {
 
 void Agent::on_waiting(const std::string& role) {
   if (phase_ == Phase::Done) return;
+  reached_store_ = true;
   events_.emit(role == "spare" ? "spare" : "pending", {{"host", setup_.multinode->node_name}});
   say(role == "spare"
           ? "the job is full: this node waits as a spare (it takes the place of the next lost node)"

@@ -41,6 +41,8 @@ class FakeJobRendezvous final : public JobRendezvous {
   struct Script {
     /// The join's outcome per round (default: node 0 of a one-node job).
     std::function<JoinResult(int round, const RoundPlan& plan)> join;
+    /// What the join reports before its result (waiting as pending, a lost store), in order.
+    std::function<void(FakeJobRendezvous&, int round)> while_joining;
     /// What happens while round N runs: called on the loop right after the join's result, so
     /// after the Agent started the workers. Use deliver_stop / deliver_loss from here.
     std::function<void(FakeJobRendezvous&, int round)> on_round;
@@ -70,6 +72,7 @@ class FakeJobRendezvous final : public JobRendezvous {
     round_ = round;
     stop_in_store_.reset();  // each round meets under fresh keys
     JoinResult result = script_.join ? script_.join(round, plan) : JoinResult{round_of(0, 1, 1)};
+    if (script_.while_joining) script_.while_joining(*this, round);
     // The round joined is the one asked for, unless the script says otherwise (a pending node
     // invited into a later round).
     if (auto* joined = std::get_if<rdzv::RendezvousResult>(&result); joined && joined->round == 0)
@@ -108,6 +111,9 @@ class FakeJobRendezvous final : public JobRendezvous {
   void deliver_stop(const StopReason& reason) {
     if (!stop_in_store_) stop_in_store_ = reason;
     boost::asio::post(loop_, [this, reason] { events_.on_stop(reason); });
+  }
+  void deliver_waiting(const std::string& role) {
+    boost::asio::post(loop_, [this, role] { events_.on_waiting(role); });
   }
   void deliver_loss(const NodeLoss& loss) {
     boost::asio::post(loop_, [this, loss] { events_.on_lost(loss); });
