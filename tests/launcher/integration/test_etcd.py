@@ -54,9 +54,9 @@ def gloo_lines(node, restart=None):
     return out
 
 
-def gloo_world(tmp, cluster, nnodes, mode):
+def gloo_world(tmp, cluster, nnodes, mode, conf=FAST):
     """Two agents whose attempt 0 formed a gloo world of 4 (each printed its GLOO lines)."""
-    nodes = agents(tmp, cluster, 2, nnodes, mode)
+    nodes = agents(tmp, cluster, 2, nnodes, mode, conf=conf)
     try:
         wait_until(lambda: all(len(gloo_lines(n, 0)) == 2 for n in nodes), 60,
                    "a gloo world of 4 on both agents")
@@ -135,7 +135,11 @@ def test_below_min_ends_with_74_naming_the_lost_node(tmp):
 def test_etcd_leader_killed_mid_job_is_not_noticed(tmp):
     require()
     with EtcdCluster(3) as cluster:
-        nodes = gloo_world(tmp, cluster, "2", "steps:50")
+        # The lease (heartbeat_timeout) must outlast the election that follows: etcd's election
+        # timeout is 1 s, randomised up to 2 s, and later still on 2 loaded cores (with 2 s,
+        # this test lost its lease in 1 of 3 full-suite runs, beside a package compile).
+        nodes = gloo_world(tmp, cluster, "2", "steps:50",
+                           conf=FAST.replace("heartbeat_timeout=2", "heartbeat_timeout=6"))
         try:
             leader = cluster.leader()
             assert leader is not None
