@@ -47,7 +47,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--ddprun", default=os.environ.get("DDPRUN"))
     p.add_argument("--seed", type=int, default=26)
-    p.add_argument("--faults", type=int, default=20, help="of the seeded run (0: replays only)")
+    p.add_argument("--faults", type=int, default=14, help="of the seeded run (0: replays only)")
     p.add_argument("--schedules", default=os.path.join(HERE, "schedules"),
                    help="the replay files' directory")
     args = p.parse_args()
