@@ -42,9 +42,11 @@ using namespace std::chrono_literals;
 //   .../pending/<p>/hb                       its heartbeat counter while it waits
 //   .../pending/<p>/invite                   "<round>|<nodes>|<node_rank>" or "refused: <why>"
 //   .../pending/<p>/spare                    "1": the job is full, it waits as a spare
-std::string key_prefix(const NodeRendezvousOptions& o) {
-  return fmt::format("ddprun/{}/{}/", o.run_id, o.round);
+std::string round_prefix(const std::string& run_id, int round) {
+  return fmt::format("ddprun/{}/{}/", run_id, round);
 }
+
+std::string key_prefix(const NodeRendezvousOptions& o) { return round_prefix(o.run_id, o.round); }
 
 std::string progress_key(const std::string& prefix, int node_rank) {
   return prefix + "progress/" + std::to_string(node_rank);
@@ -133,8 +135,7 @@ class SurvivorWatch {
                    RdzvClock::time_point now) {
     next_ = now + std::clamp(options_.survivor_heartbeat_timeout / 4,
                              std::chrono::milliseconds(100), std::chrono::milliseconds(1000));
-    const std::string old_prefix =
-        fmt::format("ddprun/{}/{}/", options_.run_id, options_.previous_round);
+    const std::string old_prefix = round_prefix(options_.run_id, options_.previous_round);
     const auto& previous = options_.survivors_previous_ranks;
     std::vector<int> gone;
     for (std::size_t r = 0; r < previous.size(); ++r) {

@@ -1047,37 +1047,38 @@ TEST_CASE("an agent that stood still through the held failure's wait judges afte
   CHECK(run.events("node_lost").size() == 1);
 }
 
+namespace {
+
+/// An elastic node whose first join fails because the store went away meanwhile; `pending`: it
+/// had reached the store and waited there as a pending node first.
+int store_lost_in_first_join(MultiNodeRun& run, bool pending) {
+  run.settings = elastic(2, 3);
+  run.script.while_joining = [pending](FakeJobRendezvous& f, int) {
+    if (pending) f.deliver_waiting("pending");
+    f.deliver_loss(
+        NodeLoss{"lost the store at 10.0.0.1:29400 (node 0 gone?): refused", std::nullopt});
+  };
+  run.script.join = [](int, const RoundPlan&) {
+    return JobRendezvous::JoinResult{
+        std::string("the store at 10.0.0.1:29400 refused every connection")};
+  };
+  return run.run();
+}
+
+}  // namespace
+
 TEST_CASE("a pending node that loses the job's store while it waits ends 74, as the job did") {
   // Chaos seed 13, faults 2 and 78: the store host was SIGKILLed while a late node waited as
   // pending; it ended 69 ("rendezvous failed") while every node of the job ended 74.
   MultiNodeRun run;
-  run.settings = elastic(2, 3);
-  run.script.while_joining = [](FakeJobRendezvous& f, int) {
-    f.deliver_waiting("pending");
-    f.deliver_loss(
-        NodeLoss{"lost the store at 10.0.0.1:29400 (node 0 gone?): refused", std::nullopt});
-  };
-  run.script.join = [](int, const RoundPlan&) {
-    return JobRendezvous::JoinResult{
-        std::string("the store at 10.0.0.1:29400 refused every connection")};
-  };
-  CHECK(run.run() == 74);
-  REQUIRE(run.events("node_lost").empty());  // not a loss in a running round
-  REQUIRE(run.events("rendezvous_failed").size() == 1);
+  CHECK(store_lost_in_first_join(run, true) == 74);
+  CHECK(run.events("node_lost").empty());  // not a loss in a running round
+  CHECK(run.events("rendezvous_failed").size() == 1);
 }
 
 TEST_CASE("a first join that never reached the store stays a rendezvous failure (69)") {
   MultiNodeRun run;
-  run.settings = elastic(2, 3);
-  run.script.while_joining = [](FakeJobRendezvous& f, int) {
-    f.deliver_loss(
-        NodeLoss{"lost the store at 10.0.0.1:29400 (node 0 gone?): refused", std::nullopt});
-  };
-  run.script.join = [](int, const RoundPlan&) {
-    return JobRendezvous::JoinResult{
-        std::string("the store at 10.0.0.1:29400 refused every connection")};
-  };
-  CHECK(run.run() == 69);
+  CHECK(store_lost_in_first_join(run, false) == 69);
 }
 
 TEST_CASE("a static job without spares offers a worker failure at once (no loss could help)") {
