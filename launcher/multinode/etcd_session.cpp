@@ -159,7 +159,6 @@ RoundRecord EtcdSession::form_round(int round, const RoundPlan& plan) {
   const std::string key = keys_.record(round);
   const std::string& token = settings_.token;
   std::optional<Clock::time_point> enough_since;  // when the open round first had min_nodes
-  bool in = false;
   while (true) {
     if (cancel_) throw std::runtime_error("the join was cancelled");
     auto read = client_->range(key);
@@ -170,31 +169,35 @@ RoundRecord EtcdSession::form_round(int round, const RoundPlan& plan) {
       // A value without the job's seal is a stranger's: the round is written over it.
       if (auto payload = unseal(token, key, read.kvs[0].value)) current = decode_round(*payload);
     }
+    const auto check_deadline = [&] {
+      if (Clock::now() < deadline) return;
+      throw rdzv::RendezvousError(fmt::format(
+          "round {} of job '{}' on etcd did not form in time: {} of {}:{} node(s) arrived", round,
+          settings_.run_id, current ? current->members.size() : 0, shape.min_nodes,
+          shape.max_nodes));
+    };
     const Compare same = mod == 0 ? Compare{key, Compare::Target::Create, 0, {}}
                                   : Compare{key, Compare::Target::Mod, mod, {}};
-    if (!in) {
-      JoinStep step = join_step(current, me, shape);
-      switch (step.kind) {
-        case JoinStep::Kind::Refused:
-          throw rdzv::RendezvousError(fmt::format("refused by round {} of job '{}' on etcd: {}",
-                                                  round, settings_.run_id, step.reason));
-        case JoinStep::Kind::Closed:
-          throw rdzv::RendezvousError(fmt::format(
-              "round {} of job '{}' on etcd formed without this node (late arrivals are not "
-              "admitted on etcd; start every node before the round closes)",
-              round, settings_.run_id));
-        case JoinStep::Kind::Joined:
-          in = true;
-          break;
-        case JoinStep::Kind::Write: {
-          auto t = client_->txn({same}, {put_op(key, seal(token, key, encode_round(step.next))),
-                                         put_op(keys_.alive(round, lease_), "1", lease_)});
-          if (t.succeeded) in = true;
-          continue;  // reread: closed by this write, or raced
-        }
-      }
+    // Every pass asks again whether this node is in the record: a record a stranger wrote over
+    // (or one rewritten without it) is joined again, not waited on.
+    JoinStep step = join_step(current, me, shape);
+    switch (step.kind) {
+      case JoinStep::Kind::Refused:
+        throw rdzv::RendezvousError(fmt::format("refused by round {} of job '{}' on etcd: {}",
+                                                round, settings_.run_id, step.reason));
+      case JoinStep::Kind::Closed:
+        throw rdzv::RendezvousError(fmt::format(
+            "round {} of job '{}' on etcd formed without this node (late arrivals are not "
+            "admitted on etcd; start every node before the round closes)",
+            round, settings_.run_id));
+      case JoinStep::Kind::Joined:
+        break;
+      case JoinStep::Kind::Write:
+        check_deadline();  // bounds a write war with a stranger as well as the wait
+        (void)client_->txn({same}, {put_op(key, seal(token, key, encode_round(step.next))),
+                                    put_op(keys_.alive(round, lease_), "1", lease_)});
+        continue;  // reread: closed by this write, or raced
     }
-    if (!current) continue;  // a stranger overwrote it: rejoin
     if (!current->open) return *current;
     if (static_cast<int>(current->members.size()) >= current->min_nodes && !enough_since)
       enough_since = Clock::now();
@@ -210,11 +213,7 @@ RoundRecord EtcdSession::form_round(int round, const RoundPlan& plan) {
       (void)client_->txn({same}, {put_op(key, seal(token, key, encode_round(*closed)))});
       continue;
     }
-    if (Clock::now() >= deadline) {
-      throw rdzv::RendezvousError(fmt::format(
-          "round {} of job '{}' on etcd did not form in time: {} of {}:{} node(s) arrived", round,
-          settings_.run_id, current->members.size(), current->min_nodes, current->max_nodes));
-    }
+    check_deadline();
     auto wait = std::min<Clock::duration>(deadline - Clock::now(), std::chrono::seconds(1));
     if (enough_since && !last_call_over) {
       wait = std::min<Clock::duration>(wait,

@@ -5,8 +5,11 @@ attempt's workers' store, hosted by the round's node 0. The job ends 0 with the 
 store's host SIGKILLed mid-training in a 1:2 job: the survivor re-forms alone and hosts the next store; below
 MIN the survivor ends 74 naming the lost node (as on c10d, test_elastic.py); the etcd leader
 SIGKILLed mid-job: the job does not notice; a restart: every attempt its own store; quorum lost:
-every agent ends 74 with one line naming etcd; nothing listening at the endpoint: one line, exit 69.
+every agent ends 74 with one line naming etcd; nothing listening at the endpoint: one line, exit 69;
+a stranger with etcd access but not the token: its forged stop, exit-barrier and round values are
+ignored, its agent never joins, and a round record it overwrites is joined again.
 Exits 77 when etcd or torch is missing."""
+import base64
 import os
 import subprocess
 import sys
@@ -18,7 +21,7 @@ from test_elastic import events, group_rank, kill_agent, one_rescale
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "support"))
-from etcd_cluster import ETCD, EtcdCluster, free_ports  # noqa: E402
+from etcd_cluster import ETCD, EtcdCluster, free_ports, post  # noqa: E402
 
 WORKER = os.path.join(HERE, "..", "etcd_gloo_worker.py")
 FAST = "heartbeat_interval=0.3,heartbeat_timeout=2,join_timeout=30,last_call_timeout=1"
@@ -33,9 +36,10 @@ def require(torch=True):
         raise Skip("python3 has no torch")
 
 
-def agents(tmp, cluster, count, nnodes, mode, conf=FAST, job="job", worker=WORKER, extra=(), nproc=2):
+def agents(tmp, cluster, count, nnodes, mode, conf=FAST, job="job", worker=WORKER, extra=(), nproc=2,
+           first=0):
     nodes = []
-    for k in range(count):
+    for k in range(first, first + count):
         args = ["--rdzv_backend", "etcd", "--rdzv_endpoint", cluster.endpoints, "--rdzv_id", job,
                 "--nnodes", nnodes, "--nproc_per_node", nproc, "--local_addr", "127.0.0.1",
                 "--master_port", 0, "--rdzv_conf", conf, *extra, worker, mode]
@@ -190,6 +194,78 @@ def test_quorum_lost_every_agent_ends_74_naming_etcd(tmp):
         said = [l for l in ddprun_lines(node.text()[1]) if "lost etcd" in l]
         assert len(said) == 1 and said[0].count(cluster.endpoints) == 1, node
     assert_all_gone(workers, [])
+
+
+def put(cluster, key, value):
+    """A stranger's write straight to etcd's v3 gateway (it has etcd access, not the token)."""
+    b64 = lambda text: base64.b64encode(text.encode()).decode()
+    post(cluster.endpoint(0), "/v3/kv/put", {"key": b64(key), "value": b64(value)})
+
+
+def test_stranger_with_etcd_access_cannot_join_or_stop(tmp):
+    require(torch=False)
+    release = os.path.join(tmp, "release")
+    with EtcdCluster(3) as cluster:
+        nodes = agents(tmp, cluster, 2, "2", f"until:{release}", worker=mn.WORKER)
+        stranger = None
+        try:
+            wait_until(lambda: all(n.started_workers() == 2 for n in nodes), 60,
+                       "workers on both agents")
+            # Forged values under the job's keys: stop records (no seal, a seal made with another
+            # token), exit-barrier entries, and a next round naming the stranger.
+            forged = "0" * 64
+            put(cluster, "/ddprun/job/r0/stop", "-|1|0|a stranger stops the job")
+            put(cluster, "/ddprun/job/r0/stop", f"{forged}|1|0|a stranger stops the job")
+            for rank in (0, 1):
+                put(cluster, f"/ddprun/job/r0/done/{rank}", f"{forged}|0")
+            put(cluster, "/ddprun/job/r1/record", "-|garbage that is not a round record")
+            # A stranger agent with another token, the same job id: it cannot read the job's
+            # round, so it never joins it, and ends by itself when its own round does not form.
+            stranger = mn.Node(tmp, "stranger", [
+                "--rdzv_backend", "etcd", "--rdzv_endpoint", cluster.endpoints, "--rdzv_id", "job",
+                "--nnodes", "2", "--nproc_per_node", 2, "--local_addr", "127.0.0.1",
+                "--master_port", 0, "--rdzv_conf", FAST.replace("join_timeout=30", "join_timeout=4"),
+                mn.WORKER, "ok"], env=clean_env(DDPRUN_RDZV_TOKEN="not-the-token"))
+            assert stranger.wait(30) == 69, stranger
+            # It could not read the job's round (with the token it would have found the round
+            # formed without it): it wrote its own and waited for it alone.
+            assert "did not form in time" in stranger.text()[1], stranger
+            time.sleep(1)  # the stranger's lease is gone: the job must not count it as a loss
+            assert all(n.proc.poll() is None for n in nodes), nodes  # nobody stopped
+            open(release, "w").close()
+            codes = mn.finish(nodes)
+        finally:
+            mn.finish(nodes + ([stranger] if stranger else []))
+    assert codes == [0, 0], nodes
+    assert stranger.started_workers() == 0, stranger
+    for node in nodes:
+        assert not events(node, "rescale") and not events(node, "restart"), node
+        assert "stranger" not in node.text()[1], node
+        assert sorted(int(mn.fields(l)["rank"]) for l in mn.worker_lines(node)) in (
+            [0, 1], [2, 3]), node  # the world stayed the two agents' 4 ranks
+
+
+def test_stranger_overwriting_an_open_round_is_written_over(tmp):
+    require(torch=False)
+    with EtcdCluster(3) as cluster:
+        record = base64.b64encode(b"/ddprun/job/r0/record").decode()
+        first = agents(tmp, cluster, 1, "2", "ok", worker=mn.WORKER)
+        nodes = first
+        try:
+            wait_until(lambda: post(cluster.endpoint(0), "/v3/kv/range",
+                                    {"key": record}).get("kvs"), 30, "the first agent's round")
+            # The first agent is in the round and waits for the second; a stranger replaces the
+            # record. The agent must join again (before, it waited on the stranger's value, and
+            # the second agent's record without it, until its join timeout).
+            put(cluster, "/ddprun/job/r0/record", "-|a stranger's round")
+            time.sleep(0.5)
+            nodes = first + agents(tmp, cluster, 1, "2", "ok", worker=mn.WORKER, first=1)
+            codes = mn.finish(nodes)
+        finally:
+            mn.finish(nodes)
+    assert codes == [0, 0], nodes
+    ranks = sorted(int(mn.fields(l)["rank"]) for n in nodes for l in mn.worker_lines(n))
+    assert ranks == [0, 1, 2, 3], nodes
 
 
 def test_nothing_listening_is_one_line_and_69(tmp):
