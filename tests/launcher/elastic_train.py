@@ -13,7 +13,7 @@ Usage: elastic_train.py CKPT_DIR EPOCHS
 * After the last epoch rank 0 writes CKPT_DIR/final.sha256: the sha256 of the model's and the
   optimizer's tensors.
 Lines on stdout (rank 0 unless noted; every rank prints START):
-  TRAIN START rank=R world=W restart=N resume=K     (K: epochs done by the loaded checkpoint)
+  TRAIN START rank=R world=W restart=N resume=K master=H:P   (K: epochs done by the loaded checkpoint)
   TRAIN STEP epoch=E step=S
   TRAIN SAVED epoch=K
   TRAIN DONE hash=HEX world=W restart=N"""
@@ -88,7 +88,8 @@ def main():
         assert ckpt["epochs_done"] == done, ckpt["epochs_done"]
         net.load_state_dict(ckpt["model"])
         opt.load_state_dict(ckpt["optimizer"])
-    print(f"TRAIN START rank={rank} world={world} restart={restart} resume={done}", flush=True)
+    print(f"TRAIN START rank={rank} world={world} restart={restart} resume={done} "
+          f"master={os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}", flush=True)
     model = DistributedDataParallel(net)
 
     dataset = data()

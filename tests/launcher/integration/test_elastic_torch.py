@@ -12,7 +12,10 @@ waits as a spare; one training agent is SIGKILLed mid-epoch. The survivor's work
 before any heartbeat is missed; the survivor must still take that for the loss it is and re-form
 with the spare (not restart and wait for a second node that never comes), and the job finishes
 with exit 0 and the same final state as an uninterrupted 2-node run from the checkpoint resumed.
-Usage: test_elastic_torch.py PYTHON [control|spare]
+Mode `etcd` (issue 21): the same re-form on `--rdzv_backend etcd` (a real 3-member etcd cluster,
+the token set), where the agent killed is the round's node 0, the host of the workers' store: the
+survivors re-form, a survivor hosts the next attempt's store, and the final state is bit-identical.
+Usage: test_elastic_torch.py PYTHON [control|spare|etcd]
   PYTHON: /usr/bin/python3 (Debian's torch 1.13) or "default" (python3 on PATH, torch 2.x).
   control: also run the reference from the epoch before and require a different hash (shows
   that the comparison can fail)."""
@@ -27,9 +30,12 @@ import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from harness import wait_until  # noqa: E402
+from harness import clean_env, wait_until  # noqa: E402
 import test_elastic as el  # noqa: E402
 import test_multinode as mn  # noqa: E402
+
+sys.path.insert(0, os.path.join(HERE, "..", "..", "support"))
+from etcd_cluster import EtcdCluster, require_etcd  # noqa: E402
 
 SCRIPT = os.path.join(HERE, "..", "elastic_train.py")
 EPOCHS = 4
@@ -62,11 +68,17 @@ def of(node, kind):
 SLOW_HEARTBEAT = "heartbeat_interval=0.5,heartbeat_timeout=8,join_timeout=30,last_call_timeout=1"
 
 
-def agents(tmp, port, count, nnodes, ckpt, py, rdzv_id, first=0, conf=el.FAST):
-    args = ["--rdzv_backend", "c10d", "--rdzv_endpoint", f"127.0.0.1:{port}", "--rdzv_id", rdzv_id,
-            "--nnodes", nnodes, "--nproc_per_node", 1, "--rdzv_conf", conf, "--max_restarts", 3,
-            *py, SCRIPT, ckpt, EPOCHS]
-    return [mn.Node(tmp, f"{rdzv_id}{k}", args) for k in range(first, first + count)]
+def agents(tmp, port, count, nnodes, ckpt, py, rdzv_id, first=0, conf=el.FAST, etcd=None):
+    """c10d agents around the store at PORT, or etcd agents (with a token) when ETCD (endpoints)."""
+    rdzv = ["--rdzv_backend", "c10d", "--rdzv_endpoint", f"127.0.0.1:{port}"]
+    env = None
+    if etcd:
+        rdzv = ["--rdzv_backend", "etcd", "--rdzv_endpoint", etcd, "--local_addr", "127.0.0.1",
+                "--master_port", 0]
+        env = clean_env(DDPRUN_RDZV_TOKEN="elastic-etcd-token")
+    args = [*rdzv, "--rdzv_id", rdzv_id, "--nnodes", nnodes, "--nproc_per_node", 1,
+            "--rdzv_conf", conf, "--max_restarts", 3, *py, SCRIPT, ckpt, EPOCHS]
+    return [mn.Node(tmp, f"{rdzv_id}{k}", args, env=env) for k in range(first, first + count)]
 
 
 def reference(tmp, py, checkpoint, name):
@@ -88,17 +100,21 @@ def reference(tmp, py, checkpoint, name):
         return f.read().strip()
 
 
-def elastic_run(tmp, py):
+def elastic_run(tmp, py, etcd=None):
+    """c10d: node 1's agent is killed. etcd (ETCD: the cluster): node 0's, the agent hosting the
+    workers' store of the attempt, so the survivors also need a new store host."""
     ckpt = os.path.join(tmp, "elastic")
     os.makedirs(ckpt)
-    store = el.Store()
-    nodes = agents(tmp, store.port, 3, "2:3", ckpt, py, "el")
+    store = None if etcd else el.Store()
+    nodes = agents(tmp, store.port if store else 0, 3, "2:3", ckpt, py, "el",
+                   etcd=etcd.endpoints if etcd else None)
+    victim_rank = 0 if etcd else 1
     try:
         wait_until(lambda: len([n for n in nodes if of(n, "START")]) == 3, 60, "3 workers training")
         node0 = next(n for n in nodes if el.group_rank(n, 0) == 0)
         wait_until(lambda: {"epoch": str(KILL_AT[0]), "step": str(KILL_AT[1])} in of(node0, "STEP"), 60,
                    f"rank 0 at epoch {KILL_AT[0]} step {KILL_AT[1]}")
-        victim = next(n for n in nodes if el.group_rank(n, 0) == 1)
+        victim = next(n for n in nodes if el.group_rank(n, 0) == victim_rank)
         killed_at = el.kill_agent(victim)
         newest_at_kill = newest(ckpt)
         survivors = [n for n in nodes if n is not victim]
@@ -107,7 +123,8 @@ def elastic_run(tmp, py):
         assert mn.finish(survivors, timeout=120) == [0, 0], survivors
     finally:
         mn.finish(nodes, timeout=30)
-        store.close()
+        if store:
+            store.close()
     for node in survivors:
         first, last = of(node, "START")[0], of(node, "START")[-1]
         assert first["world"] == "3" and first["restart"] == "0", node
@@ -120,6 +137,9 @@ def elastic_run(tmp, py):
         assert rescale["seconds"] > 0, node
         assert len(el.events(node, "summary")[-1]["membership_changes"]) == 1, node
     assert of(victim, "START")[0]["world"] == "3", victim
+    if etcd:  # a new workers' store, hosted by a survivor
+        assert len({of(n, "START")[-1]["master"] for n in survivors}) == 1, survivors
+        assert of(survivors[0], "START")[-1]["master"] != of(victim, "START")[0]["master"], victim
     rank0 = next(n for n in survivors if of(n, "START")[-1]["rank"] == "0")
     resumed = int(of(rank0, "START")[-1]["resume"])
     # The newest checkpoint (a loaded machine may let rank 0 finish the epoch before the kill lands).
@@ -203,7 +223,11 @@ def spare_run(tmp, py):
 
 
 def checked(tmp, py, mode, t0):
-    ckpt, resumed, digest = spare_run(tmp, py) if mode == "spare" else elastic_run(tmp, py)
+    if mode == "etcd":
+        with EtcdCluster(3) as cluster:
+            ckpt, resumed, digest = elastic_run(tmp, py, etcd=cluster)
+    else:
+        ckpt, resumed, digest = spare_run(tmp, py) if mode == "spare" else elastic_run(tmp, py)
     t1 = time.monotonic()
     expected = reference(tmp, py, os.path.join(ckpt, f"epoch_{resumed:03d}.pt"), "ref")
     assert digest == expected, (digest, expected)
@@ -218,8 +242,10 @@ def checked(tmp, py, mode, t0):
 def main():
     python = sys.argv[1]
     mode = sys.argv[2] if len(sys.argv) > 2 else ""
-    if mode not in ("", "control", "spare"):
-        sys.exit(f"usage: {sys.argv[0]} PYTHON [control|spare]")
+    if mode not in ("", "control", "spare", "etcd"):
+        sys.exit(f"usage: {sys.argv[0]} PYTHON [control|spare|etcd]")
+    if mode == "etcd":
+        require_etcd()
     interpreter = "python3" if python == "default" else python
     if not shutil.which(interpreter) or subprocess.run(
             [interpreter, "-c", "import torch.distributed"], capture_output=True).returncode != 0:
@@ -235,7 +261,9 @@ def main():
         except Exception:  # reported here: the nodes' logs are gone once tmp is
             traceback.print_exc()
             sys.exit(1)
-    what = "a spare replaces a lost node 2 -> 2" if mode == "spare" else "elastic re-form 3 -> 2"
+    what = {"spare": "a spare replaces a lost node 2 -> 2",
+            "etcd": "etcd: the store's host lost, elastic re-form 3 -> 2 with a new store"}.get(
+                mode, "elastic re-form 3 -> 2")
     print(f"PASS torch {version}: {what}, resumed bit-identically ({time.monotonic() - t0:.1f} s)")
 
 
