@@ -44,6 +44,7 @@ TORCH2_VERSION="2.15.0"
 NUMPY_VERSION="2.4.6"  # torch warns on every import without numpy
 SCIKIT_BUILD_CORE_VERSION="1.1.2"  # keep equal to pyproject.toml's build-system.requires
 PYSPY_VERSION="0.4.3"  # Python stacks of hung workers (docs/health.md)
+PYTHON_ETCD_VERSION="0.4.5"  # torchrun's etcd-v2 backend, for the re-form bench beside ddprun on etcd
 
 DEB_PACKAGES=("${MINIMAL_DEB_PACKAGES[@]}")
 if [[ $MODE == full ]]; then DEB_PACKAGES+=("${FULL_DEB_PACKAGES[@]}"); fi
@@ -84,6 +85,10 @@ if ! "$PY2" -c "import scikit_build_core, sys; sys.exit(scikit_build_core.__vers
     >/dev/null 2>&1; then
   echo "setup: installing scikit-build-core==$SCIKIT_BUILD_CORE_VERSION for $(command -v "$PY2") from PyPI"
   pip_install "scikit-build-core==$SCIKIT_BUILD_CORE_VERSION"
+fi
+if ! "$PY2" -c "import etcd" >/dev/null 2>&1; then
+  echo "setup: installing python-etcd==$PYTHON_ETCD_VERSION for $(command -v "$PY2") from PyPI"
+  pip_install "python-etcd==$PYTHON_ETCD_VERSION"
 fi
 if ! command -v py-spy >/dev/null 2>&1; then
   echo "setup: installing py-spy==$PYSPY_VERSION from PyPI"
