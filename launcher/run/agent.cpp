@@ -326,6 +326,18 @@ void Agent::launch_workers(int attempt) {
   after_worker_exit();  // every worker may already be gone (start failures)
 }
 
+void Agent::follow_round_store(const rdzv::RendezvousResult& round) {
+  const auto port = static_cast<std::uint16_t>(round.master_port);
+  if (proxy_ && proxy_->root_host() == round.master_addr && proxy_->root_port() == port) return;
+  proxy_.reset();  // the last attempt's store is gone with its round, and so are its workers
+  try {
+    proxy_ = std::make_unique<NodeStoreProxy>(round.master_addr, port,
+                                              setup_.config.store_proxy_max_watched_keys);
+  } catch (const std::runtime_error& e) {
+    say(fmt::format("--store-proxy: {}; the workers connect to the store directly", e.what()));
+  }
+}
+
 void Agent::start_worker(Worker& w, int attempt) {
   const auto& c = setup_.config;
   const int r = w.outcome.local_rank;
@@ -341,6 +353,7 @@ void Agent::start_worker(Worker& w, int attempt) {
   if (round_ && round_->master_port > 0) {  // etcd: this round's node 0 serves the workers
     slot.master_addr = round_->master_addr;
     slot.master_port = round_->master_port;
+    if (c.store_proxy && c.use_agent_store) follow_round_store(*round_);
   }
   if (proxy_) {
     if (auto why = proxy_->refusal()) {

@@ -156,6 +156,8 @@ class Agent {
   void begin_reform();
   ElasticPolicy elastic_policy() const;
   void start_worker(Worker& worker, int attempt);
+  // --store-proxy on etcd: the proxy in front of this round's workers' store (a new one per store).
+  void follow_round_store(const rdzv::RendezvousResult& round);
   void confirm_exec(Worker& worker);
   void record_start_failure(Worker& worker, const Error& error);
   void wait_for_children();

@@ -40,7 +40,8 @@ Result<Ok> Agent::open_store() {
       // TryHost: the endpoint belongs to another node, or its agent already serves it.
     }
   }
-  // On etcd the workers' store moves with each round's node 0: no proxy in front of it (yet).
+  // On etcd the workers' store moves with each round's node 0: the proxy is made per round, in
+  // front of that round's store (Agent::start_worker).
   const bool on_etcd = setup_.multinode && setup_.multinode->etcd.on;
   if (setup_.config.store_proxy && setup_.config.use_agent_store && setup_.master_port != 0 &&
       !on_etcd) {

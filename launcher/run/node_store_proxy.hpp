@@ -28,6 +28,9 @@ class NodeStoreProxy {
   NodeStoreProxy& operator=(const NodeStoreProxy&) = delete;
 
   std::uint16_t port() const { return port_; }
+  /// The store it forwards to.
+  const std::string& root_host() const { return root_host_; }
+  std::uint16_t root_port() const { return root_port_; }
   /// Why the workers should connect to the root directly: it does not take ddprun's tagged mode
   /// (not a ddprun-store). nullopt: they go through this proxy. Asked of the root once, on the
   /// first call (blocking, up to a few seconds), then remembered.

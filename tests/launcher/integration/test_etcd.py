@@ -7,7 +7,8 @@ MIN the survivor ends 74 naming the lost node (as on c10d, test_elastic.py); the
 SIGKILLed mid-job: the job does not notice; a restart: every attempt its own store; quorum lost:
 every agent ends 74 with one line naming etcd; nothing listening at the endpoint: one line, exit 69;
 a stranger with etcd access but not the token: its forged stop, exit-barrier and round values are
-ignored, its agent never joins, and a round record it overwrites is joined again.
+ignored, its agent never joins, and a round record it overwrites is joined again; --store-proxy on:
+one proxy per node, following each round's store.
 Exits 77 when etcd or torch is missing."""
 import base64
 import os
@@ -58,9 +59,9 @@ def gloo_lines(node, restart=None):
     return out
 
 
-def gloo_world(tmp, cluster, nnodes, mode, conf=FAST):
+def gloo_world(tmp, cluster, nnodes, mode, conf=FAST, extra=()):
     """Two agents whose attempt 0 formed a gloo world of 4 (each printed its GLOO lines)."""
-    nodes = agents(tmp, cluster, 2, nnodes, mode, conf=conf)
+    nodes = agents(tmp, cluster, 2, nnodes, mode, conf=conf, extra=extra)
     try:
         wait_until(lambda: all(len(gloo_lines(n, 0)) == 2 for n in nodes), 60,
                    "a gloo world of 4 on both agents")
@@ -115,6 +116,31 @@ def test_store_host_killed_survivor_reforms_and_hosts_the_next_store(tmp):
     assert rescale["reason"].startswith("lost node 0") and rescale["change"] == "loss", survivor
     assert "lost node 0" in survivor.text()[1], survivor
     print(f"  store host kill -> survivor done (re-formed, new gloo world, exit 0): {took:.2f} s")
+
+
+def test_store_proxy_follows_each_rounds_store(tmp):
+    require()
+    with EtcdCluster(3) as cluster:
+        nodes = gloo_world(tmp, cluster, "1:2", "steps_once:600", extra=["--store-proxy", "on"])
+        try:
+            host = next(n for n in nodes if group_rank(n, 0) == 0)
+            survivor = next(n for n in nodes if n is not host)
+            kill_agent(host)
+            assert survivor.wait(60) == 0, survivor
+        finally:
+            mn.finish(nodes)
+    # Attempt 0: each node's workers reach the round's store through their own node's proxy
+    # (without it both nodes' workers get node 0's store address), and gloo still sums right.
+    first = [gloo_lines(n, 0) for n in nodes]
+    for lines in first:
+        assert len({f["master"] for f in lines}) == 1 and lines[0]["master"].startswith("127.0.0.1:"), lines
+        assert all(f["world"] == "4" and f["sum"] == "10" for f in lines), lines
+    assert first[0][0]["master"] != first[1][0]["master"], first  # one proxy per node
+    # After the store's host died, the survivor's proxy forwards to the store it hosts now.
+    second = gloo_lines(survivor, 1)
+    assert sorted(f["rank"] for f in second) == ["0", "1"], survivor
+    assert all(f["world"] == "2" and f["sum"] == "3" for f in second), survivor
+    assert "--store-proxy" not in survivor.text()[1], survivor  # no fallback line
 
 
 def test_below_min_ends_with_74_naming_the_lost_node(tmp):
