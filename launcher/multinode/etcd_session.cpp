@@ -389,6 +389,35 @@ void EtcdSession::broadcast_stop(const StopReason& reason) {
   });
 }
 
+void EtcdSession::settle_stop(const StopReason& reason, std::function<void(StopReason)> done) {
+  boost::asio::post(io_, [this, reason, done = std::move(done)] {
+    StopReason winner = reason;
+    if (joined_ && client_) {
+      const std::string key = keys_.stop(joined_->round);
+      const std::string sealed = seal(settings_.token, key, encode_stop_reason(reason));
+      try {
+        for (int tries = 0; tries < 5; ++tries) {
+          auto read = client_->range(key);
+          std::int64_t stranger = 0;
+          if (!read.kvs.empty()) {
+            if (auto held = unseal(settings_.token, key, read.kvs[0].value)) {
+              winner = decode_stop_reason(*held);  // the first valid reason (maybe this one)
+              break;
+            }
+            stranger = read.kvs[0].mod_revision;
+          }
+          const Compare cmp = stranger == 0 ? Compare{key, Compare::Target::Create, 0, {}}
+                                            : Compare{key, Compare::Target::Mod, stranger, {}};
+          if (client_->txn({cmp}, {put_op(key, sealed)}).succeeded) break;
+        }
+      } catch (const std::exception& e) {
+        report_etcd_lost(e.what());
+      }
+    }
+    on_loop([done, winner] { done(winner); });
+  });
+}
+
 void EtcdSession::exit_barrier(std::function<void(BarrierResult)> done) {
   cancel_ = false;
   boost::asio::post(io_, [this, done = std::move(done)] {

@@ -42,6 +42,7 @@ class EtcdSession final : public JobRendezvous {
   void cancel_waits() override { cancel_ = true; }
   void join(int round, const RoundPlan& plan, std::function<void(JoinResult)> done) override;
   void broadcast_stop(const StopReason& reason) override;
+  void settle_stop(const StopReason& reason, std::function<void(StopReason)> done) override;
   /// Late arrivals are not admitted on etcd yet: nothing to answer.
   void answer_pending(const PendingAnswer&) override {}
   void exit_barrier(std::function<void(BarrierResult)> done) override;

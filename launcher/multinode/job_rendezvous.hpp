@@ -113,6 +113,12 @@ class JobRendezvous {
   /// Tells every node to stop (first reason wins). Fire and forget.
   /// A re-form's winning broadcast also invites its `admitted` pending nodes.
   virtual void broadcast_stop(const StopReason& reason) = 0;
+  /// Offers `reason` as the job's stop reason like broadcast_stop, then calls `done` on the loop
+  /// with the reason the store holds: `reason` when it won, the earlier one when another node's
+  /// came first (or `reason` when the store could not be asked). For a node about to end on its
+  /// own failure: the others may have offered theirs in the same moment, and every node must
+  /// name the one that won.
+  virtual void settle_stop(const StopReason& reason, std::function<void(StopReason)> done) = 0;
   /// Answers a pending node. Fire and forget.
   virtual void answer_pending(const PendingAnswer& answer) = 0;
   /// This node's progress in the current round (progress events so far, the local ranks' highest

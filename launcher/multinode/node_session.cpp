@@ -272,6 +272,22 @@ void NodeSession::broadcast_stop(const StopReason& reason) {
   });
 }
 
+void NodeSession::settle_stop(const StopReason& reason, std::function<void(StopReason)> done) {
+  boost::asio::post(io_, [this, reason, done = std::move(done)] {
+    StopReason winner = reason;
+    if (monitor_) {
+      try {
+        const std::string encoded = encode_stop_reason(reason);
+        const std::string held = monitor_->broadcast_stop(encoded);
+        if (held != encoded) winner = decode_stop_reason(held);
+      } catch (const std::exception&) {
+        // The store is gone: this node's monitor reports the loss; its own reason stands.
+      }
+    }
+    on_loop([done, winner] { done(winner); });
+  });
+}
+
 void NodeSession::answer_pending(const PendingAnswer& answer) {
   boost::asio::post(io_, [this, answer] {
     if (!client_) return;

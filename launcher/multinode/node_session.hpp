@@ -47,6 +47,7 @@ class NodeSession final : public JobRendezvous {
   void join(int round, const RoundPlan& plan, std::function<void(JoinResult)> done) override;
   /// Tells every node to stop (first reason wins). Fire and forget.
   void broadcast_stop(const StopReason& reason) override;
+  void settle_stop(const StopReason& reason, std::function<void(StopReason)> done) override;
   void answer_pending(const PendingAnswer& answer) override;
   /// Recorded for the monitor's next heartbeat (atomics: the monitor runs on its own thread).
   void note_progress(long long events, std::optional<long long> best_step) override;

@@ -262,9 +262,19 @@ bool Agent::settle_held_failure() {
 void Agent::release_held_failure() {
   if (!held_failure_) return;
   const StopReason stop = *held_failure_;
-  settle_held_failure();
+  verdict_timer_.cancel();
   events_.emit("loss_verdict", {{"lost", false}, {"failure", stop.text}});
-  session_->broadcast_stop(stop);
+  // The failure stays held until the store says which reason won: another node's failure held as
+  // long may have been offered a moment earlier, and ending on this one would leave the nodes
+  // naming different root causes (chaos seed 14, fault 103).
+  session_->settle_stop(stop, [this](const StopReason& winner) {
+    if (!held_failure_) return;  // settled meanwhile: a stop or a loss reached this node first
+    if (layout_ && !is_own_stop(winner, layout_->node_rank)) {
+      on_job_stop(winner);  // adopts it (and settles this node's failure)
+      return;
+    }
+    settle_held_failure();
+  });
 }
 
 void Agent::on_job_stop(const StopReason& reason) {

@@ -1006,6 +1006,32 @@ TEST_CASE(
   CHECK(restarts[0]["job_root_cause"] == "node 1 (node1): rank 1 (pid 9) failed with exit code 5");
 }
 
+TEST_CASE("a held failure that lost the store's race ends with the reason that won") {
+  // Chaos seed 14, fault 103: two nodes' failures held for the loss verdict at once, each
+  // released and offered, each ended on its own before its monitor reported the other's: the
+  // nodes ended 137 and 134, naming different root causes.
+  MultiNodeRun run;
+  run.settings = elastic(2, 3);
+  run.config.max_restarts = 0;
+  run.script.join = [](int, const RoundPlan& plan) { return pinned_or(plan, round_of(0, 2, 2)); };
+  run.script.on_round = [](FakeJobRendezvous& r, int round) {
+    if (round != 0) return;
+    // The other node's failure is in the store first; this node's monitor sees it only later.
+    r.store_stop_unseen(other_node_failed(9));
+    r.deliver_later(std::chrono::seconds(3),
+                    [](FakeJobRendezvous& f) { f.deliver_stop(other_node_failed(9)); });
+  };
+  run.workers = [](const EnvMap& env) {
+    FakeBehaviour b;
+    if (env.at("LOCAL_RANK") == "0") b.exits_with = ExitStatus::signaled(SIGABRT);
+    return b;
+  };
+  CHECK(run.run() == 9);  // not 128+SIGABRT: the store's reason, as on the other node
+  CHECK(run.events("summary")[0]["job_root_cause"] == other_node_failed(9).text);
+  REQUIRE(run.rendezvous->broadcasts.size() == 1);  // this node's failure was offered (and lost)
+  CHECK(run.events("loss_verdict").size() == 1);
+}
+
 TEST_CASE("spare under DDP: a lost store during the wait ends the job with 74, not a restart") {
   MultiNodeRun run;
   spare_job(run, std::chrono::seconds(2));

@@ -93,6 +93,12 @@ class FakeJobRendezvous final : public JobRendezvous {
     }
   }
 
+  void settle_stop(const StopReason& reason, std::function<void(StopReason)> done) override {
+    StopReason winner = stop_in_store_ ? *stop_in_store_ : reason;
+    broadcast_stop(reason);
+    boost::asio::post(loop_, [done = std::move(done), winner] { done(winner); });
+  }
+
   void answer_pending(const PendingAnswer& answer) override { answers.push_back(answer); }
 
   void exit_barrier(std::function<void(BarrierResult)> done) override {
@@ -111,6 +117,10 @@ class FakeJobRendezvous final : public JobRendezvous {
   void deliver_stop(const StopReason& reason) {
     if (!stop_in_store_) stop_in_store_ = reason;
     boost::asio::post(loop_, [this, reason] { events_.on_stop(reason); });
+  }
+  /// Another node's reason reached the store, but this node's monitor has not seen it yet.
+  void store_stop_unseen(const StopReason& reason) {
+    if (!stop_in_store_) stop_in_store_ = reason;
   }
   void deliver_waiting(const std::string& role) {
     boost::asio::post(loop_, [this, role] { events_.on_waiting(role); });
