@@ -31,7 +31,8 @@ inline const std::set<std::string>& known_rdzv_conf_keys() {
                                            "etcd_cert",
                                            "etcd_key",
                                            "etcd_user",
-                                           "etcd_password"};
+                                           "etcd_password",
+                                           "etcd_password_file"};
   return kKeys;
 }
 

@@ -283,6 +283,8 @@ rdzv::RendezvousResult EtcdSession::join_round(int round, const RoundPlan& plan)
     ClientOptions options;
     options.endpoints = parse_endpoints(settings_.etcd.endpoints);
     options.timeout = std::min(settings_.read_timeout, settings_.heartbeat_timeout);
+    options.user = settings_.etcd.user;
+    options.password = settings_.etcd.password;
     client_ = std::make_unique<EtcdClient>(options);
   }
   start_lease();

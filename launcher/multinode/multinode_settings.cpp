@@ -21,24 +21,25 @@ namespace {
 
 /// --rdzv_conf token_file=PATH: the token without appearing in any argv or environment. Its
 /// first line, trailing whitespace removed; at most 4 KiB.
-Result<std::string> read_token_file(const std::string& path) {
+// The first line of a secret's file (the token, etcd's password), trailing spaces removed.
+Result<std::string> read_secret_file(const std::string& key, const std::string& path) {
   constexpr size_t kMaxTokenBytes = 4096;
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    return Error{exit_codes::kUsage, fmt::format("--rdzv_conf token_file: cannot read '{}': {}",
-                                                 path, std::strerror(errno))};
+    return Error{exit_codes::kUsage, fmt::format("--rdzv_conf {}: cannot read '{}': {}", key, path,
+                                                 std::strerror(errno))};
   }
   std::string token(kMaxTokenBytes + 1, '\0');
   in.read(token.data(), static_cast<std::streamsize>(token.size()));
   token.resize(static_cast<size_t>(in.gcount()));
   if (token.size() > kMaxTokenBytes) {
     return Error{exit_codes::kUsage,
-                 fmt::format("--rdzv_conf token_file: '{}' is larger than 4 KiB", path)};
+                 fmt::format("--rdzv_conf {}: '{}' is larger than 4 KiB", key, path)};
   }
   token = token.substr(0, token.find('\n'));
   while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back()))) token.pop_back();
   if (token.empty()) {
-    return Error{exit_codes::kUsage, fmt::format("--rdzv_conf token_file: '{}' is empty", path)};
+    return Error{exit_codes::kUsage, fmt::format("--rdzv_conf {}: '{}' is empty", key, path)};
   }
   return token;
 }
@@ -162,7 +163,7 @@ Result<MultiNodeSettings> multinode_settings(const LaunchConfig& c,
       continue;
     }
     if (key == "token_file") {
-      auto token = read_token_file(value);
+      auto token = read_secret_file(key, value);
       if (!token) return token.error();
       s.token = *token;
       continue;
@@ -178,11 +179,26 @@ Result<MultiNodeSettings> multinode_settings(const LaunchConfig& c,
       s.etcd.prefix = value;
       continue;
     }
-    if (key == "etcd_cacert" || key == "etcd_cert" || key == "etcd_key" || key == "etcd_user" ||
-        key == "etcd_password") {
+    if (key == "etcd_user") {
+      if (value.empty()) return usage("--rdzv_conf etcd_user: empty");
+      s.etcd.user = value;
+      continue;
+    }
+    if (key == "etcd_password_file") {
+      auto password = read_secret_file(key, value);
+      if (!password) return password.error();
+      s.etcd.password = *password;
+      continue;
+    }
+    if (key == "etcd_password") {
+      return usage(
+          "--rdzv_conf etcd_password: a password on the command line is readable by every local "
+          "user; put it in a file only you can read and pass etcd_password_file=PATH");
+    }
+    if (key == "etcd_cacert" || key == "etcd_cert" || key == "etcd_key") {
       return usage(fmt::format(
-          "--rdzv_conf {}: TLS and user authentication to etcd are not supported by this ddprun "
-          "yet (reach etcd over plain http://, e.g. through a local TLS proxy)",
+          "--rdzv_conf {}: TLS to etcd is not supported by this ddprun yet (reach etcd over "
+          "plain http://, e.g. through a local TLS proxy)",
           key));
     }
     if (key == "max_rescales") {
@@ -220,6 +236,11 @@ Result<MultiNodeSettings> multinode_settings(const LaunchConfig& c,
     if (key == "heartbeat_timeout") s.heartbeat_timeout = ms;
     if (key == "refused_timeout") s.refused_timeout = ms;
     // close_timeout: accepted; the round closes when the leader publishes the assignment.
+  }
+  if (s.etcd.user.empty() != s.etcd.password.empty()) {
+    return usage(
+        "--rdzv_conf: etcd_user and etcd_password_file go together (etcd's own user and its "
+        "password)");
   }
   if (s.heartbeat_interval >= s.heartbeat_timeout) {
     return usage(

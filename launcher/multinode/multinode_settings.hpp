@@ -47,6 +47,8 @@ struct EtcdBackend {
   std::string store_address;       // what the other nodes' workers connect to (--local_addr)
   std::string store_bind;          // --rdzv_conf store_bind, else store_address
   int store_port = 0;              // --master_port when given, else a free one
+  std::string user;                // --rdzv_conf etcd_user: etcd's own authentication
+  std::string password;            // the first line of --rdzv_conf etcd_password_file
 };
 
 /// The rendezvous settings of a multi-node job (--nnodes > 1, c10d or etcd).

@@ -32,9 +32,11 @@ bool is_transient(const std::string& error) {
 }
 
 http::request<http::string_body> make_request(const Endpoint& at, const char* path,
-                                              const std::string& body) {
+                                              const std::string& body,
+                                              const std::string& token = {}) {
   http::request<http::string_body> req{http::verb::post, path, 11};
   req.set(http::field::host, fmt::format("{}:{}", at.host, at.port));
+  if (!token.empty()) req.set(http::field::authorization, token);
   req.set(http::field::content_type, "application/json");
   req.keep_alive(true);
   req.body() = body;
@@ -177,7 +179,34 @@ EtcdClient::EtcdClient(ClientOptions options)
 
 EtcdClient::~EtcdClient() = default;
 
+std::string EtcdClient::auth_token() {
+  if (!options_.user.empty() && auth_token_.empty()) authenticate();
+  return auth_token_;
+}
+
+void EtcdClient::authenticate() {
+  try {
+    auth_token_ = parse_auth_token(post_once(
+        "/v3/auth/authenticate", authenticate_request(options_.user, options_.password), {}));
+  } catch (const EtcdProtocolError& e) {
+    throw EtcdProtocolError(fmt::format("etcd refused user '{}': {}", options_.user, e.what()));
+  }
+}
+
 std::string EtcdClient::post(const char* path, const std::string& body) {
+  if (options_.user.empty()) return post_once(path, body, {});
+  const std::string token = auth_token();
+  try {
+    return post_once(path, body, token);
+  } catch (const EtcdProtocolError& e) {
+    if (std::string(e.what()).find("invalid auth token") == std::string::npos) throw;
+    auth_token_.clear();  // expired (--auth-token-ttl) or the member restarted: once more
+    return post_once(path, body, auth_token());
+  }
+}
+
+std::string EtcdClient::post_once(const char* path, const std::string& body,
+                                  const std::string& token) {
   const auto deadline = Clock::now() + options_.timeout;
   const std::size_t members = options_.endpoints.size();
   std::string last_error = "no member was tried";
@@ -204,7 +233,7 @@ std::string EtcdClient::post(const char* path, const std::string& body) {
         co_await connect(c.stream, at);
         c.open = true;
       }
-      auto req = make_request(at, path, body);
+      auto req = make_request(at, path, body, token);
       co_await http::async_write(c.stream, req, use_awaitable);
       http::response<http::string_body> res;
       co_await http::async_read(c.stream, c.buffer, res, use_awaitable);
@@ -280,6 +309,7 @@ std::vector<WatchEvent> EtcdClient::wait_for_change(const std::string& key,
   const auto deadline = Clock::now() + wait;
   std::vector<WatchEvent> events;
   std::string last_error;
+  const std::string token = auth_token();
   const std::size_t members = options_.endpoints.size();
   for (std::size_t tries = 0; tries < members && Clock::now() < deadline; ++tries) {
     const Endpoint& at = options_.endpoints[current_ % members];
@@ -289,7 +319,8 @@ std::vector<WatchEvent> EtcdClient::wait_for_change(const std::string& key,
     auto call = [&]() -> asio::awaitable<void> {
       stream.expires_after(std::min<Clock::duration>(options_.timeout, deadline - Clock::now()));
       co_await connect(stream, at);
-      auto req = make_request(at, "/v3/watch", watch_request(key, range_end, start_revision));
+      auto req =
+          make_request(at, "/v3/watch", watch_request(key, range_end, start_revision), token);
       req.keep_alive(false);
       co_await http::async_write(stream, req, use_awaitable);
       stream.expires_at(deadline);
@@ -348,10 +379,25 @@ void EtcdWatch::run() {
     beast::tcp_stream stream(io_);
     beast::flat_buffer buffer;
     bool got_any = false;
+    std::string token;
+    if (!options_.user.empty()) {  // a fresh token for each (re)connection: the last may expire
+      try {
+        EtcdClient auth(options_);
+        token = auth.auth_token();
+      } catch (const EtcdProtocolError& e) {
+        if (!stopping_ && callbacks_.on_error) callbacks_.on_error(e.what());
+        return;
+      } catch (const std::exception& e) {
+        last_error = e.what();  // unreachable now: counted as a failed try below
+        token.clear();
+      }
+    }
+    const bool authenticated = options_.user.empty() || !token.empty();
     auto call = [&]() -> asio::awaitable<void> {
       stream.expires_after(options_.timeout);
       co_await connect(stream, at);
-      auto req = make_request(at, "/v3/watch", watch_request(key_, range_end_, next_revision_));
+      auto req =
+          make_request(at, "/v3/watch", watch_request(key_, range_end_, next_revision_), token);
       req.keep_alive(false);
       co_await http::async_write(stream, req, use_awaitable);
       // No deadline while streaming: a member that goes away resets the connection, and the
@@ -371,7 +417,7 @@ void EtcdWatch::run() {
       });
     };
     try {
-      run_blocking(io_, call(), &stopping_);
+      if (authenticated) run_blocking(io_, call(), &stopping_);
     } catch (const EtcdProtocolError& e) {
       if (!stopping_ && callbacks_.on_error) callbacks_.on_error(e.what());
       return;

@@ -40,6 +40,10 @@ struct ClientOptions {
   std::vector<Endpoint> endpoints;
   // Every call (across every member it tries) ends within this long.
   std::chrono::milliseconds timeout{std::chrono::seconds(5)};
+  // etcd's own authentication (auth enabled on the cluster): every call carries the token that
+  // /v3/auth/authenticate gave for this user; empty: none.
+  std::string user;
+  std::string password;
 };
 
 class EtcdClient {
@@ -66,17 +70,25 @@ class EtcdClient {
                                           std::chrono::milliseconds wait);
 
   const ClientOptions& options() const { return options_; }
+  // The token for the options' user (authenticating first when there is none yet); empty
+  // without a user. A refused user is an EtcdProtocolError naming it.
+  std::string auth_token();
 
  private:
   struct Connection;
+  // post_once with the user's token; a token etcd no longer knows (simple tokens expire after
+  // --auth-token-ttl) is renewed once.
+  std::string post(const char* path, const std::string& body);
   // POSTs `body` to `path` on some member; the reply's body. Retries on another member when one
   // does not answer, cannot connect, or says it has no leader, until the deadline.
-  std::string post(const char* path, const std::string& body);
+  std::string post_once(const char* path, const std::string& body, const std::string& token);
+  void authenticate();
 
   ClientOptions options_;
   boost::asio::io_context io_{1};
   std::unique_ptr<Connection> connection_;
   std::size_t current_ = 0;  // the member tried first
+  std::string auth_token_;
 };
 
 // A streamed watch on [key, range_end) from `start_revision`, on a thread of its own. Messages

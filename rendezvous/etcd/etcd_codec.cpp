@@ -270,6 +270,19 @@ TxnReply parse_txn(std::string_view body) {
   return r;
 }
 
+std::string authenticate_request(std::string_view user, std::string_view password) {
+  return json{{"name", std::string(user)}, {"password", std::string(password)}}.dump();
+}
+
+std::string parse_auth_token(std::string_view body) {
+  json j = parse_json(body);
+  throw_if_error(j);
+  auto t = j.find("token");
+  if (t == j.end() || !t->is_string() || t->get<std::string>().empty())
+    throw EtcdProtocolError("etcd answered the authentication without a token");
+  return t->get<std::string>();
+}
+
 std::int64_t parse_lease_grant(std::string_view body) {
   json j = parse_json(body);
   throw_if_error(j);

@@ -99,6 +99,7 @@ std::string lease_grant_request(std::int64_t ttl_seconds);
 std::string lease_id_request(std::int64_t id);  // keepalive and revoke
 std::string watch_request(std::string_view key, std::string_view range_end,
                           std::int64_t start_revision);
+std::string authenticate_request(std::string_view user, std::string_view password);
 
 // --- replies: throw EtcdProtocolError on a malformed one ------------------------------------
 RangeReply parse_range(std::string_view body);
@@ -109,6 +110,8 @@ std::int64_t parse_lease_grant(std::string_view body);
 // lease/keepalive: the TTL left (0: the lease no longer exists).
 std::int64_t parse_keepalive(std::string_view body);
 WatchMessage parse_watch_message(std::string_view body);
+// auth/authenticate: the token to send as the Authorization header of every later call.
+std::string parse_auth_token(std::string_view body);
 // The gateway's error reply ({"error":..., "code":..., "message":...}), if `body` is one.
 std::optional<std::string> gateway_error(std::string_view body);
 

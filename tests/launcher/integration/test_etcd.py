@@ -12,6 +12,7 @@ one proxy per node, following each round's store.
 Exits 77 when etcd or torch is missing."""
 import base64
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -292,6 +293,49 @@ def test_stranger_overwriting_an_open_round_is_written_over(tmp):
     assert codes == [0, 0], nodes
     ranks = sorted(int(mn.fields(l)["rank"]) for n in nodes for l in mn.worker_lines(n))
     assert ranks == [0, 1, 2, 3], nodes
+
+
+ETCDCTL = shutil.which("etcdctl") or "/usr/bin/etcdctl"
+
+
+def enable_auth(cluster, password):
+    """etcd's own authentication on: a root user with PASSWORD (etcdctl, Debian etcd-client)."""
+    if not os.path.exists(ETCDCTL):
+        raise Skip("etcdctl is not installed (Debian: etcd-client)")
+    ctl = [ETCDCTL, "--endpoints", cluster.endpoints]
+    subprocess.run(ctl + ["user", "add", f"root:{password}"], check=True, capture_output=True)
+    subprocess.run(ctl + ["auth", "enable"], check=True, capture_output=True)
+
+
+def test_etcd_user_authentication(tmp):
+    require(torch=False)
+    secret = os.path.join(tmp, "etcd-password")
+    with open(secret, "w") as f:
+        f.write("rootpw\n")
+    os.chmod(secret, 0o600)
+    wrong = os.path.join(tmp, "wrong-password")
+    with open(wrong, "w") as f:
+        f.write("not-it\n")
+    with EtcdCluster(3) as cluster:
+        enable_auth(cluster, "rootpw")
+        user = f"{FAST},etcd_user=root,etcd_password_file={secret}"
+        nodes = agents(tmp, cluster, 2, "2", "ok", worker=mn.WORKER, conf=user)
+        codes = mn.finish(nodes)
+        assert codes == [0, 0], nodes
+        # A wrong password and no user at all: refused at the first call, one line each, 69.
+        for name, conf, says in (
+                ("wrong", f"{FAST},etcd_user=root,etcd_password_file={wrong}",
+                 "etcd refused user 'root'"),
+                ("anonymous", FAST, "etcd")):
+            r = run(["--rdzv_backend", "etcd", "--rdzv_endpoint", cluster.endpoints, "--rdzv_id",
+                     name, "--nnodes", "2", "--rdzv_conf", conf, mn.WORKER, "ok"], timeout=60)
+            assert r.rc == 69, (name, r)
+            said = [l for l in ddprun_lines(r.err) if "FAILED (ddprun exit code 69)" not in l]
+            assert len(said) == 1 and says in said[0], (name, r)
+            assert "not-it" not in r.err and "rootpw" not in r.err, r  # no password in any line
+    for node in nodes:
+        assert "rootpw" not in node.text()[0] + node.text()[1], node
+        assert all(mn.fields(l)["token_seen"] == "False" for l in mn.worker_lines(node)), node
 
 
 def test_nothing_listening_is_one_line_and_69(tmp):

@@ -1,8 +1,11 @@
 // SPDX-License-Identifier: MIT
 // Where the store lives, how agents meet, and the rendezvous' layout in the worker environment.
 #include <doctest/doctest.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <fstream>
 #include <map>
 
 #include "launcher/env/worker_env.hpp"
@@ -177,7 +180,24 @@ TEST_CASE("--rdzv_backend etcd: members, key prefix, the workers' store, what is
   };
   refused({{"etcd_prefix", "team"}}, c.rdzv_endpoint, "must start with '/'");
   refused({{"etcd_cacert", "/ca.pem"}}, c.rdzv_endpoint, "not supported");
-  refused({{"etcd_user", "root"}}, c.rdzv_endpoint, "not supported");
+  refused({{"etcd_user", "root"}}, c.rdzv_endpoint, "go together");  // no password file
+  refused({{"etcd_password", "pw"}}, c.rdzv_endpoint, "etcd_password_file=PATH");
+  refused({{"etcd_user", "root"}, {"etcd_password_file", "/nonexistent/pw"}}, c.rdzv_endpoint,
+          "cannot read '/nonexistent/pw'");
+  {
+    const std::string path = "/tmp/ddprun_unit_etcd_pw_" + std::to_string(::getpid());
+    {
+      std::ofstream f(path);
+      f << "s3cret  \nignored second line\n";
+    }
+    LaunchConfig good = c;
+    good.rdzv_conf = {{"etcd_user", "root"}, {"etcd_password_file", path}};
+    auto s = multinode_settings(good, std::nullopt, "h");
+    std::remove(path.c_str());
+    REQUIRE(s);
+    CHECK(s->etcd.user == "root");
+    CHECK(s->etcd.password == "s3cret");  // the first line, trailing spaces removed
+  }
   refused({}, "10.0.0.1:2379,:5", "--rdzv_endpoint: ':5' has no host");
   LaunchConfig none = c;
   none.rdzv_endpoint.clear();
