@@ -115,3 +115,15 @@ TEST_CASE("the watch framer splits objects however the bytes arrive") {
   WatchFramer small(16);
   CHECK_THROWS_AS(small.feed("{\"result\":\"0123456789abcdef\""), EtcdProtocolError);
 }
+
+TEST_CASE("authentication: the request names the user, the reply's token is kept, a refusal thrown") {
+  const auto request = nlohmann::json::parse(authenticate_request("root", "p\"w"));
+  CHECK(request["name"] == "root");
+  CHECK(request["password"] == "p\"w");  // escaped as JSON, not spliced
+  CHECK(parse_auth_token(R"({"header":{"revision":"5"},"token":"abc.42"})") == "abc.42");
+  CHECK_THROWS_AS(parse_auth_token(R"({"header":{"revision":"5"}})"), EtcdProtocolError);
+  CHECK_THROWS_AS(
+      parse_auth_token(
+          R"({"error":"etcdserver: authentication failed, invalid user ID or password","code":3})"),
+      EtcdProtocolError);
+}
