@@ -116,7 +116,8 @@ TEST_CASE("the watch framer splits objects however the bytes arrive") {
   CHECK_THROWS_AS(small.feed("{\"result\":\"0123456789abcdef\""), EtcdProtocolError);
 }
 
-TEST_CASE("authentication: the request names the user, the reply's token is kept, a refusal thrown") {
+TEST_CASE(
+    "authentication: the request names the user, the reply's token is kept, a refusal thrown") {
   const auto request = nlohmann::json::parse(authenticate_request("root", "p\"w"));
   CHECK(request["name"] == "root");
   CHECK(request["password"] == "p\"w");  // escaped as JSON, not spliced
