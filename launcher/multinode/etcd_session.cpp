@@ -367,55 +367,37 @@ void EtcdSession::on_watch(int round, const RoundRecord& closed, const WatchMess
   }
 }
 
-void EtcdSession::broadcast_stop(const StopReason& reason) {
-  boost::asio::post(io_, [this, reason] {
-    if (!joined_ || !client_) return;
-    const std::string key = keys_.stop(joined_->round);
-    const std::string sealed = seal(settings_.token, key, encode_stop_reason(reason));
-    try {
-      // The first valid reason wins: create if absent, or write over a stranger's value.
-      for (int tries = 0; tries < 5; ++tries) {
-        auto read = client_->range(key);
-        std::int64_t stranger = 0;
-        if (!read.kvs.empty()) {
-          if (unseal(settings_.token, key, read.kvs[0].value)) return;  // another reason won
-          stranger = read.kvs[0].mod_revision;
-        }
-        const Compare cmp = stranger == 0 ? Compare{key, Compare::Target::Create, 0, {}}
-                                          : Compare{key, Compare::Target::Mod, stranger, {}};
-        if (client_->txn({cmp}, {put_op(key, sealed)}).succeeded) return;
+StopReason EtcdSession::offer_stop(const StopReason& reason) {
+  if (!joined_ || !client_) return reason;
+  const std::string key = keys_.stop(joined_->round);
+  const std::string sealed = seal(settings_.token, key, encode_stop_reason(reason));
+  try {
+    // The first valid reason wins: create if absent, or write over a stranger's value.
+    for (int tries = 0; tries < 5; ++tries) {
+      auto read = client_->range(key);
+      std::int64_t stranger = 0;
+      if (!read.kvs.empty()) {
+        if (auto held = unseal(settings_.token, key, read.kvs[0].value))
+          return decode_stop_reason(*held);  // the first valid reason (maybe this one)
+        stranger = read.kvs[0].mod_revision;
       }
-    } catch (const std::exception& e) {
-      report_etcd_lost(e.what());
+      const Compare cmp = stranger == 0 ? Compare{key, Compare::Target::Create, 0, {}}
+                                        : Compare{key, Compare::Target::Mod, stranger, {}};
+      if (client_->txn({cmp}, {put_op(key, sealed)}).succeeded) return reason;
     }
-  });
+  } catch (const std::exception& e) {
+    report_etcd_lost(e.what());
+  }
+  return reason;
+}
+
+void EtcdSession::broadcast_stop(const StopReason& reason) {
+  boost::asio::post(io_, [this, reason] { (void)offer_stop(reason); });
 }
 
 void EtcdSession::settle_stop(const StopReason& reason, std::function<void(StopReason)> done) {
   boost::asio::post(io_, [this, reason, done = std::move(done)] {
-    StopReason winner = reason;
-    if (joined_ && client_) {
-      const std::string key = keys_.stop(joined_->round);
-      const std::string sealed = seal(settings_.token, key, encode_stop_reason(reason));
-      try {
-        for (int tries = 0; tries < 5; ++tries) {
-          auto read = client_->range(key);
-          std::int64_t stranger = 0;
-          if (!read.kvs.empty()) {
-            if (auto held = unseal(settings_.token, key, read.kvs[0].value)) {
-              winner = decode_stop_reason(*held);  // the first valid reason (maybe this one)
-              break;
-            }
-            stranger = read.kvs[0].mod_revision;
-          }
-          const Compare cmp = stranger == 0 ? Compare{key, Compare::Target::Create, 0, {}}
-                                            : Compare{key, Compare::Target::Mod, stranger, {}};
-          if (client_->txn({cmp}, {put_op(key, sealed)}).succeeded) break;
-        }
-      } catch (const std::exception& e) {
-        report_etcd_lost(e.what());
-      }
-    }
+    StopReason winner = offer_stop(reason);
     on_loop([done, winner] { done(winner); });
   });
 }

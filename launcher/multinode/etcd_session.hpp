@@ -53,6 +53,9 @@ class EtcdSession final : public JobRendezvous {
   void on_loop(std::function<void()> f);
   void report_etcd_lost(const std::string& why);
   // Rendezvous thread:
+  // Offers `reason` as the round's stop reason (first valid one wins); the reason the key holds
+  // afterwards, or `reason` when etcd could not be asked (the loss is reported).
+  StopReason offer_stop(const StopReason& reason);
   rdzv::RendezvousResult join_round(int round, const RoundPlan& plan);
   rdzv::etcd::RoundRecord form_round(int round, const RoundPlan& plan);
   void announce_or_find_store(int round, rdzv::RendezvousResult& joined);

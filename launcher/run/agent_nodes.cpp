@@ -269,11 +269,8 @@ void Agent::release_held_failure() {
   // naming different root causes (chaos seed 14, fault 103).
   session_->settle_stop(stop, [this](const StopReason& winner) {
     if (!held_failure_) return;  // settled meanwhile: a stop or a loss reached this node first
-    if (layout_ && !is_own_stop(winner, layout_->node_rank)) {
-      on_job_stop(winner);  // adopts it (and settles this node's failure)
-      return;
-    }
-    settle_held_failure();
+    if (layout_ && !is_own_stop(winner, layout_->node_rank)) on_job_stop(winner);  // adopts it
+    settle_held_failure();  // (a no-op when on_job_stop settled it): the attempt ends either way
   });
 }
 

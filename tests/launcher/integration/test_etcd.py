@@ -93,11 +93,12 @@ def test_two_agents_form_one_gloo_world(tmp):
         assert events(node, "summary")[-1]["exit_code"] == 0, node
 
 
-def test_store_host_killed_survivor_reforms_and_hosts_the_next_store(tmp):
-    require()
+def store_host_killed(tmp, extra=()):
+    """A 1:2 gloo world training (all_reduces through gloo) until the agent hosting its workers'
+    store is SIGKILLed; the survivor must re-form and end 0. Returns (nodes, host, survivor,
+    seconds from the kill to the survivor's end)."""
     with EtcdCluster(3) as cluster:
-        # Attempt 0 trains (all_reduces through gloo) until the store's host dies under it.
-        nodes = gloo_world(tmp, cluster, "1:2", "steps_once:600")
+        nodes = gloo_world(tmp, cluster, "1:2", "steps_once:600", extra=extra)
         try:
             host = next(n for n in nodes if group_rank(n, 0) == 0)  # it serves the workers' store
             survivor = next(n for n in nodes if n is not host)
@@ -106,6 +107,12 @@ def test_store_host_killed_survivor_reforms_and_hosts_the_next_store(tmp):
             took = time.monotonic() - killed_at
         finally:
             mn.finish(nodes)
+    return nodes, host, survivor, took
+
+
+def test_store_host_killed_survivor_reforms_and_hosts_the_next_store(tmp):
+    require()
+    _, host, survivor, took = store_host_killed(tmp)
     first, second = gloo_lines(survivor, 0), gloo_lines(survivor, 1)
     assert {f["master"] for f in first} == {f["master"] for f in gloo_lines(host, 0)}, (first, host)
     assert sorted(f["rank"] for f in second) == ["0", "1"], survivor
@@ -121,15 +128,7 @@ def test_store_host_killed_survivor_reforms_and_hosts_the_next_store(tmp):
 
 def test_store_proxy_follows_each_rounds_store(tmp):
     require()
-    with EtcdCluster(3) as cluster:
-        nodes = gloo_world(tmp, cluster, "1:2", "steps_once:600", extra=["--store-proxy", "on"])
-        try:
-            host = next(n for n in nodes if group_rank(n, 0) == 0)
-            survivor = next(n for n in nodes if n is not host)
-            kill_agent(host)
-            assert survivor.wait(60) == 0, survivor
-        finally:
-            mn.finish(nodes)
+    nodes, _, survivor, _ = store_host_killed(tmp, extra=["--store-proxy", "on"])
     # Attempt 0: each node's workers reach the round's store through their own node's proxy
     # (without it both nodes' workers get node 0's store address), and gloo still sums right.
     first = [gloo_lines(n, 0) for n in nodes]
