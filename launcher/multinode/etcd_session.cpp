@@ -42,6 +42,7 @@ EtcdSession::EtcdSession(boost::asio::io_context& agent_io, MultiNodeSettings se
       keys_(settings_.etcd.prefix, settings_.run_id),
       events_(std::move(events)),
       work_(io_.get_executor()),
+      pending_(settings_.token, keys_.pending_prefix()),
       thread_([this] { io_.run(); }) {}
 
 EtcdSession::~EtcdSession() {
@@ -144,7 +145,7 @@ void EtcdSession::stop_round() {
   stop_seen_ = false;
 }
 
-RoundRecord EtcdSession::form_round(int round, const RoundPlan& plan) {
+std::optional<RoundRecord> EtcdSession::form_round(int round, const RoundPlan& plan) {
   const auto deadline =
       Clock::now() + (plan.join_timeout.count() > 0 ? plan.join_timeout : settings_.join_timeout);
   RoundMember me;
@@ -186,10 +187,7 @@ RoundRecord EtcdSession::form_round(int round, const RoundPlan& plan) {
         throw rdzv::RendezvousError(fmt::format("refused by round {} of job '{}' on etcd: {}",
                                                 round, settings_.run_id, step.reason));
       case JoinStep::Kind::Closed:
-        throw rdzv::RendezvousError(fmt::format(
-            "round {} of job '{}' on etcd formed without this node (late arrivals are not "
-            "admitted on etcd; start every node before the round closes)",
-            round, settings_.run_id));
+        return std::nullopt;
       case JoinStep::Kind::Joined:
         break;
       case JoinStep::Kind::Write:
@@ -288,7 +286,34 @@ rdzv::RendezvousResult EtcdSession::join_round(int round, const RoundPlan& plan)
     client_ = std::make_unique<EtcdClient>(options);
   }
   start_lease();
-  RoundRecord closed = form_round(round, plan);
+  const auto deadline =
+      Clock::now() + (plan.join_timeout.count() > 0 ? plan.join_timeout : settings_.join_timeout);
+  std::optional<RoundRecord> formed = form_round(round, plan);
+  if (!formed) {
+    // As on c10d: an elastic job (or one that takes spares) admits a late node into a later
+    // round; a job of fixed nodes does not.
+    if (!(settings_.dynamic || settings_.spares) || plan.nodes > 0) {
+      throw rdzv::RendezvousError(
+          fmt::format("round {} of job '{}' on etcd formed without this node", round,
+                      settings_.run_id));
+    }
+    const Invitation invited = wait_as_pending(deadline);
+    RoundPlan next = plan;
+    if (invited.nodes > 0) {  // a re-form: exactly these nodes, this one at node_rank
+      next.nodes = invited.nodes;
+      next.node_rank = invited.node_rank;
+    }  // else a restart's round, met as configured
+    next.join_timeout = std::max(std::chrono::duration_cast<milliseconds>(deadline - Clock::now()),
+                                 settings_.last_call_timeout);
+    round = invited.round;
+    formed = form_round(round, next);
+    if (!formed) {
+      throw rdzv::RendezvousError(fmt::format(
+          "round {} of job '{}' on etcd formed without this node, which it had invited", round,
+          settings_.run_id));
+    }
+  }
+  const RoundRecord& closed = *formed;
   auto rank = node_rank_of(closed, lease_);
   if (!rank) {
     throw rdzv::RendezvousError(fmt::format("round {} of job '{}' on etcd formed without this node",
@@ -306,14 +331,94 @@ rdzv::RendezvousResult EtcdSession::join_round(int round, const RoundPlan& plan)
   joined.rescales_used = closed.rescales_used;
   // Watch from the round's start: every stop, loss and arrival at the barrier since.
   const std::int64_t from = client_->range(keys_.record(round)).kvs.at(0).create_revision;
+  seed_pending_board();
   start_watch(round, from, closed);
   announce_or_find_store(round, joined);
   joined_ = joined;
   return joined;
 }
 
+Invitation EtcdSession::wait_as_pending(Clock::time_point deadline) {
+  const std::string request = keys_.pending(lease_);
+  rdzv::JoinRequest join;
+  join.seq = lease_;
+  join.name = settings_.node_name;
+  join.local_world_size = settings_.local_world_size;
+  join.settings = settings_.must_agree;
+  // On this node's lease: the running nodes see it go when this node does.
+  client_->put(request, seal(settings_.token, request, rdzv::encode_join(join)), lease_);
+  on_loop([this] {
+    if (events_.on_waiting) events_.on_waiting("pending");
+  });
+  const std::string answers = request + "/";
+  bool told_spare = false;
+  while (true) {
+    if (cancel_) throw std::runtime_error("the join was cancelled");
+    auto read = client_->range(answers, prefix_end(answers));
+    for (const auto& kv : read.kvs) {
+      auto payload = unseal(settings_.token, kv.key, kv.value);
+      if (!payload) continue;  // a stranger's answer is no answer
+      if (kv.key == keys_.pending_invite(lease_)) {
+        const auto verdict = decode_pending_verdict(*payload);
+        if (!verdict) {
+          throw rdzv::RendezvousError(fmt::format(
+              "job '{}' on etcd: malformed invitation '{}' for this node", settings_.run_id,
+              *payload));
+        }
+        if (verdict->invitation) return *verdict->invitation;
+        throw rdzv::RendezvousError(fmt::format("job '{}' on etcd refused this node ({}): {}",
+                                                settings_.run_id, settings_.node_name,
+                                                verdict->refused));
+      }
+      if (kv.key == keys_.pending_spare(lease_) && !told_spare) {
+        told_spare = true;
+        on_loop([this] {
+          if (events_.on_waiting) events_.on_waiting("spare");
+        });
+      }
+    }
+    if (Clock::now() >= deadline) {
+      throw rdzv::RendezvousError(fmt::format(
+          "job '{}' on etcd: waited {} s as a pending node ({}) and the running nodes never "
+          "admitted it (the job is full and lost no node, or it ended)",
+          settings_.run_id,
+          std::chrono::duration_cast<std::chrono::seconds>(settings_.join_timeout).count(),
+          settings_.node_name));
+    }
+    const auto wait = std::min<Clock::duration>(deadline - Clock::now(), std::chrono::seconds(1));
+    (void)client_->wait_for_change(
+        answers, prefix_end(answers), read.revision + 1,
+        std::max(std::chrono::duration_cast<milliseconds>(wait), milliseconds(10)));
+  }
+}
+
+void EtcdSession::seed_pending_board() {
+  // The requests made before this round's record (the watch starts there) come from one read;
+  // the watch's events after it may overlap it, which the board takes in any order.
+  const std::string prefix = keys_.pending_prefix();
+  const auto read = client_->range(prefix, prefix_end(prefix));
+  std::lock_guard lock(watch_mutex_);
+  pending_.clear();
+  reported_pending_.clear();
+  for (const auto& kv : read.kvs) pending_.put(kv.key, kv.value, kv.create_revision);
+  report_pending_if_changed();
+}
+
+void EtcdSession::report_pending_if_changed() {
+  std::vector<rdzv::JoinRequest> live = pending_.live();
+  std::vector<std::int64_t> seqs;
+  seqs.reserve(live.size());
+  for (const auto& j : live) seqs.push_back(j.seq);
+  if (seqs == reported_pending_) return;
+  reported_pending_ = std::move(seqs);
+  on_loop([this, live = std::move(live)] {
+    if (events_.on_pending) events_.on_pending(live);
+  });
+}
+
 void EtcdSession::start_watch(int round, std::int64_t from_revision, const RoundRecord& closed) {
-  const std::string prefix = keys_.round(round);
+  // The job's keys, not only the round's: the pending nodes' requests and answers too.
+  const std::string prefix = keys_.job();
   // The watch thread reads only its own copy of the round (the join goes on meanwhile).
   watch_ = std::make_unique<EtcdWatch>(
       client_->options(), prefix, prefix_end(prefix), from_revision, settings_.heartbeat_timeout,
@@ -325,9 +430,18 @@ void EtcdSession::start_watch(int round, std::int64_t from_revision, const Round
 void EtcdSession::on_watch(int round, const RoundRecord& closed, const WatchMessage& message) {
   const std::string alive_prefix = keys_.alive_prefix(round);
   const std::string done_prefix = keys_.done_prefix(round);
+  const std::string pending_prefix = keys_.pending_prefix();
+  bool pending_changed = false;
   for (const auto& e : message.events) {
     const std::string& key = e.kv.key;
-    if (e.type == WatchEvent::Type::Put && key == keys_.stop(round)) {
+    if (key.starts_with(pending_prefix)) {
+      std::lock_guard lock(watch_mutex_);
+      if (e.type == WatchEvent::Type::Put)
+        pending_.put(key, e.kv.value, e.kv.create_revision);
+      else
+        pending_.erase(key);
+      pending_changed = true;
+    } else if (e.type == WatchEvent::Type::Put && key == keys_.stop(round)) {
       auto payload = unseal(settings_.token, key, e.kv.value);
       if (!payload) continue;  // a stranger's stop is no stop
       {
@@ -365,6 +479,10 @@ void EtcdSession::on_watch(int round, const RoundRecord& closed, const WatchMess
       on_loop([this, loss] { events_.on_lost(loss); });
     }
   }
+  if (pending_changed) {
+    std::lock_guard lock(watch_mutex_);
+    report_pending_if_changed();
+  }
 }
 
 StopReason EtcdSession::offer_stop(const StopReason& reason) {
@@ -392,7 +510,50 @@ StopReason EtcdSession::offer_stop(const StopReason& reason) {
 }
 
 void EtcdSession::broadcast_stop(const StopReason& reason) {
-  boost::asio::post(io_, [this, reason] { (void)offer_stop(reason); });
+  boost::asio::post(io_, [this, reason] {
+    const StopReason winner = offer_stop(reason);
+    if (reason.admitted.empty() || !joined_ || !client_ ||
+        encode_stop_reason(winner) != encode_stop_reason(reason)) {
+      return;
+    }
+    // This re-form won: its pending nodes take the node ranks after the survivors'.
+    const int nodes = static_cast<int>(reason.survivors.size() + reason.admitted.size());
+    try {
+      for (std::size_t j = 0; j < reason.admitted.size(); ++j) {
+        const std::string key = keys_.pending_invite(reason.admitted[j]);
+        const Invitation invitation{joined_->round + 1, nodes,
+                                    static_cast<int>(reason.survivors.size() + j)};
+        client_->put(key, seal(settings_.token, key, encode_invitation(invitation)));
+      }
+    } catch (const std::exception& e) {
+      report_etcd_lost(e.what());
+    }
+  });
+}
+
+void EtcdSession::answer_pending(const PendingAnswer& answer) {
+  boost::asio::post(io_, [this, answer] {
+    if (!client_) return;
+    std::string key = keys_.pending_invite(answer.seq);
+    std::string value;
+    switch (answer.kind) {
+      case PendingAnswer::Kind::Spare:
+        key = keys_.pending_spare(answer.seq);
+        value = "1";
+        break;
+      case PendingAnswer::Kind::Refused:
+        value = encode_refusal(answer.reason);
+        break;
+      case PendingAnswer::Kind::Restart:
+        value = encode_invitation(Invitation{answer.round, 0, 0});
+        break;
+    }
+    try {
+      client_->put(key, seal(settings_.token, key, value));
+    } catch (const std::exception& e) {
+      report_etcd_lost(e.what());
+    }
+  });
 }
 
 void EtcdSession::settle_stop(const StopReason& reason, std::function<void(StopReason)> done) {

@@ -12,6 +12,7 @@
 /// one more; the watch on its own. Results and events are posted to the agent's loop.
 
 #include <atomic>
+#include <chrono>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <condition_variable>
@@ -43,8 +44,7 @@ class EtcdSession final : public JobRendezvous {
   void join(int round, const RoundPlan& plan, std::function<void(JoinResult)> done) override;
   void broadcast_stop(const StopReason& reason) override;
   void settle_stop(const StopReason& reason, std::function<void(StopReason)> done) override;
-  /// Late arrivals are not admitted on etcd yet: nothing to answer.
-  void answer_pending(const PendingAnswer&) override {}
+  void answer_pending(const PendingAnswer& answer) override;
   void exit_barrier(std::function<void(BarrierResult)> done) override;
   void leave(bool wait_for_others, std::function<void()> then) override;
   bool detach_if_blocked() override;
@@ -57,7 +57,12 @@ class EtcdSession final : public JobRendezvous {
   // afterwards, or `reason` when etcd could not be asked (the loss is reported).
   StopReason offer_stop(const StopReason& reason);
   rdzv::RendezvousResult join_round(int round, const RoundPlan& plan);
-  rdzv::etcd::RoundRecord form_round(int round, const RoundPlan& plan);
+  // The closed round with this node in it; nullopt when it closed without this node.
+  std::optional<rdzv::etcd::RoundRecord> form_round(int round, const RoundPlan& plan);
+  // A node that arrived after its round closed waits under the job's pending keys until the
+  // running nodes invite it (or refuse it, or `deadline` passes: RendezvousError).
+  rdzv::etcd::Invitation wait_as_pending(std::chrono::steady_clock::time_point deadline);
+  void seed_pending_board();
   void announce_or_find_store(int round, rdzv::RendezvousResult& joined);
   void start_lease();
   void start_watch(int round, std::int64_t from_revision, const rdzv::etcd::RoundRecord& closed);
@@ -65,6 +70,8 @@ class EtcdSession final : public JobRendezvous {
   // Watch thread:
   void on_watch(int round, const rdzv::etcd::RoundRecord& closed,
                 const rdzv::etcd::WatchMessage& message);
+  // Reports the live pending nodes when they changed (under watch_mutex_).
+  void report_pending_if_changed();
 
   boost::asio::io_context& agent_io_;
   MultiNodeSettings settings_;
@@ -89,6 +96,8 @@ class EtcdSession final : public JobRendezvous {
   std::set<int> done_ranks_;
   std::set<int> lost_ranks_;
   bool stop_seen_ = false;
+  rdzv::etcd::PendingBoard pending_;
+  std::vector<std::int64_t> reported_pending_;
   std::atomic<bool> busy_{false};
   std::atomic<bool> cancel_{false};
   std::thread thread_;

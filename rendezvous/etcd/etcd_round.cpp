@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
+#include <climits>
 #include <nlohmann/json.hpp>
 
 #include "rendezvous/token_auth.hpp"
@@ -28,6 +30,107 @@ std::string JobKeys::done(int r, int node_rank) const {
   return fmt::format("{}{}", done_prefix(r), node_rank);
 }
 std::string JobKeys::done_prefix(int r) const { return round(r) + "done/"; }
+std::string JobKeys::pending_prefix() const { return root_ + "pending/"; }
+std::string JobKeys::pending(std::int64_t lease) const {
+  return fmt::format("{}{:x}", pending_prefix(), lease);
+}
+std::string JobKeys::pending_invite(std::int64_t lease) const { return pending(lease) + "/invite"; }
+std::string JobKeys::pending_spare(std::int64_t lease) const { return pending(lease) + "/spare"; }
+
+std::string encode_invitation(const Invitation& i) {
+  return fmt::format("{}|{}|{}", i.round, i.nodes, i.node_rank);
+}
+std::string encode_refusal(std::string_view reason) { return fmt::format("refused: {}", reason); }
+
+std::optional<PendingVerdict> decode_pending_verdict(std::string_view text) {
+  constexpr std::string_view kRefused = "refused: ";
+  PendingVerdict v;
+  if (text.substr(0, kRefused.size()) == kRefused) {
+    v.refused = std::string(text.substr(kRefused.size()));
+    if (v.refused.empty()) v.refused = "no reason given";
+    return v;
+  }
+  Invitation i;
+  int* fields[] = {&i.round, &i.nodes, &i.node_rank};
+  std::size_t at = 0;
+  for (std::size_t f = 0; f < 3; ++f) {
+    const std::size_t bar = f < 2 ? text.find('|', at) : text.size();
+    if (bar == std::string_view::npos) return std::nullopt;
+    auto [end, ec] = std::from_chars(text.data() + at, text.data() + bar, *fields[f]);
+    if (ec != std::errc{} || end != text.data() + bar) return std::nullopt;
+    at = bar + 1;
+  }
+  if (i.round < 0 || i.nodes < 0 || (i.nodes > 0 && (i.node_rank < 0 || i.node_rank >= i.nodes)))
+    return std::nullopt;
+  v.invitation = i;
+  return v;
+}
+
+namespace {
+// "<prefix><lease hex>[/<what>]" -> the lease and what follows it ("" for the request itself).
+std::optional<std::pair<std::int64_t, std::string_view>> pending_key(std::string_view key,
+                                                                     std::string_view prefix) {
+  if (key.substr(0, prefix.size()) != prefix) return std::nullopt;
+  key.remove_prefix(prefix.size());
+  const std::size_t slash = key.find('/');
+  const std::string_view hex = key.substr(0, slash);
+  std::uint64_t lease = 0;
+  auto [end, ec] = std::from_chars(hex.data(), hex.data() + hex.size(), lease, 16);
+  if (hex.empty() || ec != std::errc{} || end != hex.data() + hex.size() || lease == 0 ||
+      lease > static_cast<std::uint64_t>(INT64_MAX))
+    return std::nullopt;
+  return std::pair{static_cast<std::int64_t>(lease),
+                   slash == std::string_view::npos ? std::string_view{} : key.substr(slash + 1)};
+}
+}  // namespace
+
+void PendingBoard::put(std::string_view key, std::string_view value,
+                       std::int64_t create_revision) {
+  const auto parsed = pending_key(key, prefix_);
+  if (!parsed) return;
+  const auto payload = unseal(token_, key, value);
+  if (!payload) return;  // a stranger's value
+  const auto [lease, what] = *parsed;
+  if (what.empty()) {
+    auto join = decode_join(*payload);
+    if (!join) return;
+    join->seq = lease;
+    if (!entries_.count(lease) && entries_.size() >= kMaxPending) {
+      // Bounded: the oldest request goes (a flood of requests cannot grow the board).
+      auto oldest = std::min_element(entries_.begin(), entries_.end(), [](auto& a, auto& b) {
+        return a.second.since < b.second.since;
+      });
+      entries_.erase(oldest);
+    }
+    Entry& e = entries_[lease];
+    e.request = std::move(join);
+    e.since = create_revision;
+  } else if (what == "invite") {
+    if (auto it = entries_.find(lease); it != entries_.end()) {
+      it->second.answered = true;
+    } else if (entries_.size() < kMaxPending) {
+      entries_[lease].answered = true;  // the answer came first in this feed: the request follows
+    }
+  }
+}
+
+void PendingBoard::erase(std::string_view key) {
+  const auto parsed = pending_key(key, prefix_);
+  if (parsed && parsed->second.empty()) entries_.erase(parsed->first);
+}
+
+void PendingBoard::clear() { entries_.clear(); }
+
+std::vector<JoinRequest> PendingBoard::live() const {
+  std::vector<std::pair<std::int64_t, JoinRequest>> out;
+  for (const auto& [lease, e] : entries_) {
+    if (e.request && !e.answered) out.emplace_back(e.since, *e.request);
+  }
+  std::sort(out.begin(), out.end(), [](auto& a, auto& b) { return a.first < b.first; });
+  std::vector<JoinRequest> live;
+  for (auto& [since, join] : out) live.push_back(std::move(join));
+  return live;
+}
 
 std::string encode_round(const RoundRecord& record) {
   Json members = Json::array();

@@ -6,6 +6,7 @@
 // No I/O: launcher/multinode/etcd_session.cpp drives it over EtcdClient.
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -30,6 +31,12 @@ class JobKeys {
   std::string stop(int round) const;                 // the first stop reason
   std::string done(int round, int node_rank) const;  // the exit barrier
   std::string done_prefix(int round) const;
+  // Nodes that arrived after their round closed (job-wide, not per round): the request
+  // "pending/<lease hex>" on the node's own lease, and the running nodes' answer under it.
+  std::string pending_prefix() const;
+  std::string pending(std::int64_t lease) const;
+  std::string pending_invite(std::int64_t lease) const;  // an Invitation or "refused: <why>"
+  std::string pending_spare(std::int64_t lease) const;   // "1": the job is full, it waits
 
  private:
   std::string root_;
@@ -92,6 +99,49 @@ void order_members(RoundRecord& record);
 Assignment assignment_of(const RoundRecord& closed);
 // This member's node rank in a closed round (nullopt: not a member).
 std::optional<int> node_rank_of(const RoundRecord& closed, std::int64_t lease);
+
+// What the running nodes tell a pending node (JobKeys::pending_invite): join round `round` with
+// exactly `nodes` nodes at `node_rank` (a re-form), or as configured (`nodes` 0: a restart's round).
+struct Invitation {
+  int round = 0;
+  int nodes = 0;
+  int node_rank = -1;
+};
+std::string encode_invitation(const Invitation& invitation);
+std::string encode_refusal(std::string_view reason);
+// An invitation, or the refusal's reason; nullopt for a value that is neither.
+struct PendingVerdict {
+  std::optional<Invitation> invitation;
+  std::string refused;  // set when the node is refused
+};
+std::optional<PendingVerdict> decode_pending_verdict(std::string_view text);
+
+// The running nodes' view of the pending nodes, fed with every key under
+// JobKeys::pending_prefix() (a range read, then the watch's events, in any overlap: applying an
+// event twice changes nothing). A pending node is live while its request exists (it is on its
+// lease) and nobody invited or refused it; the live ones come in arrival order (the request's
+// create revision), each JoinRequest::seq being the node's lease. Values without the job's seal
+// are ignored. At most kMaxPending requests are kept (the oldest go first).
+class PendingBoard {
+ public:
+  static constexpr std::size_t kMaxPending = 64;
+  PendingBoard(std::string token, std::string pending_prefix)
+      : token_(std::move(token)), prefix_(std::move(pending_prefix)) {}
+  void put(std::string_view key, std::string_view value, std::int64_t create_revision);
+  void erase(std::string_view key);
+  void clear();
+  std::vector<JoinRequest> live() const;
+
+ private:
+  struct Entry {
+    std::optional<JoinRequest> request;
+    std::int64_t since = 0;  // create revision of the request
+    bool answered = false;
+  };
+  std::string token_;
+  std::string prefix_;
+  std::map<std::int64_t, Entry> entries_;  // by lease
+};
 
 // The job's token on every value: "<hmac-sha256 hex of key and payload>|<payload>" (without a
 // token: "-|<payload>"). Bound to the key, so a record cannot be replayed under another key.

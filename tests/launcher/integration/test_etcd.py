@@ -8,7 +8,9 @@ SIGKILLed mid-job: the job does not notice; a restart: every attempt its own sto
 every agent ends 74 with one line naming etcd; nothing listening at the endpoint: one line, exit 69;
 a stranger with etcd access but not the token: its forged stop, exit-barrier and round values are
 ignored, its agent never joins, and a round record it overwrites is joined again; --store-proxy on:
-one proxy per node, following each round's store.
+one proxy per node, following each round's store; a late agent waits as pending and is admitted
+(2:3 grows to a gloo world of 6), or waits as a spare and takes the lost store host's place, or is
+refused when its host is excluded.
 Exits 77 when etcd or torch is missing."""
 import base64
 import os
@@ -335,6 +337,102 @@ def test_etcd_user_authentication(tmp):
     for node in nodes:
         assert "rootpw" not in node.text()[0] + node.text()[1], node
         assert all(mn.fields(l)["token_seen"] == "False" for l in mn.worker_lines(node)), node
+
+
+def test_a_late_agent_is_admitted_and_grows_the_job(tmp):
+    """2:3 with two agents running: a third arrives after the round closed, waits as pending
+    (its request on its lease under the job's keys), and node 0 re-forms the job with it: one
+    gloo world of 6 through the new round's store."""
+    require()
+    with EtcdCluster(3) as cluster:
+        nodes = gloo_world(tmp, cluster, "2:3", "sleep_once")
+        late = None
+        try:
+            arrived_at = time.monotonic()
+            late = agents(tmp, cluster, 1, "2:3", "sleep_once", first=2)[0]
+            everyone = nodes + [late]
+            wait_until(lambda: all(len(gloo_lines(n, 1)) == 2 for n in everyone), 60,
+                       "a gloo world of 6 on all three agents")
+            grown_at = time.monotonic()
+            codes = mn.finish(everyone)
+        finally:
+            mn.finish(nodes + ([late] if late else []))
+    assert codes == [0, 0, 0], everyone
+    assert len(events(late, "pending")) == 1 and not events(late, "spare"), late
+    assert group_rank(late, 1) == 2, late  # after the running nodes, in the round it was invited to
+    seen = {int(f["rank"]): f for n in everyone for f in gloo_lines(n, 1)}
+    assert sorted(seen) == list(range(6)), everyone
+    assert all(f["world"] == "6" and f["sum"] == "21" for f in seen.values()), seen
+    assert len({f["master"] for f in seen.values()}) == 1, seen
+    for node in nodes:
+        assert [e["change"] for e in events(node, "rescale")] == ["admit"], node
+    print(f"  late agent started -> 3 nodes' gloo world of 6: {grown_at - arrived_at:.2f} s")
+
+
+def test_a_spare_takes_the_place_of_the_lost_store_host(tmp):
+    """2:2 full, a third agent waits as a spare; the agent hosting the workers' store is
+    SIGKILLed: the survivor and the spare re-form around a new store, world 4 again."""
+    require()
+    with EtcdCluster(3) as cluster:
+        nodes = gloo_world(tmp, cluster, "2:2", "sleep_once")
+        spare = None
+        try:
+            spare = agents(tmp, cluster, 1, "2:2", "sleep_once", first=2)[0]
+            wait_until(lambda: events(spare, "spare"), 30, "the third agent waiting as a spare")
+            assert spare.started_workers() == 0, spare
+            host = next(n for n in nodes if group_rank(n, 0) == 0)
+            survivor = next(n for n in nodes if n is not host)
+            killed_at = kill_agent(host)
+            everyone = [survivor, spare]
+            wait_until(lambda: all(len(gloo_lines(n, 1)) == 2 for n in everyone), 60,
+                       "the survivor's and the spare's gloo world")
+            back_at = time.monotonic()
+            codes = mn.finish(everyone)
+        finally:
+            mn.finish(nodes + ([spare] if spare else []))
+    assert codes == [0, 0], everyone
+    assert group_rank(survivor, 1) == 0 and group_rank(spare, 1) == 1, everyone
+    seen = {int(f["rank"]): f for n in everyone for f in gloo_lines(n, 1)}
+    assert sorted(seen) == [0, 1, 2, 3], everyone
+    assert all(f["world"] == "4" and f["sum"] == "10" for f in seen.values()), seen
+    old = {f["master"] for f in gloo_lines(survivor, 0)}
+    assert len({f["master"] for f in seen.values()} | old) == 2, (seen, old)  # a new store
+    rescale = events(survivor, "rescale")
+    assert len(rescale) == 1 and rescale[0]["change"] == "spare", survivor
+    print(f"  store host killed -> survivor's and spare's gloo world: {back_at - killed_at:.2f} s "
+          "(heartbeat_timeout 2 s)")
+
+
+def test_a_late_agent_from_an_excluded_host_is_refused(tmp):
+    """--exclude-hosts on the running nodes: a late agent from that host is refused through etcd
+    (exit 69, one line naming the flag); the job goes on untouched."""
+    require(torch=False)
+    release = os.path.join(tmp, "release")
+    with EtcdCluster(3) as cluster:
+        nodes = agents(tmp, cluster, 2, "1:3", f"until:{release}", worker=mn.WORKER,
+                       extra=["--exclude-hosts", "127.0.0.9,bad"])
+        late = None
+        try:
+            wait_until(lambda: all(n.started_workers() == 2 for n in nodes), 60,
+                       "workers on both agents")
+            late = mn.Node(tmp, "late", [
+                "--rdzv_backend", "etcd", "--rdzv_endpoint", cluster.endpoints, "--rdzv_id", "job",
+                "--nnodes", "1:3", "--nproc_per_node", 2, "--local_addr", "127.0.0.9",
+                "--master_port", 0, "--rdzv_conf", FAST, mn.WORKER, "ok"],
+                env=clean_env(DDPRUN_RDZV_TOKEN=TOKEN))
+            assert late.wait(60) == 69, late
+            open(release, "w").close()
+            codes = mn.finish(nodes)
+        finally:
+            open(release, "w").close()
+            mn.finish(nodes + ([late] if late else []))
+    assert codes == [0, 0], nodes
+    assert "host '127.0.0.9' is excluded from this job (--exclude-hosts)" in late.text()[1], late
+    assert late.started_workers() == 0, late
+    node0 = next(n for n in nodes if group_rank(n, 0) == 0)
+    excluded = events(node0, "excluded")
+    assert len(excluded) == 1 and excluded[0]["host"] == "127.0.0.9", node0
+    assert all(not events(n, "rescale") for n in nodes), nodes
 
 
 def test_nothing_listening_is_one_line_and_69(tmp):

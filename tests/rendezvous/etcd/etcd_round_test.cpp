@@ -77,3 +77,81 @@ TEST_CASE("the seal binds token, key and payload") {
   CHECK_FALSE(unseal("secret", "/k", "garbage"));
   CHECK_FALSE(decode_round("{}"));
 }
+
+TEST_CASE("invitations and refusals round-trip; malformed ones are refused") {
+  const auto v = decode_pending_verdict(encode_invitation(Invitation{4, 3, 2}));
+  REQUIRE(v);
+  REQUIRE(v->invitation);
+  CHECK(v->invitation->round == 4);
+  CHECK(v->invitation->nodes == 3);
+  CHECK(v->invitation->node_rank == 2);
+  const auto restart = decode_pending_verdict(encode_invitation(Invitation{5, 0, 0}));
+  REQUIRE(restart);
+  CHECK(restart->invitation->nodes == 0);  // a restart's round, met as configured
+  const auto refused = decode_pending_verdict(encode_refusal("settings differ"));
+  REQUIRE(refused);
+  CHECK_FALSE(refused->invitation);
+  CHECK(refused->refused == "settings differ");
+  for (const char* bad : {"", "1|2", "1|2|2", "1|2|-1", "-1|0|0", "a|b|c", "1|2|1|4", "1|2|1 "}) {
+    CHECK_MESSAGE(!decode_pending_verdict(bad), bad);
+  }
+}
+
+namespace {
+ddp::rdzv::JoinRequest request(const std::string& name) {
+  ddp::rdzv::JoinRequest j;
+  j.name = name;
+  j.local_world_size = 2;
+  return j;
+}
+}  // namespace
+
+TEST_CASE("the pending board: live requests in arrival order, answered and gone ones dropped") {
+  const JobKeys keys("/ddprun", "job");
+  PendingBoard board("tok", keys.pending_prefix());
+  auto put = [&](const std::string& key, const std::string& payload, std::int64_t rev) {
+    board.put(key, seal("tok", key, payload), rev);
+  };
+  put(keys.pending(0x30), encode_join(request("late-b")), 12);
+  put(keys.pending(0x2f), encode_join(request("late-a")), 10);
+  auto live = board.live();
+  REQUIRE(live.size() == 2);
+  CHECK(live[0].name == "late-a");  // arrival order (create revision), not lease order
+  CHECK(live[0].seq == 0x2f);       // the lease is the pending number
+  CHECK(live[1].seq == 0x30);
+  // The same event twice (a read and a watch that overlap) changes nothing.
+  put(keys.pending(0x2f), encode_join(request("late-a")), 10);
+  CHECK(board.live().size() == 2);
+  // A spare stays live (it waits); an invited or refused one is answered; a gone one is erased.
+  put(keys.pending_spare(0x30), "1", 13);
+  CHECK(board.live().size() == 2);
+  put(keys.pending_invite(0x2f), encode_invitation(Invitation{1, 3, 2}), 14);
+  REQUIRE(board.live().size() == 1);
+  CHECK(board.live()[0].seq == 0x30);
+  board.erase(keys.pending(0x30));
+  CHECK(board.live().empty());
+  // Strangers: an unsealed or wrongly sealed request, a key outside the prefix, a bad lease.
+  board.put(keys.pending(0x40), "-|" + encode_join(request("stranger")), 20);
+  board.put(keys.pending(0x41), seal("other", keys.pending(0x41), encode_join(request("x"))), 21);
+  put("/ddprun/other-job/pending/42", encode_join(request("y")), 22);
+  put(keys.pending_prefix() + "zz", encode_join(request("z")), 23);
+  put(keys.pending_prefix() + "0", encode_join(request("z")), 24);
+  put(keys.pending(0x43), "not a join request", 25);
+  CHECK(board.live().empty());
+  // An answer seen before its request (a watch replaying into a fresh read) still counts.
+  put(keys.pending_invite(0x50), encode_refusal("no"), 30);
+  put(keys.pending(0x50), encode_join(request("refused")), 29);
+  CHECK(board.live().empty());
+}
+
+TEST_CASE("the pending board is bounded: a flood of requests keeps the newest") {
+  const JobKeys keys("/ddprun", "job");
+  PendingBoard board("", keys.pending_prefix());
+  for (std::int64_t i = 1; i <= 1000; ++i) {
+    board.put(keys.pending(i), seal("", keys.pending(i), encode_join(request("n"))), i);
+  }
+  const auto live = board.live();
+  REQUIRE(live.size() == PendingBoard::kMaxPending);
+  CHECK(live.front().seq == 1000 - static_cast<std::int64_t>(PendingBoard::kMaxPending) + 1);
+  CHECK(live.back().seq == 1000);
+}
