@@ -387,6 +387,16 @@ class Harness:
         pending.clear()
 
     def close(self):
+        # A run cut short (SIGTERM, Ctrl-C, an error) must not leave its job behind: the last
+        # episode's agents get SIGTERM, then SIGKILL after 15 s.
+        for ep in self.episodes[-1:]:
+            if not ep.ended():
+                ep.terminate()
+                deadline = time.monotonic() + 15
+                while not ep.ended() and time.monotonic() < deadline:
+                    time.sleep(0.2)
+                for a in ep.live():
+                    job.signal_pid(a.proc.pid, signal.SIGKILL)
         if self.etcd:
             self.etcd.close()
         self.topology.close()
@@ -466,6 +476,8 @@ def main():
     if args.mode == "etcd" and not shutil.which("etcd"):
         print("chaos: SKIP: etcd is not installed", file=sys.stderr)
         return 77
+    # SIGTERM ends the run like Ctrl-C: through close(), which ends the job and its namespaces.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     h = Harness(args)
     try:
         if doc:
