@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <tuple>
 
 #include "launcher/multinode/node_session.hpp"  // encode_stop_reason / decode_stop_reason
 #include "launcher/run/hosted_store.hpp"
@@ -92,6 +93,7 @@ void EtcdSession::start_lease() {
     options.timeout = std::max(settings_.heartbeat_interval, milliseconds(500));
     EtcdClient client(options);
     auto last_ok = Clock::now();
+    std::optional<std::tuple<int, int, rdzv::NodeProgress>> published;
     std::unique_lock lock(keepalive_mutex_);
     while (!keepalive_stop_) {
       lock.unlock();
@@ -102,6 +104,19 @@ void EtcdSession::start_lease() {
           return;
         }
         last_ok = Clock::now();
+        // With the heartbeat, as on c10d: this node's progress, for the others' hang verdict.
+        const int round = publish_round_.load();
+        const int rank = publish_rank_.load();
+        if (round >= 0 && rank >= 0) {
+          rdzv::NodeProgress mine{progress_events_.load(), std::nullopt};
+          if (has_best_step_.load()) mine.best_step = best_step_.load();
+          const auto now = std::tuple{round, rank, mine};
+          if (published != now) {
+            const std::string key = keys_.progress(round, rank);
+            client.put(key, seal(settings_.token, key, rdzv::encode_node_progress(mine)), lease_);
+            published = now;
+          }
+        }
       } catch (const std::exception& e) {
         if (Clock::now() - last_ok > settings_.heartbeat_timeout) {
           report_etcd_lost(
@@ -119,6 +134,7 @@ void EtcdSession::start_lease() {
 }
 
 void EtcdSession::join(int round, const RoundPlan& plan, std::function<void(JoinResult)> done) {
+  note_progress(0, std::nullopt);  // every round's progress starts from none
   boost::asio::post(io_, [this, round, plan, done = std::move(done)] {
     busy_ = true;
     JoinResult result;
@@ -136,13 +152,21 @@ void EtcdSession::join(int round, const RoundPlan& plan, std::function<void(Join
 }
 
 void EtcdSession::stop_round() {
+  publish_round_ = -1;
   watch_.reset();
   store_.reset();  // every worker of the last attempt is reaped before the next join
   joined_.reset();
   std::lock_guard lock(watch_mutex_);
   done_ranks_.clear();
   lost_ranks_.clear();
+  progress_seen_.clear();
   stop_seen_ = false;
+}
+
+void EtcdSession::note_progress(long long events, std::optional<long long> best_step) {
+  progress_events_.store(events);
+  if (best_step) best_step_.store(*best_step);
+  has_best_step_.store(best_step.has_value());
 }
 
 std::optional<RoundRecord> EtcdSession::form_round(int round, const RoundPlan& plan) {
@@ -335,6 +359,8 @@ rdzv::RendezvousResult EtcdSession::join_round(int round, const RoundPlan& plan)
   start_watch(round, from, closed);
   announce_or_find_store(round, joined);
   joined_ = joined;
+  publish_rank_ = joined.node_rank;
+  publish_round_ = round;
   return joined;
 }
 
@@ -431,6 +457,8 @@ void EtcdSession::on_watch(int round, const RoundRecord& closed, const WatchMess
   const std::string alive_prefix = keys_.alive_prefix(round);
   const std::string done_prefix = keys_.done_prefix(round);
   const std::string pending_prefix = keys_.pending_prefix();
+  const std::string progress_prefix = keys_.progress_prefix(round);
+  const auto my_rank = node_rank_of(closed, lease_);
   bool pending_changed = false;
   for (const auto& e : message.events) {
     const std::string& key = e.kv.key;
@@ -441,6 +469,31 @@ void EtcdSession::on_watch(int round, const RoundRecord& closed, const WatchMess
       else
         pending_.erase(key);
       pending_changed = true;
+    } else if (e.type == WatchEvent::Type::Put && key.starts_with(progress_prefix)) {
+      int rank = -1;
+      auto [end, ec] = std::from_chars(key.data() + progress_prefix.size(),
+                                       key.data() + key.size(), rank);
+      if (ec != std::errc{} || end != key.data() + key.size() || rank == my_rank || rank < 0 ||
+          rank >= static_cast<int>(closed.members.size())) {
+        continue;
+      }
+      const auto payload = unseal(settings_.token, key, e.kv.value);
+      const auto progress = payload ? rdzv::decode_node_progress(*payload) : std::nullopt;
+      if (!progress) continue;
+      std::optional<long long> best;
+      {
+        std::lock_guard lock(watch_mutex_);
+        // From none (as each round starts) to something is progress; the same value is not.
+        rdzv::NodeProgress& seen = progress_seen_[rank];
+        if (seen == *progress) continue;
+        seen = *progress;
+        for (const auto& [r, p] : progress_seen_) {
+          if (p.best_step && (!best || *p.best_step > *best)) best = *p.best_step;
+        }
+      }
+      on_loop([this, best] {
+        if (events_.on_progress_elsewhere) events_.on_progress_elsewhere(best);
+      });
     } else if (e.type == WatchEvent::Type::Put && key == keys_.stop(round)) {
       auto payload = unseal(settings_.token, key, e.kv.value);
       if (!payload) continue;  // a stranger's stop is no stop

@@ -16,6 +16,7 @@
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <condition_variable>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -45,6 +46,7 @@ class EtcdSession final : public JobRendezvous {
   void broadcast_stop(const StopReason& reason) override;
   void settle_stop(const StopReason& reason, std::function<void(StopReason)> done) override;
   void answer_pending(const PendingAnswer& answer) override;
+  void note_progress(long long events, std::optional<long long> best_step) override;
   void exit_barrier(std::function<void(BarrierResult)> done) override;
   void leave(bool wait_for_others, std::function<void()> then) override;
   bool detach_if_blocked() override;
@@ -91,6 +93,13 @@ class EtcdSession final : public JobRendezvous {
   std::condition_variable keepalive_wake_;
   bool keepalive_stop_ = false;
   std::atomic<bool> etcd_lost_{false};  // reported once
+  // This node's progress (note_progress, on the agent's loop), published by the keepalive thread
+  // under the round's progress key when it changed; round -1: not in a round.
+  std::atomic<long long> progress_events_{0};
+  std::atomic<long long> best_step_{0};
+  std::atomic<bool> has_best_step_{false};
+  std::atomic<int> publish_round_{-1};
+  std::atomic<int> publish_rank_{-1};
   // Shared with the watch thread (under watch_mutex_):
   std::mutex watch_mutex_;
   std::set<int> done_ranks_;
@@ -98,6 +107,7 @@ class EtcdSession final : public JobRendezvous {
   bool stop_seen_ = false;
   rdzv::etcd::PendingBoard pending_;
   std::vector<std::int64_t> reported_pending_;
+  std::map<int, rdzv::NodeProgress> progress_seen_;  // the other members' last progress
   std::atomic<bool> busy_{false};
   std::atomic<bool> cancel_{false};
   std::thread thread_;

@@ -30,6 +30,10 @@ std::string JobKeys::done(int r, int node_rank) const {
   return fmt::format("{}{}", done_prefix(r), node_rank);
 }
 std::string JobKeys::done_prefix(int r) const { return round(r) + "done/"; }
+std::string JobKeys::progress(int r, int node_rank) const {
+  return fmt::format("{}{}", progress_prefix(r), node_rank);
+}
+std::string JobKeys::progress_prefix(int r) const { return round(r) + "progress/"; }
 std::string JobKeys::pending_prefix() const { return root_ + "pending/"; }
 std::string JobKeys::pending(std::int64_t lease) const {
   return fmt::format("{}{:x}", pending_prefix(), lease);

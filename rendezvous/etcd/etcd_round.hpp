@@ -31,6 +31,9 @@ class JobKeys {
   std::string stop(int round) const;                 // the first stop reason
   std::string done(int round, int node_rank) const;  // the exit barrier
   std::string done_prefix(int round) const;
+  // A member's progress (rdzv::NodeProgress, for the job-wide hang verdict), on its lease.
+  std::string progress(int round, int node_rank) const;
+  std::string progress_prefix(int round) const;
   // Nodes that arrived after their round closed (job-wide, not per round): the request
   // "pending/<lease hex>" on the node's own lease, and the running nodes' answer under it.
   std::string pending_prefix() const;
