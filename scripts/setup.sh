@@ -16,7 +16,7 @@ esac
 
 # Build tools (Ninja: the scripts' generator; docs/packaging.md#the-first-run), the header-only
 # libraries (Boost.Asio/Beast/UUID, CLI11, fmt, nlohmann/json), OpenSSL (the store's token
-# HMAC), Debian's LibTorch 1.13 (CPU, Gloo) and the Fashion-MNIST data.
+# HMAC, TLS to etcd), Debian's LibTorch 1.13 (CPU, Gloo) and the Fashion-MNIST data.
 MINIMAL_DEB_PACKAGES=(
   build-essential cmake ninja-build pkg-config zlib1g-dev
   libboost1.81-dev libcli11-dev libfmt-dev nlohmann-json3-dev libssl-dev
@@ -36,6 +36,7 @@ FULL_DEB_PACKAGES=(
   elfutils prometheus  # eu-stack for native stacks of hung workers; Prometheus + promtool for the status tests
   clang-format clang-tidy  # scripts/lint.sh, which scripts/test.sh runs (docs/testing.md#style-checks)
   etcd-server etcd-client  # --rdzv_backend etcd: the tests start real etcd members on loopback
+  openssl  # the etcd TLS test makes its CA and certificates with the openssl command
   chromium tmux  # the dashboard in a real headless browser, `ddprun top` in a real terminal
 )
 # torch 2.x from PyPI for the python3 on PATH (the G2 store dialect and the CUDA LibTorch build),

@@ -307,6 +307,8 @@ rdzv::RendezvousResult EtcdSession::join_round(int round, const RoundPlan& plan)
     options.timeout = std::min(settings_.read_timeout, settings_.heartbeat_timeout);
     options.user = settings_.etcd.user;
     options.password = settings_.etcd.password;
+    options.tls = {settings_.etcd.tls, settings_.etcd.tls_ca, settings_.etcd.tls_cert,
+                   settings_.etcd.tls_key};
     client_ = std::make_unique<EtcdClient>(options);
   }
   start_lease();
@@ -317,9 +319,8 @@ rdzv::RendezvousResult EtcdSession::join_round(int round, const RoundPlan& plan)
     // As on c10d: an elastic job (or one that takes spares) admits a late node into a later
     // round; a job of fixed nodes does not.
     if (!(settings_.dynamic || settings_.spares) || plan.nodes > 0) {
-      throw rdzv::RendezvousError(
-          fmt::format("round {} of job '{}' on etcd formed without this node", round,
-                      settings_.run_id));
+      throw rdzv::RendezvousError(fmt::format(
+          "round {} of job '{}' on etcd formed without this node", round, settings_.run_id));
     }
     const Invitation invited = wait_as_pending(deadline);
     RoundPlan next = plan;
@@ -332,9 +333,9 @@ rdzv::RendezvousResult EtcdSession::join_round(int round, const RoundPlan& plan)
     round = invited.round;
     formed = form_round(round, next);
     if (!formed) {
-      throw rdzv::RendezvousError(fmt::format(
-          "round {} of job '{}' on etcd formed without this node, which it had invited", round,
-          settings_.run_id));
+      throw rdzv::RendezvousError(
+          fmt::format("round {} of job '{}' on etcd formed without this node, which it had invited",
+                      round, settings_.run_id));
     }
   }
   const RoundRecord& closed = *formed;
@@ -387,9 +388,9 @@ Invitation EtcdSession::wait_as_pending(Clock::time_point deadline) {
       if (kv.key == keys_.pending_invite(lease_)) {
         const auto verdict = decode_pending_verdict(*payload);
         if (!verdict) {
-          throw rdzv::RendezvousError(fmt::format(
-              "job '{}' on etcd: malformed invitation '{}' for this node", settings_.run_id,
-              *payload));
+          throw rdzv::RendezvousError(
+              fmt::format("job '{}' on etcd: malformed invitation '{}' for this node",
+                          settings_.run_id, *payload));
         }
         if (verdict->invitation) return *verdict->invitation;
         throw rdzv::RendezvousError(fmt::format("job '{}' on etcd refused this node ({}): {}",
@@ -471,8 +472,8 @@ void EtcdSession::on_watch(int round, const RoundRecord& closed, const WatchMess
       pending_changed = true;
     } else if (e.type == WatchEvent::Type::Put && key.starts_with(progress_prefix)) {
       int rank = -1;
-      auto [end, ec] = std::from_chars(key.data() + progress_prefix.size(),
-                                       key.data() + key.size(), rank);
+      auto [end, ec] =
+          std::from_chars(key.data() + progress_prefix.size(), key.data() + key.size(), rank);
       if (ec != std::errc{} || end != key.data() + key.size() || rank == my_rank || rank < 0 ||
           rank >= static_cast<int>(closed.members.size())) {
         continue;

@@ -12,9 +12,9 @@
 /// one more; the watch on its own. Results and events are posted to the agent's loop.
 
 #include <atomic>
-#include <chrono>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
+#include <chrono>
 #include <condition_variable>
 #include <map>
 #include <memory>

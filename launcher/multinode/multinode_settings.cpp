@@ -195,11 +195,23 @@ Result<MultiNodeSettings> multinode_settings(const LaunchConfig& c,
           "--rdzv_conf etcd_password: a password on the command line is readable by every local "
           "user; put it in a file only you can read and pass etcd_password_file=PATH");
     }
-    if (key == "etcd_cacert" || key == "etcd_cert" || key == "etcd_key") {
-      return usage(fmt::format(
-          "--rdzv_conf {}: TLS to etcd is not supported by this ddprun yet (reach etcd over "
-          "plain http://, e.g. through a local TLS proxy)",
-          key));
+    if (key == "etcd_cacert" || key == "cacert") {
+      s.etcd.tls_ca = value;
+      continue;
+    }
+    if (key == "etcd_cert" || key == "cert") {
+      s.etcd.tls_cert = value;
+      continue;
+    }
+    if (key == "etcd_key" || key == "key") {
+      s.etcd.tls_key = value;
+      continue;
+    }
+    if (key == "protocol") {
+      if (value != "http" && value != "https")
+        return usage(fmt::format("--rdzv_conf protocol: '{}' is not one of http, https", value));
+      s.etcd.tls = s.etcd.tls || value == "https";
+      continue;
     }
     if (key == "max_rescales") {
       auto n = parse_integer("--rdzv_conf max_rescales", value, 0, 1'000'000);
@@ -236,6 +248,22 @@ Result<MultiNodeSettings> multinode_settings(const LaunchConfig& c,
     if (key == "heartbeat_timeout") s.heartbeat_timeout = ms;
     if (key == "refused_timeout") s.refused_timeout = ms;
     // close_timeout: accepted; the round closes when the leader publishes the assignment.
+  }
+  if (s.etcd.on) {
+    if (s.etcd.tls_cert.empty() != s.etcd.tls_key.empty()) {
+      return usage(
+          "--rdzv_conf: etcd_cert and etcd_key go together (this client's certificate and its "
+          "key)");
+    }
+    for (const auto& member : rdzv::etcd::parse_endpoints(s.etcd.endpoints))
+      s.etcd.tls = s.etcd.tls || member.https;
+    s.etcd.tls = s.etcd.tls || !s.etcd.tls_ca.empty() || !s.etcd.tls_cert.empty();
+    if (s.etcd.tls) {
+      if (auto wrong =
+              rdzv::etcd::tls_setup_error({true, s.etcd.tls_ca, s.etcd.tls_cert, s.etcd.tls_key})) {
+        return usage("--rdzv_conf: " + *wrong);
+      }
+    }
   }
   if (s.etcd.user.empty() != s.etcd.password.empty()) {
     return usage(

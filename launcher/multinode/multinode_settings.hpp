@@ -49,6 +49,11 @@ struct EtcdBackend {
   int store_port = 0;              // --master_port when given, else a free one
   std::string user;                // --rdzv_conf etcd_user: etcd's own authentication
   std::string password;            // the first line of --rdzv_conf etcd_password_file
+  // TLS to etcd: an https:// member, --rdzv_conf protocol=https, or any of the files below.
+  bool tls = false;
+  std::string tls_ca;    // --rdzv_conf etcd_cacert (torchrun: cacert); empty: the system's CAs
+  std::string tls_cert;  // etcd_cert (cert): this client's certificate (--client-cert-auth)
+  std::string tls_key;   // etcd_key (key): its private key
 };
 
 /// The rendezvous settings of a multi-node job (--nnodes > 1, c10d or etcd).

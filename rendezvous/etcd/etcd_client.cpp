@@ -3,24 +3,81 @@
 #include <fmt/format.h>
 
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/ip/address.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 #include <charconv>
 #include <exception>
 #include <optional>
 
 namespace ddp::rdzv::etcd {
-namespace {
 
 namespace asio = boost::asio;
 namespace beast = boost::beast;
+namespace ssl = asio::ssl;
+
+// One connection to a member, plain or TLS (a TLS stream cannot be reused once closed: every
+// connection gets a fresh one). Outside the anonymous namespace: EtcdClient::Connection holds one.
+class MemberStream {
+ public:
+  MemberStream(asio::io_context& io, ssl::context* tls) {
+    if (tls != nullptr) {
+      tls_.emplace(io, *tls);
+    } else {
+      plain_.emplace(io);
+    }
+  }
+  beast::tcp_stream& tcp() { return tls_ ? beast::get_lowest_layer(*tls_) : *plain_; }
+  beast::ssl_stream<beast::tcp_stream>* tls() { return tls_ ? &*tls_ : nullptr; }
+  // f(the stream to read and write): both kinds give the same awaitable type.
+  template <class F>
+  auto with(F&& f) {
+    if (tls_) return f(*tls_);
+    return f(*plain_);
+  }
+
+ private:
+  std::optional<beast::tcp_stream> plain_;
+  std::optional<beast::ssl_stream<beast::tcp_stream>> tls_;
+};
+
+namespace {
+
 namespace http = beast::http;
 using asio::use_awaitable;
 using tcp = asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
+
+std::shared_ptr<ssl::context> make_tls_context(const ClientOptions::Tls& tls) {
+  if (!tls.on) return nullptr;
+  auto ctx = std::make_shared<ssl::context>(ssl::context::tls_client);
+  ctx->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 |
+                   ssl::context::no_sslv3 | ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1);
+  auto load = [](const std::string& what, const std::string& path, auto&& f) {
+    try {
+      f();
+    } catch (const boost::system::system_error& e) {
+      throw std::invalid_argument(
+          fmt::format("etcd TLS: cannot load the {} '{}': {}", what, path, e.code().message()));
+    }
+  };
+  if (tls.ca_file.empty()) {
+    ctx->set_default_verify_paths();
+  } else {
+    load("CA file", tls.ca_file, [&] { ctx->load_verify_file(tls.ca_file); });
+  }
+  ctx->set_verify_mode(ssl::verify_peer);
+  if (!tls.cert_file.empty()) {
+    load("certificate", tls.cert_file, [&] { ctx->use_certificate_chain_file(tls.cert_file); });
+    load("key", tls.key_file, [&] { ctx->use_private_key_file(tls.key_file, ssl::context::pem); });
+  }
+  return ctx;
+}
 
 // A reply worth trying on another member: it has no leader or could not commit in time.
 bool is_transient(const std::string& error) {
@@ -44,11 +101,20 @@ http::request<http::string_body> make_request(const Endpoint& at, const char* pa
   return req;
 }
 
-asio::awaitable<void> connect(beast::tcp_stream& stream, const Endpoint& at) {
+asio::awaitable<void> connect(MemberStream& stream, const Endpoint& at) {
   tcp::resolver resolver(co_await asio::this_coro::executor);
   auto found = co_await resolver.async_resolve(at.host, std::to_string(at.port), use_awaitable);
-  co_await stream.async_connect(found, use_awaitable);
-  stream.socket().set_option(tcp::no_delay(true));
+  co_await stream.tcp().async_connect(found, use_awaitable);
+  stream.tcp().socket().set_option(tcp::no_delay(true));
+  if (auto* tls = stream.tls()) {
+    // The member's certificate must name the host (or address) this client dialled.
+    boost::system::error_code not_an_address;
+    (void)asio::ip::make_address(at.host, not_an_address);
+    if (not_an_address && !SSL_set_tlsext_host_name(tls->native_handle(), at.host.c_str()))
+      throw EtcdUnavailable(fmt::format("etcd TLS: cannot set the server name '{}'", at.host));
+    tls->set_verify_callback(ssl::host_name_verification(at.host));
+    co_await tls->async_handshake(ssl::stream_base::client, use_awaitable);
+  }
 }
 
 // Runs `task` on `io` until it ends (or `*stop` turns true: then it returns quietly, the task
@@ -83,13 +149,36 @@ std::string reason_of(const std::exception_ptr& e) {
   }
 }
 
+// A failure of the TLS layer (a certificate not trusted, or not given when the member asks).
+bool is_tls_error(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const boost::system::system_error& s) {
+    return s.code().category() == asio::error::get_ssl_category() ||
+           s.code().category() == ssl::error::get_stream_category();
+  } catch (...) {
+    return false;
+  }
+}
+
+bool is_end_of_stream(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const boost::system::system_error& s) {
+    return s.code() == http::error::end_of_stream || s.code() == asio::error::eof;
+  } catch (...) {
+    return false;
+  }
+}
+
 // Reads a watch response's stream on `stream` (request already written): every complete message
 // goes to `on_message`, which returns false to end the read.
-asio::awaitable<void> read_watch(beast::tcp_stream& stream, beast::flat_buffer& buffer,
+asio::awaitable<void> read_watch(MemberStream& stream, beast::flat_buffer& buffer,
                                  std::function<bool(const WatchMessage&)> on_message) {
   http::response_parser<http::string_body> parser;
   parser.body_limit(boost::none);
-  co_await http::async_read_header(stream, buffer, parser, use_awaitable);
+  co_await stream.with(
+      [&](auto& s) { return http::async_read_header(s, buffer, parser, use_awaitable); });
   if (parser.get().result() != http::status::ok) {
     throw EtcdProtocolError(
         fmt::format("etcd answered the watch with HTTP {}", parser.get().result_int()));
@@ -113,7 +202,8 @@ asio::awaitable<void> read_watch(beast::tcp_stream& stream, beast::flat_buffer& 
   };
   parser.on_chunk_body(on_chunk);  // Beast keeps a reference: on_chunk outlives the reads
   while (keep_reading && !parser.is_done()) {
-    co_await http::async_read_some(stream, buffer, parser, use_awaitable);
+    co_await stream.with(
+        [&](auto& s) { return http::async_read_some(s, buffer, parser, use_awaitable); });
   }
   if (failed) std::rethrow_exception(failed);
   if (keep_reading) throw EtcdUnavailable("etcd ended the watch stream");
@@ -127,16 +217,16 @@ std::vector<Endpoint> parse_endpoints(std::string_view text) {
   while (at <= text.size()) {
     const std::size_t comma = std::min(text.find(',', at), text.size());
     std::string_view part = text.substr(at, comma - at);
+    Endpoint e;
     for (std::string_view scheme : {"http://", "https://"}) {
       if (part.substr(0, scheme.size()) == scheme) {
-        if (scheme == "https://")
-          throw std::invalid_argument(fmt::format(
-              "'{}': TLS to etcd is not supported by this ddprun (use http:// members)", part));
+        e.https = scheme == "https://";
         part.remove_prefix(scheme.size());
+        if (!out.empty() && out.back().https != e.https)
+          throw std::invalid_argument(fmt::format("'{}' mixes http:// and https:// members", text));
       }
     }
     if (part.empty()) throw std::invalid_argument(fmt::format("'{}' has an empty member", text));
-    Endpoint e;
     const std::size_t colon = part.rfind(':');
     if (colon == std::string_view::npos) {
       e.host = std::string(part);
@@ -165,15 +255,35 @@ std::string describe(const std::vector<Endpoint>& endpoints) {
   return out;
 }
 
+std::optional<std::string> tls_setup_error(const ClientOptions::Tls& tls) {
+  try {
+    ClientOptions::Tls on = tls;
+    on.on = true;
+    (void)make_tls_context(on);
+    return std::nullopt;
+  } catch (const std::exception& e) {
+    return std::string(e.what());
+  }
+}
+
 struct EtcdClient::Connection {
-  explicit Connection(asio::io_context& io) : stream(io) {}
-  beast::tcp_stream stream;
+  std::optional<MemberStream> stream;  // a fresh one for every connection
   beast::flat_buffer buffer;
   bool open = false;
+  void close() {
+    if (stream) {
+      beast::error_code ignored;
+      stream->tcp().socket().close(ignored);
+    }
+    open = false;
+    buffer.clear();
+  }
 };
 
 EtcdClient::EtcdClient(ClientOptions options)
-    : options_(std::move(options)), connection_(std::make_unique<Connection>(io_)) {
+    : options_(std::move(options)),
+      tls_(make_tls_context(options_.tls)),
+      connection_(std::make_unique<Connection>()) {
   if (options_.endpoints.empty()) throw std::invalid_argument("no etcd endpoint was given");
 }
 
@@ -210,6 +320,7 @@ std::string EtcdClient::post_once(const char* path, const std::string& body,
   const auto deadline = Clock::now() + options_.timeout;
   const std::size_t members = options_.endpoints.size();
   std::string last_error = "no member was tried";
+  bool last_was_tls = false;
   // Each member gets a share of the deadline, so that one that hangs (cut off from the leader)
   // leaves time for the others; a round over every member is followed by a short pause.
   const auto share =
@@ -227,26 +338,29 @@ std::string EtcdClient::post_once(const char* path, const std::string& body,
     std::string reply;
     unsigned status = 0;
     auto& c = *connection_;
+    const bool fresh = !c.open;
     auto call = [&]() -> asio::awaitable<void> {
-      c.stream.expires_after(budget);
       if (!c.open) {
-        co_await connect(c.stream, at);
+        c.stream.emplace(io_, tls_.get());
+        c.buffer.clear();
+      }
+      c.stream->tcp().expires_after(budget);
+      if (!c.open) {
+        co_await connect(*c.stream, at);
         c.open = true;
       }
       auto req = make_request(at, path, body, token);
-      co_await http::async_write(c.stream, req, use_awaitable);
+      co_await c.stream->with([&](auto& s) { return http::async_write(s, req, use_awaitable); });
       http::response<http::string_body> res;
-      co_await http::async_read(c.stream, c.buffer, res, use_awaitable);
+      co_await c.stream->with(
+          [&](auto& s) { return http::async_read(s, c.buffer, res, use_awaitable); });
       status = res.result_int();
       reply = std::move(res.body());
       if (!res.keep_alive()) c.open = false;
     };
     try {
       run_blocking(io_, call());
-      if (!c.open) {
-        beast::error_code ignored;
-        c.stream.socket().close(ignored);
-      }
+      if (!c.open) c.close();
       if (status == 200) return reply;
       const std::string refused =
           gateway_error(reply).value_or(fmt::format("HTTP {}: {}", status, reply.substr(0, 200)));
@@ -255,13 +369,19 @@ std::string EtcdClient::post_once(const char* path, const std::string& body,
     } catch (const EtcdProtocolError&) {
       throw;
     } catch (...) {
-      last_error = fmt::format("{}:{}: {}", at.host, at.port, reason_of(std::current_exception()));
-      beast::error_code ignored;
-      c.stream.socket().close(ignored);
-      c.open = false;
-      c.buffer.clear();
+      const auto failed = std::current_exception();
+      last_error = fmt::format("{}:{}: {}", at.host, at.port, reason_of(failed));
+      last_was_tls = is_tls_error(failed);
+      // A TLS-only member closes a plain connection without an answer.
+      if (!tls_ && fresh && is_end_of_stream(failed))
+        last_error += "; is the member TLS-only? then name it https:// or give etcd_cacert";
+      c.close();
     }
     ++current_;  // the next try (and the next call) starts on another member
+  }
+  if (last_was_tls) {
+    throw EtcdUnavailable(
+        fmt::format("TLS with etcd at {} failed ({})", describe(options_.endpoints), last_error));
   }
   throw EtcdUnavailable(fmt::format("etcd at {} did not answer within {:.3g} s ({})",
                                     describe(options_.endpoints), options_.timeout.count() / 1000.0,
@@ -313,17 +433,18 @@ std::vector<WatchEvent> EtcdClient::wait_for_change(const std::string& key,
   const std::size_t members = options_.endpoints.size();
   for (std::size_t tries = 0; tries < members && Clock::now() < deadline; ++tries) {
     const Endpoint& at = options_.endpoints[current_ % members];
-    beast::tcp_stream stream(io_);
+    MemberStream stream(io_, tls_.get());
     beast::flat_buffer buffer;
     bool timed_out_waiting = false;
     auto call = [&]() -> asio::awaitable<void> {
-      stream.expires_after(std::min<Clock::duration>(options_.timeout, deadline - Clock::now()));
+      stream.tcp().expires_after(
+          std::min<Clock::duration>(options_.timeout, deadline - Clock::now()));
       co_await connect(stream, at);
       auto req =
           make_request(at, "/v3/watch", watch_request(key, range_end, start_revision), token);
       req.keep_alive(false);
-      co_await http::async_write(stream, req, use_awaitable);
-      stream.expires_at(deadline);
+      co_await stream.with([&](auto& s) { return http::async_write(s, req, use_awaitable); });
+      stream.tcp().expires_at(deadline);
       co_await read_watch(stream, buffer, [&](const WatchMessage& m) {
         if (m.compact_revision > 0) {
           events.push_back(WatchEvent{});  // compacted: the caller rereads
@@ -362,6 +483,7 @@ EtcdWatch::EtcdWatch(ClientOptions options, std::string key, std::string range_e
       next_revision_(start_revision),
       give_up_(give_up),
       callbacks_(std::move(callbacks)),
+      tls_(make_tls_context(options_.tls)),
       thread_([this] { run(); }) {}
 
 EtcdWatch::~EtcdWatch() {
@@ -376,7 +498,7 @@ void EtcdWatch::run() {
   std::string last_error;
   while (!stopping_) {
     const Endpoint& at = options_.endpoints[current % members];
-    beast::tcp_stream stream(io_);
+    MemberStream stream(io_, tls_.get());
     beast::flat_buffer buffer;
     bool got_any = false;
     std::string token;
@@ -394,15 +516,15 @@ void EtcdWatch::run() {
     }
     const bool authenticated = options_.user.empty() || !token.empty();
     auto call = [&]() -> asio::awaitable<void> {
-      stream.expires_after(options_.timeout);
+      stream.tcp().expires_after(options_.timeout);
       co_await connect(stream, at);
       auto req =
           make_request(at, "/v3/watch", watch_request(key_, range_end_, next_revision_), token);
       req.keep_alive(false);
-      co_await http::async_write(stream, req, use_awaitable);
+      co_await stream.with([&](auto& s) { return http::async_write(s, req, use_awaitable); });
       // No deadline while streaming: a member that goes away resets the connection, and the
       // agent's lease keepalive notices a hung cluster within the heartbeat timeout.
-      stream.expires_never();
+      stream.tcp().expires_never();
       co_await read_watch(stream, buffer, [&](const WatchMessage& m) {
         if (m.canceled || m.compact_revision > 0) {
           throw EtcdProtocolError(

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -18,14 +19,20 @@
 
 #include "rendezvous/etcd/etcd_codec.hpp"
 
+namespace boost::asio::ssl {
+class context;
+}
+
 namespace ddp::rdzv::etcd {
 
 struct Endpoint {
   std::string host;
   std::uint16_t port = 2379;
+  bool https = false;  // written as https://
 };
 
-// "host:port[,host:port...]" (a missing port is etcd's 2379); throws std::invalid_argument.
+// "[http://|https://]host:port[,...]" (a missing port is etcd's 2379); throws
+// std::invalid_argument, also for a list that mixes http:// and https://.
 std::vector<Endpoint> parse_endpoints(std::string_view text);
 std::string describe(const std::vector<Endpoint>& endpoints);  // "h1:p1,h2:p2"
 
@@ -44,7 +51,20 @@ struct ClientOptions {
   // /v3/auth/authenticate gave for this user; empty: none.
   std::string user;
   std::string password;
+  // TLS to every member (an https:// member, or any of the files given): each member's
+  // certificate is verified against `ca_file` (empty: the system's CAs) and its host name or
+  // address; `cert_file` and `key_file` are this client's (etcd's --client-cert-auth).
+  struct Tls {
+    bool on = false;
+    std::string ca_file;
+    std::string cert_file;
+    std::string key_file;
+  } tls;
 };
+
+// What is wrong with the TLS files (unreadable, not PEM, a key that does not match the
+// certificate), as one line; nullopt when they load.
+std::optional<std::string> tls_setup_error(const ClientOptions::Tls& tls);
 
 class EtcdClient {
  public:
@@ -86,6 +106,7 @@ class EtcdClient {
 
   ClientOptions options_;
   boost::asio::io_context io_{1};
+  std::shared_ptr<boost::asio::ssl::context> tls_;  // null: plain http
   std::unique_ptr<Connection> connection_;
   std::size_t current_ = 0;  // the member tried first
   std::string auth_token_;
@@ -117,6 +138,7 @@ class EtcdWatch {
   std::chrono::milliseconds give_up_;
   Callbacks callbacks_;
   boost::asio::io_context io_{1};
+  std::shared_ptr<boost::asio::ssl::context> tls_;  // null: plain http
   std::atomic<bool> stopping_{false};
   std::thread thread_;
 };

@@ -88,8 +88,7 @@ std::optional<std::pair<std::int64_t, std::string_view>> pending_key(std::string
 }
 }  // namespace
 
-void PendingBoard::put(std::string_view key, std::string_view value,
-                       std::int64_t create_revision) {
+void PendingBoard::put(std::string_view key, std::string_view value, std::int64_t create_revision) {
   const auto parsed = pending_key(key, prefix_);
   if (!parsed) return;
   const auto payload = unseal(token_, key, value);

@@ -104,7 +104,8 @@ Assignment assignment_of(const RoundRecord& closed);
 std::optional<int> node_rank_of(const RoundRecord& closed, std::int64_t lease);
 
 // What the running nodes tell a pending node (JobKeys::pending_invite): join round `round` with
-// exactly `nodes` nodes at `node_rank` (a re-form), or as configured (`nodes` 0: a restart's round).
+// exactly `nodes` nodes at `node_rank` (a re-form), or as configured (`nodes` 0: a restart's
+// round).
 struct Invitation {
   int round = 0;
   int nodes = 0;

@@ -6,6 +6,8 @@
         cluster.kill(i); cluster.restart(i)
 
 Every member is stopped (SIGKILL) and the temp dir removed at exit.
+`EtcdCluster(3, tls=make_pki(dir))` serves its clients over TLS (https://) with certificates from a
+test CA, and asks clients for a certificate of that CA when `client_auth` is set.
 `require_etcd()` exits 77 (CTest: skipped) when the etcd binary is not installed.
 """
 import json
@@ -13,6 +15,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -42,18 +45,48 @@ def free_ports(n):
             s.close()
 
 
-def post(endpoint, path, body, timeout=2.0):
-    req = urllib.request.Request(f"http://{endpoint}{path}", data=json.dumps(body).encode(),
+def post(endpoint, path, body, timeout=2.0, context=None):
+    scheme = "https" if context else "http"
+    req = urllib.request.Request(f"{scheme}://{endpoint}{path}", data=json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=timeout) as r:
+    with urllib.request.urlopen(req, timeout=timeout, context=context) as r:
         return json.loads(r.read())
 
 
+def make_pki(directory, name="ca"):
+    """A test CA (EC P-256, 2 days) and, signed by it, a certificate for 127.0.0.1 (server and
+    client use): {"ca", "cert", "key"} paths under `directory`, with the `name` prefix."""
+    os.makedirs(directory, exist_ok=True)
+    f = {k: os.path.join(directory, f"{name}-{k}") for k in ("ca.pem", "ca.key", "cert.pem",
+                                                            "cert.key", "cert.csr", "ext")}
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    quiet = {"check": True, "capture_output": True}
+    subprocess.run(["openssl", "req", "-x509", *ec, "-keyout", f["ca.key"], "-out", f["ca.pem"],
+                    "-days", "2", "-subj", f"/CN=ddprun test {name}"], **quiet)
+    subprocess.run(["openssl", "req", *ec, "-keyout", f["cert.key"], "-out", f["cert.csr"],
+                    "-subj", "/CN=127.0.0.1"], **quiet)
+    with open(f["ext"], "w") as out:
+        out.write("subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n")
+    subprocess.run(["openssl", "x509", "-req", "-in", f["cert.csr"], "-CA", f["ca.pem"], "-CAkey",
+                    f["ca.key"], "-CAcreateserial", "-out", f["cert.pem"], "-days", "2",
+                    "-extfile", f["ext"]], **quiet)
+    return {"ca": f["ca.pem"], "cert": f["cert.pem"], "key": f["cert.key"]}
+
+
 class EtcdCluster:
-    def __init__(self, members=3, extra_args=()):
+    def __init__(self, members=3, extra_args=(), tls=None, client_auth=False):
         require_etcd()
         self.n = members
         self.extra = list(extra_args)
+        self.tls = tls
+        self.scheme = "https" if tls else "http"
+        self.context = None
+        if tls:
+            self.extra += ["--cert-file", tls["cert"], "--key-file", tls["key"]]
+            self.context = ssl.create_default_context(cafile=tls["ca"])
+            if client_auth:
+                self.extra += ["--client-cert-auth", "--trusted-ca-file", tls["ca"]]
+                self.context.load_cert_chain(tls["cert"], tls["key"])
         self.dir = tempfile.mkdtemp(prefix="ddprun-etcd-")
         ports = free_ports(2 * members)
         self.client_ports = ports[:members]
@@ -65,6 +98,13 @@ class EtcdCluster:
     def endpoints(self):
         return ",".join(f"127.0.0.1:{p}" for p in self.client_ports)
 
+    @property
+    def urls(self):
+        return ",".join(f"{self.scheme}://127.0.0.1:{p}" for p in self.client_ports)
+
+    def post(self, i, path, body, timeout=1.0):
+        return post(self.endpoint(i), path, body, timeout=timeout, context=self.context)
+
     def endpoint(self, i):
         return f"127.0.0.1:{self.client_ports[i]}"
 
@@ -73,8 +113,8 @@ class EtcdCluster:
         log = open(os.path.join(self.dir, f"e{i}.log"), "ab")
         self.procs[i] = subprocess.Popen(
             [ETCD, "--name", f"e{i}", "--data-dir", os.path.join(self.dir, f"e{i}"),
-             "--listen-client-urls", f"http://127.0.0.1:{c}",
-             "--advertise-client-urls", f"http://127.0.0.1:{c}",
+             "--listen-client-urls", f"{self.scheme}://127.0.0.1:{c}",
+             "--advertise-client-urls", f"{self.scheme}://127.0.0.1:{c}",
              "--listen-peer-urls", f"http://127.0.0.1:{p}",
              "--initial-advertise-peer-urls", f"http://127.0.0.1:{p}",
              "--initial-cluster", self.initial, "--initial-cluster-state", state,
@@ -89,7 +129,7 @@ class EtcdCluster:
 
     def healthy(self, i):
         try:
-            post(self.endpoint(i), "/v3/kv/range", {"key": "aGVhbHRo"}, timeout=1.0)
+            self.post(i, "/v3/kv/range", {"key": "aGVhbHRo"})
             return True
         except Exception:
             return False
@@ -109,12 +149,12 @@ class EtcdCluster:
             if not self.procs[i] or self.procs[i].poll() is not None:
                 continue
             try:
-                st = post(self.endpoint(i), "/v3/maintenance/status", {}, timeout=1.0)
+                st = self.post(i, "/v3/maintenance/status", {})
                 lead = int(st["leader"])
                 for j in range(self.n):
                     if not self.procs[j] or self.procs[j].poll() is not None:
                         continue
-                    sj = post(self.endpoint(j), "/v3/maintenance/status", {}, timeout=1.0)
+                    sj = self.post(j, "/v3/maintenance/status", {})
                     if int(sj["header"]["member_id"]) == lead:
                         return j
             except Exception:

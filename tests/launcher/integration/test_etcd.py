@@ -10,7 +10,8 @@ a stranger with etcd access but not the token: its forged stop, exit-barrier and
 ignored, its agent never joins, and a round record it overwrites is joined again; --store-proxy on:
 one proxy per node, following each round's store; a late agent waits as pending and is admitted
 (2:3 grows to a gloo world of 6), or waits as a spare and takes the lost store host's place, or is
-refused when its host is excluded.
+refused when its host is excluded; etcd over TLS with client certificates (and what a wrong CA, a
+missing client certificate or plain http against it does).
 Exits 77 when etcd or torch is missing."""
 import base64
 import os
@@ -25,7 +26,7 @@ from test_elastic import events, group_rank, kill_agent, one_rescale
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "support"))
-from etcd_cluster import ETCD, EtcdCluster, free_ports, post  # noqa: E402
+from etcd_cluster import ETCD, EtcdCluster, free_ports, make_pki, post  # noqa: E402
 
 WORKER = os.path.join(HERE, "..", "etcd_gloo_worker.py")
 FAST = "heartbeat_interval=0.3,heartbeat_timeout=2,join_timeout=30,last_call_timeout=1"
@@ -433,6 +434,47 @@ def test_a_late_agent_from_an_excluded_host_is_refused(tmp):
     excluded = events(node0, "excluded")
     assert len(excluded) == 1 and excluded[0]["host"] == "127.0.0.9", node0
     assert all(not events(n, "rescale") for n in nodes), nodes
+
+
+def test_tls_with_client_certificates(tmp):
+    """etcd serving its clients over TLS only, with --client-cert-auth: two agents (one with
+    ddprun's keys, one with torchrun's spelling protocol=https,cacert,cert,key) form one gloo
+    world of 4 and end 0. A member certificate from another CA, no client certificate, and plain
+    http:// against the TLS port are each exit 69 with one line saying why; a missing file is
+    exit 2 before anything is dialled."""
+    require()
+    if not shutil.which("openssl"):
+        raise Skip("no openssl command to make the test certificates")
+    pki = make_pki(os.path.join(tmp, "pki"))
+    other = make_pki(os.path.join(tmp, "pki"), name="other")
+    ours = f"etcd_cacert={pki['ca']},etcd_cert={pki['cert']},etcd_key={pki['key']}"
+    torchruns = f"protocol=https,cacert={pki['ca']},cert={pki['cert']},key={pki['key']}"
+    with EtcdCluster(3, tls=pki, client_auth=True) as cluster:
+        nodes = []
+        for k, conf in enumerate((ours, torchruns)):
+            nodes += agents(tmp, cluster, 1, "2", "ok", conf=f"{FAST},{conf}", first=k)
+        codes = mn.finish(nodes)
+        assert codes == [0, 0], nodes
+        seen = {int(f["rank"]): f for n in nodes for f in gloo_lines(n)}
+        assert sorted(seen) == [0, 1, 2, 3] and all(f["sum"] == "10" for f in seen.values()), seen
+
+        def refused(name, endpoint, conf, says, code=69):
+            r = run(["--rdzv_backend", "etcd", "--rdzv_endpoint", endpoint, "--rdzv_id", name,
+                     "--nnodes", "1", "--rdzv_conf",
+                     f"heartbeat_timeout=2,join_timeout=10{',' if conf else ''}{conf}",
+                     mn.WORKER, "ok"], timeout=60, env=clean_env(DDPRUN_RDZV_TOKEN=TOKEN))
+            assert r.rc == code, (name, r)
+            said = [l for l in ddprun_lines(r.err) if "FAILED (ddprun exit code" not in l]
+            assert len(said) == 1 and says in said[0], (name, said)
+            assert "GLOO" not in r.out, (name, r)
+            print(f"  {name}: exit {r.rc}: {said[0][:150]}")
+
+        wrong_ca = f"etcd_cacert={other['ca']},etcd_cert={pki['cert']},etcd_key={pki['key']}"
+        refused("wrong-ca", cluster.urls, wrong_ca, "certificate verify failed")
+        refused("no-client-cert", cluster.urls, f"etcd_cacert={pki['ca']}", "TLS with etcd at")
+        refused("plain-http", cluster.endpoints, "", "is the member TLS-only?")
+        refused("missing-file", cluster.urls, "etcd_cacert=/nonexistent/ca.pem",
+                "cannot load the CA file '/nonexistent/ca.pem'", code=2)
 
 
 def test_nothing_listening_is_one_line_and_69(tmp):

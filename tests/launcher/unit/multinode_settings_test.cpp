@@ -179,7 +179,10 @@ TEST_CASE("--rdzv_backend etcd: members, key prefix, the workers' store, what is
     CHECK_MESSAGE(s.error().message.find(says) != std::string::npos, s.error().message);
   };
   refused({{"etcd_prefix", "team"}}, c.rdzv_endpoint, "must start with '/'");
-  refused({{"etcd_cacert", "/ca.pem"}}, c.rdzv_endpoint, "not supported");
+  refused({{"etcd_cacert", "/nonexistent/ca.pem"}}, c.rdzv_endpoint,
+          "cannot load the CA file '/nonexistent/ca.pem'");
+  refused({{"etcd_cert", "/c.pem"}}, c.rdzv_endpoint, "go together");  // no key
+  refused({{"protocol", "ftp"}}, c.rdzv_endpoint, "not one of http, https");
   refused({{"etcd_user", "root"}}, c.rdzv_endpoint, "go together");  // no password file
   refused({{"etcd_password", "pw"}}, c.rdzv_endpoint, "etcd_password_file=PATH");
   refused({{"etcd_user", "root"}, {"etcd_password_file", "/nonexistent/pw"}}, c.rdzv_endpoint,

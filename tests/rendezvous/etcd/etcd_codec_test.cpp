@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "rendezvous/etcd/etcd_client.hpp"
 #include "rendezvous/etcd/etcd_codec.hpp"
 
 using namespace ddp::rdzv::etcd;
@@ -127,4 +128,22 @@ TEST_CASE(
       parse_auth_token(
           R"({"error":"etcdserver: authentication failed, invalid user ID or password","code":3})"),
       EtcdProtocolError);
+}
+
+TEST_CASE("endpoints: schemes, default port, and what is refused") {
+  const auto plain = parse_endpoints("10.0.0.1:2379,http://h2,10.0.0.3:3000");
+  REQUIRE(plain.size() == 3);
+  CHECK(plain[1].host == "h2");
+  CHECK(plain[1].port == 2379);
+  CHECK_FALSE(plain[0].https);
+  const auto tls = parse_endpoints("https://a:1,https://b:2");
+  REQUIRE(tls.size() == 2);
+  CHECK(tls[0].https);
+  CHECK(tls[1].https);
+  for (const char* bad : {"", "a:1,", "https://a:1,http://b:2", "a:0", "a:70000", ":1", "a:x"}) {
+    CHECK_THROWS_AS_MESSAGE(parse_endpoints(bad), std::invalid_argument, bad);
+  }
+  CHECK(tls_setup_error({true, "/nonexistent/ca.pem", "", ""})->find("CA file") !=
+        std::string::npos);
+  CHECK_FALSE(tls_setup_error({true, "", "", ""}));  // the system's CAs
 }

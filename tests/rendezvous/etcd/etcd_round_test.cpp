@@ -78,7 +78,7 @@ TEST_CASE("the seal binds token, key and payload") {
   CHECK_FALSE(decode_round("{}"));
 }
 
-TEST_CASE("invitations and refusals round-trip; malformed ones are refused") {
+TEST_CASE("invitations and refusals round-trip, malformed ones are refused") {
   const auto v = decode_pending_verdict(encode_invitation(Invitation{4, 3, 2}));
   REQUIRE(v);
   REQUIRE(v->invitation);
