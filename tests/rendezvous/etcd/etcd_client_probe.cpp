@@ -2,6 +2,8 @@
 // it prints is one fact the test checks; an etcd failure prints one line and exits 69.
 //   probe ENDPOINTS basic PREFIX
 //   probe ENDPOINTS race PREFIX ROUNDS ME DELAY_MS   (prints "wins N")
+//   probe ENDPOINTS join-race PREFIX ROUNDS ME MAX_DELAY_MS NODES
+//                                         (prints "round I <the closed record>" per round)
 //   probe ENDPOINTS watch PREFIX SECONDS             (prints "put KEY VALUE" / "delete KEY")
 //   probe ENDPOINTS lease KEY TTL SECONDS            (keeps KEY alive SECONDS, then exits)
 //   probe ENDPOINTS put KEY VALUE TIMEOUT_MS
@@ -13,7 +15,10 @@
 #include <string>
 #include <thread>
 
+#include <random>
+
 #include "rendezvous/etcd/etcd_client.hpp"
+#include "rendezvous/etcd/etcd_round.hpp"
 
 using namespace ddp::rdzv::etcd;
 using namespace std::chrono_literals;
@@ -81,6 +86,51 @@ int race(EtcdClient& c, const std::string& p, int rounds, const std::string& me,
   return 0;
 }
 
+// Racers join the same rounds of NODES nodes with the agents' decisions (join_step, which closes
+// the round once it is full, on a sealed record), reading, pausing a random 0..MAX_DELAY_MS, then
+// writing by one txn that compares the record's mod revision, as EtcdSession::form_round does.
+// Racer ME (a lease-like id) publishes ME as the job's budgets, so the closed record must carry
+// the largest. The test compares every racer's view of every closed round.
+int join_race(EtcdClient& c, const std::string& p, int rounds, std::int64_t me, int max_delay_ms,
+              int nodes) {
+  std::mt19937 rng(static_cast<unsigned>(me));
+  const std::string token = "race-token";
+  const RoundMember member{me, fmt::format("node{}", me), 1, -1, "s"};
+  const RoundShape shape{nodes, nodes, static_cast<int>(me), static_cast<int>(me)};
+  for (int i = 0; i < rounds; ++i) {
+    const std::string key = fmt::format("{}round/{}", p, i);
+    for (;;) {
+      auto read = c.range(key);
+      std::optional<RoundRecord> current;
+      std::int64_t mod = 0;
+      if (!read.kvs.empty()) {
+        mod = read.kvs[0].mod_revision;
+        if (auto payload = unseal(token, key, read.kvs[0].value)) current = decode_round(*payload);
+        expect(current.has_value(), "the record decodes");
+      }
+      const JoinStep step = join_step(current, member, shape);
+      if (step.kind == JoinStep::Kind::Joined) {
+        if (!current->open) {
+          fmt::print("round {} {}\n", i, encode_round(*current));
+          break;
+        }
+        (void)c.wait_for_change(key, "", read.revision + 1, 2s);
+        continue;
+      }
+      if (step.kind != JoinStep::Kind::Write) {
+        fmt::print("FAILED round {}: {} ({})\n", i, step.reason,
+                   step.kind == JoinStep::Kind::Closed ? "closed without this racer" : "refused");
+        return 1;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(rng() % (max_delay_ms + 1)));
+      const Compare same = mod == 0 ? Compare{key, Compare::Target::Create, 0, {}}
+                                    : Compare{key, Compare::Target::Mod, mod, {}};
+      (void)c.txn({same}, {put_op(key, seal(token, key, encode_round(step.next)))});
+    }
+  }
+  return 0;
+}
+
 int watch(const ClientOptions& o, const std::string& p, int seconds) {
   EtcdClient c(o);
   const auto from = c.range(p).revision + 1;
@@ -127,6 +177,10 @@ int main(int argc, char** argv) {
     EtcdClient c(o);
     if (cmd == "basic") return basic(c, argv[3]);
     if (cmd == "race") return race(c, argv[3], std::atoi(argv[4]), argv[5], std::atoi(argv[6]));
+    if (cmd == "join-race") {
+      return join_race(c, argv[3], std::atoi(argv[4]), std::atoll(argv[5]), std::atoi(argv[6]),
+                       std::atoi(argv[7]));
+    }
     if (cmd == "lease") {
       const auto lease = c.grant_lease(std::atoi(argv[4]));
       c.put(argv[3], "alive", lease);

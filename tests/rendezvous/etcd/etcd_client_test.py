@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """ddprun's etcd client against a real 3-member etcd cluster (tests/support/etcd_cluster.py):
 every call; two racers for the same decision under an injected delay (exactly one winner per
-decision, hundreds of decisions); a streamed watch that survives the leader's kill -9; a lease
+decision, hundreds of decisions); three racers joining 200 rounds with the agents' join_step
+(each round closes once, every racer in it once, the largest budget kept); a streamed watch that survives the leader's kill -9; a lease
 whose holder is kill -9'd expires; quorum lost: a call fails within its deadline with one line
 naming etcd. Exits 77 when etcd is not installed."""
+import json
 import os
 import subprocess
 import sys
@@ -20,11 +22,12 @@ def run(*args, timeout=60):
     return r.returncode, r.stdout + r.stderr
 
 
-def check(cond, what):
+def check(cond, what, quiet=False):
     if not cond:
         print("FAIL:", what)
         sys.exit(1)
-    print("ok:", what)
+    if not quiet:
+        print("ok:", what)
 
 
 def main():
@@ -45,6 +48,36 @@ def main():
             check(p.returncode == 0, f"racer finished: {out.strip()}")
             wins.append(int(out.split()[-1]))
         check(sum(wins) == rounds, f"exactly one winner for each of {rounds} decisions {wins}")
+
+        # The agents' own decisions raced: 3 racers join 200 rounds of 3 nodes through join_step
+        # (admission, the close at max, the job's budgets), each pausing 0-3 ms between its read
+        # and its txn. Every round closes once, with each racer exactly once, the largest
+        # published budget, and the same record as every racer read it.
+        rounds, nodes = 200, 3
+        racers = [subprocess.Popen([PROBE, ep, "join-race", "/t/join/", str(rounds), str(me), "3",
+                                    str(nodes)], stdout=subprocess.PIPE, text=True)
+                  for me in range(1, nodes + 1)]
+        views = []
+        for p in racers:
+            try:
+                out, _ = p.communicate(timeout=80)
+            except subprocess.TimeoutExpired:
+                for q in racers:
+                    q.kill()
+                check(False, "the join racers did not all finish within 80 s")
+            check(p.returncode == 0, f"join racer finished: {out.strip()[-300:]}")
+            views.append(dict(line.split(" ", 2)[1:] for line in out.splitlines()
+                              if line.startswith("round ")))
+        check(all(len(v) == rounds for v in views), "every racer saw every round close")
+        for i in map(str, range(rounds)):
+            records = {v[i] for v in views}
+            check(len(records) == 1, f"round {i}: one record for every racer ({records})", quiet=True)
+            r = json.loads(records.pop())
+            leases = sorted(int(m["lease"]) for m in r["members"])
+            check(not r["open"] and leases == [1, 2, 3] and r["restarts_used"] == nodes
+                  and r["rescales_used"] == nodes, f"round {i}: closed once, each racer once, "
+                  f"the largest budget ({r})", quiet=True)
+        print(f"ok {rounds} raced rounds of {nodes} joiners: one closed record each")
 
         # A watch across the leader's kill -9.
         watch = subprocess.Popen([PROBE, ep, "watch", "/t/w/", "12"], stdout=subprocess.PIPE,
