@@ -5,6 +5,7 @@
   steps:N     N more all_reduces, 0.1 s apart (a job that runs a few seconds), then exit 0
   sleep_once  attempt 0 sleeps 60 s (until stopped); later attempts exit 0
   steps_once:N  attempt 0 as steps:N; later attempts exit 0 (a node lost mid-training)
+  until:PATH  wait until PATH exists (every attempt), then exit 0
 Prints 'GLOO rank=R world=W restart=N sum=S master=H:P' (S: the all_reduce of rank + 1)."""
 import os
 import sys
@@ -32,5 +33,8 @@ elif mode.startswith("steps:") or (mode.startswith("steps_once:") and restart ==
         assert t.item() == world, t
         time.sleep(0.1)
     print(f"GLOO done rank={rank}", flush=True)
+elif mode.startswith("until:"):
+    while not os.path.exists(mode.split(":", 1)[1]):
+        time.sleep(0.1)
 dist.barrier()
 dist.destroy_process_group()

@@ -14,11 +14,13 @@ refused when its host is excluded; etcd over TLS with client certificates (and w
 missing client certificate or plain http against it does).
 Exits 77 when etcd or torch is missing."""
 import base64
+import json
 import os
 import shutil
 import subprocess
 import sys
 import time
+import urllib.request
 
 from harness import Skip, assert_all_gone, clean_env, ddprun_lines, main, run, wait_until
 import test_multinode as mn
@@ -216,6 +218,12 @@ def test_quorum_lost_every_agent_ends_74_naming_etcd(tmp):
             cluster.kill(0)
             cluster.kill(1)  # one member of three left: no quorum
             codes = [n.proc.wait(timeout=60) for n in nodes]
+            # Quorum back (the two members restarted on their data): a job started again runs.
+            cluster.restart(0)
+            cluster.restart(1)
+            cluster.wait_healthy()
+            again = agents(tmp, cluster, 2, "2", "ok", worker=mn.WORKER, job="job-again", first=2)
+            again_codes = mn.finish(again)
         finally:
             mn.finish(nodes)
     assert codes == [74, 74], nodes
@@ -223,6 +231,8 @@ def test_quorum_lost_every_agent_ends_74_naming_etcd(tmp):
         said = [l for l in ddprun_lines(node.text()[1]) if "lost etcd" in l]
         assert len(said) == 1 and said[0].count(cluster.endpoints) == 1, node
     assert_all_gone(workers, [])
+    assert again_codes == [0, 0], again
+    assert all(n.started_workers() == 2 for n in again), again
 
 
 def put(cluster, key, value):
@@ -345,19 +355,30 @@ def test_a_late_agent_is_admitted_and_grows_the_job(tmp):
     (its request on its lease under the job's keys), and node 0 re-forms the job with it: one
     gloo world of 6 through the new round's store."""
     require()
+    release = os.path.join(tmp, "release")
+    mode, status_port = f"until:{release}", ["--status-port", 0]
     with EtcdCluster(3) as cluster:
-        nodes = gloo_world(tmp, cluster, "2:3", "sleep_once")
+        nodes = gloo_world(tmp, cluster, "2:3", mode, extra=status_port)
         late = None
         try:
             arrived_at = time.monotonic()
-            late = agents(tmp, cluster, 1, "2:3", "sleep_once", first=2)[0]
+            late = agents(tmp, cluster, 1, "2:3", mode, first=2, extra=status_port)[0]
             everyone = nodes + [late]
             wait_until(lambda: all(len(gloo_lines(n, 1)) == 2 for n in everyone), 60,
                        "a gloo world of 6 on all three agents")
             grown_at = time.monotonic()
+            # /status of the new round's node 0 shows the whole job: three running nodes.
+            node0 = next(n for n in everyone if group_rank(n, 1) == 0)
+            port = events(node0, "status")[-1]["port"]
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=5) as r:
+                job = json.loads(r.read())["job"]
+            open(release, "w").close()
             codes = mn.finish(everyone)
         finally:
+            open(release, "w").close()
             mn.finish(nodes + ([late] if late else []))
+    running = sorted(n["node_rank"] for n in job["nodes"] if n["state"] == "running")
+    assert running == [0, 1, 2] and job["world_size"] == 6 and job["attempt"] == 1, job
     assert codes == [0, 0, 0], everyone
     assert len(events(late, "pending")) == 1 and not events(late, "spare"), late
     assert group_rank(late, 1) == 2, late  # after the running nodes, in the round it was invited to
