@@ -11,7 +11,8 @@ ignored, its agent never joins, and a round record it overwrites is joined again
 one proxy per node, following each round's store; a late agent waits as pending and is admitted
 (2:3 grows to a gloo world of 6), or waits as a spare and takes the lost store host's place, or is
 refused when its host is excluded; etcd over TLS with client certificates (and what a wrong CA, a
-missing client certificate or plain http against it does).
+missing client certificate or plain http against it does); a node quarantined by
+--node-failure-limit; admit=restart taking a pending node at the next restart.
 Exits 77 when etcd or torch is missing."""
 import base64
 import json
@@ -455,6 +456,67 @@ def test_a_late_agent_from_an_excluded_host_is_refused(tmp):
     excluded = events(node0, "excluded")
     assert len(excluded) == 1 and excluded[0]["host"] == "127.0.0.9", node0
     assert all(not events(n, "rescale") for n in nodes), nodes
+
+
+def test_node_failure_limit_quarantines_the_failing_node(tmp):
+    """2:3 on etcd with --node-failure-limit 2: the node whose workers fail every attempt is
+    quarantined through the job's stop record (a re-form without it); the other two finish."""
+    require(torch=False)
+    with EtcdCluster(3) as cluster:
+        nodes = []
+        try:
+            for k in range(3):
+                env = clean_env(DDPRUN_RDZV_TOKEN=TOKEN, **({"DDP_FAIL_HERE": "1"} if k == 2 else {}))
+                nodes.append(mn.Node(tmp, f"agent{k}", [
+                    "--rdzv_backend", "etcd", "--rdzv_endpoint", cluster.endpoints, "--rdzv_id", "nf",
+                    "--nnodes", "2:3", "--nproc_per_node", 1, "--local_addr", "127.0.0.1",
+                    "--master_port", 0, "--max_restarts", 5, "--rdzv_conf", FAST,
+                    "--node-failure-limit", 2, mn.WORKER, "fail_here:9"], env=env))
+            bad, good = nodes[2], nodes[:2]
+            assert bad.wait(120) == 9, bad
+            assert mn.finish(good, timeout=120) == [0, 0], good
+        finally:
+            mn.finish(nodes)
+    excluded = events(bad, "excluded")
+    assert len(excluded) == 1 and excluded[0]["reason"] == "node_failure_limit", bad
+    assert "quarantined" in bad.text()[1], bad
+    for node in good:
+        rescale = events(node, "rescale")
+        assert len(rescale) == 1 and rescale[0]["new_world_size"] == 2, node
+        assert "quarantined" in rescale[0]["reason"], node
+
+
+def test_admit_restart_takes_a_pending_agent_at_the_next_restart(tmp):
+    """admit=restart on etcd: a late agent waits as pending (no re-form for it) until a worker
+    fails; node 0 invites it into the restart's round, which the three nodes meet as configured."""
+    require(torch=False)
+    flag = os.path.join(tmp, "fail")
+    conf = FAST + ",admit=restart"
+    extra = ["--max_restarts", 1]
+    with EtcdCluster(3) as cluster:
+        nodes = agents(tmp, cluster, 2, "1:3", f"fail_when:{flag}", conf=conf, worker=mn.WORKER,
+                       extra=extra, nproc=1)
+        late = None
+        try:
+            wait_until(lambda: all(n.started_workers() == 1 for n in nodes), 60,
+                       "workers on both agents")
+            late = agents(tmp, cluster, 1, "1:3", f"fail_when:{flag}", conf=conf, worker=mn.WORKER,
+                          extra=extra, nproc=1, first=2)[0]
+            wait_until(lambda: events(late, "pending"), 30, "the third agent pending")
+            time.sleep(1)  # several heartbeats: admit=restart must not re-form for it
+            assert late.started_workers() == 0 and not any(events(n, "rescale") for n in nodes)
+            open(flag, "w").close()  # rank 0 fails: the restart's round takes the pending agent
+            everyone = nodes + [late]
+            codes = mn.finish(everyone)
+        finally:
+            open(flag, "w").close()
+            mn.finish(nodes + ([late] if late else []))
+    assert codes == [0, 0, 0], everyone
+    for node in everyone:
+        last = [mn.fields(l) for l in mn.worker_lines(node) if mn.fields(l)["restart"] == "1"]
+        assert len(last) == 1 and last[0]["world"] == "3", node
+    assert all(len(events(n, "restart")) == 1 for n in nodes), nodes
+    assert all([e["change"] for e in events(n, "rescale")] == ["admit"] for n in nodes), nodes
 
 
 def test_tls_with_client_certificates(tmp):
