@@ -105,9 +105,8 @@ StorePlan plan_store(const LaunchConfig& c) {
   if (c.rdzv_backend == "c10d") {
     // The agent on the endpoint's host serves; binding the exact address decides who that is.
     plan.role = StoreRole::TryHost;
-  } else if (is_etcd_backend(c.rdzv_backend)) {
-    plan.role = StoreRole::Client;  // no job-wide store: a round's node 0 hosts the workers'
-  } else if (c.multi_node() && c.node_rank != 0) {
+  } else if (is_etcd_backend(c.rdzv_backend) || (c.multi_node() && c.node_rank != 0)) {
+    // etcd: no job-wide store (a round's node 0 hosts the workers'); static: node 0 hosts it.
     plan.role = StoreRole::Client;
   }
   if (auto asked = c.rdzv_conf.find("store_bind"); asked != c.rdzv_conf.end())

@@ -125,7 +125,7 @@ void run_blocking(asio::io_context& io, asio::awaitable<void> task,
   bool ended = false;
   io.restart();
   asio::co_spawn(io, std::move(task), [&](std::exception_ptr e) {
-    failed = e;
+    failed = std::move(e);
     ended = true;
   });
   if (stop == nullptr) {

@@ -131,6 +131,7 @@ std::vector<JoinRequest> PendingBoard::live() const {
   }
   std::sort(out.begin(), out.end(), [](auto& a, auto& b) { return a.first < b.first; });
   std::vector<JoinRequest> live;
+  live.reserve(out.size());
   for (auto& [since, join] : out) live.push_back(std::move(join));
   return live;
 }
