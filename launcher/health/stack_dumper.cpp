@@ -58,6 +58,7 @@ pid_t clone_without_exit_signal(int& pidfd) {
 /// Starts `argv` with stdin on /dev/null and stdout and stderr appended to `output`.
 pid_t start_tool(std::vector<std::string>& argv, const std::string& output, int& pidfd) {
   std::vector<char*> args;
+  args.reserve(argv.size() + 1);
   for (auto& a : argv) args.push_back(a.data());
   args.push_back(nullptr);
   sigset_t all, old;

@@ -13,7 +13,6 @@
 #include <climits>
 #include <cstdlib>
 #include <fstream>
-#include <sstream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -106,6 +105,30 @@ std::optional<BeaconEntry> choose_beacon(const std::vector<BeaconEntry>& live,
   return std::nullopt;
 }
 
+namespace {
+// A beacon is one short JSON line; anything else in the directory (a FIFO, a huge file, a link)
+// is not read: opened without blocking or following links, and read only while small.
+constexpr size_t kMaxBeaconBytes = size_t{64} * 1024;
+
+std::optional<std::string> read_small_regular_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  std::optional<std::string> text;
+  struct stat st {};
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+      static_cast<size_t>(st.st_size) <= kMaxBeaconBytes) {
+    std::string buffer(kMaxBeaconBytes + 1, '\0');
+    size_t got = 0;
+    ssize_t n = 0;
+    while (got < buffer.size() && (n = ::read(fd, buffer.data() + got, buffer.size() - got)) > 0)
+      got += static_cast<size_t>(n);
+    if (n >= 0 && got <= kMaxBeaconBytes) text = buffer.substr(0, got);
+  }
+  ::close(fd);
+  return text;
+}
+}  // namespace
+
 std::optional<BeaconEntry> find_status_beacon(const std::string& dir, const std::string& cwd) {
   if (dir.empty()) return std::nullopt;
   std::vector<BeaconEntry> live;
@@ -116,10 +139,12 @@ std::optional<BeaconEntry> find_status_beacon(const std::string& dir, const std:
           name.compare(name.size() - 5, 5, ".json") != 0) {
         continue;
       }
-      std::ifstream in(dir + "/" + name);
-      std::stringstream text;
-      text << in.rdbuf();
-      auto e = parse_beacon(text.str());
+      std::string path = dir;
+      path += '/';
+      path += name;
+      const auto text = read_small_regular_file(path);
+      if (!text) continue;
+      auto e = parse_beacon(*text);
       if (e && alive(e->pid)) live.push_back(*e);
     }
     ::closedir(d);

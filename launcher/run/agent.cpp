@@ -141,6 +141,7 @@ Result<Ok> Agent::prepare() {
 void Agent::enable_preload() {
   const auto& c = setup_.config;
   std::vector<EnvMap> per_rank;
+  per_rank.reserve(static_cast<size_t>(c.nproc_per_node));
   for (int r = 0; r < c.nproc_per_node; ++r) {
     per_rank.push_back(worker_environment(c, WorkerSlot{r, 0, setup_.master_port, ""},
                                           setup_.parent_env, layout_));

@@ -90,9 +90,11 @@ std::string render_found_variables(const Env& env) {
       "PMI",        "MASTER_ADDR", "MASTER_PORT",        "RANK",
       "WORLD_SIZE", "LOCAL_RANK",  "TORCHELASTIC_RUN_ID"};
   std::string out;
-  for (const auto& [name, value] : env) {
+  for (const auto& entry : env) {
+    const auto& [name, value] = entry;
+    const std::string_view key = entry.first;  // a lambda may not capture a structured binding
     const bool wanted = std::any_of(std::begin(kPrefixes), std::end(kPrefixes),
-                                    [&](std::string_view p) { return name.starts_with(p); }) ||
+                                    [&](std::string_view p) { return key.starts_with(p); }) ||
                         std::find(std::begin(kNames), std::end(kNames), name) != std::end(kNames);
     if (wanted) out += fmt::format("  {}={}\n", name, value);
   }

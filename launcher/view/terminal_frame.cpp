@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <ctime>
 
 namespace ddp::launcher::view {
@@ -48,13 +49,13 @@ std::string fit(const std::string& text, int width) {
 }
 
 std::string sparkline(const std::vector<double>& values, int width) {
-  static const char* kBlocks[] = {"▁", "▂", "▃", "▄", "▅", "▆", "▇", "█"};
+  static constexpr const char* kBlocks[] = {"▁", "▂", "▃", "▄", "▅", "▆", "▇", "█"};
   std::string out;
   if (width <= 0) return out;
   const size_t n = std::min(values.size(), static_cast<size_t>(width));
   const double max = values.empty() ? 0 : *std::max_element(values.end() - n, values.end());
   for (size_t i = values.size() - n; i < values.size(); ++i) {
-    const int level = max > 0 ? static_cast<int>(values[i] / max * 7.0 + 0.5) : 0;
+    const int level = max > 0 ? static_cast<int>(std::lround(values[i] / max * 7.0)) : 0;
     out += kBlocks[std::clamp(level, 0, 7)];
   }
   return out;

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // How `ddprun top` picks a job without being told: the same directory first, else the newest.
 #include <doctest/doctest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -45,5 +46,26 @@ TEST_CASE("a written beacon is found while its writer lives, and removed with it
     std::fclose(f);
   }
   CHECK_FALSE(find_status_beacon(dir.string(), "/"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a FIFO or a huge file named like a beacon is skipped, never read whole or waited on") {
+  auto dir =
+      std::filesystem::temp_directory_path() / ("beacon-hostile-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  REQUIRE(::mkfifo((dir / "status-1.json").c_str(), 0600) == 0);  // no writer: a read would block
+  {
+    std::FILE* f = std::fopen((dir / "status-2.json").c_str(), "w");
+    std::string big(1 << 20, ' ');  // 1 MiB of padding before a valid beacon
+    big += R"ev({"pid":1,"cwd":"/","address":"127.0.0.1","port":7})ev";
+    std::fputs(big.c_str(), f);
+    std::fclose(f);
+  }
+  auto beacon = StatusBeacon::write(dir.string(), "127.0.0.1", 4343, "h");
+  REQUIRE(beacon);
+  auto found = find_status_beacon(dir.string(), "/nowhere");
+  REQUIRE(found);
+  CHECK(found->port == 4343);
+  beacon.reset();
   std::filesystem::remove_all(dir);
 }
