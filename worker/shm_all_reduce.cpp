@@ -158,7 +158,9 @@ std::string SharedMemoryAllReduce::wait_for_key(const Rendezvous& rendezvous,
   auto pause = std::chrono::microseconds(50);
   while (!rendezvous.check(key)) {
     const int pid = peer_pid(rendezvous, peer);
-    if (pid > 0 && process_is_dead(pid)) {
+    // A peer may publish the key and end between the check above and this one (rank 0 sets a
+    // failed verdict and exits): only a key still missing after its death is a death.
+    if (pid > 0 && process_is_dead(pid) && !rendezvous.check(key)) {
       throw PeerDiedError("shared-memory all-reduce setup: rank " + std::to_string(peer) +
                           " (pid " + std::to_string(pid) + ") died");
     }
@@ -292,9 +294,13 @@ SharedMemoryAllReduce::~SharedMemoryAllReduce() {
   if (base_ != nullptr) ::munmap(base_, mapped_bytes_);
 }
 
-void SharedMemoryAllReduce::check_peer(int peer, SteadyClock::time_point started) const {
+void SharedMemoryAllReduce::check_peer(int peer, std::uint64_t target,
+                                       SteadyClock::time_point started) const {
   const int pid = layout_->flag(peer).pid;
-  if (pid > 0 && process_is_dead(pid)) {
+  // The counter is read again after the death is seen: a peer that arrived and then ended
+  // (its last op done, the job over for it) is not a death.
+  if (pid > 0 && process_is_dead(pid) &&
+      layout_->flag(peer).seq.load(std::memory_order_acquire) < target) {
     throw PeerDiedError("shared-memory all-reduce: rank " + std::to_string(peer) + " (pid " +
                         std::to_string(pid) + ") died; Connection closed by peer");
   }
@@ -327,7 +333,7 @@ void SharedMemoryAllReduce::wait_for_all(std::uint64_t target) {
         std::this_thread::sleep_for(std::chrono::microseconds(50));
       }
       if (now >= next_check) {
-        check_peer(peer, started);
+        check_peer(peer, target, started);
         next_check = now + std::chrono::milliseconds(5);
       }
     }

@@ -214,6 +214,42 @@ TEST_CASE(
   CHECK(shm_entries(tag).empty());
 }
 
+TEST_CASE("a peer that publishes its verdict and then ends is not reported dead") {
+  // Rank 0 sets a failed verdict and exits; rank 1 may look for the verdict just before it is
+  // set and at rank 0's pid just after rank 0 ended. That is a verdict, not a death (seen in CI
+  // as exit codes {6, 3} from the test above). The rendezvous here makes that order certain.
+  const int dead = dead_pid();
+  std::string scope;
+  int verdict_checks = 0;
+  const auto ends_with = [](const std::string& key, const std::string& tail) {
+    return key.size() >= tail.size() && key.compare(key.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  const SharedMemoryAllReduce::Rendezvous rendezvous{
+      [&](const std::string& key, const std::string& value) {
+        if (ends_with(key, "pid/1")) scope = value.substr(0, value.rfind(' '));
+      },
+      [&](const std::string& key) -> std::string {
+        if (ends_with(key, "name")) return "!no space left";
+        if (ends_with(key, "verdict")) return "rank 0: no space left";
+        if (ends_with(key, "pid/0")) return scope + " " + std::to_string(dead);
+        return {};
+      },
+      [&](const std::string& key) {
+        if (ends_with(key, "verdict")) return ++verdict_checks > 1;  // set just after the first look
+        return ends_with(key, "name") || ends_with(key, "pid/0");
+      }};
+  bool unavailable = false;
+  try {
+    SharedMemoryAllReduce shm(1, 2, 4096, "unittest-verdict", std::chrono::seconds(20), rendezvous);
+  } catch (const ddp::worker::ShmUnavailable& e) {
+    unavailable = std::string(e.what()).find("no space left") != std::string::npos;
+  } catch (const PeerDiedError& e) {
+    FAIL_CHECK("reported as a death: " << e.what());
+  }
+  CHECK(unavailable);
+  CHECK(verdict_checks >= 2);
+}
+
 TEST_CASE("segments left by a killed creator are reclaimed by the next job on this host") {
   char link[128] = {};
   REQUIRE(::readlink("/proc/self/ns/pid", link, sizeof link - 1) > 0);

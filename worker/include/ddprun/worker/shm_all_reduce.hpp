@@ -83,7 +83,8 @@ class SharedMemoryAllReduce {
  private:
   struct Layout;
   void wait_for_all(std::uint64_t target);
-  void check_peer(int peer, std::chrono::steady_clock::time_point started) const;
+  void check_peer(int peer, std::uint64_t target,
+                  std::chrono::steady_clock::time_point started) const;
   /// Blocks until `key` is set, checking that `peer` (who sets it) lives, bounded by the timeout.
   std::string wait_for_key(const Rendezvous& rendezvous, const std::string& key, int peer);
   /// The pid of `peer` when it shares this process's pid scope (else 0: not checkable here).
