@@ -222,7 +222,8 @@ TEST_CASE("a peer that publishes its verdict and then ends is not reported dead"
   std::string scope;
   int verdict_checks = 0;
   const auto ends_with = [](const std::string& key, const std::string& tail) {
-    return key.size() >= tail.size() && key.compare(key.size() - tail.size(), tail.size(), tail) == 0;
+    return key.size() >= tail.size() &&
+           key.compare(key.size() - tail.size(), tail.size(), tail) == 0;
   };
   const SharedMemoryAllReduce::Rendezvous rendezvous{
       [&](const std::string& key, const std::string& value) {
@@ -235,7 +236,8 @@ TEST_CASE("a peer that publishes its verdict and then ends is not reported dead"
         return {};
       },
       [&](const std::string& key) {
-        if (ends_with(key, "verdict")) return ++verdict_checks > 1;  // set just after the first look
+        if (ends_with(key, "verdict"))
+          return ++verdict_checks > 1;  // set just after the first look
         return ends_with(key, "name") || ends_with(key, "pid/0");
       }};
   bool unavailable = false;
