@@ -46,6 +46,22 @@ def temp_dir(name):
     return path
 
 
+# The self-contained Release configuration the .deb and the wheel both ship (pyproject.toml's
+# [tool.scikit-build.cmake.define] holds the same switches). Both tests build in one directory, so
+# whichever runs second compiles nothing: one compile of the launcher per CI run, not two.
+PACKAGE_DEFINES = {"CMAKE_BUILD_TYPE": "Release", "DDPRUN_SELF_CONTAINED": "ON", "BUILD_TESTING": "OFF",
+                   "DDPRUN_WITH_TORCH": "OFF", "DDPRUN_BUILD_EXAMPLES": "OFF", "DDPRUN_BUILD_BENCH": "OFF"}
+
+
+def package_build():
+    """(directory, environment) of the build the .deb and the wheel share. The generator is pinned in
+    the environment: CMake refuses a build directory configured with another one, and scikit-build-core
+    would otherwise pick its own."""
+    generator = os.environ.get("CMAKE_GENERATOR") or ("Ninja" if shutil.which("ninja") else "Unix Makefiles")
+    env = dict(os.environ, CMAKE_GENERATOR=generator, CMAKE_BUILD_PARALLEL_LEVEL=str(os.cpu_count() or 2))
+    return os.path.join(BUILD_DIR, "package-build"), env
+
+
 def cache_value(build_dir, name):
     """A variable of a CMake cache, or '' when it is not set."""
     try:

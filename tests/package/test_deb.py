@@ -15,8 +15,9 @@ import re
 import shutil
 import subprocess
 
-from package_common import (BUILD_DIR, DDP_CHECK, SKIP, SOURCE_DIR, VERSION, check_two_rank_shell_job,
-                            check_version, compiler_launcher_args, fail, python_has_torch, run, temp_dir)
+from package_common import (DDP_CHECK, PACKAGE_DEFINES, SKIP, SOURCE_DIR, VERSION, check_two_rank_shell_job,
+                            check_version, compiler_launcher_args, fail, package_build, python_has_torch,
+                            run, temp_dir)
 
 
 
@@ -34,12 +35,14 @@ def base_packages():
     return names
 
 
-def build_deb(work):
-    build = os.path.join(work, "build")
-    run(["cmake", "-S", SOURCE_DIR, "-B", build, "-DCMAKE_BUILD_TYPE=Release", "-DDDPRUN_SELF_CONTAINED=ON",
-         "-DBUILD_TESTING=OFF", "-DDDPRUN_WITH_TORCH=OFF", "-DDDPRUN_BUILD_EXAMPLES=OFF",
-         *compiler_launcher_args()])
-    run(["cmake", "--build", build, "-j", str(os.cpu_count() or 2)], timeout=2300)
+def build_deb():
+    build, env = package_build()
+    # -U: a wheel build in the same directory leaves scikit-build-core's SKBUILD* entries in the cache,
+    # and with SKBUILD set the install rules target a wheel's layout (cmake/install.cmake).
+    run(["cmake", "-S", SOURCE_DIR, "-B", build, "-U", "SKBUILD*",
+         *(f"-D{k}={v}" for k, v in PACKAGE_DEFINES.items()), *compiler_launcher_args()], env=env)
+    run(["cmake", "--build", build], env=env, timeout=2300)
+    shutil.rmtree(os.path.join(build, "packages"), ignore_errors=True)
     run(["cpack", "-G", "DEB"], cwd=build, timeout=600)
     debs = glob.glob(os.path.join(build, "packages", "ddprun_*.deb"))
     if len(debs) != 1:
@@ -147,7 +150,7 @@ def check_dpkg_install(work, deb):
 
 def main():
     work = temp_dir("deb")
-    deb = build_deb(work)
+    deb = build_deb()
     print(f"built {deb}")
     tree = os.path.join(work, "unpacked")
     run(["dpkg-deb", "-x", deb, tree])

@@ -12,8 +12,9 @@ import subprocess
 import sys
 import zipfile
 
-from package_common import (DDP_CHECK, SOURCE_DIR, VERSION, check_two_rank_torch_job, check_version,
-                            compiler_launcher_args, fail, python_has_torch, run, skip, temp_dir)
+from package_common import (DDP_CHECK, PACKAGE_DEFINES, SOURCE_DIR, VERSION, check_two_rank_torch_job,
+                            check_version, compiler_launcher_args, fail, package_build, python_has_torch,
+                            run, skip, temp_dir)
 
 
 def pinned_backend():
@@ -29,13 +30,22 @@ def main():
     if probe.stdout.strip() != version:
         skip(f"scikit-build-core=={version} is not installed for {python} (scripts/setup.sh installs it)")
 
+    # The wheel's switches must be the .deb's, or sharing the build directory recompiles everything.
+    with open(os.path.join(SOURCE_DIR, "pyproject.toml")) as f:
+        table = f.read().split("[tool.scikit-build.cmake.define]", 1)[1].split("\n[", 1)[0]
+    wheel_defines = dict(re.findall(r'^(\w+) = "([^"]*)"', table, re.M))
+    deb_defines = {k: v for k, v in PACKAGE_DEFINES.items() if k != "CMAKE_BUILD_TYPE"}
+    if wheel_defines != deb_defines:
+        fail(f"pyproject.toml's cmake.define {wheel_defines} differs from the .deb's {deb_defines}")
+
     work = temp_dir("wheel")
     dist = os.path.join(work, "dist")
-    env = dict(os.environ, CMAKE_BUILD_PARALLEL_LEVEL=str(os.cpu_count() or 2))
+    # The .deb's build directory (package_build): after package.deb it compiles nothing.
+    build, env = package_build()
     # Offline: the pinned backend already installed, no build isolation, no index.
     run([python, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "--no-index", "-w", dist,
-         f"-Cbuild-dir={os.path.join(work, 'build')}", *compiler_launcher_args("-Ccmake.define."),
-         SOURCE_DIR], env=env, timeout=2300)
+         f"-Cbuild-dir={build}", *compiler_launcher_args("-Ccmake.define."), SOURCE_DIR], env=env,
+        timeout=2300)
     wheels = glob.glob(os.path.join(dist, "*.whl"))
     expected = f"ddprun-{VERSION}-py3-none-linux_x86_64.whl"
     if [os.path.basename(w) for w in wheels] != [expected]:
