@@ -23,6 +23,8 @@ using namespace std::chrono_literals;
 //   .../assignment                           JSON Assignment, written before any "ok"
 //   .../closed                               "1" once the leader stopped admitting
 //   .../status                               leader's one-line progress (for timeout messages)
+//   .../lost                                 why the round cannot form: nodes of the round before
+//                                            stopped heartbeating (set before "closed")
 //   ddprun/<run_id>/leader                   static node 0's name, set when it first joins
 //   .../ack/<seq>                            "1": this arrival read why the leader failed the round
 //   .../hb/<node_rank>                       heartbeat counters
@@ -122,40 +124,43 @@ void await_failure_read(StoreClient& client, const std::string& prefix, std::int
   }
 }
 
-// A re-form's leader watches the survivors that have not joined yet, by the heartbeat each one's
-// monitor keeps in the round they left (NodeRendezvousOptions::survivors_previous_ranks).
+// A re-form's or a restart's leader watches the nodes of the round left that have not joined yet,
+// by the heartbeat each one's monitor keeps in that round until it starts to join this one
+// (NodeRendezvousOptions::survivors_previous_ranks, previous_node_rank).
 class SurvivorWatch {
  public:
   explicit SurvivorWatch(const NodeRendezvousOptions& o) : options_(o) {}
 
   RdzvClock::time_point next() const { return active() ? next_ : RdzvClock::time_point::max(); }
 
-  // "" while every survivor not in `admitted` still heartbeats; else why the round cannot form.
+  // "" while the round can still form as it should; else why it cannot (the lost nodes).
   std::string look(StoreClient& client, const std::vector<JoinRequest>& admitted,
                    RdzvClock::time_point now) {
     next_ = now + std::clamp(options_.survivor_heartbeat_timeout / 4,
                              std::chrono::milliseconds(100), std::chrono::milliseconds(1000));
     const std::string old_prefix = round_prefix(options_.run_id, options_.previous_round);
-    const auto& previous = options_.survivors_previous_ranks;
     std::vector<int> gone;
-    for (std::size_t r = 0; r < previous.size(); ++r) {
-      const int rank = static_cast<int>(r);
-      if (rank == options_.node_rank ||
-          std::any_of(admitted.begin(), admitted.end(),
-                      [&](const JoinRequest& j) { return j.requested_node_rank == rank; })) {
-        continue;
-      }
-      const std::string key = old_prefix + "hb/" + std::to_string(previous[r]);
+    int beating = 0;  // members not joined yet whose heartbeat still moves
+    for (const int old_rank : awaited(admitted)) {
+      const std::string key = old_prefix + "hb/" + std::to_string(old_rank);
       const std::string beat = client.check({key}) ? client.get(key) : std::string();
-      auto [it, fresh] = beats_.try_emplace(rank, Beat{beat, now});
-      if (fresh) continue;
-      if (it->second.value != beat) {
-        it->second = Beat{beat, now};
-      } else if (now - it->second.changed > options_.survivor_heartbeat_timeout) {
-        gone.push_back(previous[r]);
+      auto [it, fresh] = beats_.try_emplace(old_rank, Beat{beat, now});
+      if (!fresh && it->second.value != beat) it->second = Beat{beat, now};
+      if (!fresh && now - it->second.changed > options_.survivor_heartbeat_timeout) {
+        gone.push_back(old_rank);
+      } else {
+        ++beating;
       }
     }
     if (gone.empty()) return {};
+    const bool restart = options_.survivors_previous_ranks.empty();
+    // The leader's own join may not be read yet: it counts as admitted either way.
+    const bool own_admitted = std::any_of(admitted.begin(), admitted.end(), [&](const auto& j) {
+      return restart ? j.previous_node_rank == options_.previous_node_rank
+                     : j.requested_node_rank == options_.node_rank;
+    });
+    const int can_meet = static_cast<int>(admitted.size()) + (own_admitted ? 0 : 1) + beating;
+    if (restart && can_meet >= options_.min_nodes) return {};  // it forms without them
     std::optional<Assignment> old;
     if (client.check({old_prefix + "assignment"}))
       old = decode_assignment(client.get(old_prefix + "assignment"));
@@ -168,16 +173,51 @@ class SurvivorWatch {
       }
       names += fmt::format("{}{}{}", names.empty() ? "" : ", ", rank, name);
     }
-    return fmt::format(
+    std::string text = fmt::format(
         "node{} {} of the round left did not rejoin: no heartbeat for {:.3g} s (lost with it)",
         gone.size() == 1 ? "" : "s", names,
         std::chrono::duration<double>(options_.survivor_heartbeat_timeout).count());
+    if (restart) {
+      text = fmt::format(
+          "lost node{} {} while the job restarted: no heartbeat for {:.3g} s; {} "
+          "node{} can meet, fewer than the minimum of {}",
+          gone.size() == 1 ? "" : "s", names,
+          std::chrono::duration<double>(options_.survivor_heartbeat_timeout).count(), can_meet,
+          can_meet == 1 ? "" : "s", options_.min_nodes);
+    }
+    return text;
   }
 
  private:
   bool active() const {
-    return options_.previous_round >= 0 && !options_.survivors_previous_ranks.empty() &&
-           options_.survivor_heartbeat_timeout.count() > 0;
+    return options_.previous_round >= 0 && options_.survivor_heartbeat_timeout.count() > 0 &&
+           (!options_.survivors_previous_ranks.empty() || options_.previous_round_nodes > 0);
+  }
+  // The old ranks of the nodes this round still waits for (not this node, not admitted yet).
+  std::vector<int> awaited(const std::vector<JoinRequest>& admitted) const {
+    std::vector<int> out;
+    const auto& survivors = options_.survivors_previous_ranks;
+    if (!survivors.empty()) {  // a re-form: survivor r joins as node rank r
+      for (std::size_t r = 0; r < survivors.size(); ++r) {
+        const int rank = static_cast<int>(r);
+        if (rank == options_.node_rank ||
+            std::any_of(admitted.begin(), admitted.end(),
+                        [&](const JoinRequest& j) { return j.requested_node_rank == rank; })) {
+          continue;
+        }
+        out.push_back(survivors[r]);
+      }
+      return out;
+    }
+    for (int old_rank = 0; old_rank < options_.previous_round_nodes; ++old_rank) {
+      if (old_rank == options_.previous_node_rank ||
+          std::any_of(admitted.begin(), admitted.end(),
+                      [&](const JoinRequest& j) { return j.previous_node_rank == old_rank; })) {
+        continue;
+      }
+      out.push_back(old_rank);
+    }
+    return out;
   }
   struct Beat {
     std::string value;
@@ -214,10 +254,11 @@ Assignment lead(StoreClient& client, const std::string& prefix, const NodeRendez
     if (now >= survivors.next() && !client.check({join_key})) {
       const std::string gone = survivors.look(client, admission.admitted(), now);
       if (!gone.empty()) {
+        client.set(prefix + "lost", gone);  // before "closed": the others read it as the cause
         client.set(prefix + "status", gone);
         client.set(prefix + "closed", "1");
         await_failure_read(client, prefix, own_seq);
-        throw RendezvousError(fmt::format("rendezvous '{}': {}", o.run_id, gone));
+        throw RoundMembersLostError(fmt::format("rendezvous '{}': {}", o.run_id, gone));
       }
     }
     auto until = deadline;
@@ -432,6 +473,7 @@ RendezvousResult join_once(const StoreClientOptions& store, const NodeRendezvous
   join.local_world_size = o.local_world_size;
   join.requested_node_rank = o.node_rank;
   join.settings = o.must_agree;
+  join.previous_node_rank = o.previous_node_rank;
   client.set(prefix + "join/" + std::to_string(join.seq), encode_join(join));
 
   const bool leader = o.node_rank >= 0 ? o.node_rank == 0 : join.seq == 1;
@@ -461,6 +503,10 @@ RendezvousResult join_once(const StoreClientOptions& store, const NodeRendezvous
       if (o.may_wait_pending && client.check({prefix + "assignment"})) {
         throw ClosedBeforeAdmitted(
             fmt::format("rendezvous '{}' round {} closed", o.run_id, o.round));
+      }
+      if (client.check({prefix + "lost"})) {
+        throw RoundMembersLostError(
+            fmt::format("rendezvous '{}': {}", o.run_id, client.get(prefix + "lost")));
       }
       throw RendezvousError(fmt::format("rendezvous '{}' closed without admitting {}{}{}", o.run_id,
                                         describe_node(join), why.empty() ? "" : ": ", why));

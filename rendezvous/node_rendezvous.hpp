@@ -71,6 +71,15 @@ struct NodeRendezvousOptions {
   int previous_round = -1;
   std::vector<int> survivors_previous_ranks;
   std::chrono::milliseconds survivor_heartbeat_timeout{0};
+  // A restart (the same job meeting again, unpinned, after a failure in `previous_round`): this
+  // node's rank there and how many nodes that round had. Each join names its node's old rank
+  // (JoinRequest::previous_node_rank), and the leader watches the old heartbeat of every member
+  // that has not joined yet, as for a re-form; but a member that stands still only fails the
+  // round when the nodes that can still meet (admitted ones and members still beating) are
+  // fewer than min_nodes: otherwise the round forms without it at last call. Without this, the
+  // one node left after the others were lost meanwhile waited out join_timeout. 0: not a restart.
+  int previous_node_rank = -1;
+  int previous_round_nodes = 0;
 };
 
 struct RendezvousResult {
@@ -93,6 +102,14 @@ struct RendezvousResult {
 class RendezvousError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+};
+
+// The round cannot form because nodes of the round before stopped heartbeating before they
+// rejoined (a re-form's survivor, or too many of a restart's members): a node loss, not a failed
+// join. Every node of the round gets this one (the leader publishes it).
+class RoundMembersLostError : public RendezvousError {
+ public:
+  using RendezvousError::RendezvousError;
 };
 
 // `store` with the token handshake on every connection (unchanged when the token is empty).

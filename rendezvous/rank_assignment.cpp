@@ -42,7 +42,8 @@ std::string encode_join(const JoinRequest& join) {
                         {"name", join.name},
                         {"local_world_size", join.local_world_size},
                         {"node_rank", join.requested_node_rank},
-                        {"settings", join.settings}});
+                        {"settings", join.settings},
+                        {"previous_node_rank", join.previous_node_rank}});
 }
 
 std::optional<JoinRequest> decode_join(std::string_view text) {
@@ -54,6 +55,7 @@ std::optional<JoinRequest> decode_join(std::string_view text) {
     out.local_world_size = j.at("local_world_size").get<int>();
     out.requested_node_rank = j.at("node_rank").get<int>();
     out.settings = j.at("settings").get<AgreedSettings>();
+    out.previous_node_rank = j.value("previous_node_rank", -1);
     return out;
   } catch (const Json::exception&) {
     return std::nullopt;

@@ -26,6 +26,7 @@ struct JoinRequest {
   int local_world_size = 1;      // workers this node will run
   int requested_node_rank = -1;  // static rendezvous: the node's --node_rank; -1: assign on arrival
   AgreedSettings settings;       // what this node was started with, compared with the leader's
+  int previous_node_rank = -1;   // a restart's join: this node's rank in the round before
 };
 
 struct NodeAssignment {

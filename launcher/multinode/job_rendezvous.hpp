@@ -66,6 +66,11 @@ struct RoundPlan {
   // rendezvous may fail at once when one of them is gone too; rdzv::NodeRendezvousOptions).
   int previous_round = -1;
   std::vector<int> survivors_previous_ranks;
+  // A restart: this node's rank in `previous_round` and that round's size (the leader ends the
+  // round at once, as a node loss, when too few of its nodes are left to meet; see
+  // rdzv::NodeRendezvousOptions::previous_node_rank).
+  int previous_node_rank = -1;
+  int previous_round_nodes = 0;
 };
 
 /// A node, or the store itself, stopped answering.
@@ -95,7 +100,8 @@ class JobRendezvous {
     /// the highest step any other node reported in this round.
     std::function<void(std::optional<long long> best_step)> on_progress_elsewhere;
   };
-  using JoinResult = std::variant<rdzv::RendezvousResult, std::string /* error */>;
+  /// A NodeLoss: the round could not form because nodes of the round before were lost meanwhile.
+  using JoinResult = std::variant<rdzv::RendezvousResult, std::string /* error */, NodeLoss>;
   /// How the exit barrier ended. A cancelled barrier (cancel_waits) reports AllNodesDone: the
   /// caller cancelled because it already knows better.
   using BarrierResult = std::variant<AllNodesDone, StopReason, NodeLoss>;

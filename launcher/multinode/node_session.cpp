@@ -203,6 +203,8 @@ void NodeSession::join(int round, const RoundPlan& plan, std::function<void(Join
     round_.previous_round = plan.previous_round;
     round_.survivors_previous_ranks = plan.survivors_previous_ranks;
     round_.survivor_heartbeat_timeout = settings_.heartbeat_timeout;
+    round_.previous_node_rank = plan.previous_node_rank;
+    round_.previous_round_nodes = plan.previous_round_nodes;
     // c10d: a join that finds its round closed (the job runs without this node) waits to be
     // admitted instead of failing.
     round_.may_wait_pending = (settings_.dynamic || settings_.spares) && plan.nodes == 0;
@@ -236,6 +238,10 @@ void NodeSession::join(int round, const RoundPlan& plan, std::function<void(Join
       // torch 2.x workers do not prefix their keys per attempt: the last attempt's must go first.
       rdzv::clear_previous_attempt(*client_, round_, *joined_, round_.join_timeout);
       result = *joined_;
+    } catch (const rdzv::RoundMembersLostError& e) {
+      monitor_.reset();
+      joined_.reset();
+      result = NodeLoss{e.what(), std::nullopt};
     } catch (const std::exception& e) {
       monitor_.reset();
       joined_.reset();

@@ -680,7 +680,13 @@ void Agent::after_attempt() {
       next_round_.nodes = kept.nodes;
       next_round_.node_rank = kept.node_rank;
     }
-    if (round_) restart_from_ = round_left();
+    if (round_) {
+      restart_from_ = round_left();
+      // The leader watches this round's nodes while they come back (a lost one is a loss).
+      next_round_.previous_round = round_->round;
+      next_round_.previous_node_rank = round_->node_rank;
+      next_round_.previous_round_nodes = round_->num_nodes;
+    }
     if (session_ && layout_ && layout_->node_rank == 0 && round_) {
       // Pending nodes that fit meet the others in the restart's round (admit=restart's moment).
       for (const auto& answer :

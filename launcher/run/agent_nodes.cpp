@@ -94,6 +94,17 @@ JobRendezvous::Events Agent::rendezvous_events() {
 void Agent::on_joined(int attempt, const JobRendezvous::JoinResult& result) {
   join_progress_.done();
   if (phase_ == Phase::Done) return;
+  if (const auto* loss = std::get_if<NodeLoss>(&result)) {
+    // Nodes of the round left vanished before they rejoined: the job lost them (74).
+    events_.emit("rendezvous_failed", {{"attempt", attempt}, {"error", loss->text}});
+    const std::string text = reform_ ? fmt::format("could not re-form the job after \"{}\": {}",
+                                                   reform_->reason, loss->text)
+                                     : fmt::format("could not restart the job: {}", loss->text);
+    say(text);
+    end_with(node_lost(NodeLoss{text, std::nullopt}));
+    finish_run();
+    return;
+  }
   if (const auto* error = std::get_if<std::string>(&result)) {
     events_.emit("rendezvous_failed", {{"attempt", attempt}, {"error", *error}});
     if (reform_) {

@@ -562,3 +562,77 @@ TEST_CASE("a re-form waits for a survivor that still heartbeats while it stops i
   CHECK(leader.num_nodes == 2);
   CHECK(slow.get().node_rank == 1);
 }
+
+namespace {
+
+/// How node `name`, node rank `old_rank` of round 0 (of 3 nodes), joins the restart's round 1.
+NodeRendezvousOptions restarting(std::string name, int old_rank, int min_nodes) {
+  auto o = node(std::move(name), 1, -1, min_nodes, 3);
+  o.round = 1;
+  o.join_timeout = 60s;  // a failure must come from the watch of the round left, not from this
+  o.previous_round = 0;
+  o.previous_node_rank = old_rank;
+  o.previous_round_nodes = 3;
+  o.survivor_heartbeat_timeout = 300ms;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("a restart ends at once, as a loss, when too few of the round left still heartbeat") {
+  // Nodes 1 and 2 lost the store and left while node 0 was stopped; node 0 restarts alone.
+  TestServer server;
+  FormedRound old(server);
+  old.monitors[1].reset();
+  old.monitors[2].reset();
+  old.monitors[0].reset();
+  const auto started = std::chrono::steady_clock::now();
+  try {
+    join_rendezvous(server.client_options(), restarting("a", 0, 2));
+    FAIL("the restart formed with one node of a 2:3 job");
+  } catch (const RoundMembersLostError& e) {
+    const std::string what = e.what();
+    CHECK(what.find("lost nodes 1 (b), 2 (c) while the job restarted") != std::string::npos);
+    CHECK(what.find("1 node can meet, fewer than the minimum of 2") != std::string::npos);
+  }
+  CHECK(std::chrono::steady_clock::now() - started < 10s);  // not join_timeout (60 s)
+}
+
+TEST_CASE("a restart forms without a lost node when the others make the minimum") {
+  TestServer server;
+  FormedRound old(server);
+  old.monitors[2].reset();  // lost
+  old.monitors[0].reset();
+  auto slow = std::async(std::launch::async, [&] {
+    std::this_thread::sleep_for(1500ms);  // 5 x the watch's timeout, beating all along
+    old.monitors[1].reset();
+    return join_rendezvous(server.client_options(), restarting("b", 1, 2));
+  });
+  const auto leader = join_rendezvous(server.client_options(), restarting("a", 0, 2));
+  CHECK(leader.num_nodes == 2);
+  CHECK(slow.get().num_nodes == 2);
+}
+
+TEST_CASE("every node of a restart that cannot form hears the loss, not a failed join") {
+  TestServer server;
+  FormedRound old(server);
+  old.monitors[2].reset();  // lost; the 3:3 job cannot restart without it
+  old.monitors[0].reset();
+  old.monitors[1].reset();
+  auto first = std::async(std::launch::async, [&] {
+    return join_rendezvous(server.client_options(), restarting("a", 0, 3));
+  });
+  std::this_thread::sleep_for(100ms);  // a leads
+  auto second = std::async(std::launch::async, [&] {
+    return join_rendezvous(server.client_options(), restarting("b", 1, 3));
+  });
+  for (auto* f : {&first, &second}) {
+    try {
+      f->get();
+      FAIL("the restart formed without node 2");
+    } catch (const RoundMembersLostError& e) {
+      CHECK(std::string(e.what()).find("lost node 2 (c) while the job restarted") !=
+            std::string::npos);
+    }
+  }
+}

@@ -37,6 +37,14 @@ TEST_CASE("join and assignment records round-trip; garbage is rejected") {
   CHECK(back->name == "host-a");
   CHECK(back->requested_node_rank == 1);
   CHECK(back->settings == j.settings);  // in order
+  CHECK(back->previous_node_rank == -1);
+  j.previous_node_rank = 2;  // a restart's join
+  CHECK(decode_join(encode_join(j))->previous_node_rank == 2);
+  // A join without the field (a first round's, or an older agent's) is not a restart's.
+  CHECK(decode_join(R"({"seq":1,"name":"a","local_world_size":1,"node_rank":-1,"settings":[]})")
+            ->previous_node_rank == -1);
+  CHECK_FALSE(decode_join(
+      R"({"seq":1,"name":"a","local_world_size":1,"node_rank":-1,"settings":[],"previous_node_rank":"x"})"));
   CHECK_FALSE(decode_join("{not json"));
   CHECK_FALSE(decode_join("{\"seq\": 1}"));
   auto a = assign_ranks({join(1, "a", 2, 0), join(2, "b", 3, 1)});

@@ -221,6 +221,32 @@ TEST_CASE("a failed rendezvous is exit 69 and starts no worker") {
   CHECK(run.events("summary")[0]["end"] == "rendezvous_failed");
 }
 
+TEST_CASE("a restart names the round left, and a loss of its nodes meanwhile ends the run: 74") {
+  MultiNodeRun run;
+  run.config.max_restarts = 3;
+  run.script.join = [](int round, const RoundPlan&) -> JobRendezvous::JoinResult {
+    if (round == 0) return round_of(1, 3, 2);
+    return NodeLoss{"rendezvous 'job': lost nodes 0 (node0), 2 (node2) while the job restarted",
+                    std::nullopt};
+  };
+  run.workers = [](const EnvMap&) { return FakeBehaviour{ExitStatus::exited(3)}; };
+  CHECK(run.run() == 74);
+  auto& r = *run.rendezvous;
+  CHECK(r.joins == std::vector<int>{0, 1});
+  CHECK(r.plans[0].previous_round == -1);
+  CHECK(r.plans[0].previous_round_nodes == 0);
+  // The restart's leader watches round 0's three nodes; this one was node 1 there.
+  CHECK(r.plans[1].previous_round == 0);
+  CHECK(r.plans[1].previous_node_rank == 1);
+  CHECK(r.plans[1].previous_round_nodes == 3);
+  CHECK(r.plans[1].survivors_previous_ranks.empty());  // not a re-form
+  CHECK(run.process->starts.size() == 2);              // attempt 0 only
+  CHECK(run.events("summary")[0]["end"] == "node_lost");
+  const auto failed = run.events("rendezvous_failed");
+  REQUIRE(failed.size() == 1);
+  CHECK(failed[0]["error"].get<std::string>().find("while the job restarted") != std::string::npos);
+}
+
 TEST_CASE("workers see the round's layout: global ranks after the nodes before this one") {
   MultiNodeRun run;
   run.script.join = [](int, const RoundPlan&) { return round_of(2, 3, 2); };
