@@ -27,6 +27,8 @@ import time
 import torch
 import torch.distributed as dist
 
+from episode_tags import VAR as EPISODE_VAR, spawn_daemon
+
 # The checkpoint writer of the elastic tests (temporary file, fsync, rename, fsync of the directory).
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "launcher"))
 from elastic_train import atomic_save  # noqa: E402
@@ -49,17 +51,6 @@ def hook(ctl, tag, name):
         return True
     except FileNotFoundError:
         return False
-
-
-def spawn_daemon(episode):
-    """A grandchild that leaves the worker's process group and session: only the launcher's
-    subreaper/cgroup cleanup can end it."""
-    if os.fork() == 0:
-        os.setsid()
-        if os.fork() == 0:
-            os.execvp("sleep", ["sleep", "3600", f"chaos-daemon-{episode}"])
-        os._exit(0)
-    os.wait()
 
 
 class SideClient(threading.Thread):
@@ -118,7 +109,7 @@ def main():
     local = int(os.environ["LOCAL_RANK"])
     restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     tag = f"{os.environ.get('CHAOS_NODE', 'node')}.local{local}"
-    episode = os.environ.get("CHAOS_EPISODE", "")
+    episode = os.environ.get(EPISODE_VAR, "")
     if local == 0:
         SideClient(chaos_dir, f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}", "via").start()
         if os.environ.get("CHAOS_DIRECT_STORE"):

@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 
+import episode_tags
 import invariants as inv
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -40,7 +41,8 @@ class Agent:
         self.tmpdir = os.path.join(ep.dir, f"tmp{slot}_{len(ep.all_agents)}")
         os.makedirs(self.tmpdir)
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PET_", "TORCHELASTIC"))}
-        env.update(CHAOS_EPISODE=ep.tag, CHAOS_NODE=f"node{slot}", TMPDIR=self.tmpdir,
+        env.update({episode_tags.VAR: ep.value})
+        env.update(CHAOS_NODE=f"node{slot}", TMPDIR=self.tmpdir,
                    DDPRUN_RDZV_TOKEN=TOKEN, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1",
                    GLOO_SOCKET_IFNAME=h.topology.ifname(slot))
         if ep.direct_store:
@@ -118,7 +120,8 @@ class Episode:
     def __init__(self, h, index):
         self.h, self.index = h, index
         self.id = f"ch{h.seed}e{index}"
-        self.tag = f"CHAOS_EPISODE={self.id}-{os.getpid()}"
+        self.value = f"{self.id}-{os.getpid()}"
+        self.tag = episode_tags.env_entry(self.value)
         self.dir = os.path.join(h.tmp, self.id)
         os.makedirs(os.path.join(self.dir, "ctl"))
         self.agents, self.all_agents, self.fault_types = {}, [], []

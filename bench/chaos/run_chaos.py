@@ -27,6 +27,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import episode_tags  # noqa: E402
 import invariants as inv  # noqa: E402
 import report  # noqa: E402
 import schedule as sched  # noqa: E402
@@ -310,7 +311,7 @@ class Harness:
                 self.violation("lost_write", fault, text, schedule)
         # Nothing left: give the orphan guards a moment (they act on their own agent's death).
         pids = [a.proc.pid for a in ep.all_agents]
-        daemon_tag = f"chaos-daemon-{ep.tag.split('=', 1)[1]}"
+        daemon_tag = episode_tags.daemon_name(ep.value)
         kept = [k for a in ep.all_agents for k in inv.kept_dirs(a.stderr_text())]
         tmpdirs = [a.tmpdir for a in ep.all_agents]
 

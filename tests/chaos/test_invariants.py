@@ -7,12 +7,16 @@ directory, the per-type table."""
 import glob
 import json
 import os
+import signal
+import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench",
-                                "chaos"))
+CHAOS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench", "chaos")
+sys.path.insert(0, CHAOS_DIR)
+import episode_tags  # noqa: E402
 import invariants as inv  # noqa: E402
 import report  # noqa: E402
 import schedule as sched  # noqa: E402
@@ -96,6 +100,34 @@ class Leftovers(unittest.TestCase):
             self.assertEqual(inv.leftover_files([tmp], inv.kept_dirs(stderr)),
                              [os.path.join(tmp, "ddprun_cd34")])
             self.assertEqual(len(inv.leftover_files([tmp])), 2)
+
+    def test_an_episode_process_and_its_daemon_are_found(self):
+        # A worker as job.py starts it (the episode's entry in its environment) leaves a daemon as
+        # chaos_train.py does; the check must see both, and the daemon by its name alone.
+        value = f"test-{os.getpid()}"
+        worker = subprocess.Popen(
+            [sys.executable, "-c", "import sys, time, episode_tags as t; t.spawn_daemon(sys.argv[1]); "
+             "time.sleep(60)", value], cwd=CHAOS_DIR, env=dict(os.environ, **{episode_tags.VAR: value}))
+        try:
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                found = inv.leftover_processes(episode_tags.env_entry(value), episode_tags.daemon_name(value))
+                # (the forks between them carry the environment for a moment, not the name)
+                if len(found) == 2 and any(episode_tags.daemon_name(value) in f for f in found):
+                    break
+                time.sleep(0.05)
+            self.assertEqual(len(found), 2, found)
+            self.assertTrue(any(f"pid {worker.pid}:" in f for f in found), found)
+            daemon = [f for f in found if episode_tags.daemon_name(value) in f]
+            self.assertEqual(len(daemon), 1, found)
+            self.assertEqual(inv.leftover_processes("CHAOS_EPISODE=other", episode_tags.daemon_name(value)),
+                             daemon)  # by its command line alone
+            self.assertEqual(inv.leftover_processes(episode_tags.env_entry("other"), "chaos-daemon-other"), [])
+        finally:
+            worker.kill()
+            worker.wait()
+            for entry in inv.leftover_processes(episode_tags.env_entry(value), episode_tags.daemon_name(value)):
+                os.kill(int(entry.split()[1].rstrip(":")), signal.SIGKILL)
 
 
 class Table(unittest.TestCase):
