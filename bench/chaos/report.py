@@ -59,6 +59,7 @@ def merge(summaries):
             "nodes": "/".join(sorted({str(s["nodes"]) for s in summaries})),
             "episodes": sum(s["episodes"] for s in summaries),
             "seconds": round(sum(s["seconds"] for s in summaries), 1),
+            "checkpoints_checked": sum(s.get("checkpoints_checked", 0) for s in summaries),
             "violations": [v for s in summaries for v in s["violations"]],
             "by_type": types, "exit_codes": codes}
 
@@ -72,5 +73,6 @@ def markdown(summary):
                     f"{s['ttr_max']} |")
     head = (f"seed {summary['seed']}, {summary['faults']} faults, mode {summary['mode']}, "
             f"{summary['nodes']} node slots ({summary['topology']}), {summary['episodes']} episodes, "
-            f"{summary['seconds']} s, {len(summary['violations'])} violations")
+            f"{summary['seconds']} s, {summary.get('checkpoints_checked', 0)} checkpoints checked, "
+            f"{len(summary['violations'])} violations")
     return head + "\n\n" + "\n".join(rows) + "\n"

@@ -27,6 +27,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import checkpoints as ckpts  # noqa: E402
 import episode_tags  # noqa: E402
 import invariants as inv  # noqa: E402
 import report  # noqa: E402
@@ -86,6 +87,7 @@ class Harness:
         self.episodes = []
         self.exit_codes = []
         self.pinned_exit = None  # a replay's expect_exit
+        self.checkpoints_checked = 0
 
     # --- time and observation -------------------------------------------------------------
     def step_seen(self, when):
@@ -309,6 +311,11 @@ class Harness:
                 os.path.join(ep.dir, "history")) else []:
             for text in inv.check_history(os.path.join(ep.dir, "history", name), ends):
                 self.violation("lost_write", fault, text, schedule)
+        # Nothing lost in training: each checkpoint equals a fault-free run from the attempt's start.
+        checked, bad = ckpts.check_episode(ep.dir)
+        self.checkpoints_checked += checked
+        for text in bad:
+            self.violation("lost_checkpoint", fault, text, schedule)
         # Nothing left: give the orphan guards a moment (they act on their own agent's death).
         pids = [a.proc.pid for a in ep.all_agents]
         daemon_tag = episode_tags.daemon_name(ep.value)
@@ -412,6 +419,7 @@ def summarize(h, schedule, elapsed):
     return {"faults": len(schedule), "seed": h.seed, "mode": h.mode, "topology": h.topology.kind,
             "launcher": h.launcher, "preload": bool(h.preload),
             "nodes": h.nodes, "episodes": len(h.episodes), "seconds": round(elapsed, 1),
+            "checkpoints_checked": h.checkpoints_checked,
             "notes": h.notes, "violations": h.violations, "by_type": by_type,
             "results": [{k: r[k] for k in ("index", "type", "did", "episode", "outcome", "ttr")}
                         for r in h.results],

@@ -7,6 +7,7 @@ directory, the per-type table."""
 import glob
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -16,6 +17,7 @@ import unittest
 
 CHAOS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench", "chaos")
 sys.path.insert(0, CHAOS_DIR)
+import checkpoints as ckpts  # noqa: E402
 import episode_tags  # noqa: E402
 import invariants as inv  # noqa: E402
 import report  # noqa: E402
@@ -128,6 +130,60 @@ class Leftovers(unittest.TestCase):
             worker.wait()
             for entry in inv.leftover_processes(episode_tags.env_entry(value), episode_tags.daemon_name(value)):
                 os.kill(int(entry.split()[1].rstrip(":")), signal.SIGKILL)
+
+
+class Checkpoints(unittest.TestCase):
+    """checkpoints.check_episode on an episode written here: attempt 0 (world 2) saves steps 10 and
+    20, attempt 1 (world 1, resumed from 20) saves 30."""
+
+    def setUp(self):
+        try:
+            import torch
+        except ImportError:
+            self.skipTest("no torch")
+        self.torch = torch
+        self.dir = tempfile.mkdtemp()
+        os.makedirs(os.path.join(self.dir, "ckpt"))
+        self.out = [b"[rank0]:CHAOS START rank=0 world=2 restart=0 resume=0"]
+        self.out += [b"[rank0]:CHAOS STEP step=%d restart=0 world=2" % s for s in range(1, 21)]
+        self.out += [b"[rank1]:CHAOS START rank=1 world=1 restart=1 resume=20",  # not rank 0's
+                     b"[rank0]:CHAOS START rank=0 world=1 restart=1 resume=20"]
+        self.out += [b"[rank0]:CHAOS STEP step=%d restart=1 world=1" % s for s in range(21, 31)]
+        for step in (10, 20):
+            self.save(step, ckpts.replay(torch, None, 2, step))
+        self.save(30, ckpts.replay(torch, self.load(20), 1, 10))
+
+    def tearDown(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def save(self, step, model):
+        self.torch.save({"model": model}, os.path.join(self.dir, "ckpt", f"step_{step:06d}.pt"))
+
+    def load(self, step):
+        return self.torch.load(os.path.join(self.dir, "ckpt", f"step_{step:06d}.pt"))["model"]
+
+    def check(self):
+        with open(os.path.join(self.dir, "node0_0.out"), "wb") as f:
+            f.write(b"\n".join(self.out) + b"\n")
+        return ckpts.check_episode(self.dir, self.torch)
+
+    def test_a_faithful_resume_passes(self):
+        self.assertEqual(self.check(), (3, []))
+
+    def test_a_checkpoint_from_the_wrong_start_or_world_is_found(self):
+        self.save(30, ckpts.replay(self.torch, self.load(10), 1, 20))  # resumed from step 10
+        checked, bad = self.check()
+        self.assertEqual(checked, 3)
+        self.assertEqual(len(bad), 1, bad)
+        self.assertIn("step_000030.pt (attempt 1, world 1, resumed from step 20) differs", bad[0])
+        self.save(30, ckpts.replay(self.torch, self.load(20), 2, 10))  # two ranks' batches
+        self.assertEqual(len(self.check()[1]), 1)
+
+    def test_a_step_with_two_authors_is_not_judged(self):
+        # A node declared lost printed step 30 too before it was stopped: who saved it is unknown.
+        self.out.append(b"[rank0]:CHAOS STEP step=30 restart=0 world=2")
+        self.save(30, ckpts.replay(self.torch, self.load(10), 1, 20))
+        self.assertEqual(self.check(), (2, []))
 
 
 class Table(unittest.TestCase):
