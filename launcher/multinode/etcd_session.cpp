@@ -143,6 +143,8 @@ void EtcdSession::join(int round, const RoundPlan& plan, std::function<void(Join
     } catch (const EtcdUnavailable& e) {
       result = std::string(e.what());
       report_etcd_lost(e.what());
+    } catch (const rdzv::RoundMembersLostError& e) {
+      result = NodeLoss{e.what(), std::nullopt};
     } catch (const std::exception& e) {
       result = std::string(e.what());
     }
@@ -184,6 +186,9 @@ std::optional<RoundRecord> EtcdSession::form_round(int round, const RoundPlan& p
   const std::string key = keys_.record(round);
   const std::string& token = settings_.token;
   std::optional<Clock::time_point> enough_since;  // when the open round first had min_nodes
+  // A restart: the round left, to tell when too few of its nodes are left to meet.
+  std::optional<RoundRecord> previous;
+  auto too_few_since = Clock::time_point::max();  // max: enough of them are left
   while (true) {
     if (cancel_) throw std::runtime_error("the join was cancelled");
     auto read = client_->range(key);
@@ -235,6 +240,23 @@ std::optional<RoundRecord> EtcdSession::form_round(int round, const RoundPlan& p
       (void)client_->txn({same}, {put_op(key, seal(token, key, encode_round(*closed)))});
       continue;
     }
+    // A restart only: a re-form's pinned round counts a spare not joined yet as missing, and
+    // is bounded by its own short join timeout anyway.
+    if (plan.previous_round >= 0 && plan.previous_round_nodes > 0) {
+      if (!previous) previous = read_round(plan.previous_round);
+      if (auto lost =
+              previous ? lost_in_round(*previous, plan.previous_round, *current) : std::nullopt) {
+        // Held for a lease's lifetime: a node invited into this round may be on its way.
+        const auto now = Clock::now();
+        if (too_few_since == Clock::time_point::max()) too_few_since = now;
+        if (now - too_few_since >= settings_.heartbeat_timeout) {
+          throw rdzv::RoundMembersLostError(
+              fmt::format("round {} of job '{}' on etcd: {}", round, settings_.run_id, *lost));
+        }
+      } else {
+        too_few_since = Clock::time_point::max();
+      }
+    }
     check_deadline();
     auto wait = std::min<Clock::duration>(deadline - Clock::now(), std::chrono::seconds(1));
     if (enough_since && !last_call_over) {
@@ -245,6 +267,28 @@ std::optional<RoundRecord> EtcdSession::form_round(int round, const RoundPlan& p
         keys_.round(round), prefix_end(keys_.round(round)), read.revision + 1,
         std::max(std::chrono::duration_cast<milliseconds>(wait), milliseconds(10)));
   }
+}
+
+std::optional<RoundRecord> EtcdSession::read_round(int round) {
+  const std::string key = keys_.record(round);
+  auto read = client_->range(key);
+  if (read.kvs.empty()) return std::nullopt;
+  auto payload = unseal(settings_.token, key, read.kvs[0].value);
+  if (!payload) return std::nullopt;
+  auto record = decode_round(*payload);
+  if (!record || record->open) return std::nullopt;
+  return record;
+}
+
+std::optional<std::string> EtcdSession::lost_in_round(const RoundRecord& previous,
+                                                      int previous_round,
+                                                      const RoundRecord& current) {
+  const std::string alive_prefix = keys_.alive_prefix(previous_round);
+  std::set<std::int64_t> alive;
+  for (const auto& kv : client_->range(alive_prefix, prefix_end(alive_prefix)).kvs) {
+    if (auto lease = lease_of_alive_key(kv.key, alive_prefix)) alive.insert(*lease);
+  }
+  return lost_before_forming(previous, current, alive, current.min_nodes);
 }
 
 void EtcdSession::announce_or_find_store(int round, rdzv::RendezvousResult& joined) {

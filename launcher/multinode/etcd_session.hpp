@@ -61,6 +61,13 @@ class EtcdSession final : public JobRendezvous {
   rdzv::RendezvousResult join_round(int round, const RoundPlan& plan);
   // The closed round with this node in it; nullopt when it closed without this node.
   std::optional<rdzv::etcd::RoundRecord> form_round(int round, const RoundPlan& plan);
+  // Round `round`'s record once closed (nullopt: none, not the job's, or still open).
+  std::optional<rdzv::etcd::RoundRecord> read_round(int round);
+  // Who of the round left is lost, when too few are left for `current` to form (see
+  // rdzv::etcd::lost_before_forming); nullopt: it may still form.
+  std::optional<std::string> lost_in_round(const rdzv::etcd::RoundRecord& previous,
+                                           int previous_round,
+                                           const rdzv::etcd::RoundRecord& current);
   // A node that arrived after its round closed waits under the job's pending keys until the
   // running nodes invite it (or refuse it, or `deadline` passes: RendezvousError).
   rdzv::etcd::Invitation wait_as_pending(std::chrono::steady_clock::time_point deadline);

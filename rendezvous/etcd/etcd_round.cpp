@@ -248,6 +248,34 @@ std::optional<RoundRecord> close_step(const RoundRecord& open, const std::set<st
   return std::nullopt;
 }
 
+std::optional<std::string> lost_before_forming(const RoundRecord& previous,
+                                               const RoundRecord& current,
+                                               const std::set<std::int64_t>& alive, int min_nodes) {
+  auto in_current = [&](std::int64_t lease) {
+    return std::any_of(current.members.begin(), current.members.end(),
+                       [&](const RoundMember& m) { return m.lease == lease; });
+  };
+  std::string lost;
+  int lost_count = 0;
+  int can_meet = static_cast<int>(current.members.size());
+  for (std::size_t rank = 0; rank < previous.members.size(); ++rank) {
+    const auto& m = previous.members[rank];
+    if (in_current(m.lease)) continue;
+    if (alive.count(m.lease)) {
+      ++can_meet;
+      continue;
+    }
+    lost += fmt::format("{}{} ({})", lost.empty() ? "" : ", ", rank, m.name);
+    ++lost_count;
+  }
+  if (lost_count == 0 || can_meet >= min_nodes) return std::nullopt;
+  return fmt::format(
+      "lost node{} {} while the job met again: {} etcd lease{} ended; {} node{} can meet, fewer "
+      "than the minimum of {}",
+      lost_count == 1 ? "" : "s", lost, lost_count == 1 ? "its" : "their",
+      lost_count == 1 ? "" : "s", can_meet, can_meet == 1 ? "" : "s", min_nodes);
+}
+
 void order_members(RoundRecord& record) {
   std::stable_sort(record.members.begin(), record.members.end(),
                    [](const RoundMember& a, const RoundMember& b) {

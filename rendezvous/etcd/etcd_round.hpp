@@ -94,6 +94,14 @@ JoinStep join_step(const std::optional<RoundRecord>& current, const RoundMember&
 // max_nodes of them, or min_nodes once `last_call_over`. nullopt: not yet.
 std::optional<RoundRecord> close_step(const RoundRecord& open, const std::set<std::int64_t>& alive,
                                       bool last_call_over);
+// A restart's or re-form's round that cannot form: the members of the round left (`previous`,
+// closed, so in node-rank order) that are not in `current` and whose leases are gone (not in
+// `alive`: the leases with an alive key in that round) are lost; when the members of `current`
+// and the live members of `previous` not in it yet are fewer than `min_nodes`, says who was lost
+// and why the round cannot form. nullopt: it may still form (or nobody was lost).
+std::optional<std::string> lost_before_forming(const RoundRecord& previous,
+                                               const RoundRecord& current,
+                                               const std::set<std::int64_t>& alive, int min_nodes);
 // Puts the members of a closed round in node-rank order: asked ranks first in their order, then
 // the others in arrival order.
 void order_members(RoundRecord& record);

@@ -13,8 +13,12 @@
               attempts exit 0 (admit=restart)
   fail_here:C where DDP_FAIL_HERE is set: exit C after 0.5 s, every attempt; elsewhere attempts
               0 and 1 sleep 60 s (until stopped) and later ones exit 0 (node_failure_limit)
+  fail_or_linger:C where DDP_FAIL_HERE is set: attempt 0 exits C after 0.5 s, later ones exit 0;
+              elsewhere a SIGTERM prints `MN TERM` and is ignored until the agent is gone (a node
+              whose agent vanishes while it stops its workers)
 Every rank also prints whether the rendezvous token reached it (it must not)."""
 import os
+import signal
 import sys
 import time
 
@@ -60,6 +64,17 @@ elif mode.startswith("until:"):
 elif mode.startswith("done:"):
     if rank != int(mode.split(":")[1]):
         time.sleep(60)
+elif mode.startswith("fail_or_linger:"):
+    if "DDP_FAIL_HERE" in env:
+        if restart == 0:
+            time.sleep(0.5)
+            sys.exit(int(mode.split(":")[1]))
+    else:
+        parent = os.getppid()
+        signal.signal(signal.SIGTERM, lambda *_: print("MN TERM", flush=True))
+        deadline = time.monotonic() + 60
+        while os.getppid() == parent and time.monotonic() < deadline:
+            time.sleep(0.05)
 elif mode == "fail_once":
     if rank == 1 and restart == 0:
         sys.exit(3)

@@ -189,6 +189,32 @@ def test_node_failure_limit_2_quarantines_the_failing_node(tmp):
         assert len(last) == 1 and last[0]["world"] == "2", node
 
 
+def test_a_restart_whose_other_node_vanished_ends_74_naming_it(tmp):
+    """The chaos harness's seed-19 end: node A's worker fails (a restart is left); node B's agent is
+    SIGKILLed while it stops its workers, before it rejoins. A, alone in the restart's round of a
+    2:3 job, ends 74 naming B once B's old heartbeat stands still, not 69 at join_timeout (30 s)."""
+    store = Store()
+    nodes = []
+    try:
+        for k, env in enumerate([mn.clean_env(DDP_FAIL_HERE="1"), None]):
+            args = ["--rdzv_backend", "c10d", "--rdzv_endpoint", f"127.0.0.1:{store.port}", "--rdzv_id", "gone",
+                    "--nnodes", "2:3", "--nproc_per_node", 1, "--max_restarts", 1, "--rdzv_conf", FAST,
+                    mn.WORKER, "fail_or_linger:3"]
+            nodes.append(mn.Node(tmp, f"agent{k}", args, env=env))
+        failing, vanishing = nodes
+        wait_until(lambda: "MN TERM" in vanishing.text()[0], 60, "node B stopping its workers")
+        kill_agent(vanishing)
+        code = failing.wait(60)
+    finally:
+        mn.finish(nodes)
+        store.close()
+    err = failing.text()[1]
+    assert code == 74, failing
+    assert "could not restart the job" in err and "while the job restarted" in err, failing
+    assert "1 node can meet, fewer than the minimum of 2" in err, failing
+    assert len(events(failing, "restart")) == 1, failing
+
+
 def worker_fields(node, restart):
     return [mn.fields(l) for l in mn.worker_lines(node) if mn.fields(l)["restart"] == str(restart)]
 

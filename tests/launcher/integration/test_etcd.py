@@ -17,6 +17,7 @@ Exits 77 when etcd or torch is missing."""
 import base64
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -166,6 +167,33 @@ def test_below_min_ends_with_74_naming_the_lost_node(tmp):
     assert "fewer than the minimum of 2" in err and "lost node 1" in err, survivor
     lines = mn.worker_lines(survivor)
     assert lines and all(mn.fields(l)["token_seen"] == "False" for l in lines), survivor
+
+
+def test_a_restart_whose_other_node_vanished_ends_74_naming_it(tmp):
+    """The chaos harness's seed-19 end, on etcd: node A's worker fails (a restart is left); node B's
+    agent is SIGKILLed while it stops its workers, before it rejoins. A, alone in the restart's
+    round of a 2:3 job, ends 74 naming B once B's lease ends, not 69 at join_timeout (30 s)."""
+    require(torch=False)
+    with EtcdCluster(3) as cluster:
+        nodes = []
+        try:
+            for k, env in enumerate([{"DDP_FAIL_HERE": "1"}, {}]):
+                nodes.append(mn.Node(tmp, f"agent{k}", [
+                    "--rdzv_backend", "etcd", "--rdzv_endpoint", cluster.endpoints, "--rdzv_id", "gone",
+                    "--nnodes", "2:3", "--nproc_per_node", 1, "--local_addr", "127.0.0.1",
+                    "--master_port", 0, "--max_restarts", 1, "--rdzv_conf", FAST, mn.WORKER,
+                    "fail_or_linger:3"], env=clean_env(DDPRUN_RDZV_TOKEN=TOKEN, **env)))
+            failing, vanishing = nodes
+            wait_until(lambda: "MN TERM" in vanishing.text()[0], 60, "node B stopping its workers")
+            kill_agent(vanishing)
+            code = failing.wait(60)
+        finally:
+            mn.finish(nodes)
+    err = failing.text()[1]
+    assert code == 74, failing
+    assert "could not restart the job" in err and re.search(r"lost node [01] \(127\.0\.0\.1\)", err), failing
+    assert "fewer than the minimum of 2" in err, failing
+    assert len(events(failing, "restart")) == 1, failing
 
 
 def test_etcd_leader_killed_mid_job_is_not_noticed(tmp):

@@ -22,8 +22,6 @@ using namespace ddp::launcher;
 using ddp::launcher::testing::attempt_of;
 using ddp::launcher::testing::FakeBehaviour;
 using ddp::launcher::testing::FakeJobRendezvous;
-using ddp::launcher::testing::FakeProcessControl;
-using ddp::launcher::testing::kStoreElsewhere;
 using ddp::launcher::testing::MultiNodeRun;
 using ddp::launcher::testing::rank_of;
 using ddp::launcher::testing::round_of;

@@ -59,6 +59,29 @@ TEST_CASE("close: only live members count; min_nodes only after the last call") 
   CHECK_FALSE(close_step(r, {1}, true));  // below min_nodes
 }
 
+TEST_CASE(
+    "a round meeting again: the nodes of the round left whose leases ended, when too few remain") {
+  // Round 0 of leases 1, 2, 3 (node ranks 0, 1, 2), closed.
+  auto old = join_step(std::nullopt, member(1), RoundShape{2, 3}).next;
+  old = join_step(old, member(2), RoundShape{2, 3}).next;
+  old = join_step(old, member(3), RoundShape{2, 3}).next;
+  REQUIRE_FALSE(old.open);
+  const auto restart = join_step(std::nullopt, member(1), RoundShape{2, 3}).next;  // 1 came back
+  // 2 and 3 ended (their leases, and with them their alive keys, are gone): 1 cannot meet 2:3.
+  const auto lost = lost_before_forming(old, restart, {1}, 2);
+  REQUIRE(lost);
+  CHECK(*lost ==
+        "lost nodes 1 (host2), 2 (host3) while the job met again: their etcd leases "
+        "ended; 1 node can meet, fewer than the minimum of 2");
+  // 3 still lives (stopping its workers, say): 1 and 3 can meet.
+  CHECK_FALSE(lost_before_forming(old, restart, {1, 3}, 2));
+  // Nobody lost: nothing to say even below the minimum (they may all come).
+  CHECK_FALSE(lost_before_forming(old, restart, {1, 2, 3}, 3));
+  // A member already in the new round counts whatever its lease in the old one says.
+  auto both = join_step(restart, member(2), RoundShape{2, 3}).next;
+  CHECK_FALSE(lost_before_forming(old, both, {1}, 2));  // only 3 lost; 1 and 2 meet
+}
+
 TEST_CASE("budgets: the highest the joiners published is kept") {
   auto r = join_step(std::nullopt, member(1), RoundShape{1, 3, 2, 1}).next;
   r = join_step(r, member(2), RoundShape{1, 3, -1, -1}).next;
