@@ -39,6 +39,7 @@ NodeRendezvousOptions node(std::string name, int lws, int node_rank, int min_nod
 std::vector<std::future<RendezvousResult>> join_all(
     TestServer& server, const std::vector<NodeRendezvousOptions>& nodes) {
   std::vector<std::future<RendezvousResult>> out;
+  out.reserve(nodes.size());
   for (const auto& n : nodes) {
     out.push_back(std::async(std::launch::async,
                              [&server, n] { return join_rendezvous(server.client_options(), n); }));
@@ -53,6 +54,7 @@ TEST_CASE("static rendezvous: 3 nodes, heterogeneous local sizes, any arrival or
   auto futures =
       join_all(server, {node("c", 3, 2, 3, 3), node("a", 2, 0, 3, 3), node("b", 1, 1, 3, 3)});
   std::vector<RendezvousResult> results;
+  results.reserve(futures.size());
   for (auto& f : futures) results.push_back(f.get());
   for (const auto& r : results) {
     CHECK(r.world_size == 6);

@@ -142,7 +142,7 @@ TEST_CASE("sums in rank order, bit-identical on every rank, segment unlinked") {
         }
         std::vector<float> f(n, static_cast<float>(rank));
         shm.all_reduce_sum(f.data(), n, ShmElement::Float32);
-        if (f[n - 1] != static_cast<float>(world * (world - 1) / 2)) return 2;
+        if (f[n - 1] != static_cast<float>(world * (world - 1)) / 2.0F) return 2;  // 0+1+...
       }
       return 0;
     });
