@@ -366,7 +366,7 @@ rdzv::RendezvousResult EtcdSession::join_round(int round, const RoundPlan& plan)
       throw rdzv::RendezvousError(fmt::format(
           "round {} of job '{}' on etcd formed without this node", round, settings_.run_id));
     }
-    const Invitation invited = wait_as_pending(deadline);
+    const Invitation invited = wait_as_pending(round, deadline);
     RoundPlan next = plan;
     if (invited.nodes > 0) {  // a re-form: exactly these nodes, this one at node_rank
       next.nodes = invited.nodes;
@@ -409,7 +409,7 @@ rdzv::RendezvousResult EtcdSession::join_round(int round, const RoundPlan& plan)
   return joined;
 }
 
-Invitation EtcdSession::wait_as_pending(Clock::time_point deadline) {
+Invitation EtcdSession::wait_as_pending(int round, Clock::time_point deadline) {
   const std::string request = keys_.pending(lease_);
   rdzv::JoinRequest join;
   join.seq = lease_;
@@ -423,6 +423,7 @@ Invitation EtcdSession::wait_as_pending(Clock::time_point deadline) {
   });
   const std::string answers = request + "/";
   bool told_spare = false;
+  auto nobody_since = Clock::time_point::max();  // max: a member of the job is alive
   while (true) {
     if (cancel_) throw std::runtime_error("the join was cancelled");
     auto read = client_->range(answers, prefix_end(answers));
@@ -448,6 +449,18 @@ Invitation EtcdSession::wait_as_pending(Clock::time_point deadline) {
         });
       }
     }
+    // The job may have ended meanwhile: then nobody will answer. Held for a lease's lifetime (a
+    // killed member's keys outlive it by that much; a re-form keeps its old round's keys).
+    if (job_has_live_member(round)) {
+      nobody_since = Clock::time_point::max();
+    } else if (nobody_since == Clock::time_point::max()) {
+      nobody_since = Clock::now();
+    } else if (Clock::now() - nobody_since >= settings_.heartbeat_timeout) {
+      throw rdzv::RendezvousError(fmt::format(
+          "job '{}' on etcd ended while this node ({}) waited as a pending node: no member of "
+          "round {} or later is alive",
+          settings_.run_id, settings_.node_name, round));
+    }
     if (Clock::now() >= deadline) {
       throw rdzv::RendezvousError(fmt::format(
           "job '{}' on etcd: waited {} s as a pending node ({}) and the running nodes never "
@@ -461,6 +474,15 @@ Invitation EtcdSession::wait_as_pending(Clock::time_point deadline) {
         answers, prefix_end(answers), read.revision + 1,
         std::max(std::chrono::duration_cast<milliseconds>(wait), milliseconds(10)));
   }
+}
+
+bool EtcdSession::job_has_live_member(int from_round) {
+  // Rounds follow one another without gaps; each member's alive key lives on its lease.
+  for (int r = from_round; client_->range(keys_.record(r)).kvs.size() == 1; ++r) {
+    const std::string alive = keys_.alive_prefix(r);
+    if (!client_->range(alive, prefix_end(alive)).kvs.empty()) return true;
+  }
+  return false;
 }
 
 void EtcdSession::seed_pending_board() {

@@ -70,7 +70,10 @@ class EtcdSession final : public JobRendezvous {
                                            const rdzv::etcd::RoundRecord& current);
   // A node that arrived after its round closed waits under the job's pending keys until the
   // running nodes invite it (or refuse it, or `deadline` passes: RendezvousError).
-  rdzv::etcd::Invitation wait_as_pending(std::chrono::steady_clock::time_point deadline);
+  // `round`: the round that formed without it (the job's nodes are there or in a later one).
+  rdzv::etcd::Invitation wait_as_pending(int round, std::chrono::steady_clock::time_point deadline);
+  // Whether any node has an alive key in round `from_round` or a later one (the job still runs).
+  bool job_has_live_member(int from_round);
   void seed_pending_board();
   void announce_or_find_store(int round, rdzv::RendezvousResult& joined);
   void start_lease();

@@ -454,6 +454,31 @@ def test_a_spare_takes_the_place_of_the_lost_store_host(tmp):
           "(heartbeat_timeout 2 s)")
 
 
+def test_a_spare_ends_soon_after_the_job_it_waited_for(tmp):
+    """2:2 full, a third agent waits as a spare; then both running agents vanish (SIGKILL, as when
+    every node loses etcd at once: nobody is left to refuse the spare, which a job that ends
+    normally does). The spare notices that no member of the job is alive once their leases end,
+    and ends 69 naming that, instead of waiting out join_timeout (30 s) for an answer that cannot
+    come (found by the chaos harness, seed 22)."""
+    require(torch=False)
+    with EtcdCluster(3) as cluster:
+        nodes = agents(tmp, cluster, 2, "2:2", "sleep", worker=mn.WORKER, nproc=1)
+        spare = None
+        try:
+            wait_until(lambda: all(n.started_workers() == 1 for n in nodes), 60, "workers on both agents")
+            spare = agents(tmp, cluster, 1, "2:2", "sleep", worker=mn.WORKER, nproc=1, first=2)[0]
+            wait_until(lambda: events(spare, "spare"), 30, "the third agent waiting as a spare")
+            for node in nodes:
+                kill_agent(node)
+            code = spare.wait(60)
+        finally:
+            mn.finish(nodes + ([spare] if spare else []))
+    assert code == 69, spare
+    err = spare.text()[1]
+    assert "ended while this node (127.0.0.1) waited as a pending node: no member of round" in err, spare
+    assert spare.started_workers() == 0, spare
+
+
 def test_a_late_agent_from_an_excluded_host_is_refused(tmp):
     """--exclude-hosts on the running nodes: a late agent from that host is refused through etcd
     (exit 69, one line naming the flag); the job goes on untouched."""
