@@ -304,7 +304,17 @@ void EtcdClient::authenticate() {
 }
 
 std::string EtcdClient::post(const char* path, const std::string& body) {
-  if (options_.user.empty()) return post_once(path, body, {});
+  if (options_.user.empty()) {
+    try {
+      return post_once(path, body, {});
+    } catch (const EtcdProtocolError& e) {
+      // etcd's own words do not say which setting of ours is missing.
+      if (std::string(e.what()).find("user name is empty") == std::string::npos) throw;
+      throw EtcdProtocolError(fmt::format(
+          "{}: etcd has authentication on; give etcd_user and etcd_password_file in --rdzv_conf",
+          e.what()));
+    }
+  }
   const std::string token = auth_token();
   try {
     return post_once(path, body, token);
@@ -320,7 +330,9 @@ std::string EtcdClient::post_once(const char* path, const std::string& body,
   const auto deadline = Clock::now() + options_.timeout;
   const std::size_t members = options_.endpoints.size();
   std::string last_error = "no member was tried";
-  bool last_was_tls = false;
+  // A refused certificate is the cause to report even when a later try only timed out (a
+  // loaded machine): the timeout would hide what the user must fix.
+  std::string tls_error;
   // Each member gets a share of the deadline, so that one that hangs (cut off from the leader)
   // leaves time for the others; a round over every member is followed by a short pause.
   const auto share =
@@ -371,7 +383,7 @@ std::string EtcdClient::post_once(const char* path, const std::string& body,
     } catch (...) {
       const auto failed = std::current_exception();
       last_error = fmt::format("{}:{}: {}", at.host, at.port, reason_of(failed));
-      last_was_tls = is_tls_error(failed);
+      if (is_tls_error(failed)) tls_error = last_error;
       // A TLS-only member closes a plain connection without an answer.
       if (!tls_ && fresh && is_end_of_stream(failed))
         last_error += "; is the member TLS-only? then name it https:// or give etcd_cacert";
@@ -379,9 +391,9 @@ std::string EtcdClient::post_once(const char* path, const std::string& body,
     }
     ++current_;  // the next try (and the next call) starts on another member
   }
-  if (last_was_tls) {
+  if (!tls_error.empty()) {
     throw EtcdUnavailable(
-        fmt::format("TLS with etcd at {} failed ({})", describe(options_.endpoints), last_error));
+        fmt::format("TLS with etcd at {} failed ({})", describe(options_.endpoints), tls_error));
   }
   throw EtcdUnavailable(fmt::format("etcd at {} did not answer within {:.3g} s ({})",
                                     describe(options_.endpoints), options_.timeout.count() / 1000.0,
