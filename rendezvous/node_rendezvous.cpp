@@ -25,6 +25,7 @@ using namespace std::chrono_literals;
 //   .../status                               leader's one-line progress (for timeout messages)
 //   .../lost                                 why the round cannot form: nodes of the round before
 //                                            stopped heartbeating (set before "closed")
+//   .../leader_beat                          a restart's leader's counter while it leads
 //   ddprun/<run_id>/leader                   static node 0's name, set when it first joins
 //   .../ack/<seq>                            "1": this arrival read why the leader failed the round
 //   .../hb/<node_rank>                       heartbeat counters
@@ -61,6 +62,19 @@ std::string host_name() {
 }
 
 constexpr auto kPollSlice = 100ms;
+
+// A round that watches the round it left (a re-form or a restart, SurvivorWatch): its leader
+// beats while it leads, and the nodes waiting for its answer watch that beat.
+bool watches_round_left(const NodeRendezvousOptions& o) {
+  return o.previous_round >= 0 && o.survivor_heartbeat_timeout.count() > 0 &&
+         (!o.survivors_previous_ranks.empty() || o.previous_round_nodes > 0);
+}
+
+std::chrono::milliseconds leader_beat_period(const NodeRendezvousOptions& o) {
+  return std::clamp(o.survivor_heartbeat_timeout / 4, std::chrono::milliseconds(100),
+                    std::chrono::milliseconds(1000));
+}
+
 // How many of the latest pending numbers a monitor looks at (late arrivals are few; a counter
 // that someone pushed far must not make the heartbeat loop long).
 constexpr std::int64_t kMaxPending = 64;
@@ -228,6 +242,63 @@ class SurvivorWatch {
   std::map<int, Beat> beats_;
 };
 
+// How a node waiting for its round's leader sees that the leader stopped: neither its beat in
+// this round nor, for a re-form's leader (survivor 0) not joined yet, its heartbeat in the round
+// left moved for survivor_heartbeat_timeout.
+class LeaderWatch {
+ public:
+  LeaderWatch(const NodeRendezvousOptions& o, bool waiting_for_leader)
+      : options_(o), active_(waiting_for_leader && watches_round_left(o)) {}
+
+  bool stopped(StoreClient& client, const std::string& prefix, RdzvClock::time_point now) {
+    if (!active_ || now < next_look_) return false;
+    next_look_ = now + leader_beat_period(options_);
+    std::vector<std::string> keys{prefix + "leader_beat"};
+    if (!options_.survivors_previous_ranks.empty()) {
+      keys.push_back(round_prefix(options_.run_id, options_.previous_round) + "hb/" +
+                     std::to_string(options_.survivors_previous_ranks.front()));
+    }
+    std::string seen;
+    for (const auto& key : keys) seen += (client.check({key}) ? client.get(key) : "-") + "|";
+    if (seen != last_) {
+      last_ = std::move(seen);
+      changed_ = now;
+    }
+    return now - changed_ > options_.survivor_heartbeat_timeout;
+  }
+
+  // "node 0 (host-a)": the leader's rank in the round left and its name there.
+  std::string describe(StoreClient& client, const std::string& prefix) const {
+    int old_rank = -1;
+    if (!options_.survivors_previous_ranks.empty()) {
+      old_rank = options_.survivors_previous_ranks.front();
+    } else if (client.check({prefix + "join/1"})) {  // a restart's leader: the first arrival
+      if (auto j = decode_join(client.get(prefix + "join/1"))) old_rank = j->previous_node_rank;
+    }
+    std::string who = old_rank >= 0 ? fmt::format("node {}", old_rank) : "the first to arrive";
+    const std::string old_assignment =
+        round_prefix(options_.run_id, options_.previous_round) + "assignment";
+    if (old_rank >= 0 && client.check({old_assignment})) {
+      if (auto old = decode_assignment(client.get(old_assignment))) {
+        for (const auto& n : old->nodes)
+          if (n.node_rank == old_rank) who += fmt::format(" ({})", n.name);
+      }
+    }
+    return fmt::format(
+        "lost the round's leader, {} of the round left, while the job {}: no sign "
+        "of it for {:.3g} s",
+        who, options_.survivors_previous_ranks.empty() ? "restarted" : "re-formed",
+        std::chrono::duration<double>(options_.survivor_heartbeat_timeout).count());
+  }
+
+ private:
+  const NodeRendezvousOptions& options_;
+  bool active_;
+  RdzvClock::time_point next_look_ = RdzvClock::now();
+  RdzvClock::time_point changed_ = RdzvClock::now();
+  std::string last_;
+};
+
 Assignment lead(StoreClient& client, const std::string& prefix, const NodeRendezvousOptions& o,
                 const std::string& leader_name, std::int64_t own_seq,
                 RdzvClock::time_point deadline) {
@@ -237,9 +308,16 @@ Assignment lead(StoreClient& client, const std::string& prefix, const NodeRendez
   std::int64_t next = 1;
   JoinProgressClock progress(o);
   SurvivorWatch survivors(o);
+  const bool beats = watches_round_left(o);
+  std::int64_t beat = 0;
+  auto next_beat = RdzvClock::now();
   while (!admission.complete(RdzvClock::now())) {
     const auto now = RdzvClock::now();
     progress.report(now, [&] { return admission.describe(); });
+    if (beats && now >= next_beat) {
+      client.set(prefix + "leader_beat", std::to_string(++beat));
+      next_beat = now + leader_beat_period(o);
+    }
     if (now >= deadline) {
       const std::string status = admission.describe();
       client.set(prefix + "status", status);
@@ -263,7 +341,8 @@ Assignment lead(StoreClient& client, const std::string& prefix, const NodeRendez
     }
     auto until = deadline;
     if (auto last_call = admission.last_call_deadline()) until = std::min(until, *last_call);
-    until = std::min({until, progress.next(), survivors.next()});
+    until = std::min({until, progress.next(), survivors.next(),
+                      beats ? next_beat : RdzvClock::time_point::max()});
     if (!wait_for(client, join_key,
                   std::chrono::duration_cast<std::chrono::milliseconds>(until - now)))
       continue;
@@ -491,8 +570,15 @@ RendezvousResult join_once(const StoreClientOptions& store, const NodeRendezvous
 
   const std::string verdict_key = prefix + "verdict/" + std::to_string(join.seq);
   JoinProgressClock progress(o);
+  LeaderWatch leader_watch(o, !leader);
   for (;;) {
     if (wait_for(client, verdict_key, kPollSlice)) break;
+    if (leader_watch.stopped(client, prefix, RdzvClock::now()) && !client.check({verdict_key}) &&
+        !client.check({prefix + "closed"})) {
+      acknowledge();
+      throw RoundMembersLostError(
+          fmt::format("rendezvous '{}': {}", o.run_id, leader_watch.describe(client, prefix)));
+    }
     progress.report(RdzvClock::now(), [&] {
       return client.check({prefix + "status"}) ? client.get(prefix + "status")
                                                : std::string("waiting for the round's leader");

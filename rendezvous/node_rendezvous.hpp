@@ -77,7 +77,11 @@ struct NodeRendezvousOptions {
   // that has not joined yet, as for a re-form; but a member that stands still only fails the
   // round when the nodes that can still meet (admitted ones and members still beating) are
   // fewer than min_nodes: otherwise the round forms without it at last call. Without this, the
-  // one node left after the others were lost meanwhile waited out join_timeout. 0: not a restart.
+  // one node left after the others were lost meanwhile waited out join_timeout. In both, the
+  // leader beats under the round's `leader_beat` key while it leads; a node waiting for its
+  // answer that sees neither that beat nor (a re-form's leader not joined yet) its old heartbeat
+  // move for `survivor_heartbeat_timeout` ends the round as a loss too (a leader killed before it
+  // answered left the others waiting out join_timeout). 0: not a restart.
   int previous_node_rank = -1;
   int previous_round_nodes = 0;
 };

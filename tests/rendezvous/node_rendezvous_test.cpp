@@ -14,6 +14,8 @@
 #include <fmt/format.h>
 
 #include "rendezvous/node_rendezvous.hpp"
+#include "rendezvous/rank_assignment.hpp"
+#include "rendezvous/store_client.hpp"
 #include "rendezvous/token_auth.hpp"
 #include "tests/rendezvous/test_server.hpp"
 
@@ -637,4 +639,88 @@ TEST_CASE("every node of a restart that cannot form hears the loss, not a failed
             std::string::npos);
     }
   }
+}
+
+TEST_CASE("a restart's node hears, as a loss, that its leader stopped before answering") {
+  // Node 0 took the first arrival of the restart (so it leads) and was killed before it led:
+  // its join is there, its beat never comes. Without the leader's beat, node 1 waited out
+  // join_timeout (60 s here) for an answer nobody would give.
+  TestServer server;
+  FormedRound old(server);
+  old.monitors[0].reset();
+  old.monitors[1].reset();
+  StoreClient dead_leader(server.client_options());
+  REQUIRE(dead_leader.add("ddprun/job/1/arrivals", 1) == 1);
+  JoinRequest join;
+  join.seq = 1;
+  join.name = "a";
+  join.local_world_size = 1;
+  join.requested_node_rank = -1;
+  join.previous_node_rank = 0;
+  dead_leader.set("ddprun/job/1/join/1", encode_join(join));
+  const auto started = std::chrono::steady_clock::now();
+  try {
+    join_rendezvous(server.client_options(), restarting("b", 1, 2));
+    FAIL("the restart formed without its leader");
+  } catch (const RoundMembersLostError& e) {
+    CHECK(std::string(e.what()).find("lost the round's leader, node 0 (a) of the round left, "
+                                     "while the job restarted") != std::string::npos);
+  }
+  CHECK(std::chrono::steady_clock::now() - started < 10s);  // not join_timeout (60 s)
+}
+
+TEST_CASE("a restart's leader that waits long for a member still beating keeps the others") {
+  // The leader waits 5 x the watch's timeout for node 2, which still heartbeats in the round
+  // left; node 1, joined at once, must not take the wait for a dead leader.
+  TestServer server;
+  FormedRound old(server);
+  old.monitors[0].reset();
+  old.monitors[1].reset();
+  auto leader = std::async(std::launch::async, [&] {
+    return join_rendezvous(server.client_options(), restarting("a", 0, 3));
+  });
+  std::this_thread::sleep_for(100ms);  // a leads
+  auto early = std::async(std::launch::async, [&] {
+    return join_rendezvous(server.client_options(), restarting("b", 1, 3));
+  });
+  std::this_thread::sleep_for(1500ms);
+  old.monitors[2].reset();
+  const auto late = join_rendezvous(server.client_options(), restarting("c", 2, 3));
+  CHECK(late.num_nodes == 3);
+  CHECK(leader.get().num_nodes == 3);
+  CHECK(early.get().num_nodes == 3);
+}
+
+TEST_CASE("a re-form's node hears, as a loss, that its leader died before it joined") {
+  // Node 2 was lost; survivor 0 (the re-form's leader) died too before it joined, and its
+  // heartbeat in the round left stood still. Node 1 waited out join_timeout without this.
+  TestServer server;
+  FormedRound old(server);
+  old.monitors[2].reset();
+  old.monitors[0].reset();
+  old.monitors[1].reset();
+  const auto started = std::chrono::steady_clock::now();
+  try {
+    join_rendezvous(server.client_options(), survivor("b", 1, {0, 1}));
+    FAIL("the re-form formed without its leader");
+  } catch (const RoundMembersLostError& e) {
+    CHECK(std::string(e.what()).find("lost the round's leader, node 0 (a) of the round left, "
+                                     "while the job re-formed") != std::string::npos);
+  }
+  CHECK(std::chrono::steady_clock::now() - started < 10s);  // not join_timeout (60 s)
+}
+
+TEST_CASE("a re-form's node waits for a leader that still heartbeats while it stops its workers") {
+  TestServer server;
+  FormedRound old(server);
+  old.monitors[2].reset();  // the lost node
+  old.monitors[1].reset();
+  auto early = std::async(std::launch::async, [&] {
+    return join_rendezvous(server.client_options(), survivor("b", 1, {0, 1}));
+  });
+  std::this_thread::sleep_for(1500ms);  // 5 x the watch's timeout, the leader beating all along
+  old.monitors[0].reset();
+  const auto leader = join_rendezvous(server.client_options(), survivor("a", 0, {0, 1}));
+  CHECK(leader.num_nodes == 2);
+  CHECK(early.get().node_rank == 1);
 }
