@@ -25,7 +25,8 @@ using namespace std::chrono_literals;
 //   .../status                               leader's one-line progress (for timeout messages)
 //   .../lost                                 why the round cannot form: nodes of the round before
 //                                            stopped heartbeating (set before "closed")
-//   .../leader_beat                          a restart's leader's counter while it leads
+//   .../leader_beat                          a re-form's or restart's leader's counter while it
+//                                            leads
 //   ddprun/<run_id>/leader                   static node 0's name, set when it first joins
 //   .../ack/<seq>                            "1": this arrival read why the leader failed the round
 //   .../hb/<node_rank>                       heartbeat counters
@@ -141,6 +142,24 @@ void await_failure_read(StoreClient& client, const std::string& prefix, std::int
 // A re-form's or a restart's leader watches the nodes of the round left that have not joined yet,
 // by the heartbeat each one's monitor keeps in that round until it starts to join this one
 // (NodeRendezvousOptions::survivors_previous_ranks, previous_node_rank).
+// "rank (name)" for node ranks of a formed round, "rank" where its assignment is not readable.
+std::string describe_old_ranks(StoreClient& client, const std::string& round_prefix_text,
+                               const std::vector<int>& ranks) {
+  std::optional<Assignment> old;
+  if (client.check({round_prefix_text + "assignment"}))
+    old = decode_assignment(client.get(round_prefix_text + "assignment"));
+  std::string names;
+  for (int rank : ranks) {
+    std::string name;
+    if (old) {
+      for (const auto& n : old->nodes)
+        if (n.node_rank == rank) name = fmt::format(" ({})", n.name);
+    }
+    names += fmt::format("{}{}{}", names.empty() ? "" : ", ", rank, name);
+  }
+  return names;
+}
+
 class SurvivorWatch {
  public:
   explicit SurvivorWatch(const NodeRendezvousOptions& o) : options_(o) {}
@@ -175,18 +194,7 @@ class SurvivorWatch {
     });
     const int can_meet = static_cast<int>(admitted.size()) + (own_admitted ? 0 : 1) + beating;
     if (restart && can_meet >= options_.min_nodes) return {};  // it forms without them
-    std::optional<Assignment> old;
-    if (client.check({old_prefix + "assignment"}))
-      old = decode_assignment(client.get(old_prefix + "assignment"));
-    std::string names;
-    for (int rank : gone) {
-      std::string name;
-      if (old) {
-        for (const auto& n : old->nodes)
-          if (n.node_rank == rank) name = fmt::format(" ({})", n.name);
-      }
-      names += fmt::format("{}{}{}", names.empty() ? "" : ", ", rank, name);
-    }
+    const std::string names = describe_old_ranks(client, old_prefix, gone);
     std::string text = fmt::format(
         "node{} {} of the round left did not rejoin: no heartbeat for {:.3g} s (lost with it)",
         gone.size() == 1 ? "" : "s", names,
@@ -275,15 +283,12 @@ class LeaderWatch {
     } else if (client.check({prefix + "join/1"})) {  // a restart's leader: the first arrival
       if (auto j = decode_join(client.get(prefix + "join/1"))) old_rank = j->previous_node_rank;
     }
-    std::string who = old_rank >= 0 ? fmt::format("node {}", old_rank) : "the first to arrive";
-    const std::string old_assignment =
-        round_prefix(options_.run_id, options_.previous_round) + "assignment";
-    if (old_rank >= 0 && client.check({old_assignment})) {
-      if (auto old = decode_assignment(client.get(old_assignment))) {
-        for (const auto& n : old->nodes)
-          if (n.node_rank == old_rank) who += fmt::format(" ({})", n.name);
-      }
-    }
+    const std::string who =
+        old_rank >= 0
+            ? "node " + describe_old_ranks(client,
+                                           round_prefix(options_.run_id, options_.previous_round),
+                                           {old_rank})
+            : std::string("the first to arrive");
     return fmt::format(
         "lost the round's leader, {} of the round left, while the job {}: no sign "
         "of it for {:.3g} s",
