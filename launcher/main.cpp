@@ -87,6 +87,19 @@ int run_main(int argc, char** argv) {
     const std::vector<std::string> rest(argv + 2, argv + argc);
     if (first == "top") return view::run_top(rest);
     if (first == "report") return view::run_report(rest);
+    // `ddprun help [top|report]`: what `--help` prints (git's and pip's habit).
+    if (first == "help") {
+      if (!rest.empty() && rest.front() == "top") return view::run_top({"--help"});
+      if (!rest.empty() && rest.front() == "report") return view::run_report({"--help"});
+      if (!rest.empty()) {
+        return fail(Error{exit_codes::kUsage,
+                          fmt::format("help: no command '{}' (try: ddprun help, ddprun help top, "
+                                      "ddprun help report)",
+                                      rest.front())});
+      }
+      auto help = parse_command_line({"--help"});
+      return help ? help->exit_code : fail(help.error());
+    }
   }
 
   auto parsed = parse_command_line(std::vector<std::string>(argv + 1, argv + argc));
@@ -97,8 +110,7 @@ int run_main(int argc, char** argv) {
     if (!parsed->raw.program_and_args.empty()) {
       const std::string& first = parsed->raw.program_and_args.front();
       if (first.size() > 1 && first[0] == '-') {  // e.g. the retired --follow
-        return fail(Error{exit_codes::kUsage,
-                          fmt::format("--store-only: unknown option '{}' (see --help)", first)});
+        return fail(Error{exit_codes::kUsage, "--store-only: " + unknown_option_message(first)});
       }
       return fail(Error{exit_codes::kUsage, "--store-only takes no program"});
     }

@@ -7,7 +7,10 @@
 #include <algorithm>
 #include <iostream>
 #include <sstream>
+#include <stdexcept>
+#include <string_view>
 
+#include "launcher/config/did_you_mean.hpp"
 #include "launcher/config/usage_error.hpp"
 
 namespace ddp::launcher {
@@ -38,13 +41,16 @@ constexpr OptionSpec kOptions[] = {
      &RawOptions::nproc_per_node, nullptr, "gpu cpu auto",
      "Workers per node: N, gpu, cpu or auto (default 1)"},
     {"--rdzv-backend,--rdzv_backend", "BACKEND", "PET_RDZV_BACKEND", &RawOptions::rdzv_backend,
-     nullptr, "static c10d", "Rendezvous backend: static (default) or c10d"},
+     nullptr, "static c10d etcd etcd-v2",
+     "Rendezvous backend: static (default), c10d or etcd (etcd-v2 is the same)"},
     {"--rdzv-endpoint,--rdzv_endpoint", "HOST[:PORT]", "PET_RDZV_ENDPOINT",
      &RawOptions::rdzv_endpoint, nullptr, nullptr, "Rendezvous endpoint host[:port]"},
     {"--rdzv-id,--rdzv_id", "ID", nullptr, &RawOptions::rdzv_id, nullptr, nullptr,
      "Job id shared by all nodes (default: PET_RDZV_ID, the scheduler's job id, else none)"},
     {"--rdzv-conf,--rdzv_conf", "K=V[,K=V...]", "PET_RDZV_CONF", &RawOptions::rdzv_conf, nullptr,
-     nullptr, "Rendezvous settings k1=v1,k2=v2 (unknown keys: a warning, as in torchrun)"},
+     nullptr,
+     "Rendezvous settings k1=v1,k2=v2 (an unknown key: a warning with the closest known key; "
+     "torchrun ignores it)"},
     {"--standalone", nullptr, "PET_STANDALONE", nullptr, &RawOptions::standalone, nullptr,
      "Single-node job: free port, fresh run id"},
     {"--max-restarts,--max_restarts", "N", "PET_MAX_RESTARTS", &RawOptions::max_restarts, nullptr,
@@ -186,6 +192,100 @@ constexpr OptionSpec kOptions[] = {
      &health::RawHealthOptions::file_timer},
 };
 
+/// --help: the options a first job needs come first, then the rest by topic (CLI11 option
+/// groups, in this order). Each option's first long name; every option is in exactly one group.
+struct HelpGroup {
+  const char* title;
+  const char* options;  // space-separated, in display order
+};
+constexpr HelpGroup kHelpGroups[] = {
+    {"Common options",
+     "--help --nproc-per-node --standalone --nnodes --node-rank --master-addr --master-port "
+     "--rdzv-backend --rdzv-endpoint --rdzv-id --max-restarts --module --no-python --log-dir "
+     "--dry-run --version"},
+    {"Multi-node and elastic jobs",
+     "--rdzv-conf --local-addr --max-rescales --node-failure-limit --exclude-hosts --scheduler "
+     "--print-env-detect"},
+    {"Output and logs",
+     "--redirects --tee --log-line-prefix-template --local-ranks-filter --no-prefix --color "
+     "--events --duplicate-stdout-filters --duplicate-stderr-filters --event-log-handler"},
+    {"Workers",
+     "--python --preload --run-path --role --bind-gpu --virtual-local-rank --numa-binding "
+     "--signals-to-handle --shutdown-timeout"},
+    {"Health and views (ddprun top, ddprun report)",
+     "--status-port --status-addr --hang-timeout --hang-startup-timeout --no-progress-restarts "
+     "--straggler-ratio --file-timer"},
+    {"The store", "--store-only --store-proxy --store-proxy-max-watched-keys"},
+    {"torchrun compatibility and shell",
+     "--monitor-interval --start-method --logs-specs --print-completion"},
+};
+
+/// The commands that look at a job instead of running one (main() dispatches them).
+constexpr const char* kCommandsHelp[][2] = {
+    {"top [HOST:PORT]", "a running job's ranks in the terminal, like htop (needs --status-port)"},
+    {"report EVENTS", "what an --events file says happened, as HTML or Markdown"},
+    {"help [COMMAND]", "this help, or a command's (ddprun help top)"},
+};
+
+constexpr const char* kExamplesHelp[][2] = {
+    {"ddprun --nproc-per-node=4 train.py --lr 3",
+     "4 workers on this machine; everything after train.py goes to it"},
+    {"ddprun --nnodes=2 --node-rank=0 --master-addr=10.0.0.1 --nproc-per-node=8 train.py",
+     "node 0 of two (node 1 runs the same with --node-rank=1)"},
+};
+
+constexpr size_t kHelpWidth = 100;  // every line of --help fits 100 columns
+constexpr size_t kHelpColumn = 34;  // where descriptions start
+
+const OptionSpec* find_spec(const std::string& long_name) {
+  for (const auto& spec : kOptions) {
+    std::stringstream names(spec.names);
+    for (std::string name; std::getline(names, name, ',');) {
+      if (name == long_name) return &spec;
+    }
+  }
+  return nullptr;
+}
+
+/// `text` broken at spaces into lines of at most `width` columns (a longer word stays whole).
+std::vector<std::string> wrap(std::string_view text, size_t width) {
+  std::vector<std::string> lines;
+  std::string line;
+  size_t i = 0;
+  while (i < text.size()) {
+    const size_t space = text.find(' ', i);
+    const std::string_view word =
+        text.substr(i, space == std::string_view::npos ? std::string_view::npos : space - i);
+    i = space == std::string_view::npos ? text.size() : space + 1;
+    if (word.empty()) continue;
+    if (!line.empty() && line.size() + 1 + word.size() > width) {
+      lines.push_back(std::move(line));
+      line.clear();
+    }
+    if (!line.empty()) line += ' ';
+    line += word;
+  }
+  if (!line.empty() || lines.empty()) lines.push_back(std::move(line));
+  return lines;
+}
+
+/// "  NAME   description" with the description wrapped at kHelpWidth; a name too wide for the
+/// column puts the description on the lines below it.
+std::string help_row(const std::string& name, std::string_view description) {
+  const auto lines = wrap(description, kHelpWidth - kHelpColumn);
+  std::string out = "  " + name;
+  size_t first = 0;
+  if (out.size() + 2 <= kHelpColumn) {
+    out += std::string(kHelpColumn - out.size(), ' ') + lines.front();
+    first = 1;
+  }
+  out += "\n";
+  for (size_t k = first; k < lines.size(); ++k) {
+    out += std::string(kHelpColumn, ' ') + lines[k] + "\n";
+  }
+  return out;
+}
+
 std::vector<std::string> split_words(const char* text) {
   std::vector<std::string> out;
   if (text == nullptr) return out;
@@ -217,11 +317,49 @@ std::vector<CliOption> build_table() {
   return table;
 }
 
-/// "Usage: ddprun [OPTIONS] PROGRAM [ARGS...]": CLI11 2.1 cannot name a prefix command's rest.
-class UsageFormatter : public CLI::Formatter {
+/// ddprun's --help: usage, the common options, two examples, the commands, the other option
+/// groups, the footer; every line within kHelpWidth columns. CLI11 2.1 neither wraps descriptions
+/// nor can name a prefix command's rest, so the whole page is drawn here from the app's groups.
+/// Only the dash spelling of each flag is shown; the footer says the underscore one works too.
+class HelpFormatter : public CLI::Formatter {
  public:
-  std::string make_usage(const CLI::App*, std::string) const override {
-    return "Usage: ddprun [OPTIONS] PROGRAM [ARGS...]\n";
+  std::string make_help(const CLI::App* app, std::string, CLI::AppFormatMode) const override {
+    std::string out = app->get_description() + "\n\n";
+    out += "Usage: ddprun [OPTIONS] PROGRAM [ARGS...]\n";
+    out += "       ddprun top|report|help [ARGS...]\n";
+    const auto groups = app->get_groups();
+    for (size_t g = 0; g < groups.size(); ++g) {
+      out += "\n" + groups[g] + ":\n";
+      for (const CLI::Option* option :
+           app->get_options([&](const CLI::Option* o) { return o->get_group() == groups[g]; })) {
+        out += help_row(option_name(*option), option->get_description());
+      }
+      if (g == 0) {
+        out += "\nExamples:\n";
+        for (const auto& [command, what] : kExamplesHelp) {
+          out += "  " + std::string(command) + "\n";
+          out += help_row("", what);
+        }
+        out += "\nCommands:\n";
+        for (const auto& [command, what] : kCommandsHelp) out += help_row(command, what);
+      }
+    }
+    out += "\n";
+    std::istringstream paragraphs(app->get_footer());
+    for (std::string paragraph; std::getline(paragraphs, paragraph);) {
+      for (const auto& line : wrap(paragraph, kHelpWidth)) out += line + "\n";
+    }
+    return out;
+  }
+
+ private:
+  static std::string option_name(const CLI::Option& option) {
+    std::string name;
+    for (const auto& s : option.get_snames()) name += "-" + s + ", ";
+    if (!option.get_lnames().empty()) name += "--" + option.get_lnames().front();
+    const std::string metavar = option.get_type_name();
+    if (option.get_expected_min() > 0 && !metavar.empty()) name += " " + metavar;
+    return name;
   }
 };
 
@@ -233,32 +371,60 @@ const std::vector<CliOption>& launch_option_table() {
 }
 
 void add_launch_options(CLI::App& app, RawOptions& raw) {
-  for (const auto& spec : kOptions) {
-    CLI::Option* option = nullptr;
-    if (spec.text != nullptr || spec.health_text != nullptr) {
-      std::string& target =
-          spec.text != nullptr ? raw.*(spec.text) : raw.health.*(spec.health_text);
-      // Like argparse (torchrun), a repeated option takes its last value.
-      option = app.add_option(spec.names, target, spec.help)
-                   ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)
-                   ->type_name(spec.metavar);
-    } else {
-      bool& target = spec.flag != nullptr ? raw.*(spec.flag) : raw.health.*(spec.health_flag);
-      option = app.add_flag(spec.names, target, spec.help);
+  const std::string common = kHelpGroups[0].title;
+  app.get_help_ptr()->group(common)->description("Print this help and exit");
+  size_t registered = 0;
+  for (const auto& group : kHelpGroups) {
+    for (const auto& name : split_words(group.options)) {
+      if (name == "--help" || name == "--version") continue;
+      const OptionSpec* spec = find_spec(name);
+      if (spec == nullptr) throw std::logic_error("help group names an unknown option " + name);
+      CLI::Option* option = nullptr;
+      if (spec->text != nullptr || spec->health_text != nullptr) {
+        std::string& target =
+            spec->text != nullptr ? raw.*(spec->text) : raw.health.*(spec->health_text);
+        // Like argparse (torchrun), a repeated option takes its last value.
+        option = app.add_option(spec->names, target, spec->help)
+                     ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)
+                     ->type_name(spec->metavar);
+      } else {
+        bool& target = spec->flag != nullptr ? raw.*(spec->flag) : raw.health.*(spec->health_flag);
+        option = app.add_flag(spec->names, target, spec->help);
+      }
+      if (spec->env != nullptr) option->envname(spec->env);
+      option->group(group.title);
+      ++registered;
     }
-    if (spec.env != nullptr) option->envname(spec.env);
   }
-  app.set_version_flag("--version", "ddprun " DDPRUN_VERSION);
-  app.formatter(std::make_shared<UsageFormatter>());
+  if (registered != std::size(kOptions)) {
+    throw std::logic_error("an option is in no --help group (kHelpGroups)");
+  }
+  app.set_version_flag("--version", "ddprun " DDPRUN_VERSION, "Print ddprun's version and exit")
+      ->group(common);
+  app.formatter(std::make_shared<HelpFormatter>());
   // Everything from the program on is passed through: `ddprun train.py --lr 3` never parses --lr.
   app.prefix_command();
   app.footer(
       "PROGRAM [ARGS...]: a .py script (run with PYTHON -u), a module with -m, or any executable.\n"
-      "Long options may be abbreviated to any unambiguous prefix (--nproc_per 2).\n"
+      "Every --multi-word flag also has torchrun's underscore spelling (--nproc_per_node), and "
+      "long options may be abbreviated to any unambiguous prefix (--nproc-per 2).\n"
       "torchrun's flags can also come from PET_<NAME> (e.g. PET_NPROC_PER_NODE); the command line "
-      "wins.\nInside Slurm, Open MPI, PMIx/PMI or Kubernetes jobs, --nnodes, --node_rank, "
-      "--master_addr, --master_port and --rdzv_id default to the scheduler's values "
-      "(see --print-env-detect).");
+      "wins.\nInside Slurm, Open MPI, PMIx/PMI or Kubernetes jobs, --nnodes, --node-rank, "
+      "--master-addr, --master-port and --rdzv-id default to the scheduler's values "
+      "(see --print-env-detect).\n"
+      "Exit codes, every flag in detail: man ddprun, docs/flags.md.");
+}
+
+std::string unknown_option_message(std::string_view arg) {
+  const std::string_view name = arg.substr(0, arg.find('='));
+  std::vector<std::string> known;
+  for (const auto& option : launch_option_table()) {
+    known.insert(known.end(), option.long_names.begin(), option.long_names.end());
+    if (!option.short_name.empty()) known.push_back(option.short_name);
+  }
+  const auto close = closest_spelling(name, known);
+  return fmt::format("unknown option '{}' ({}options go before the program; see --help)", arg,
+                     close ? fmt::format("did you mean {}? ", *close) : "");
 }
 
 Result<std::vector<std::string>> expand_abbreviations(const std::vector<std::string>& args) {

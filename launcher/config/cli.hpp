@@ -51,6 +51,10 @@ Result<std::vector<std::string>> expand_abbreviations(const std::vector<std::str
 /// environment by CLI11. Help goes to stdout; a parse error becomes an Error (exit code 2).
 Result<ParsedCommandLine> parse_command_line(const std::vector<std::string>& args);
 
+/// The one-line error for an unknown option `arg` (as typed, with or without =VALUE), naming the
+/// closest option (either spelling) when one is close: "did you mean --nproc_per_node?".
+std::string unknown_option_message(std::string_view arg);
+
 /// The completion script for `shell` ("bash" or "zsh"), generated from launch_option_table().
 Result<std::string> completion_script(std::string_view shell);
 

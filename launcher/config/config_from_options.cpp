@@ -7,7 +7,9 @@
 #include <algorithm>
 
 #include <tuple>
+#include "launcher/config/cli.hpp"
 #include "launcher/config/cuda_devices.hpp"
+#include "launcher/config/did_you_mean.hpp"
 #include "launcher/config/node_plan.hpp"
 #include "launcher/config/rdzv_conf_keys.hpp"
 #include "launcher/config/usage_error.hpp"
@@ -134,8 +136,7 @@ Result<ConfiguredLaunch> config_from_options(const RawOptions& raw, const HostFa
     return usage_error("no program given (usage: ddprun [options] PROGRAM [ARGS...])");
   const std::string& first = raw.program_and_args.front();
   if (first.size() > 1 && first[0] == '-') {
-    return usage_error(
-        fmt::format("unknown option '{}' (options go before the program; see --help)", first));
+    return usage_error(unknown_option_message(first));
   }
   if (first.empty()) return usage_error("the program name is empty");
   auto kind = resolve_program_kind(raw);
@@ -192,7 +193,12 @@ Result<ConfiguredLaunch> config_from_options(const RawOptions& raw, const HostFa
   if (!conf) return conf.error();
   for (auto& [key, value] : *conf) {
     if (!known_rdzv_conf_keys().count(key)) {
-      out.notices.push_back(fmt::format("warning: --rdzv_conf: unknown key '{}' ignored", key));
+      // torchrun ignores keys it does not read; a typo ignored in silence is worse: a warning,
+      // naming the key it probably meant.
+      std::vector<std::string> known(known_rdzv_conf_keys().begin(), known_rdzv_conf_keys().end());
+      const auto close = closest_spelling(key, known);
+      out.notices.push_back(fmt::format("warning: --rdzv_conf: unknown key '{}' ignored{}", key,
+                                        close ? fmt::format(" (did you mean {}?)", *close) : ""));
       continue;
     }
     c.rdzv_conf[key] = unquoted(value);

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "launcher/config/cli.hpp"
+#include "launcher/config/did_you_mean.hpp"
 #include "launcher/config/launch_config.hpp"
 
 using namespace ddp::launcher;
@@ -280,4 +281,34 @@ TEST_CASE("--store-proxy-max-watched-keys: a whole number >= 1, also from its DD
   check_error({"--store-proxy-max-watched-keys", "lots", "train"}, 2,
               "--store-proxy-max-watched-keys: 'lots' is not a whole number");
   check_error({"--store-proxy-max-watched-keys", "1.5", "train"}, 2, "not a whole number");
+}
+
+TEST_CASE("did you mean: the closest flag or --rdzv_conf key, either spelling") {
+  const std::vector<std::string> flags{"--nproc-per-node", "--nproc_per_node", "--standalone",
+                                       "--max-restarts", "--max_restarts"};
+  CHECK(closest_spelling("--nprco_per_node", flags) == "--nproc_per_node");   // a swap: 1 edit
+  CHECK(closest_spelling("--nproc-per-nodes", flags) == "--nproc-per-node");  // the dash family
+  CHECK(closest_spelling("--nproc_per-node", flags).has_value());             // mixed: still close
+  CHECK(closest_spelling("--stanalone", flags) == "--standalone");
+  CHECK(closest_spelling("--MAX-RESTARTS", flags) == "--max-restarts");
+  CHECK_FALSE(closest_spelling("--standalone", flags).has_value());  // known: no hint
+  CHECK_FALSE(closest_spelling("--zzzzzz", flags).has_value());      // nothing close
+  const std::vector<std::string> keys{"join_timeout", "last_call_timeout", "timeout", "token"};
+  CHECK(closest_spelling("join_timout", keys) == "join_timeout");
+  CHECK(closest_spelling("join-timeout", keys) == "join_timeout");  // dashes for underscores
+  CHECK(closest_spelling("tokn", keys) == "token");
+  CHECK_FALSE(closest_spelling("colour", keys).has_value());
+}
+
+TEST_CASE("an unknown flag names the closest one; an unknown --rdzv_conf key warns with it") {
+  check_error({"--nprco_per_node", "2", "prog"}, 2, "did you mean --nproc_per_node?");
+  check_error({"--nproc-per-nodes=2", "prog"}, 2,
+              "unknown option '--nproc-per-nodes=2' (did you mean --nproc-per-node? ");
+  check_error({"--bogus", "prog"}, 2, "unknown option '--bogus' (options go before");
+  auto conf = configure({"--rdzv_conf", "join_timout=5,colour=red", "prog"});
+  REQUIRE(conf.ok());
+  REQUIRE(conf->notices.size() == 2);
+  CHECK(conf->notices[0] ==
+        "warning: --rdzv_conf: unknown key 'join_timout' ignored (did you mean join_timeout?)");
+  CHECK(conf->notices[1] == "warning: --rdzv_conf: unknown key 'colour' ignored");
 }
