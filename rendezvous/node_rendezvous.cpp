@@ -547,6 +547,20 @@ RendezvousResult join_once(const StoreClientOptions& store, const NodeRendezvous
                     std::chrono::duration_cast<std::chrono::seconds>(o.leader_timeout).count()));
   }
   if (o.node_rank == 0) client.set(leader_key, o.node_name);
+  if (!o.default_id_command.empty()) {
+    const std::string command_key = fmt::format("ddprun/{}/command", o.run_id);
+    const std::string recorded = client.compare_set(command_key, "", o.default_id_command);
+    if (recorded != o.default_id_command) {
+      auto program = [](const std::string& fingerprint) {
+        return fingerprint.substr(0, fingerprint.rfind(' '));
+      };
+      throw RendezvousError(fmt::format(
+          "the store at {}:{} already has a job under the default --rdzv_id ('{}') that runs "
+          "another command ({}; this one: {}): give each job its own --rdzv_id=NAME, the same "
+          "on all of its nodes",
+          store.host, store.port, o.run_id, program(recorded), program(o.default_id_command)));
+    }
+  }
   const std::string counts_key = fmt::format("ddprun/{}/counts/{}", o.run_id, o.round);
   if (o.restarts_used >= 0 && o.rescales_used >= 0)
     client.set(counts_key, fmt::format("{}|{}", o.restarts_used, o.rescales_used));

@@ -84,6 +84,12 @@ struct NodeRendezvousOptions {
   // answered left the others waiting out join_timeout). 0: not a restart.
   int previous_node_rank = -1;
   int previous_round_nodes = 0;
+  // A job without its own run id (--rdzv_id not given: "none"): a fingerprint of what it runs.
+  // The first node records it under the run id; a node whose fingerprint differs belongs to an
+  // unrelated job that shares the endpoint and would otherwise wait as this job's spare until
+  // join_timeout, so its join fails at once, naming --rdzv_id. Empty: no check (an explicit id,
+  // under which a late node is a legitimate spare).
+  std::string default_id_command;
 };
 
 struct RendezvousResult {

@@ -5,6 +5,7 @@
 
 #include <cctype>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <set>
@@ -283,7 +284,27 @@ Result<MultiNodeSettings> multinode_settings(const LaunchConfig& c,
     return Error{multinode_exit_codes::kRendezvous, *excluded};
   }
   s.must_agree = settings_that_must_agree(c, s);
+  if (c.rdzv_backend == "c10d" && s.run_id == "none") s.default_id_command = command_fingerprint(c);
   return s;
+}
+
+std::string command_fingerprint(const LaunchConfig& c) {
+  // The file name only: the nodes of one job may reach the same script by different paths.
+  const size_t slash = c.program.find_last_of('/');
+  const std::string program = slash == std::string::npos ? c.program : c.program.substr(slash + 1);
+  std::uint64_t hash = 14695981039346656037ull;  // FNV-1a: stable across builds and hosts
+  auto mix = [&hash](std::string_view text) {
+    for (unsigned char ch : text) {
+      hash ^= ch;
+      hash *= 1099511628211ull;
+    }
+    hash ^= 0x100;  // ends each word: ("ab", "c") and ("a", "bc") differ
+    hash *= 1099511628211ull;
+  };
+  mix(c.program_kind == ProgramKind::PythonModule ? "-m" : "");
+  mix(program);
+  for (const auto& arg : c.program_args) mix(arg);
+  return fmt::format("{} {:016x}", program, hash);
 }
 
 }  // namespace ddp::launcher

@@ -211,6 +211,7 @@ void NodeSession::join(int round, const RoundPlan& plan, std::function<void(Join
     round_.pending_heartbeat = std::min<std::chrono::milliseconds>(settings_.heartbeat_interval,
                                                                    std::chrono::milliseconds(500));
     round_.excluded_hosts = settings_.excluded_hosts;
+    round_.default_id_command = settings_.default_id_command;
     if (client_) {  // this node took part before: the job's counts are its own
       round_.restarts_used = plan.restarts_used;
       round_.rescales_used = plan.rescales_used;

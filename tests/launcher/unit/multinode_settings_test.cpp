@@ -253,3 +253,34 @@ TEST_CASE("--rdzv_conf admit: now (default) or restart; --exclude-hosts naming t
   REQUIRE(other);
   CHECK(other->excluded_hosts == std::vector<std::string>{"g", "h"});
 }
+
+TEST_CASE("c10d without --rdzv_id: the job's command fingerprint tells an unrelated job apart") {
+  LaunchConfig c = nodes(2, 0);
+  c.rdzv_backend = "c10d";
+  c.nnodes = {1, 2};
+  c.node_rank = -1;
+  c.program_kind = ProgramKind::PythonScript;
+  c.program = "/home/a/train.py";
+  c.program_args = {"--lr", "3"};
+  c.run_id = "none";  // --rdzv_id not given
+  auto s = multinode_settings(c, std::nullopt, "h");
+  REQUIRE(s.ok());
+  CHECK(s->default_id_command == command_fingerprint(c));
+  CHECK(s->default_id_command.rfind("train.py ", 0) == 0);         // the file name, then a hash
+  CHECK(s->default_id_command.find("--lr") == std::string::npos);  // no argument in the store
+
+  LaunchConfig same_elsewhere = c;  // another node of the job, the script under another path
+  same_elsewhere.program = "./train.py";
+  CHECK(command_fingerprint(same_elsewhere) == command_fingerprint(c));
+  LaunchConfig other_args = c;  // a sweep's other run: another job
+  other_args.program_args = {"--lr", "4"};
+  CHECK(command_fingerprint(other_args) != command_fingerprint(c));
+  LaunchConfig split = c;  // word boundaries count
+  split.program_args = {"--lr3"};
+  CHECK(command_fingerprint(split) != command_fingerprint(c));
+
+  c.run_id = "job42";  // an explicit id: a late node of that id is a spare, no check
+  auto explicit_id = multinode_settings(c, std::nullopt, "h");
+  REQUIRE(explicit_id.ok());
+  CHECK(explicit_id->default_id_command.empty());
+}
