@@ -30,6 +30,9 @@ namespace ddp::launcher::view {
 namespace {
 
 constexpr auto kFetchTimeout = std::chrono::seconds(3);
+/// No job to look at (none found, or it does not answer): sysexits' EX_UNAVAILABLE, as ddprun's
+/// own "store unavailable"; 2 stays for a bad command line.
+constexpr int kNoJob = 69;
 
 struct Endpoint {
   std::string host;
@@ -210,7 +213,7 @@ class TopLoop {
 
 int print_once(const Endpoint& endpoint) {
   boost::asio::io_context io;
-  Result<std::string> body = Error{69, "no answer"};
+  Result<std::string> body = Error{kNoJob, "no answer"};
   async_http_get(io, endpoint.host, endpoint.port, "/status", kFetchTimeout,
                  [&](Result<std::string> r) { body = std::move(r); });
   io.run();
@@ -250,12 +253,11 @@ int run_top(const std::vector<std::string>& args) {
   } else {
     const std::string dir = health::status_beacon_dir();
     auto found = health::find_status_beacon(dir, current_dir());
-    if (!found) {
+    if (!found) {  // nothing to look at: unavailable (69) as when the job does not answer
       return top_fail(
-          exit_codes::kUsage,
-          fmt::format("no running ddprun with --status-port found for this user{}; pass "
-                      "HOST:PORT (its \"status endpoint\" line)",
-                      dir.empty() ? "" : " in " + dir));
+          kNoJob, fmt::format("no running ddprun with --status-port found for this user{}; pass "
+                              "HOST:PORT (its \"status endpoint\" line)",
+                              dir.empty() ? "" : " in " + dir));
     }
     std::string host = found->address;
     if (host == "0.0.0.0") host = "127.0.0.1";
