@@ -235,7 +235,7 @@ constexpr const char* kExamplesHelp[][2] = {
 };
 
 constexpr size_t kHelpWidth = 100;  // every line of --help fits 100 columns
-constexpr size_t kHelpColumn = 34;  // where descriptions start
+constexpr size_t kHelpColumn = 36;  // where descriptions start
 
 const OptionSpec* find_spec(const std::string& long_name) {
   for (const auto& spec : kOptions) {
@@ -338,7 +338,7 @@ class HelpFormatter : public CLI::Formatter {
         out += "\nExamples:\n";
         for (const auto& [command, what] : kExamplesHelp) {
           out += "  " + std::string(command) + "\n";
-          out += help_row("", what);
+          for (const auto& line : wrap(what, kHelpWidth - 6)) out += "      " + line + "\n";
         }
         out += "\nCommands:\n";
         for (const auto& [command, what] : kCommandsHelp) out += help_row(command, what);

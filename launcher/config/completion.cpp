@@ -70,6 +70,8 @@ _ddprun() {{
     COMPREPLY=($(compgen -W '{dash}' -- "$cur"))
   elif [[ "$cur" == -* ]]; then
     COMPREPLY=($(compgen -W '{underscore}' -- "$cur"))
+  elif ((COMP_CWORD == 1)); then  # the commands that look at a job, or the program
+    COMPREPLY=($(compgen -W 'top report help' -- "$cur") $(compgen -f -- "$cur"))
   else
     COMPREPLY=($(compgen -f -- "$cur"))
   fi

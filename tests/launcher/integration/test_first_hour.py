@@ -84,6 +84,7 @@ def test_help_man_page_and_completion_name_every_backend(tmp):
     assert "etcd" in line and "c10d" in line and "static" in line, line
     r = run(["--print-completion", "bash"], timeout=20)
     assert r.rc == 0 and "static c10d etcd etcd-v2" in r.out, r.out[-2000:]
+    assert "compgen -W 'top report help'" in r.out, r.out[-2000:]
     help2man = shutil.which("help2man")
     if not help2man:
         raise Skip("help2man is not installed")
