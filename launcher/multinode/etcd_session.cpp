@@ -25,14 +25,8 @@ std::string settings_line(const rdzv::AgreedSettings& agreed) {
   return out;
 }
 
-std::optional<std::int64_t> lease_of_alive_key(std::string_view key, std::string_view prefix) {
-  if (key.substr(0, prefix.size()) != prefix) return std::nullopt;
-  const auto hex = key.substr(prefix.size());
-  std::uint64_t v = 0;
-  auto [end, ec] = std::from_chars(hex.data(), hex.data() + hex.size(), v, 16);
-  if (ec != std::errc{} || end != hex.data() + hex.size()) return std::nullopt;
-  return static_cast<std::int64_t>(v);
-}
+// As c10d's join progress (rdzv::NodeRendezvousOptions::join_progress_interval).
+constexpr auto kJoinProgressInterval = std::chrono::seconds(3);
 
 }  // namespace
 
@@ -64,6 +58,17 @@ EtcdSession::~EtcdSession() {
 bool EtcdSession::detach_if_blocked() {
   if (!busy_) return false;
   cancel_ = true;
+  // Interrupted while it waits (Ctrl-C): the lease goes now, and with it this node's place in
+  // an open round, so a restart of the same job does not meet its ghost (best effort, bounded).
+  if (const std::int64_t lease = lease_.load(); lease != 0) {
+    try {
+      ClientOptions options = client_options();
+      options.timeout = milliseconds(1000);
+      EtcdClient(options).revoke_lease(lease);
+    } catch (const std::exception&) {
+      // It expires by itself within heartbeat_timeout.
+    }
+  }
   io_.stop();
   thread_.detach();
   return true;
@@ -79,6 +84,80 @@ void EtcdSession::report_etcd_lost(const std::string& why) {
                     : fmt::format("lost etcd at {}: {}", settings_.etcd.endpoints, why),
                 std::nullopt};
   on_loop([this, loss] { events_.on_lost(loss); });
+}
+
+ClientOptions EtcdSession::client_options() const {
+  ClientOptions options;
+  options.endpoints = parse_endpoints(settings_.etcd.endpoints);
+  options.timeout = std::min(settings_.read_timeout, settings_.heartbeat_timeout);
+  options.user = settings_.etcd.user;
+  options.password = settings_.etcd.password;
+  options.tls = {settings_.etcd.tls, settings_.etcd.tls_ca, settings_.etcd.tls_cert,
+                 settings_.etcd.tls_key};
+  return options;
+}
+
+void EtcdSession::note(std::string line) {
+  on_loop([this, line = std::move(line)] {
+    if (events_.on_note) events_.on_note(line);
+  });
+}
+
+bool EtcdSession::lease_gone() { return lease_ != 0 && client_->keep_alive(lease_) == 0; }
+
+void EtcdSession::renew_lease() {
+  if (cancel_) throw std::runtime_error("the join was cancelled");
+  const std::int64_t old = lease_;
+  {
+    std::lock_guard lock(keepalive_mutex_);
+    keepalive_stop_ = true;
+  }
+  keepalive_wake_.notify_all();
+  if (keepalive_.joinable()) keepalive_.join();
+  {
+    std::lock_guard lock(keepalive_mutex_);
+    keepalive_stop_ = false;
+  }
+  lease_ended_ = false;
+  lease_ = 0;
+  start_lease();
+  note(fmt::format(
+      "this node's etcd lease {:x} ended while it waited for the job's nodes (it was stopped or "
+      "cut off for longer than heartbeat_timeout, {:.3g} s): it joins again with a new lease {:x}",
+      old, settings_.heartbeat_timeout.count() / 1000.0, lease_.load()));
+}
+
+void EtcdSession::choose_generation() {
+  const std::string key = keys_.generation_key();
+  for (int tries = 0; tries < 10; ++tries) {
+    if (cancel_) throw std::runtime_error("the join was cancelled");
+    const auto read = client_->range(key);
+    std::int64_t generation = 0;
+    std::int64_t mod = 0;
+    if (!read.kvs.empty()) {
+      mod = read.kvs[0].mod_revision;
+      // A stranger's value is no generation: it is written over when the job begins anew.
+      if (auto payload = unseal(settings_.token, key, read.kvs[0].value))
+        generation = decode_generation(*payload).value_or(0);
+    }
+    keys_ = JobKeys(settings_.etcd.prefix, settings_.run_id, generation);
+    if (!generation_ended(read_round(0), job_has_live_member(0))) break;
+    // The first starter begins the next generation; the others read it on their next pass.
+    const Compare same = mod == 0 ? Compare{key, Compare::Target::Create, 0, {}}
+                                  : Compare{key, Compare::Target::Mod, mod, {}};
+    const std::string next = encode_generation(generation + 1);
+    if (client_->txn({same}, {put_op(key, seal(settings_.token, key, next))}).succeeded) {
+      note(fmt::format(
+          "job '{}' on etcd ended before (generation {}: every node of it is gone); this run is "
+          "generation {} under {}g{}/ (the old keys stay until `etcdctl del --prefix {}`)",
+          settings_.run_id, generation, generation + 1, keys_.id_root(), generation + 1,
+          keys_.id_root()));
+      keys_ = JobKeys(settings_.etcd.prefix, settings_.run_id, generation + 1);
+      break;
+    }
+  }
+  std::lock_guard lock(watch_mutex_);
+  pending_ = PendingBoard(settings_.token, keys_.pending_prefix());
 }
 
 void EtcdSession::start_lease() {
@@ -99,6 +178,12 @@ void EtcdSession::start_lease() {
       lock.unlock();
       try {
         if (client.keep_alive(lease_) == 0) {
+          if (publish_round_.load() < 0) {
+            // Not in a formed round yet (joining, pending): nobody counts on this node, so an
+            // ended lease is renewed by the join, not a loss.
+            lease_ended_ = true;
+            return;
+          }
           report_etcd_lost(
               "this node's lease expired (etcd took it for lost; its keepalives were late)");
           return;
@@ -118,7 +203,9 @@ void EtcdSession::start_lease() {
           }
         }
       } catch (const std::exception& e) {
-        if (Clock::now() - last_ok > settings_.heartbeat_timeout) {
+        // While it joins, the join's own calls find etcd gone (and report it); a lease that
+        // ended meanwhile is renewed there (a resumed agent's first keepalive may fail).
+        if (publish_round_.load() >= 0 && Clock::now() - last_ok > settings_.heartbeat_timeout) {
           report_etcd_lost(
               fmt::format("no member renewed this node's lease for {:.3g} s; last "
                           "try: {}",
@@ -172,8 +259,9 @@ void EtcdSession::note_progress(long long events, std::optional<long long> best_
 }
 
 std::optional<RoundRecord> EtcdSession::form_round(int round, const RoundPlan& plan) {
+  const auto started = Clock::now();
   const auto deadline =
-      Clock::now() + (plan.join_timeout.count() > 0 ? plan.join_timeout : settings_.join_timeout);
+      started + (plan.join_timeout.count() > 0 ? plan.join_timeout : settings_.join_timeout);
   RoundMember me;
   me.lease = lease_;
   me.name = settings_.node_name;
@@ -184,14 +272,27 @@ std::optional<RoundRecord> EtcdSession::form_round(int round, const RoundPlan& p
                    plan.rescales_used};
   if (plan.nodes > 0) shape.min_nodes = shape.max_nodes = plan.nodes;
   const std::string key = keys_.record(round);
+  const std::string alive_prefix = keys_.alive_prefix(round);
   const std::string& token = settings_.token;
   std::optional<Clock::time_point> enough_since;  // when the open round first had min_nodes
   // A restart: the round left, to tell when too few of its nodes are left to meet.
   std::optional<RoundRecord> previous;
   auto too_few_since = Clock::time_point::max();  // max: enough of them are left
+  ProgressPacer progress(started, kJoinProgressInterval);
+  bool wrote_alive = false;  // this node's alive key was written (so its absence means something)
   while (true) {
     if (cancel_) throw std::runtime_error("the join was cancelled");
     auto read = client_->range(key);
+    const AliveKeys alive =
+        alive_keys(client_->range(alive_prefix, prefix_end(alive_prefix)).kvs, alive_prefix);
+    // The lease ended while this node waited (stopped, or cut off, for longer than its TTL): a
+    // new lease, and the join starts again with it (the old member is dropped as dead).
+    if (lease_ended_ || (wrote_alive && !alive.count(lease_) && lease_gone())) {
+      renew_lease();
+      me.lease = lease_;
+      wrote_alive = false;
+      continue;
+    }
     std::optional<RoundRecord> current;
     std::int64_t mod = 0;
     if (!read.kvs.empty()) {
@@ -209,8 +310,9 @@ std::optional<RoundRecord> EtcdSession::form_round(int round, const RoundPlan& p
     const Compare same = mod == 0 ? Compare{key, Compare::Target::Create, 0, {}}
                                   : Compare{key, Compare::Target::Mod, mod, {}};
     // Every pass asks again whether this node is in the record: a record a stranger wrote over
-    // (or one rewritten without it) is joined again, not waited on.
-    JoinStep step = join_step(current, me, shape);
+    // (or one rewritten without it) is joined again, not waited on. Members whose leases ended
+    // are dropped by the same write.
+    JoinStep step = join_step(current, me, shape, alive);
     switch (step.kind) {
       case JoinStep::Kind::Refused:
         throw rdzv::RendezvousError(fmt::format("refused by round {} of job '{}' on etcd: {}",
@@ -219,25 +321,57 @@ std::optional<RoundRecord> EtcdSession::form_round(int round, const RoundPlan& p
         return std::nullopt;
       case JoinStep::Kind::Joined:
         break;
-      case JoinStep::Kind::Write:
+      case JoinStep::Kind::Write: {
         check_deadline();  // bounds a write war with a stranger as well as the wait
-        (void)client_->txn({same}, {put_op(key, seal(token, key, encode_round(step.next))),
-                                    put_op(keys_.alive(round, lease_), "1", lease_)});
+        // The txn holds only while every other listed member is still alive: a round never
+        // fills, or closes, around a member whose lease ended.
+        std::vector<Compare> compares = liveness_compares(keys_, round, step.next, alive, lease_);
+        compares.insert(compares.begin(), same);
+        try {
+          wrote_alive = client_
+                            ->txn(compares, {put_op(key, seal(token, key, encode_round(step.next))),
+                                             put_op(keys_.alive(round, lease_), "1", lease_)})
+                            .succeeded ||
+                        wrote_alive;
+        } catch (const EtcdUnavailable&) {
+          throw;
+        } catch (const std::exception&) {
+          // etcd refuses a put on a lease it no longer has: this node was stopped past its TTL
+          // between the check above and this write. Anything else is an error of its own.
+          if (!lease_gone()) throw;
+          lease_ended_ = true;
+        }
         continue;  // reread: closed by this write, or raced
+      }
     }
-    if (!current->open) return *current;
+    if (!current->open) {
+      // Listed in the closed round: it formed with this node, unless this node's lease ended
+      // meanwhile (then it formed around a dead lease, and this node is not in it).
+      if (!alive.count(lease_) && lease_gone()) {
+        renew_lease();
+        return std::nullopt;
+      }
+      return *current;
+    }
+    wrote_alive = true;
+    if (auto waited = progress.due(Clock::now())) {
+      on_loop([this, waited = std::chrono::duration_cast<milliseconds>(*waited),
+               status = round_status(current, shape)] {
+        if (events_.on_join_progress) events_.on_join_progress(waited, status);
+      });
+    }
     if (static_cast<int>(current->members.size()) >= current->min_nodes && !enough_since)
       enough_since = Clock::now();
     const bool last_call_over =
         enough_since && Clock::now() - *enough_since >= settings_.last_call_timeout;
-    // Any member may close: only live members count (their alive keys are on their leases).
-    const std::string alive_prefix = keys_.alive_prefix(round);
-    std::set<std::int64_t> alive;
-    for (const auto& kv : client_->range(alive_prefix, prefix_end(alive_prefix)).kvs) {
-      if (auto lease = lease_of_alive_key(kv.key, alive_prefix)) alive.insert(*lease);
-    }
-    if (auto closed = close_step(*current, alive, last_call_over)) {
-      (void)client_->txn({same}, {put_op(key, seal(token, key, encode_round(*closed)))});
+    // Any member may close: only live members count (their alive keys are on their leases), and
+    // the close holds only while they still are.
+    std::set<std::int64_t> live;
+    for (const auto& [lease, since] : alive) live.insert(lease);
+    if (auto closed = close_step(*current, live, last_call_over)) {
+      std::vector<Compare> compares = liveness_compares(keys_, round, *closed, alive, 0);
+      compares.insert(compares.begin(), same);
+      (void)client_->txn(compares, {put_op(key, seal(token, key, encode_round(*closed)))});
       continue;
     }
     // A restart only: a re-form's pinned round counts a spare not joined yet as missing, and
@@ -345,15 +479,10 @@ void EtcdSession::announce_or_find_store(int round, rdzv::RendezvousResult& join
 rdzv::RendezvousResult EtcdSession::join_round(int round, const RoundPlan& plan) {
   stop_round();
   cancel_ = false;
-  if (!client_) {
-    ClientOptions options;
-    options.endpoints = parse_endpoints(settings_.etcd.endpoints);
-    options.timeout = std::min(settings_.read_timeout, settings_.heartbeat_timeout);
-    options.user = settings_.etcd.user;
-    options.password = settings_.etcd.password;
-    options.tls = {settings_.etcd.tls, settings_.etcd.tls_ca, settings_.etcd.tls_cert,
-                   settings_.etcd.tls_key};
-    client_ = std::make_unique<EtcdClient>(options);
+  if (!client_) client_ = std::make_unique<EtcdClient>(client_options());
+  if (!generation_chosen_) {
+    choose_generation();
+    generation_chosen_ = true;
   }
   start_lease();
   const auto deadline =
@@ -404,28 +533,38 @@ rdzv::RendezvousResult EtcdSession::join_round(int round, const RoundPlan& plan)
   start_watch(round, from, closed);
   announce_or_find_store(round, joined);
   joined_ = joined;
+  closed_round_ = closed;
   publish_rank_ = joined.node_rank;
   publish_round_ = round;
   return joined;
 }
 
 Invitation EtcdSession::wait_as_pending(int round, Clock::time_point deadline) {
-  const std::string request = keys_.pending(lease_);
-  rdzv::JoinRequest join;
-  join.seq = lease_;
-  join.name = settings_.node_name;
-  join.local_world_size = settings_.local_world_size;
-  join.settings = settings_.must_agree;
-  // On this node's lease: the running nodes see it go when this node does.
-  client_->put(request, seal(settings_.token, request, rdzv::encode_join(join)), lease_);
+  std::string request;
+  std::string answers;
+  const auto ask = [&] {
+    request = keys_.pending(lease_);
+    answers = request + "/";
+    rdzv::JoinRequest join;
+    join.seq = lease_;
+    join.name = settings_.node_name;
+    join.local_world_size = settings_.local_world_size;
+    join.settings = settings_.must_agree;
+    // On this node's lease: the running nodes see it go when this node does.
+    client_->put(request, seal(settings_.token, request, rdzv::encode_join(join)), lease_);
+  };
+  ask();
   on_loop([this] {
     if (events_.on_waiting) events_.on_waiting("pending");
   });
-  const std::string answers = request + "/";
   bool told_spare = false;
   auto nobody_since = Clock::time_point::max();  // max: a member of the job is alive
   while (true) {
     if (cancel_) throw std::runtime_error("the join was cancelled");
+    if (lease_ended_) {  // its request went with its lease: ask again on a new one
+      renew_lease();
+      ask();
+    }
     auto read = client_->range(answers, prefix_end(answers));
     for (const auto& kv : read.kvs) {
       auto payload = unseal(settings_.token, kv.key, kv.value);
@@ -576,7 +715,7 @@ void EtcdSession::on_watch(int round, const RoundRecord& closed, const WatchMess
       int rank = -1;
       std::from_chars(key.data() + done_prefix.size(), key.data() + key.size(), rank);
       std::lock_guard lock(watch_mutex_);
-      done_ranks_.insert(rank);
+      done_ranks_[rank] = e.kv.mod_revision;
     } else if (e.type == WatchEvent::Type::Delete && key.starts_with(alive_prefix)) {
       auto lease = lease_of_alive_key(key, alive_prefix);
       if (!lease) continue;
@@ -693,11 +832,16 @@ void EtcdSession::exit_barrier(std::function<void(BarrierResult)> done) {
       const std::string mine = keys_.done(round, joined_->node_rank);
       client_->put(mine, seal(settings_.token, mine, "1"));
       const std::string prefix = keys_.round(round);
+      const std::string done_prefix = keys_.done_prefix(round);
+      const std::string alive_prefix = keys_.alive_prefix(round);
+      const RoundRecord& closed = closed_round_;
+      std::set<int> told_deleted;
+      auto gone_since = Clock::time_point::max();  // max: every missing node is alive
       while (!cancel_) {
         auto read = client_->range(prefix, prefix_end(prefix));
-        std::set<int> finished;
+        std::set<int> in_etcd;
         std::optional<std::string> stop;
-        const std::string done_prefix = keys_.done_prefix(round);
+        AliveKeys alive;
         for (const auto& kv : read.kvs) {
           if (kv.key == keys_.stop(round)) {
             stop = unseal(settings_.token, kv.key, kv.value);
@@ -705,14 +849,52 @@ void EtcdSession::exit_barrier(std::function<void(BarrierResult)> done) {
             int rank = -1;
             std::from_chars(kv.key.data() + done_prefix.size(), kv.key.data() + kv.key.size(),
                             rank);
-            finished.insert(rank);
+            in_etcd.insert(rank);
+          } else if (auto lease = lease_of_alive_key(kv.key, alive_prefix)) {
+            alive[*lease] = kv.mod_revision;
           }
         }
         if (stop) {
           result = decode_stop_reason(*stop);
           break;
         }
-        if (static_cast<int>(finished.size()) >= joined_->num_nodes) break;
+        // A node that arrived has arrived: its done key, once the watch saw it, counts even when
+        // someone deleted it afterwards (an operator's cleanup run early, a stranger).
+        std::set<int> arrived = in_etcd;
+        std::set<int> deleted;  // seen arriving at or before this read, gone from it
+        {
+          std::lock_guard lock(watch_mutex_);
+          for (const auto& [rank, revision] : done_ranks_) {
+            arrived.insert(rank);
+            if (!in_etcd.count(rank) && revision <= read.revision) deleted.insert(rank);
+          }
+        }
+        arrived.insert(joined_->node_rank);
+        for (const int rank : deleted) {
+          if (rank < 0 || rank >= joined_->num_nodes || !told_deleted.insert(rank).second) continue;
+          note(
+              fmt::format("exit barrier: the key {} of node {} ({}) was deleted after it arrived "
+                          "(by someone else); it still counts as arrived",
+                          keys_.done(round, rank), rank, closed.members.at(rank).name));
+        }
+        const BarrierVerdict verdict = barrier_verdict(closed, arrived, alive);
+        if (verdict.all_arrived) break;
+        // The bound: a node that did not arrive and whose lease ended will never arrive. The
+        // watch reports such a loss at once; this holds even when the watch missed it.
+        if (!verdict.gone.empty()) {
+          if (gone_since == Clock::time_point::max()) gone_since = Clock::now();
+          if (Clock::now() - gone_since >= settings_.heartbeat_timeout) {
+            result = NodeLoss{
+                fmt::format("exit barrier of round {} of job '{}' on etcd: {} did "
+                            "not arrive and {} etcd lease ended (arrived: {})",
+                            round, settings_.run_id, verdict.gone,
+                            verdict.gone_count == 1 ? "its" : "their", verdict.arrived_text),
+                std::nullopt};
+            break;
+          }
+        } else {
+          gone_since = Clock::time_point::max();
+        }
         (void)client_->wait_for_change(prefix, prefix_end(prefix), read.revision + 1,
                                        settings_.heartbeat_interval);
       }

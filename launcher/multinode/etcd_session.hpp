@@ -77,6 +77,16 @@ class EtcdSession final : public JobRendezvous {
   void seed_pending_board();
   void announce_or_find_store(int round, rdzv::RendezvousResult& joined);
   void start_lease();
+  // Whether etcd no longer has this node's lease (it expired while this node was stopped or cut
+  // off); asks etcd.
+  bool lease_gone();
+  // A new lease in place of one that ended while this node waited, said in one line.
+  void renew_lease();
+  // The first join of this agent: the job's current generation, or the next one when the last
+  // generation under this id has ended (a finished job re-run with the same id).
+  void choose_generation();
+  rdzv::etcd::ClientOptions client_options() const;
+  void note(std::string line);
   void start_watch(int round, std::int64_t from_revision, const rdzv::etcd::RoundRecord& closed);
   void stop_round();
   // Watch thread:
@@ -96,8 +106,13 @@ class EtcdSession final : public JobRendezvous {
   std::unique_ptr<HostedStore> store_;  // the workers' store of this attempt (node 0)
   std::unique_ptr<rdzv::etcd::EtcdWatch> watch_;
   std::optional<rdzv::RendezvousResult> joined_;
+  rdzv::etcd::RoundRecord closed_round_;  // the round joined_ is in, as it closed
   // Keepalives (their own thread and client):
-  std::int64_t lease_ = 0;
+  std::atomic<std::int64_t> lease_{0};
+  // The keepalive thread found the lease gone while this node was not in a formed round: the
+  // join renews it (not a loss: nobody counted on this node yet).
+  std::atomic<bool> lease_ended_{false};
+  bool generation_chosen_ = false;
   std::thread keepalive_;
   std::mutex keepalive_mutex_;
   std::condition_variable keepalive_wake_;
@@ -112,7 +127,7 @@ class EtcdSession final : public JobRendezvous {
   std::atomic<int> publish_rank_{-1};
   // Shared with the watch thread (under watch_mutex_):
   std::mutex watch_mutex_;
-  std::set<int> done_ranks_;
+  std::map<int, std::int64_t> done_ranks_;  // node rank -> revision its done key was seen at
   std::set<int> lost_ranks_;
   bool stop_seen_ = false;
   rdzv::etcd::PendingBoard pending_;

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 #include "launcher/run/dry_run.hpp"
 
+#include "launcher/run/run_directory.hpp"
+
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
@@ -32,7 +34,8 @@ std::string format_dry_run(const LaunchConfig& config, const std::vector<std::st
   std::string base = config.log_dir.empty() ? "<temporary dir>" : config.log_dir;
   for (int r = 0; r < config.nproc_per_node; ++r) {
     WorkerSlot slot{r, 0, master_port,
-                    fmt::format("{}/{}_<unique>/attempt_0/{}/error.json", base, config.run_id, r)};
+                    fmt::format("{}/{}_<unique>/attempt_0/{}/error.json", base,
+                                run_dir_name(config.run_id), r)};
     EnvMap env = worker_env_additions(config, slot, parent);
     const NumaPlacement* numa =
         r < static_cast<int>(config.numa_placements.size()) ? &config.numa_placements[r] : nullptr;

@@ -31,6 +31,16 @@ Result<std::string> make_temp_dir(const std::string& parent, const std::string& 
 }
 }  // namespace
 
+std::string run_dir_name(const std::string& run_id) {
+  std::string name = run_id;
+  for (char& c : name) {
+    const bool plain = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+                       c == '.' || c == '_' || c == '-';
+    if (!plain) c = '_';
+  }
+  return name;
+}
+
 Result<RunDirectory> RunDirectory::create(const std::string& log_dir, const std::string& run_id,
                                           bool will_hold_logs) {
   RunDirectory dir;
@@ -58,7 +68,7 @@ Result<RunDirectory> RunDirectory::create(const std::string& log_dir, const std:
                    fmt::format("--log_dir: cannot create '{}': {}", parent, ec.message())};
     }
   }
-  auto run = make_temp_dir(parent, run_id + "_");
+  auto run = make_temp_dir(parent, run_dir_name(run_id) + "_");
   if (!run) return run.error();
   dir.path_ = *run;
   return dir;

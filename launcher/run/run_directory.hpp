@@ -17,6 +17,11 @@
 
 namespace ddp::launcher {
 
+/// The run directory's name for a job id: any byte outside [A-Za-z0-9._-] becomes '_', so an id
+/// like "team/exp1" names one directory ("team_exp1_XXXXXX"), not a path below --log_dir. The
+/// id itself is unchanged everywhere else (TORCHELASTIC_RUN_ID, the rendezvous keys).
+std::string run_dir_name(const std::string& run_id);
+
 class RunDirectory {
  public:
   /// Creates `log_dir` (if needed) and a unique run directory inside it. An empty `log_dir`

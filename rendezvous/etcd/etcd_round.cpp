@@ -14,9 +14,25 @@ namespace {
 using Json = nlohmann::json;
 }
 
-JobKeys::JobKeys(std::string prefix, const std::string& run_id) {
+std::string encode_job_id(std::string_view run_id) {
+  std::string out;
+  out.reserve(run_id.size());
+  for (const char c : run_id) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (c == '%' || c == '/' || byte < 0x21 || byte > 0x7e)
+      out += fmt::format("%{:02X}", byte);
+    else
+      out += c;
+  }
+  return out;
+}
+
+JobKeys::JobKeys(std::string prefix, const std::string& run_id, std::int64_t generation)
+    : generation_(generation) {
   while (!prefix.empty() && prefix.back() == '/') prefix.pop_back();
-  root_ = fmt::format("{}/{}/", prefix, run_id);
+  id_root_ = fmt::format("{}/{}/", prefix, encode_job_id(run_id));
+  // Generation 0 keeps the layout of jobs that never re-ran ("<id>/r0/...").
+  root_ = generation == 0 ? id_root_ : fmt::format("{}g{}/", id_root_, generation);
 }
 std::string JobKeys::round(int round) const { return fmt::format("{}r{}/", root_, round); }
 std::string JobKeys::record(int r) const { return round(r) + "record"; }
@@ -229,6 +245,123 @@ JoinStep join_step(const std::optional<RoundRecord>& current, const RoundMember&
   }
   step.next = std::move(next);
   return step;
+}
+
+std::optional<std::int64_t> lease_of_alive_key(std::string_view key, std::string_view prefix) {
+  if (key.substr(0, prefix.size()) != prefix) return std::nullopt;
+  const auto hex = key.substr(prefix.size());
+  std::uint64_t v = 0;
+  auto [end, ec] = std::from_chars(hex.data(), hex.data() + hex.size(), v, 16);
+  if (hex.empty() || ec != std::errc{} || end != hex.data() + hex.size()) return std::nullopt;
+  return static_cast<std::int64_t>(v);
+}
+
+AliveKeys alive_keys(const std::vector<KeyValue>& kvs, std::string_view alive_prefix) {
+  AliveKeys alive;
+  for (const auto& kv : kvs) {
+    if (auto lease = lease_of_alive_key(kv.key, alive_prefix)) alive[*lease] = kv.mod_revision;
+  }
+  return alive;
+}
+
+JoinStep join_step(const std::optional<RoundRecord>& current, const RoundMember& me,
+                   const RoundShape& shape, const AliveKeys& alive) {
+  if (!current || !current->open) return join_step(current, me, shape);
+  RoundRecord live = *current;
+  std::vector<RoundMember> dropped;
+  std::erase_if(live.members, [&](const RoundMember& m) {
+    if (alive.count(m.lease)) return false;
+    if (m.lease != me.lease) dropped.push_back(m);
+    return true;  // `me` without its alive key joins again (the txn puts the key back)
+  });
+  JoinStep step = join_step(live, me, shape);
+  // Joined: `me` is listed and alive; a write is due only when dead members must go (a record
+  // that lists a dead member must not fill up later around it).
+  if (step.kind == JoinStep::Kind::Joined && !dropped.empty()) step.kind = JoinStep::Kind::Write;
+  step.dropped = std::move(dropped);
+  return step;
+}
+
+std::vector<Compare> liveness_compares(const JobKeys& keys, int round, const RoundRecord& next,
+                                       const AliveKeys& alive, std::int64_t me) {
+  std::vector<Compare> compares;
+  for (const auto& m : next.members) {
+    if (m.lease == me) continue;
+    const auto it = alive.find(m.lease);
+    compares.push_back(Compare{
+        keys.alive(round, m.lease), Compare::Target::Mod, it == alive.end() ? -1 : it->second, {}});
+  }
+  return compares;
+}
+
+std::string round_status(const std::optional<RoundRecord>& current, const RoundShape& shape) {
+  std::string arrived;
+  std::set<int> asked;
+  const std::size_t count = current ? current->members.size() : 0;
+  if (current) {
+    for (const auto& m : current->members) {
+      arrived += fmt::format("{}{}", arrived.empty() ? "" : ", ", m.name);
+      if (m.asked_rank >= 0) {
+        arrived += fmt::format(" (node {})", m.asked_rank);
+        asked.insert(m.asked_rank);
+      }
+    }
+  }
+  std::string line = fmt::format("{} of {} node(s) arrived: {}", count,
+                                 shape.min_nodes == shape.max_nodes
+                                     ? std::to_string(shape.max_nodes)
+                                     : fmt::format("{}..{}", shape.min_nodes, shape.max_nodes),
+                                 arrived.empty() ? "none" : arrived);
+  if (!asked.empty()) {
+    std::string missing;
+    for (int r = 0; r < shape.max_nodes; ++r) {
+      if (!asked.count(r)) missing += fmt::format("{}{}", missing.empty() ? "" : ", ", r);
+    }
+    if (!missing.empty()) line += fmt::format("; missing node rank(s): {}", missing);
+  }
+  return line;
+}
+
+bool generation_ended(const std::optional<RoundRecord>& round0, bool any_member_alive) {
+  return round0 && !round0->open && !any_member_alive;
+}
+
+std::string encode_generation(std::int64_t generation) { return std::to_string(generation); }
+
+std::optional<std::int64_t> decode_generation(std::string_view text) {
+  std::int64_t g = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), g);
+  if (text.empty() || ec != std::errc{} || end != text.data() + text.size() || g < 0)
+    return std::nullopt;
+  return g;
+}
+
+BarrierVerdict barrier_verdict(const RoundRecord& closed, const std::set<int>& arrived,
+                               const AliveKeys& alive) {
+  BarrierVerdict v;
+  const auto add = [](std::string& list, std::size_t rank, const RoundMember& m) {
+    list += fmt::format("{}node {} ({})", list.empty() ? "" : ", ", rank, m.name);
+  };
+  for (std::size_t rank = 0; rank < closed.members.size(); ++rank) {
+    const RoundMember& m = closed.members[rank];
+    if (arrived.count(static_cast<int>(rank))) {
+      add(v.arrived_text, rank, m);
+    } else if (alive.count(m.lease)) {
+      add(v.waiting, rank, m);
+    } else {
+      add(v.gone, rank, m);
+      ++v.gone_count;
+    }
+  }
+  v.all_arrived = v.gone.empty() && v.waiting.empty();
+  if (v.arrived_text.empty()) v.arrived_text = "none";
+  return v;
+}
+
+std::optional<ProgressPacer::Clock::duration> ProgressPacer::due(Clock::time_point now) {
+  if (now < next_) return std::nullopt;
+  next_ = now + interval_;
+  return now - start_;
 }
 
 std::optional<RoundRecord> close_step(const RoundRecord& open, const std::set<std::int64_t>& alive,

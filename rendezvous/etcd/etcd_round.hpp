@@ -5,6 +5,7 @@
 // the decision each joiner takes on the record it read, and the token's seal on every value.
 // No I/O: launcher/multinode/etcd_session.cpp drives it over EtcdClient.
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -13,18 +14,28 @@
 #include <string_view>
 #include <vector>
 
+#include "rendezvous/etcd/etcd_codec.hpp"
 #include "rendezvous/rank_assignment.hpp"
 
 namespace ddp::rdzv::etcd {
 
+// The job id as one key segment: '%', '/' and bytes outside printable ASCII become %XX, so
+// "team/exp1" is "team%2Fexp1" and never a prefix of another job's keys.
+std::string encode_job_id(std::string_view run_id);
+
 // Where a job's keys live: "<prefix>/<run_id>/r<round>/..." (prefix from --rdzv_conf
-// etcd_prefix, default "/ddprun").
+// etcd_prefix, default "/ddprun"; the id encoded by encode_job_id). A job re-run under the same
+// id after its last generation ended is a new generation: generation g > 0 lives under
+// "<prefix>/<run_id>/g<g>/", and "<prefix>/<run_id>/generation" holds the current one.
 class JobKeys {
  public:
-  JobKeys(std::string prefix, const std::string& run_id);
-  std::string job() const { return root_; }  // every key of the job starts with this
-  std::string round(int round) const;        // every key of one round
-  std::string record(int round) const;       // the round record (members, open/closed)
+  JobKeys(std::string prefix, const std::string& run_id, std::int64_t generation = 0);
+  std::string job() const { return root_; }         // every key of the generation starts with this
+  std::string id_root() const { return id_root_; }  // every key of every generation
+  std::string generation_key() const { return id_root_ + "generation"; }
+  std::int64_t generation() const { return generation_; }
+  std::string round(int round) const;   // every key of one round
+  std::string record(int round) const;  // the round record (members, open/closed)
   std::string alive(int round, std::int64_t lease) const;  // a member's key on its lease
   std::string alive_prefix(int round) const;
   std::string store(int round) const;                // the workers' store: "host:port"
@@ -42,7 +53,9 @@ class JobKeys {
   std::string pending_spare(std::int64_t lease) const;   // "1": the job is full, it waits
 
  private:
+  std::string id_root_;
   std::string root_;
+  std::int64_t generation_ = 0;
 };
 
 struct RoundMember {
@@ -84,11 +97,75 @@ struct JoinStep {
   Kind kind = Kind::Write;
   RoundRecord next;
   std::string reason;
+  std::vector<RoundMember> dropped;  // members of the open round whose leases ended
 };
 // The step of a joiner `me` that read `current` (nullopt: no record yet). A record that fills
 // to max_nodes is closed by the same write.
 JoinStep join_step(const std::optional<RoundRecord>& current, const RoundMember& me,
                    const RoundShape& shape);
+
+// A round's live members: each lease with an alive key in the round, and that key's mod
+// revision (what a txn compares to know the member is still there).
+using AliveKeys = std::map<std::int64_t, std::int64_t>;
+// The alive keys among `kvs` (a range read of JobKeys::alive_prefix(round)).
+AliveKeys alive_keys(const std::vector<KeyValue>& kvs, std::string_view alive_prefix);
+// The lease of an alive key ("<alive_prefix><lease hex>"); nullopt for any other key.
+std::optional<std::int64_t> lease_of_alive_key(std::string_view key, std::string_view prefix);
+
+// join_step on a record read with its alive keys: an open round's members whose alive key is gone
+// (their lease ended: killed, Ctrl-C'd, or stopped for longer than the lease) are dropped before
+// `me` is added, so a round never fills, and never closes, around a dead member. `me` listed
+// without its alive key is added again (the caller renews its lease first when it ended). A
+// closed round is never changed.
+JoinStep join_step(const std::optional<RoundRecord>& current, const RoundMember& me,
+                   const RoundShape& shape, const AliveKeys& alive);
+// What the txn that writes `next` for round `round` compares besides the record itself: every
+// listed member's alive key, at the mod revision read (`alive`), except `me`'s (written by the
+// same txn). A member that died between the read and the txn fails it; the joiner reads again.
+// A listed member without an alive key gets a compare no key meets (mod revision -1).
+std::vector<Compare> liveness_compares(const JobKeys& keys, int round, const RoundRecord& next,
+                                       const AliveKeys& alive, std::int64_t me);
+
+// "1 of 2 node(s) arrived: host-a; missing node rank(s): 1": what a join waiting on `current`
+// prints every few seconds (as Admission::describe on c10d).
+std::string round_status(const std::optional<RoundRecord>& current, const RoundShape& shape);
+
+// A generation of the job has ended when its round 0 closed and no member of any of its rounds
+// is alive (every lease ended: the job finished, or all its nodes are gone). A node that starts
+// then begins the next generation instead of waiting as a late node of a job that is over.
+bool generation_ended(const std::optional<RoundRecord>& round0, bool any_member_alive);
+std::string encode_generation(std::int64_t generation);
+std::optional<std::int64_t> decode_generation(std::string_view text);
+
+// The exit barrier of a closed round, given the node ranks that arrived (their done keys, or
+// seen arriving by the watch) and the alive keys: whether everyone arrived, and who did not,
+// split into those whose lease ended (they never will: the barrier's bound) and those alive
+// (their workers still run, however long training takes there). Lists read
+// "node 1 (host-b), node 2 (host-c)".
+struct BarrierVerdict {
+  bool all_arrived = false;
+  std::string gone;
+  int gone_count = 0;
+  std::string waiting;
+  std::string arrived_text;  // "none" when nobody
+};
+BarrierVerdict barrier_verdict(const RoundRecord& closed, const std::set<int>& arrived,
+                               const AliveKeys& alive);
+
+// Paces a waiting join's progress lines: the first after one interval, then one per interval.
+class ProgressPacer {
+ public:
+  using Clock = std::chrono::steady_clock;
+  ProgressPacer(Clock::time_point start, Clock::duration interval)
+      : start_(start), next_(start + interval), interval_(interval) {}
+  // How long the join has waited when a line is due at `now`; nullopt: not yet.
+  std::optional<Clock::duration> due(Clock::time_point now);
+
+ private:
+  Clock::time_point start_;
+  Clock::time_point next_;
+  Clock::duration interval_;
+};
 
 // Closes an open round with its live members (`alive`: their leases) when they are enough:
 // max_nodes of them, or min_nodes once `last_call_over`. nullopt: not yet.

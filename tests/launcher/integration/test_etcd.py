@@ -19,6 +19,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -631,3 +632,165 @@ def test_nothing_listening_is_one_line_and_69(tmp):
 
 if __name__ == "__main__":
     main(globals())
+
+
+# Issue 34, second round: the round protocol checks liveness, and jobs end cleanly in etcd.
+
+def keys_under(cluster, prefix):
+    """The keys under PREFIX (etcd's v3 gateway), as text."""
+    b64 = lambda text: base64.b64encode(text.encode()).decode()
+    end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+    for i in range(cluster.n):
+        try:
+            reply = post(cluster.endpoint(i), "/v3/kv/range", {"key": b64(prefix), "range_end": b64(end),
+                                                               "keys_only": True})
+            return [base64.b64decode(kv["key"]).decode() for kv in reply.get("kvs", [])]
+        except Exception:
+            continue
+    return []
+
+
+def lone_agent(tmp, cluster, name, job, conf=FAST, mode="ok"):
+    return mn.Node(tmp, name, [
+        "--rdzv_backend", "etcd", "--rdzv_endpoint", cluster.endpoints, "--rdzv_id", job,
+        "--nnodes", "2", "--nproc_per_node", 1, "--local_addr", "127.0.0.1", "--master_port", 0,
+        "--rdzv_conf", conf, mn.WORKER, mode], env=clean_env(DDPRUN_RDZV_TOKEN=TOKEN))
+
+
+def test_a_member_gone_while_waiting_does_not_close_the_next_run(tmp):
+    """Behaviours 4 and 13: an agent waiting alone prints join progress lines every 3 s, as on
+    c10d; Ctrl-C'd (130), or SIGKILLed, while it waits, it stays listed in the open round. The next
+    start of the same job (same id, same commands) must run: before, the first new agent filled the
+    round around the dead member and every node ended 69 ("node 0 ... was lost before it announced
+    the workers' store")."""
+    require(torch=False)
+    with EtcdCluster(3) as cluster:
+        for how in ("SIGINT", "SIGKILL"):
+            job = f"ghost-{how.lower()}"
+            alone = lone_agent(tmp, cluster, f"alone-{how}", job)
+            nodes = [alone]
+            try:
+                wait_until(lambda: "waiting for the job's nodes (" in alone.text()[1], 20,
+                           "a join progress line")
+                line = next(l for l in ddprun_lines(alone.text()[1]) if "waiting for the job's" in l)
+                assert "1 of 2 node(s) arrived: " in line, alone
+                os.kill(alone.proc.pid, getattr(signal, how))
+                code = alone.wait(20)
+                assert code == (130 if how == "SIGINT" else -9), alone
+                # Its lease ends (revoked on Ctrl-C; after heartbeat_timeout when killed), with it
+                # its alive key; its round record, open and listing it, stays in etcd.
+                wait_until(lambda: not keys_under(cluster, f"/ddprun/{job}/r0/alive/"), 20,
+                           "the lease of the agent gone to end")
+                assert any("/r0/record" in k for k in keys_under(cluster, f"/ddprun/{job}/")), how
+                nodes = [lone_agent(tmp, cluster, f"again-{how}-{k}", job) for k in range(2)]
+                codes = mn.finish(nodes, timeout=60)
+            finally:
+                mn.finish(nodes + [alone])
+            assert codes == [0, 0], nodes
+            assert all(n.started_workers() == 1 for n in nodes), nodes
+
+
+def test_a_zombie_agent_rejoins_with_a_new_lease(tmp):
+    """Behaviour 5: an agent stopped (Ctrl-Z) while it waits, for longer than its lease, then
+    resumed (fg): the round must not form around its dead lease. The next node drops it; the zombie
+    notices its lease ended, says so in one line and joins again with a new lease; the job runs."""
+    require(torch=False)
+    job = "zombie"
+    with EtcdCluster(3) as cluster:
+        zombie = lone_agent(tmp, cluster, "zombie", job)
+        nodes = [zombie]
+        alive = f"/ddprun/{job}/r0/alive/"
+        try:
+            wait_until(lambda: keys_under(cluster, alive), 20, "the first agent's alive key")
+            os.kill(zombie.proc.pid, signal.SIGSTOP)
+            wait_until(lambda: not keys_under(cluster, alive), 20, "the stopped agent's lease to end")
+            other = lone_agent(tmp, cluster, "other", job)
+            nodes.append(other)
+            wait_until(lambda: keys_under(cluster, alive), 20, "the second agent's alive key")
+            time.sleep(0.5)
+            assert other.proc.poll() is None, other  # it waits: the round did not form around the ghost
+            os.kill(zombie.proc.pid, signal.SIGCONT)
+            codes = mn.finish(nodes, timeout=60)
+        finally:
+            os.kill(zombie.proc.pid, signal.SIGCONT) if zombie.proc.poll() is None else None
+            mn.finish(nodes)
+    assert codes == [0, 0], nodes
+    said = [l for l in ddprun_lines(zombie.text()[1]) if "joins again with a new lease" in l]
+    assert len(said) == 1, zombie
+    assert all(n.started_workers() == 1 for n in nodes), nodes
+    assert "lost" not in other.text()[1], other
+
+
+def test_exit_barrier_survives_a_deleted_done_key(tmp):
+    """Behaviour 7: both agents in (or on their way to) the exit barrier; one r0/done/<rank> key is
+    deleted by someone else (an operator's cleanup run early). Before, both waited forever without
+    a word; now a node that arrived counts as arrived (the watch saw its key), the barrier ends
+    within heartbeat_timeout of the last arrival, and one line names the rank whose key went."""
+    require(torch=False)
+    release = os.path.join(tmp, "release")
+    job = "barrier"
+    with EtcdCluster(3) as cluster:
+        early = lone_agent(tmp, cluster, "early", job, mode="ok")
+        late = lone_agent(tmp, cluster, "late", job, mode=f"until:{release}")
+        nodes = [early, late]
+        try:
+            done = f"/ddprun/{job}/r0/done/"
+            wait_until(lambda: keys_under(cluster, done), 60, "the early agent in the exit barrier")
+            [key] = keys_under(cluster, done)
+            b64 = lambda text: base64.b64encode(text.encode()).decode()
+            post(cluster.endpoint(0), "/v3/kv/deleterange", {"key": b64(key)})
+            assert not keys_under(cluster, done)
+            time.sleep(0.5)
+            open(release, "w").close()
+            started = time.monotonic()
+            codes = mn.finish(nodes, timeout=30)
+            took = time.monotonic() - started
+        finally:
+            mn.finish(nodes)
+    assert codes == [0, 0], nodes
+    rank = key.rsplit("/", 1)[1]
+    said = [l for n in nodes for l in ddprun_lines(n.text()[1]) if "deleted after it arrived" in l]
+    assert said and all(f"of node {rank} (127.0.0.1)" in l for l in said), nodes
+    print(f"  done key deleted -> both agents ended 0 {took:.2f} s after the last worker was released")
+
+
+def test_a_finished_job_runs_again_as_a_new_generation(tmp):
+    """Behaviour 8: a 2-node job ends 0 and leaves its keys in etcd; the same commands again
+    must run (before: 69 after 2 s, "ended while this node waited as a pending node"). The re-run
+    is the job's next generation, said in one line that names the cleanup command."""
+    require(torch=False)
+    job = "rerun"
+    with EtcdCluster(3) as cluster:
+        runs = []
+        for attempt in range(3):
+            nodes = [lone_agent(tmp, cluster, f"run{attempt}-{k}", job) for k in range(2)]
+            runs.append(nodes)
+            assert mn.finish(nodes, timeout=60) == [0, 0], (attempt, nodes)
+        keys = keys_under(cluster, f"/ddprun/{job}/")
+    for attempt, nodes in enumerate(runs):
+        assert all(n.started_workers() == 1 for n in nodes), nodes
+        said = [l for n in nodes for l in ddprun_lines(n.text()[1]) if "this run is generation" in l]
+        if attempt == 0:
+            assert not said, nodes
+        else:
+            assert len(said) == 1 and f"generation {attempt} under" in said[0], nodes
+            assert f"etcdctl del --prefix /ddprun/{job}/" in said[0], nodes
+    assert any(k.startswith(f"/ddprun/{job}/g2/r0/") for k in keys), keys
+
+
+def test_a_job_id_with_a_slash(tmp):
+    """Behaviour 14: `--rdzv_id team/exp1` ended 2 with a --log_dir error (the id named the run
+    directory). The id now names one directory (team_exp1_XXXXXX) on every backend, and on etcd
+    one key segment (team%2Fexp1), never a prefix of the job `team`'s keys."""
+    require(torch=False)
+    log_dir = os.path.join(tmp, "logs")
+    local = run(["--nproc_per_node", 1, "--rdzv_id", "team/exp1", "--log_dir", log_dir,
+                 "--redirects", "3", mn.WORKER, "ok"], env=clean_env(), timeout=60)
+    assert local.rc == 0, local
+    assert [d for d in os.listdir(log_dir) if d.startswith("team_exp1_")], os.listdir(log_dir)
+    with EtcdCluster(3) as cluster:
+        nodes = [lone_agent(tmp, cluster, f"slash{k}", "team/exp1") for k in range(2)]
+        codes = mn.finish(nodes, timeout=60)
+        keys = keys_under(cluster, "/ddprun/")
+    assert codes == [0, 0], nodes
+    assert keys and all(k.startswith("/ddprun/team%2Fexp1/") for k in keys), keys

@@ -178,3 +178,139 @@ TEST_CASE("the pending board is bounded: a flood of requests keeps the newest") 
   CHECK(live.front().seq == 1000 - static_cast<std::int64_t>(PendingBoard::kMaxPending) + 1);
   CHECK(live.back().seq == 1000);
 }
+
+// Issue 34, behaviour 4: a member Ctrl-C'd or killed while it waited stays listed in the open
+// record; the next joiner must not fill (or close) the round around it.
+TEST_CASE("a join drops the open round's members whose alive key is gone") {
+  const RoundShape shape{2, 2};
+  auto ghost = join_step(std::nullopt, member(7), shape, {}).next;
+  REQUIRE(ghost.members.size() == 1);
+  // Its lease ended: the next joiner replaces it instead of closing a round of two with it.
+  auto step = join_step(ghost, member(8), shape, AliveKeys{});
+  REQUIRE(step.kind == JoinStep::Kind::Write);
+  CHECK(step.next.open);
+  REQUIRE(step.next.members.size() == 1);
+  CHECK(step.next.members[0].lease == 8);
+  REQUIRE(step.dropped.size() == 1);
+  CHECK(step.dropped[0].lease == 7);
+  // With both alive the round closes with both, as before.
+  auto closes = join_step(ghost, member(8), shape, AliveKeys{{7, 41}});
+  CHECK_FALSE(closes.next.open);
+  CHECK(closes.next.members.size() == 2);
+  CHECK(closes.dropped.empty());
+  // A member listed and alive has joined; listed with a dead peer, it writes the peer out.
+  auto both_open = join_step(std::nullopt, member(1), RoundShape{1, 3}, {}).next;
+  both_open = join_step(both_open, member(2), RoundShape{1, 3}, AliveKeys{{1, 5}}).next;
+  CHECK(join_step(both_open, member(2), RoundShape{1, 3}, AliveKeys{{1, 5}, {2, 6}}).kind ==
+        JoinStep::Kind::Joined);
+  auto cleanup = join_step(both_open, member(2), RoundShape{1, 3}, AliveKeys{{2, 6}});
+  CHECK(cleanup.kind == JoinStep::Kind::Write);
+  CHECK(cleanup.next.members.size() == 1);
+  // Listed without its own alive key (its lease ended and it has a new one, or a stranger
+  // deleted the key): it is added again, at the end.
+  auto again = join_step(both_open, member(1), RoundShape{1, 3}, AliveKeys{{2, 6}});
+  REQUIRE(again.kind == JoinStep::Kind::Write);
+  CHECK(again.next.members.back().lease == 1);
+  CHECK(again.dropped.empty());
+  // A closed round is never rewritten, dead members or not.
+  auto closed = join_step(ghost, member(8), shape, AliveKeys{{7, 41}}).next;
+  CHECK(join_step(closed, member(9), shape, AliveKeys{}).kind == JoinStep::Kind::Closed);
+  CHECK(join_step(closed, member(8), shape, AliveKeys{}).kind == JoinStep::Kind::Joined);
+}
+
+TEST_CASE("the round's txn compares every other listed member's alive key at its revision") {
+  const JobKeys keys("/ddprun", "job");
+  RoundRecord next;
+  next.members = {member(1), member(2), member(3)};
+  const auto compares = liveness_compares(keys, 4, next, AliveKeys{{1, 10}, {2, 11}}, 2);
+  REQUIRE(compares.size() == 2);
+  CHECK(compares[0].key == keys.alive(4, 1));
+  CHECK(compares[0].target == Compare::Target::Mod);
+  CHECK(compares[0].number == 10);
+  // Listed without an alive key: a compare no key meets, so the txn cannot succeed.
+  CHECK(compares[1].key == keys.alive(4, 3));
+  CHECK(compares[1].number == -1);
+}
+
+TEST_CASE("alive keys parse to their leases; other keys are not members") {
+  const JobKeys keys("/ddprun", "job");
+  std::vector<KeyValue> kvs(4);
+  kvs[0].key = keys.alive(0, 0xab);
+  kvs[0].mod_revision = 9;
+  kvs[1].key = keys.alive_prefix(0) + "zz";
+  kvs[2].key = keys.alive_prefix(0);
+  kvs[3].key = keys.store(0);
+  const AliveKeys alive = alive_keys(kvs, keys.alive_prefix(0));
+  CHECK(alive == AliveKeys{{0xab, 9}});
+}
+
+// Behaviour 8: a job re-run under the same id after it ended is a new generation.
+TEST_CASE("a generation has ended when round 0 closed and nobody of it is alive") {
+  RoundRecord open;
+  RoundRecord closed;
+  closed.open = false;
+  CHECK_FALSE(generation_ended(std::nullopt, false));  // nothing yet: a fresh job
+  CHECK_FALSE(generation_ended(open, false));          // forming: ghosts are dropped instead
+  CHECK_FALSE(generation_ended(closed, true));         // running: a late node waits as pending
+  CHECK(generation_ended(closed, false));
+  CHECK(decode_generation(encode_generation(12)) == 12);
+  CHECK_FALSE(decode_generation("-1"));
+  CHECK_FALSE(decode_generation("3x"));
+  CHECK_FALSE(decode_generation(""));
+  // Generation 0 keeps the old layout; later ones live beside it, under the same id.
+  const JobKeys zero("/ddprun/", "job");
+  const JobKeys two("/ddprun", "job", 2);
+  CHECK(zero.record(0) == "/ddprun/job/r0/record");
+  CHECK(two.record(0) == "/ddprun/job/g2/r0/record");
+  CHECK(two.generation_key() == "/ddprun/job/generation");
+  CHECK(two.pending_prefix() == "/ddprun/job/g2/pending/");
+}
+
+// Behaviour 14: an id with '/' is one key segment, never a prefix of another job's keys.
+TEST_CASE("job ids are encoded into one key segment") {
+  CHECK(encode_job_id("job-1.a_b") == "job-1.a_b");
+  CHECK(encode_job_id("team/exp1") == "team%2Fexp1");
+  CHECK(encode_job_id("100%") == "100%25");
+  CHECK(encode_job_id("a b") == "a%20b");
+  const JobKeys team("/ddprun", "team");
+  const JobKeys exp("/ddprun", "team/exp1");
+  CHECK(exp.job() == "/ddprun/team%2Fexp1/");
+  CHECK_FALSE(exp.job().starts_with(team.job()));
+}
+
+// Behaviour 7: the exit barrier knows who did not arrive, and who never will.
+TEST_CASE("the exit barrier's verdict names who did not arrive, alive or gone") {
+  RoundRecord closed;
+  closed.open = false;
+  closed.members = {member(1), member(2), member(3)};
+  auto all = barrier_verdict(closed, {0, 1, 2}, AliveKeys{});
+  CHECK(all.all_arrived);
+  auto v = barrier_verdict(closed, {0}, AliveKeys{{1, 5}, {2, 6}});
+  CHECK_FALSE(v.all_arrived);
+  CHECK(v.gone.empty());
+  CHECK(v.waiting == "node 1 (host2), node 2 (host3)");
+  auto lost = barrier_verdict(closed, {0}, AliveKeys{{2, 6}});
+  CHECK(lost.gone == "node 2 (host3)");
+  CHECK(lost.gone_count == 1);
+  CHECK(lost.waiting == "node 1 (host2)");
+  CHECK(lost.arrived_text == "node 0 (host1)");
+}
+
+// Behaviour 13: a waiting join's progress lines, paced as c10d's (every 3 s).
+TEST_CASE("join progress: the first line after one interval, then one per interval") {
+  using namespace std::chrono_literals;
+  const auto t0 = ProgressPacer::Clock::time_point{} + 100s;
+  ProgressPacer pacer(t0, 3s);
+  CHECK_FALSE(pacer.due(t0));
+  CHECK_FALSE(pacer.due(t0 + 2900ms));
+  CHECK(pacer.due(t0 + 3100ms) == 3100ms);
+  CHECK_FALSE(pacer.due(t0 + 4s));
+  CHECK(pacer.due(t0 + 6200ms) == 6200ms);
+  RoundShape shape{2, 2};
+  auto one = join_step(std::nullopt, member(5), shape).next;
+  CHECK(round_status(one, shape) == "1 of 2 node(s) arrived: host5");
+  CHECK(round_status(std::nullopt, RoundShape{1, 3}) == "0 of 1..3 node(s) arrived: none");
+  auto ranked = join_step(std::nullopt, member(6, 1), shape).next;
+  CHECK(round_status(ranked, shape) ==
+        "1 of 2 node(s) arrived: host6 (node 1); missing node rank(s): 0");
+}
