@@ -187,6 +187,14 @@ constexpr OptionSpec kOptions[] = {
      &health::RawHealthOptions::status_port},
     {"--status-addr,--status_addr", "ADDR", nullptr, nullptr, nullptr, nullptr,
      "Address of the status endpoint (default 127.0.0.1)", &health::RawHealthOptions::status_addr},
+    {"--status-allow-host,--status_allow_host", "H1,H2", nullptr, nullptr, nullptr, nullptr,
+     "Host names the status endpoint answers besides addresses, localhost and this host's name "
+     "(others: 421, against DNS rebinding; * allows any)",
+     &health::RawHealthOptions::status_allow_host},
+    {"--status-linger,--status_linger", "SECONDS", nullptr, nullptr, nullptr, nullptr,
+     "After the job ends, keep serving its final state this long if a viewer asked for /status "
+     "during the run (default 5; 0: off; SIGINT/SIGTERM cut it)",
+     &health::RawHealthOptions::status_linger},
     {"--file-timer,--file_timer", nullptr, nullptr, nullptr, nullptr, nullptr,
      "Serve torchrun's watchdog timers (as TORCHELASTIC_ENABLE_FILE_TIMER=1)", nullptr,
      &health::RawHealthOptions::file_timer},

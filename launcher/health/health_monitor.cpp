@@ -62,7 +62,11 @@ HealthMonitor::HealthMonitor(boost::asio::io_context& io, HealthSettings setting
       hang_timer_(io),
       straggler_timer_(io) {}
 
-HealthMonitor::~HealthMonitor() { finish(false); }
+HealthMonitor::~HealthMonitor() {
+  finish(false);
+  if (status_server_) status_server_->close();
+  beacon_.reset();
+}
 
 Result<Ok> HealthMonitor::open(const std::string& socket_dir, int nproc_per_node, int nnodes,
                                const std::string& host) {
@@ -106,6 +110,7 @@ Result<Ok> HealthMonitor::open(const std::string& socket_dir, int nproc_per_node
   if (settings_.status_port) {
     status_server_ = std::make_unique<StatusServer>(
         io_, [this](const std::string& target) { return answer(target); });
+    status_server_->allow_hosts(settings_.status_allow_hosts, host);
     auto port = status_server_->open(settings_.status_addr, *settings_.status_port);
     if (!port) return port.error();
     status_port_ = *port;
@@ -425,12 +430,39 @@ void HealthMonitor::finish(bool succeeded) {
   dump_waiters_.clear();
   for (auto& h : heartbeats_) h->close();
   if (timer_server_) timer_server_->close();
-  if (status_server_) status_server_->close();
-  beacon_.reset();
+  // The final state stays served for a viewer (linger()); nobody watching: closed now.
+  lingering_ = status_server_ && viewed_ && settings_.status_linger.count() > 0;
+  if (!lingering_) {
+    if (status_server_) status_server_->close();
+    beacon_.reset();
+  }
   if (!own_socket_dir_.empty()) {
     ::rmdir(own_socket_dir_.c_str());
     own_socket_dir_.clear();
   }
+}
+
+void HealthMonitor::linger(std::function<void()> done) {
+  if (!lingering_) return done();
+  lingering_ = false;
+  auto end = std::make_shared<std::function<void()>>([this, done = std::move(done)]() mutable {
+    if (!done) return;
+    linger_timer_->cancel();
+    linger_signals_->cancel();
+    if (status_server_) status_server_->close();
+    beacon_.reset();
+    auto then = std::move(done);
+    done = nullptr;
+    then();
+  });
+  linger_timer_ = std::make_unique<boost::asio::steady_timer>(io_, settings_.status_linger);
+  linger_signals_ = std::make_unique<boost::asio::signal_set>(io_, SIGINT, SIGTERM, SIGHUP);
+  linger_timer_->async_wait([end](const boost::system::error_code& ec) {
+    if (!ec) (*end)();
+  });
+  linger_signals_->async_wait([end](const boost::system::error_code& ec, int) {
+    if (!ec) (*end)();
+  });
 }
 
 HttpAnswer HealthMonitor::answer(const std::string& target) const {
@@ -439,10 +471,14 @@ HttpAnswer HealthMonitor::answer(const std::string& target) const {
       return {200, "text/plain; charset=utf-8", "ok\n"};
     return {503, "text/plain; charset=utf-8", fmt::format("{}\n", phase_name(phase_))};
   }
-  if (target == "/status") return {200, "application/json", status_json()};
+  if (target == "/status") {
+    viewed_ = true;
+    return {200, "application/json", status_json()};
+  }
   if (target == "/metrics")
     return {200, "text/plain; version=0.0.4; charset=utf-8", metrics_text()};
   if (target == "/" || target == "/index.html") {
+    viewed_ = true;
     return {200, "text/html; charset=utf-8", std::string(view::dashboard_page())};
   }
   return {404, "text/plain; charset=utf-8", "not found\n"};

@@ -11,6 +11,7 @@
 #include <sys/types.h>
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <functional>
 #include <map>
@@ -97,8 +98,12 @@ class HealthMonitor {
   void hung_elsewhere(const std::string& text, const std::function<void(const HealthStop&)>& then);
   /// The attempt ended in failure. Returns why no restart should be made (no progress), if so.
   std::optional<std::string> attempt_failed();
-  /// The run is over (`succeeded` or not). Closes everything.
+  /// The run is over (`succeeded` or not). Closes everything but the status endpoint when it is
+  /// to linger (a viewer asked for /status during the run, --status-linger is not 0).
   void finish(bool succeeded);
+  /// After the summary: calls `done` once the status endpoint has served the final state for
+  /// --status-linger (at once when it does not linger); SIGINT, SIGTERM or SIGHUP cut it short.
+  void linger(std::function<void()> done);
   /// The stack tools still running: ddprun's children, but not the workers' leftovers.
   std::vector<pid_t> stack_tools() const;
 
@@ -139,6 +144,10 @@ class HealthMonitor {
   std::unique_ptr<FileTimerServer> timer_server_;
   std::unique_ptr<StatusServer> status_server_;
   std::unique_ptr<StatusBeacon> beacon_;  // tells `ddprun top` where the endpoint is
+  mutable bool viewed_ = false;           // /status or the page was asked for: someone watches
+  bool lingering_ = false;                // finish() left the endpoint open for linger()
+  std::unique_ptr<boost::asio::steady_timer> linger_timer_;
+  std::unique_ptr<boost::asio::signal_set> linger_signals_;
   StackDumper stacks_;
   ProgressTracker tracker_;
   StragglerDetector stragglers_;

@@ -49,6 +49,19 @@ Result<HealthSettings> health_settings_from(const RawHealthOptions& raw,
   }
   if (raw.status_addr.empty()) return Error{exit_codes::kUsage, "--status-addr: empty address"};
   s.status_addr = raw.status_addr;
+  for (size_t start = 0; start <= raw.status_allow_host.size();) {
+    size_t comma = raw.status_allow_host.find(',', start);
+    if (comma == std::string::npos) comma = raw.status_allow_host.size();
+    std::string name = raw.status_allow_host.substr(start, comma - start);
+    if (!name.empty()) s.status_allow_hosts.push_back(std::move(name));
+    start = comma + 1;
+  }
+  auto linger = parse_seconds("--status-linger", raw.status_linger);
+  if (!linger) return linger.error();
+  if (*linger > 600) {
+    return Error{exit_codes::kUsage, "--status-linger: at most 600 seconds (0 turns it off)"};
+  }
+  s.status_linger = std::chrono::milliseconds(static_cast<long long>(*linger * 1000.0));
   if (auto window = env("DDPRUN_STRAGGLER_WINDOW"); !window.empty()) {
     // For tests and experiments: the straggler window in seconds (a minute by default).
     auto seconds = parse_seconds("DDPRUN_STRAGGLER_WINDOW", window);

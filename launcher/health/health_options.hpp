@@ -20,6 +20,8 @@ struct RawHealthOptions {
   std::string straggler_ratio = "0.5";
   std::string status_port;  // empty: TORCHELASTIC_HEALTH_CHECK_PORT, else no endpoint
   std::string status_addr = "127.0.0.1";
+  std::string status_allow_host;    // comma-separated names
+  std::string status_linger = "5";  // seconds
 };
 
 /// Errors carry exit code 2 and name the flag.

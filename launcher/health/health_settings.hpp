@@ -5,6 +5,7 @@
 #include <chrono>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace ddp::launcher::health {
 
@@ -24,6 +25,11 @@ struct HealthSettings {
   /// --status-port (0: a free port) or TORCHELASTIC_HEALTH_CHECK_PORT; nullopt: no endpoint.
   std::optional<int> status_port;
   std::string status_addr = "127.0.0.1";
+  /// --status-allow-host: Host header names answered besides the defaults (status_server.hpp).
+  std::vector<std::string> status_allow_hosts;
+  /// --status-linger: after the end, how long the final state stays served when a viewer asked
+  /// for /status during the run (0: not at all).
+  std::chrono::milliseconds status_linger{5'000};
   /// Time one stack tool may take for one process.
   std::chrono::milliseconds stack_dump_limit{10'000};
   /// Straggler window (a minute; shorter in tests through DDPRUN_STRAGGLER_WINDOW).

@@ -38,6 +38,34 @@ bool alive(pid_t pid) { return pid > 0 && (::kill(pid, 0) == 0 || errno == EPERM
 
 }  // namespace
 
+std::optional<unsigned long long> proc_start_time(const std::string& stat) {
+  const auto close = stat.rfind(')');
+  if (close == std::string::npos) return std::nullopt;
+  // After "(comm)": field 3 (state) onwards; starttime is field 22, the 20th of these.
+  size_t at = close + 1;
+  for (int field = 3; field <= 22; ++field) {
+    while (at < stat.size() && stat[at] == ' ') ++at;
+    const size_t end = stat.find(' ', at);
+    if (at >= stat.size()) return std::nullopt;
+    if (field == 22) {
+      const std::string word = stat.substr(at, end == std::string::npos ? end : end - at);
+      if (word.empty() || word.find_first_not_of("0123456789") != std::string::npos)
+        return std::nullopt;
+      return std::stoull(word);
+    }
+    if (end == std::string::npos) return std::nullopt;
+    at = end;
+  }
+  return std::nullopt;
+}
+
+std::optional<unsigned long long> process_start_time(pid_t pid) {
+  std::ifstream in(fmt::format("/proc/{}/stat", pid));
+  std::string text;
+  if (!in || !std::getline(in, text)) return std::nullopt;
+  return proc_start_time(text);
+}
+
 std::string status_beacon_dir() {
   if (const char* xdg = std::getenv("XDG_RUNTIME_DIR"); xdg && *xdg) {
     std::string dir = std::string(xdg) + "/ddprun";
@@ -55,6 +83,7 @@ std::unique_ptr<StatusBeacon> StatusBeacon::write(const std::string& dir,
   nlohmann::json j{{"pid", ::getpid()},  {"cwd", current_dir()},
                    {"address", address}, {"port", port},
                    {"host", host},       {"started", std::chrono::duration<double>(now).count()}};
+  if (auto start = process_start_time(::getpid())) j["proc_start"] = *start;
   const std::string path = fmt::format("{}/status-{}.json", dir, ::getpid());
   const std::string tmp = path + ".tmp";
   {
@@ -85,6 +114,7 @@ std::optional<BeaconEntry> parse_beacon(const std::string& text) {
     e.port = j.at("port").get<int>();
     e.host = j.value("host", "");
     e.started = j.value("started", 0.0);
+    e.proc_start = j.value("proc_start", 0ULL);
     if (e.port <= 0 || e.port > 65535) return std::nullopt;
     return e;
   } catch (const nlohmann::json::exception&) {
@@ -145,7 +175,17 @@ std::optional<BeaconEntry> find_status_beacon(const std::string& dir, const std:
       const auto text = read_small_regular_file(path);
       if (!text) continue;
       auto e = parse_beacon(*text);
-      if (e && alive(e->pid)) live.push_back(*e);
+      if (!e || !alive(e->pid)) continue;
+      if (e->proc_start != 0) {
+        // The pid is another process's now (ddprun SIGKILLed, its pid reused): a stale beacon,
+        // removed (the directory is this user's own).
+        const auto start = process_start_time(e->pid);
+        if (start && *start != e->proc_start) {
+          ::unlink(path.c_str());
+          continue;
+        }
+      }
+      live.push_back(*e);
     }
     ::closedir(d);
   }

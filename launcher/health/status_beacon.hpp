@@ -23,7 +23,17 @@ struct BeaconEntry {
   int port = 0;
   std::string host;
   double started = 0;  // seconds since the epoch
+  /// The process's start time in clock ticks since boot (/proc/PID/stat's 22nd field): a beacon
+  /// whose pid now belongs to another process (ddprun was SIGKILLed, the pid reused) is stale.
+  /// 0: not written (an older ddprun): the pid alone is checked.
+  unsigned long long proc_start = 0;
 };
+
+/// The 22nd field (starttime) of a /proc/PID/stat text; nullopt when it cannot be read. The
+/// command name (field 2, in parentheses) may hold spaces and parentheses itself.
+std::optional<unsigned long long> proc_start_time(const std::string& stat_text);
+/// /proc/PID/stat's start time of `pid`, nullopt when there is no such process.
+std::optional<unsigned long long> process_start_time(pid_t pid);
 
 /// The beacon directory for this user ("" when none can be used).
 std::string status_beacon_dir();

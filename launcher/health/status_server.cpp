@@ -7,6 +7,8 @@
 #include <boost/beast/http.hpp>
 
 #include <algorithm>
+#include <cctype>
+#include <map>
 
 namespace ddp::launcher::health {
 
@@ -17,23 +19,77 @@ using tcp = boost::asio::ip::tcp;
 namespace {
 constexpr std::chrono::milliseconds kAcceptRetryFirst{50};
 constexpr std::chrono::milliseconds kAcceptRetryMax{1000};
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (auto& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  while (!out.empty() && out.back() == '.') out.pop_back();
+  return out;
+}
 }  // namespace
+
+bool host_header_allowed(std::string_view header, const std::string& hostname,
+                         const std::vector<std::string>& allowed) {
+  while (!header.empty() && (header.front() == ' ' || header.front() == '\t'))
+    header.remove_prefix(1);
+  while (!header.empty() && (header.back() == ' ' || header.back() == '\t'))
+    header.remove_suffix(1);
+  if (header.empty()) return true;
+  std::string_view name = header;
+  if (name.front() == '[') {  // [v6]:port
+    const auto close = name.find(']');
+    if (close == std::string_view::npos) return false;
+    name = name.substr(1, close - 1);
+  } else if (auto colon = name.find(':'); colon != std::string_view::npos &&
+                                          name.find(':', colon + 1) == std::string_view::npos) {
+    name = name.substr(0, colon);
+  }
+  const std::string host = lower(name);
+  if (host.empty()) return false;
+  boost::system::error_code ec;
+  boost::asio::ip::make_address(host, ec);
+  if (!ec) return true;  // an address: no name a rebinding attack could point elsewhere
+  if (host == "localhost" || (host.size() > 10 && host.ends_with(".localhost"))) return true;
+  const std::string me = lower(hostname);
+  if (!me.empty() && (host == me || host == me.substr(0, me.find('.')))) return true;
+  for (const auto& a : allowed) {
+    if (a == "*" || lower(a) == host) return true;
+  }
+  return false;
+}
+
+/// The sessions waiting for a request, by the order they started waiting: when the server is full,
+/// the first is closed to make room.
+struct StatusServer::Waiting {
+  std::uint64_t next = 0;
+  std::map<std::uint64_t, std::weak_ptr<StatusServer::Session>> sessions;
+};
 
 class StatusServer::Session : public std::enable_shared_from_this<StatusServer::Session> {
  public:
-  Session(tcp::socket socket, const Provider& provider, const StatusServerLimits& limits,
-          std::shared_ptr<size_t> active, std::shared_ptr<bool> closed)
+  Session(tcp::socket socket, const StatusServer& server)
       : stream_(std::move(socket)),
-        buffer_(limits.max_request_bytes),
-        provider_(provider),
-        limits_(limits),
-        active_(std::move(active)),
-        closed_(std::move(closed)) {
+        buffer_(server.limits_.max_request_bytes),
+        server_(server),
+        provider_(server.provider_),
+        limits_(server.limits_),
+        active_(server.active_),
+        closed_(server.closed_),
+        waiting_(server.waiting_) {
     ++*active_;
   }
-  ~Session() { --*active_; }
+  ~Session() {
+    --*active_;
+    stop_waiting();
+  }
+
+  /// Closed to make room for a new connection (it waited longest for a request).
+  void evict() { close(); }
 
   void read() {
+    stop_waiting();
+    waiting_id_ = waiting_->next++;
+    waiting_->sessions.emplace(*waiting_id_, weak_from_this());
     parser_.emplace();
     parser_->header_limit(static_cast<std::uint32_t>(limits_.max_request_bytes));
     parser_->body_limit(limits_.max_request_bytes);
@@ -57,7 +113,13 @@ class StatusServer::Session : public std::enable_shared_from_this<StatusServer::
                           });
   }
 
+  void stop_waiting() {
+    if (waiting_id_) waiting_->sessions.erase(*waiting_id_);
+    waiting_id_.reset();
+  }
+
   void on_read(beast::error_code ec) {
+    stop_waiting();
     if (*closed_) return;
     if (ec == http::error::end_of_stream || ec == beast::error::timeout) return close();
     if (ec == http::error::header_limit || ec == http::error::body_limit ||
@@ -71,6 +133,15 @@ class StatusServer::Session : public std::enable_shared_from_this<StatusServer::
     if (request.method() != http::verb::get && !head) {
       return respond(HttpAnswer{405, "text/plain; charset=utf-8", "only GET and HEAD\n"}, false,
                      false);
+    }
+    const auto host = request[http::field::host];
+    if (!host_header_allowed(std::string_view(host.data(), host.size()), server_.hostname_,
+                             server_.allowed_hosts_)) {
+      // DNS rebinding: a page of another site whose name now resolves to this address.
+      return respond(HttpAnswer{421, "text/plain; charset=utf-8",
+                                "misdirected request: this Host is not this status endpoint "
+                                "(ddprun --status-allow-host NAME allows a name)\n"},
+                     false, head);
     }
     std::string target(request.target());
     if (auto q = target.find('?'); q != std::string::npos) target.resize(q);
@@ -108,15 +179,28 @@ class StatusServer::Session : public std::enable_shared_from_this<StatusServer::
   size_t request_bytes_ = 0;
   std::optional<http::request_parser<http::string_body>> parser_;
   std::optional<http::response<http::string_body>> response_;
+  const StatusServer& server_;
   const Provider& provider_;
   const StatusServerLimits& limits_;
   std::shared_ptr<size_t> active_;
   std::shared_ptr<bool> closed_;
+  std::shared_ptr<Waiting> waiting_;
+  std::optional<std::uint64_t> waiting_id_;
 };
 
 StatusServer::StatusServer(boost::asio::io_context& io, Provider provider,
                            StatusServerLimits limits)
-    : io_(io), acceptor_(io), retry_timer_(io), provider_(std::move(provider)), limits_(limits) {}
+    : io_(io),
+      acceptor_(io),
+      retry_timer_(io),
+      provider_(std::move(provider)),
+      limits_(limits),
+      waiting_(std::make_shared<Waiting>()) {}
+
+void StatusServer::allow_hosts(std::vector<std::string> names, std::string hostname) {
+  allowed_hosts_ = std::move(names);
+  hostname_ = std::move(hostname);
+}
 
 StatusServer::~StatusServer() { close(); }
 
@@ -148,28 +232,43 @@ void StatusServer::close() {
 }
 
 void StatusServer::accept() {
-  acceptor_.async_accept([this, closed = closed_](boost::system::error_code ec,
-                                                  tcp::socket socket) {
-    if (*closed || ec == boost::asio::error::operation_aborted) return;
-    if (ec) {
-      // Out of descriptors (or memory): the pending connection stays queued and accept would
-      // fail again at once. Back off as the store does instead of spinning a core.
-      accept_delay_ = std::clamp(accept_delay_ * 2, kAcceptRetryFirst, kAcceptRetryMax);
-      retry_timer_.expires_after(accept_delay_);
-      retry_timer_.async_wait([this, closed](const boost::system::error_code& wait_ec) {
-        if (!wait_ec && !*closed) accept();
+  acceptor_.async_accept(
+      [this, closed = closed_](boost::system::error_code ec, tcp::socket socket) {
+        if (*closed || ec == boost::asio::error::operation_aborted) return;
+        if (ec) {
+          // Out of descriptors (or memory): the pending connection stays queued and accept would
+          // fail again at once. Back off as the store does instead of spinning a core.
+          accept_delay_ = std::clamp(accept_delay_ * 2, kAcceptRetryFirst, kAcceptRetryMax);
+          retry_timer_.expires_after(accept_delay_);
+          retry_timer_.async_wait([this, closed](const boost::system::error_code& wait_ec) {
+            if (!wait_ec && !*closed) accept();
+          });
+          return;
+        }
+        accept_delay_ = {};
+        bool room = *active_ < limits_.max_connections;
+        if (!room) {
+          // Full: the connection that has waited longest for a request makes room (one client's
+          // idle connections must not starve a liveness probe). When every connection is busy
+          // answering, the new one is refused at once.
+          std::shared_ptr<Session> oldest;
+          while (!oldest && !waiting_->sessions.empty()) {
+            oldest = waiting_->sessions.begin()->second.lock();
+            waiting_->sessions.erase(waiting_->sessions.begin());
+          }
+          if (oldest) {
+            oldest->evict();  // its count goes when its pending read ends, on this loop
+            room = true;
+          }
+        }
+        if (!room) {
+          boost::system::error_code ignored;
+          socket.close(ignored);  // over the limit: refused at once
+        } else {
+          std::make_shared<Session>(std::move(socket), *this)->read();
+        }
+        accept();
       });
-      return;
-    }
-    accept_delay_ = {};
-    if (*active_ >= limits_.max_connections) {
-      boost::system::error_code ignored;
-      socket.close(ignored);  // over the limit: refused at once
-    } else {
-      std::make_shared<Session>(std::move(socket), provider_, limits_, active_, closed_)->read();
-    }
-    accept();
-  });
 }
 
 }  // namespace ddp::launcher::health

@@ -8,7 +8,12 @@
 ///     lines and trailer (answered 431);
 ///   - every connection closed after `idle_timeout` without a complete request or response
 ///     (slow-loris clients included), keep-alive or not;
-///   - a failed accept (out of descriptors) retried after 50 ms doubling to 1 s, never spinning.
+///   - a failed accept (out of descriptors) retried after 50 ms doubling to 1 s, never spinning;
+///   - when all `max_connections` are taken, the one that has waited longest for a request is
+///     closed to make room: idle connections held open cannot starve a liveness probe;
+///   - a request whose Host header names something else than this server (DNS rebinding: a
+///     page at http://attacker.example:PORT/ resolved to 127.0.0.1) is answered 421 and nothing
+///     else (host_header_allowed below).
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -17,6 +22,8 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "launcher/common/result.hpp"
 
@@ -34,6 +41,13 @@ struct StatusServerLimits {
   std::chrono::milliseconds idle_timeout{5000};
 };
 
+/// Whether a request's Host header (the value as sent, with or without ":port") may be answered:
+/// none at all (HTTP/1.0 tools), an IP address literal, "localhost" and names under
+/// ".localhost", this machine's `hostname` (as given, and its first label), or one of `allowed`
+/// (--status-allow-host; "*" allows any). Case and a trailing dot are ignored.
+bool host_header_allowed(std::string_view host_header, const std::string& hostname,
+                         const std::vector<std::string>& allowed);
+
 class StatusServer {
  public:
   /// Answers a GET (or HEAD) for `target` (the path, query string removed).
@@ -47,11 +61,14 @@ class StatusServer {
   /// Listens on address:port (0: a free port). Returns the port. Error: exit 2 for a bad
   /// address, 69 (EX_UNAVAILABLE) when the port cannot be bound.
   Result<int> open(const std::string& address, int port);
+  /// Names a Host header may carry besides the defaults (host_header_allowed); before open().
+  void allow_hosts(std::vector<std::string> names, std::string hostname);
   void close();
   size_t connections() const { return *active_; }
 
  private:
   class Session;
+  struct Waiting;  // the sessions waiting for a request, oldest first
   void accept();
 
   boost::asio::io_context& io_;
@@ -62,6 +79,9 @@ class StatusServer {
   StatusServerLimits limits_;
   std::shared_ptr<size_t> active_ = std::make_shared<size_t>(0);
   std::shared_ptr<bool> closed_ = std::make_shared<bool>(false);
+  std::shared_ptr<Waiting> waiting_;
+  std::vector<std::string> allowed_hosts_;
+  std::string hostname_;
 };
 
 }  // namespace ddp::launcher::health

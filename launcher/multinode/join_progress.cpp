@@ -3,11 +3,15 @@
 
 #include <fmt/format.h>
 
+#include "launcher/common/terminal_text.hpp"
+
 namespace ddp::launcher {
 
 std::string join_progress_text(std::chrono::milliseconds waited, const std::string& status) {
+  // The status names other nodes' hosts: a name holding an escape is shown, not obeyed.
   return fmt::format("ddprun: waiting for the job's nodes ({} s): {}",
-                     std::chrono::duration_cast<std::chrono::seconds>(waited).count(), status);
+                     std::chrono::duration_cast<std::chrono::seconds>(waited).count(),
+                     visible_line(status));
 }
 
 void JoinProgress::show(std::chrono::milliseconds waited, const std::string& status) {

@@ -19,19 +19,33 @@ void LineFramer::append_line(std::string& out, std::string_view head, std::strin
   out += rest;
 }
 
+void LineFramer::open_long_line(std::string& out) {
+  append_line(out, carry_, {});
+  carry_.clear();
+  open_ = true;
+}
+
 size_t LineFramer::frame(std::string_view chunk, std::string& out) {
   size_t lines = 0;
   const char* p = chunk.data();
   const char* end = p + chunk.size();
-  // The first line may continue what the previous chunk left over.
-  if (!carry_.empty()) {
+  if (open_) {
+    // The rest of a long line: passed on as it comes, unchanged, up to its newline.
+    const char* nl = static_cast<const char*>(std::memchr(p, '\n', end - p));
+    if (!nl) {
+      out.append(p, end);
+      return lines;
+    }
+    out.append(p, nl + 1);
+    open_ = false;
+    ++lines;
+    p = nl + 1;
+  } else if (!carry_.empty()) {
+    // The first line may continue what the previous chunk left over.
     const char* nl = static_cast<const char*>(std::memchr(p, '\n', end - p));
     if (!nl) {
       carry_.append(p, end);
-      if (carry_.size() >= kMaxLineBytes) {
-        ++cuts_;
-        lines += finish(out);
-      }
+      if (carry_.size() >= kMaxLineBytes) open_long_line(out);
       return lines;
     }
     append_line(out, carry_, std::string_view(p, nl + 1 - p));
@@ -49,18 +63,28 @@ size_t LineFramer::frame(std::string_view chunk, std::string& out) {
   }
   if (p < end) {
     carry_.assign(p, end);
-    if (carry_.size() >= kMaxLineBytes) {
-      ++cuts_;
-      lines += finish(out);
-    }
+    if (carry_.size() >= kMaxLineBytes) open_long_line(out);
   }
   return lines;
 }
 
 size_t LineFramer::finish(std::string& out) {
+  if (open_) {
+    out += '\n';
+    open_ = false;
+    return 1;
+  }
   if (carry_.empty()) return 0;
   append_line(out, carry_, "\n");
   carry_.clear();
+  return 1;
+}
+
+size_t LineFramer::cut(std::string& out) {
+  if (!open_) return 0;
+  out += '\n';
+  open_ = false;
+  ++cuts_;
   return 1;
 }
 

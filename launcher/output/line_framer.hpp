@@ -4,6 +4,11 @@
 /// Pure. Bytes after the last newline wait for the next chunk, so no line is ever split
 /// between two writes; finish() emits what is left as a final line.
 ///
+/// A line longer than kMaxLineBytes is not held whole (memory): from then on it is passed on as
+/// it comes, unchanged, until its newline; line_open() says the output so far ends inside such a
+/// line, and the caller keeps other writers out of the console meanwhile (OutputSink::write_lines).
+/// cut() ends an open line early (a newline added; the rest starts a new line).
+///
 /// A line that already starts with the prefix's text (`plain_prefix`, the prefix without
 /// color) gets no second one: torch 2.x prefixes its own log lines and tracebacks with
 /// "[rank<N>]:", the same as ddprun's default.
@@ -16,8 +21,7 @@ namespace ddp::launcher {
 
 class LineFramer {
  public:
-  /// A line longer than this (no newline for 1 MiB) is emitted in pieces, each ending in '\n';
-  /// this bounds memory when a worker writes binary junk. cuts() counts them.
+  /// A line longer than this (no newline for 1 MiB) is passed on as it comes (line_open()).
   static constexpr size_t kMaxLineBytes = 1 << 20;
 
   explicit LineFramer(std::string prefix = {}, std::string plain_prefix = {})
@@ -27,13 +31,18 @@ class LineFramer {
   /// to `out`. Returns the number of complete lines appended.
   size_t frame(std::string_view chunk, std::string& out);
 
-  /// Appends the pending partial line, if any, with a '\n' added. Returns 1 if it did.
+  /// Appends the pending partial line, if any, with a '\n' added (an open line gets its '\n').
+  /// Returns 1 if it did.
   size_t finish(std::string& out);
+  /// What was appended so far ends inside a long line that has not reached its newline.
+  bool line_open() const { return open_; }
+  /// Ends an open line now with a '\n' (counted in cuts()); the bytes after it start a new line.
+  size_t cut(std::string& out);
 
   /// Bytes waiting for their newline.
   size_t pending() const { return carry_.size(); }
   const std::string& prefix() const { return prefix_; }
-  /// Lines cut because they were longer than kMaxLineBytes.
+  /// Long lines ended early by cut().
   size_t cuts() const { return cuts_; }
 
  private:
@@ -43,7 +52,11 @@ class LineFramer {
 
   std::string prefix_;
   std::string plain_prefix_;
+  /// carry_ reached kMaxLineBytes: it goes out now, and the line stays open.
+  void open_long_line(std::string& out);
+
   std::string carry_;
+  bool open_ = false;
   size_t cuts_ = 0;
 };
 

@@ -333,6 +333,54 @@ void OutputSink::fail(int error, std::string unwritten) {
   wake_waiters();
 }
 
+void OutputSink::write_lines(const void* writer, std::string_view data, bool line_open) {
+  if (line_owner_ != nullptr && line_owner_ != writer) {
+    // Another writer's line is open: this waits after it (and after what others hold).
+    if (!held_.empty() && held_.back().writer == writer && !held_.back().line_open) {
+      held_.back().data.append(data);
+      held_.back().line_open = line_open;
+    } else {
+      held_.push_back(Held{writer, std::string(data), line_open});
+    }
+    return;
+  }
+  if (!data.empty()) write_all(data);
+  const bool released = line_owner_ == writer && !line_open;
+  line_owner_ = line_open ? writer : nullptr;
+  if (released) flush_held();
+}
+
+void OutputSink::flush_held() {
+  size_t i = 0;
+  for (; i < held_.size() && line_owner_ == nullptr; ++i) {
+    if (!held_[i].data.empty()) write_all(held_[i].data);
+    if (held_[i].line_open) line_owner_ = held_[i].writer;
+  }
+  held_.erase(held_.begin(), held_.begin() + static_cast<std::ptrdiff_t>(i));
+  // Writers that hold nothing any more read again.
+  auto waiting = std::move(release_waiters_);
+  release_waiters_.clear();
+  for (auto& [writer, resume] : waiting) {
+    if (holding(writer)) {
+      release_waiters_.emplace_back(writer, std::move(resume));
+    } else {
+      resume();
+    }
+  }
+}
+
+bool OutputSink::holding(const void* writer) const {
+  for (const auto& h : held_) {
+    if (h.writer == writer) return true;
+  }
+  return false;
+}
+
+void OutputSink::when_released(const void* writer, std::function<void()> resume) {
+  if (!holding(writer)) return resume();
+  release_waiters_.emplace_back(writer, std::move(resume));
+}
+
 void OutputSink::when_drained(std::function<void()> resume) {
   if (!congested() || failed_) {
     resume();

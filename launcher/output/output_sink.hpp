@@ -45,6 +45,16 @@ class OutputSink {
 
   /// Queues `data` (whole lines, for a console) and writes what the destination takes now.
   void write_all(std::string_view data);
+  /// For a console shared by several writers (the ranks' pumps): `data` ends inside a line when
+  /// `line_open` (a line over 1 MiB passed on as it comes). Such a line holds the console until
+  /// its writer closes it: what other writers give meanwhile is held, in order (each stops
+  /// reading while it has something held: holding()), and written after it. A line is never
+  /// mixed with another writer's bytes.
+  void write_lines(const void* writer, std::string_view data, bool line_open);
+  /// Some of `writer`'s output waits behind another writer's open line.
+  bool holding(const void* writer) const;
+  /// Calls `resume` once (on the loop) when `writer` holds nothing any more (at once if so now).
+  void when_released(const void* writer, std::function<void()> resume);
   /// True while the queue is over kHighWater: producers should stop reading for a while.
   bool congested() const { return queued() >= kHighWater; }
   /// Calls `resume` once (on the loop) when the queue has drained below half of kHighWater, or
@@ -94,6 +104,15 @@ class OutputSink {
   size_t in_flight_ = 0;  // Thread mode: bytes handed to the writer thread
   bool armed_ = false;
   std::vector<std::function<void()>> waiters_;
+  struct Held {
+    const void* writer;
+    std::string data;
+    bool line_open;
+  };
+  void flush_held();
+  const void* line_owner_ = nullptr;  // whose open line holds the console
+  std::vector<Held> held_;            // other writers' output meanwhile, in order
+  std::vector<std::pair<const void*, std::function<void()>>> release_waiters_;
   ErrorHandler on_error_;
   std::shared_ptr<Shared> shared_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);

@@ -28,6 +28,7 @@ std::string& framed() {
 StreamPump::StreamPump(boost::asio::io_context& io, int read_fd, StreamRoute route,
                        std::string prefix, std::string plain_prefix)
     : pipe_(io, read_fd),
+      long_line_timer_(io),
       route_(std::move(route)),
       framer_(std::move(prefix), std::move(plain_prefix)) {
   pipe_.non_blocking(true);
@@ -56,6 +57,13 @@ OutputSink* StreamPump::congested_sink() const {
 
 void StreamPump::arm() {
   if (closed_) return;
+  if (route_.console && route_.console->holding(this)) {
+    // Our lines wait behind another rank's open long line: read nothing more until they are out.
+    route_.console->when_released(this, [weak = weak_from_this()] {
+      if (auto self = weak.lock()) self->arm();
+    });
+    return;
+  }
   if (OutputSink* sink = congested_sink()) {
     // A sink is behind: leave the data in the pipe (the worker blocks when it is full) until
     // the sink has drained.
@@ -78,7 +86,8 @@ void StreamPump::arm() {
 
 bool StreamPump::read_some(int max_reads) {
   for (int i = 0; i < max_reads; ++i) {
-    if (congested_sink()) return true;  // arm() pauses until the sink catches up
+    // arm() pauses until the sink catches up, or our held lines are out.
+    if (congested_sink() || (route_.console && route_.console->holding(this))) return true;
     ssize_t n = ::read(pipe_.native_handle(), scratch(), kReadBytes);
     if (n > 0) {
       deliver(std::string_view(scratch(), static_cast<size_t>(n)));
@@ -95,10 +104,28 @@ bool StreamPump::read_some(int max_reads) {
 void StreamPump::to_console(std::string_view chunk) {
   std::string& out = framed();
   out.clear();
-  const size_t cuts = framer_.cuts();
   framer_.frame(chunk, out);
-  route_.console->write_all(out);
-  if (cuts == 0 && framer_.cuts() > 0 && route_.on_first_cut) route_.on_first_cut();
+  route_.console->write_lines(this, out, framer_.line_open());
+  if (framer_.line_open()) watch_long_line();
+}
+
+void StreamPump::watch_long_line() {
+  if (long_line_watched_) return;
+  long_line_watched_ = true;
+  long_line_timer_.expires_after(kLongLineHold);
+  long_line_timer_.async_wait([weak = weak_from_this()](const boost::system::error_code& ec) {
+    auto self = weak.lock();
+    if (!self) return;
+    self->long_line_watched_ = false;
+    if (ec || self->closed_ || !self->route_.console || !self->framer_.line_open()) return;
+    // No newline in time: cut here, and the others' lines go out.
+    std::string& out = framed();
+    out.clear();
+    const bool first = self->framer_.cuts() == 0;
+    self->framer_.cut(out);
+    self->route_.console->write_lines(self.get(), out, false);
+    if (first && self->route_.on_first_cut) self->route_.on_first_cut();
+  });
 }
 
 void StreamPump::deliver(std::string_view chunk) {
@@ -146,13 +173,13 @@ void StreamPump::on_file_error(int, std::string unwritten) {
   if (closed_) {
     std::string& out = framed();
     out.clear();
-    if (framer_.finish(out)) route_.console->write_all(out);
+    if (framer_.finish(out)) route_.console->write_lines(this, out, false);
   }
 }
 
 void StreamPump::drain() {
   if (closed_) return;
-  while (!congested_sink()) {
+  while (!congested_sink() && !(route_.console && route_.console->holding(this))) {
     ssize_t n = ::read(pipe_.native_handle(), scratch(), kReadBytes);
     if (n > 0) {
       deliver(std::string_view(scratch(), static_cast<size_t>(n)));
@@ -178,9 +205,10 @@ void StreamPump::finish() {
     break;  // empty (EAGAIN), EOF or error
   }
   closed_ = true;
+  long_line_timer_.cancel();
   std::string& out = framed();
   out.clear();
-  if (route_.console && framer_.finish(out)) route_.console->write_all(out);
+  if (route_.console && framer_.finish(out)) route_.console->write_lines(this, out, false);
   boost::system::error_code ignored;
   pipe_.cancel(ignored);
   pipe_.close(ignored);

@@ -10,6 +10,8 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -40,12 +42,18 @@ struct StreamRoute {
   DuplicateRoute duplicate;
   /// Called for each read that completes one line or more (progress, docs/health.md).
   std::function<void()> on_line;
-  /// Called once, the first time a console line is cut for being longer than 1 MiB.
+  /// Called once, the first time a console line over 1 MiB is cut (its newline did not come
+  /// within kLongLineHold).
   std::function<void()> on_first_cut;
 };
 
 class StreamPump : public std::enable_shared_from_this<StreamPump> {
  public:
+  /// A line over 1 MiB holds the console (other ranks' lines wait) at most this long for its
+  /// newline; then it is cut there, so that a rank writing without newlines (a progress bar with
+  /// \r) cannot stop the others' output, nor, through their full pipes, the others.
+  static constexpr std::chrono::seconds kLongLineHold{3};
+
   /// `plain_prefix`: the prefix's text without color (a line starting with it gets no prefix).
   StreamPump(boost::asio::io_context& io, int read_fd, StreamRoute route, std::string prefix,
              std::string plain_prefix = {});
@@ -75,7 +83,12 @@ class StreamPump : public std::enable_shared_from_this<StreamPump> {
   /// The first congested sink, or nullptr.
   OutputSink* congested_sink() const;
 
+  /// The console line is open (over 1 MiB): cut it if its newline does not come in time.
+  void watch_long_line();
+
   boost::asio::posix::stream_descriptor pipe_;
+  boost::asio::steady_timer long_line_timer_;
+  bool long_line_watched_ = false;
   StreamRoute route_;
   LineFramer framer_;
   LineFramer duplicate_framer_;  // no prefix: needles are matched against the worker's own text

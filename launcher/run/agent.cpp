@@ -12,6 +12,7 @@
 #include <random>
 
 #include "launcher/common/exit_codes.hpp"
+#include "launcher/common/terminal_text.hpp"
 #include "launcher/run/agent_events.hpp"
 #include "launcher/run/error_file.hpp"
 #include "launcher/run/worker_streams.hpp"
@@ -84,7 +85,8 @@ Agent::~Agent() {
 }
 
 void Agent::say(const std::string& line) {
-  stderr_sink_.write_all(fmt::format("ddprun: {}\n", line));
+  // A line may quote the job (a timer's scope id, a host name): its escapes are shown, not obeyed.
+  stderr_sink_.write_all(fmt::format("ddprun: {}\n", visible_line(line)));
 }
 
 void Agent::on_log_error(const std::string& path, int error) {
@@ -769,9 +771,15 @@ void Agent::finish_run() {
       }
     }
     // The store's host stays up until the others have read the outcome (bounded).
-    session_->leave(store_ != nullptr, [this] { io_.stop(); });
+    session_->leave(store_ != nullptr, [this] { end_loop(); });
     return;
   }
+  end_loop();
+}
+
+void Agent::end_loop() {
+  // A viewer of the status endpoint sees the end (--status-linger), then the loop ends.
+  if (health_) return health_->linger([this] { io_.stop(); });
   io_.stop();
 }
 

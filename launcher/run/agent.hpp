@@ -177,6 +177,7 @@ class Agent {
   std::vector<pid_t> leftovers();
   void finish_attempt();
   void finish_run();
+  void end_loop();  // after the summary: the status endpoint lingers, then the loop stops
   /// TORCHELASTIC_ERROR_FILE set for ddprun: the root cause's error file copied there.
   void copy_root_cause_error_file();
   int exit_code() const;

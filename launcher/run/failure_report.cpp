@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
 #include "launcher/run/failure_report.hpp"
+#include "launcher/common/terminal_text.hpp"
 #include "rendezvous/json_text.hpp"
 
 #include <fmt/format.h>
@@ -171,7 +172,9 @@ std::string format_failure_summary(const RunSummaryInput& in) {
     }
   }
   out += kRule;
-  return out;
+  // The messages, tracebacks and stderr lines are the job's: on ddprun's stderr, a terminal's
+  // escape (a title, the clipboard, a screen clear) is shown, not obeyed.
+  return visible_block(out);
 }
 
 }  // namespace ddp::launcher

@@ -114,9 +114,10 @@ WorkerStreams::Pumps WorkerStreams::start(boost::asio::io_context& io, const Lin
     if (sink && notices_) {
       route_[s].on_first_cut = [notices = notices_, rank = fields.rank, s] {
         notices->write_all(fmt::format(
-            "ddprun: rank {}: a {} line longer than 1 MiB reached the console cut into 1 MiB "
-            "lines (its log file, with --tee or --redirects, has it whole)\n",
-            rank, s == 0 ? "stdout" : "stderr"));
+            "ddprun: rank {}: a {} line longer than 1 MiB had no newline {} s on and was cut "
+            "there on the console, to let the other ranks' lines out (its log file, with --tee "
+            "or --redirects, has it whole)\n",
+            rank, s == 0 ? "stdout" : "stderr", StreamPump::kLongLineHold.count()));
       };
     }
     // The pump owns the read end and the log file from here on.

@@ -5,7 +5,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <map>
+#include <array>
+#include <stdexcept>
 
 namespace ddp::launcher::view {
 
@@ -13,130 +14,278 @@ namespace {
 
 using nlohmann::json;
 
+constexpr size_t kMaxOpenRuns = 100'000;  // runs started and not yet exited (a hostile file)
+constexpr size_t kMaxAttemptSpans = 10'000;
+
+// The fields the report reads, and the type each must have when present.
+constexpr std::array kNumberFields = {"time",
+                                      "rank",
+                                      "local_rank",
+                                      "attempt",
+                                      "pid",
+                                      "exit_code",
+                                      "node_rank",
+                                      "nnodes",
+                                      "num_nodes",
+                                      "world_size",
+                                      "signal_number",
+                                      "seq",
+                                      "old_world_size",
+                                      "new_world_size",
+                                      "root_cause_rank",
+                                      "steps_per_s",
+                                      "median_steps_per_s"};
+constexpr std::array kBoolFields = {"terminated_by_ddprun", "oom_killed", "hung"};
+
+const char* type_name(const json& v) {
+  if (v.is_null()) return "null";
+  if (v.is_string()) return "a string";
+  if (v.is_boolean()) return "a boolean";
+  if (v.is_number()) return "a number";
+  if (v.is_array()) return "an array";
+  return "an object";
+}
+
+/// "" when `j`'s known fields have their types, else why not.
+std::string wrong_type(const json& j) {
+  for (const char* key : kNumberFields) {
+    auto it = j.find(key);
+    if (it != j.end() && !it->is_number())
+      return fmt::format("\"{}\" is {}, not a number", key, type_name(*it));
+  }
+  for (const char* key : kBoolFields) {
+    auto it = j.find(key);
+    if (it != j.end() && !it->is_boolean())
+      return fmt::format("\"{}\" is {}, not a boolean", key, type_name(*it));
+  }
+  return {};
+}
+
+/// Deeper than `limit` levels of [ and { (outside strings): not parsed at all.
+bool nested_deeper_than(std::string_view line, int limit) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (char c : line) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > limit) return true;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return false;
+}
+
+template <typename T>
+T number(const json& j, const char* key, T fallback) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_number() ? it->get<T>() : fallback;
+}
+
+bool flag(const json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_boolean() && it->get<bool>();
+}
+
 std::string exit_text(const json& w) {
   if (w.contains("exit_code")) return field_text(w, "exit_code");
   return field_text(w, "signal");
 }
 
-std::string root_cause_of(const JobReport& r, const json* summary) {
-  if (!summary) {
-    return "unknown: the events end before the summary (ddprun still running, or killed)";
-  }
-  if (std::string cause = field_text(*summary, "job_root_cause"); !cause.empty()) return cause;
-  if (r.exit_code && *r.exit_code == 0) return "none: the job succeeded";
-  const json attempts = summary->value("attempts", json::array());
-  for (auto a = attempts.rbegin(); a != attempts.rend(); ++a) {
-    if (!a->contains("root_cause_rank")) continue;
-    const int rank = (*a)["root_cause_rank"].get<int>();
-    for (const auto& w : a->value("workers", json::array())) {
-      if (w.value("rank", -1) != rank) continue;
-      std::string how = w.contains("exit_code") ? "exited with code " + field_text(w, "exit_code")
-                                                : "was killed by " + field_text(w, "signal");
-      std::string msg = field_text(w, "error_message");
-      return fmt::format("rank {} (local rank {}, attempt {}) {}{}{}", rank,
-                         field_text(w, "local_rank"), field_text(*a, "attempt"), how,
-                         w.value("oom_killed", false) ? " (out of memory)" : "",
-                         msg.empty() ? "" : ": " + msg);
-    }
-  }
-  for (const auto& h : r.hangs) {
-    if (field_text(h, "event") == "hang")
-      return fmt::format("hang verdict (source {})", field_text(h, "source"));
-  }
-  std::string end = r.end_kind.empty() ? std::string("failed") : r.end_kind;
-  return fmt::format("{} (exit {})", end, r.exit_code ? std::to_string(*r.exit_code) : "?");
-}
-
 }  // namespace
 
-Result<ParsedEvents> parse_events_text(const std::string& text) {
-  ParsedEvents out;
-  size_t start = 0;
-  int line_number = 0;
-  while (start < text.size()) {
-    size_t end = text.find('\n', start);
-    const bool last_unterminated = end == std::string::npos;
-    if (last_unterminated) end = text.size();
-    ++line_number;
-    const std::string line = text.substr(start, end - start);
-    start = end + 1;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    auto j = json::parse(line, nullptr, false);
-    if (j.is_object() && j.contains("event") && j["event"].is_string()) {
-      out.events.push_back(std::move(j));
-      continue;
-    }
-    if (last_unterminated) {  // cut short by a killed writer
-      out.truncated = true;
-      break;
-    }
-    return Error{
-        kReportDataError,
-        fmt::format("line {} is not an event (a JSON object with \"event\")", line_number)};
+std::string AttemptFailure::text() const {
+  std::string out = fmt::format("rank {} (local rank {}, attempt {}) {}{}", rank, local_rank,
+                                attempt, how, oom_killed ? " (out of memory)" : "");
+  if (!message.empty()) {
+    std::string first = message.substr(0, message.find('\n'));
+    out += ": " + first;
   }
-  if (out.events.empty()) return Error{kReportDataError, "no events in it"};
   return out;
 }
 
-JobReport digest_events(const ParsedEvents& parsed) {
-  JobReport r;
-  r.events = parsed.events;
-  r.truncated = parsed.truncated;
-  std::map<std::pair<int, int>, size_t> open;  // (attempt, rank) -> runs index
-  const json* summary = nullptr;
-  for (const auto& e : parsed.events) {
-    const std::string kind = field_text(e, "event");
-    const double t = e.value("time", 0.0);
-    if (t > 0 && (r.first_time == 0 || t < r.first_time)) r.first_time = t;
-    r.last_time = std::max(r.last_time, t);
-    if (kind == "launch") {
-      r.run_id = field_text(e, "run_id");
-      r.program = field_text(e, "program");
-      r.node_rank = e.value("node_rank", 0);
-      r.nnodes = e.value("nnodes", 1);
-      r.world_size = e.value("world_size", 0);
-    } else if (kind == "rendezvous") {
-      r.world_size = e.value("world_size", r.world_size);
-      r.node_rank = e.value("node_rank", r.node_rank);
-    } else if (kind == "worker_start") {
-      RankRun run{e.value("rank", 0),
-                  e.value("local_rank", 0),
-                  e.value("attempt", 0),
-                  e.value("pid", 0LL),
-                  t,
-                  std::nullopt,
-                  "",
-                  false,
-                  false};
-      r.attempts = std::max(r.attempts, run.attempt + 1);
-      open[{run.attempt, run.rank}] = r.runs.size();
-      r.runs.push_back(run);
-    } else if (kind == "worker_exit") {
-      const bool by_ddprun = e.value("terminated_by_ddprun", false);
-      auto it = open.find({e.value("attempt", 0), e.value("rank", 0)});
-      if (it != open.end()) {
-        RankRun& run = r.runs[it->second];
-        run.end = t;
-        run.exit = exit_text(e);
-        run.stopped_by_ddprun = by_ddprun;
-        run.oom_killed = e.value("oom_killed", false);
+Error ReportBuilder::too_long() {
+  ++line_;
+  return Error{kReportDataError, fmt::format("line {} is longer than {} MiB: not an event", line_,
+                                             kReportMaxLine >> 20)};
+}
+
+Result<Ok> ReportBuilder::add_line(std::string_view line, bool unterminated) {
+  ++line_;
+  if (line.find_first_not_of(" \t\r") == std::string_view::npos) return Ok{};
+  auto bad = [&](const std::string& why) -> Result<Ok> {
+    if (unterminated) {  // cut short by a killed writer
+      r_.truncated = true;
+      return Ok{};
+    }
+    return Error{kReportDataError, fmt::format("line {} {}", line_, why)};
+  };
+  if (nested_deeper_than(line, kReportMaxDepth))
+    return bad(fmt::format("is nested deeper than {} levels: not an event", kReportMaxDepth));
+  auto j = json::parse(line, nullptr, false);
+  if (!j.is_object() || !j.contains("event") || !j["event"].is_string())
+    return bad("is not an event (a JSON object with \"event\")");
+  if (auto why = wrong_type(j); !why.empty())
+    return Error{kReportDataError, fmt::format("line {}: {}", line_, why)};
+  try {
+    return digest(j);
+  } catch (const std::exception& e) {  // a nested field of a type no event has
+    return Error{kReportDataError, fmt::format("line {}: {}", line_, e.what())};
+  }
+}
+
+Result<Ok> ReportBuilder::digest(const json& e) {
+  const std::string kind = field_text(e, "event");
+  const double t = number(e, "time", 0.0);
+  ++r_.event_count;
+  if (t > 0 && (r_.first_time == 0 || t < r_.first_time)) r_.first_time = t;
+  r_.last_time = std::max(r_.last_time, t);
+  if (kind == "launch") {
+    r_.run_id = field_text(e, "run_id");
+    r_.program = field_text(e, "program");
+    r_.node_rank = number(e, "node_rank", 0);
+    r_.nnodes = number(e, "nnodes", 1);
+    r_.world_size = number(e, "world_size", 0);
+  } else if (kind == "rendezvous") {
+    r_.world_size = number(e, "world_size", r_.world_size);
+    r_.node_rank = number(e, "node_rank", r_.node_rank);
+  } else if (kind == "worker_start") {
+    RankRun run{number(e, "rank", 0),
+                number(e, "local_rank", 0),
+                number(e, "attempt", 0),
+                number(e, "pid", 0LL),
+                t,
+                std::nullopt,
+                "",
+                false,
+                false};
+    r_.attempts = std::max(r_.attempts, run.attempt + 1);
+    if (r_.attempt_spans.size() < kMaxAttemptSpans || r_.attempt_spans.count(run.attempt)) {
+      auto [it, fresh] = r_.attempt_spans.try_emplace(run.attempt, t, t);
+      if (!fresh) it->second.first = std::min(it->second.first, t);
+    }
+    open_[{run.attempt, run.rank}] = r_.runs.total();
+    if (open_.size() > kMaxOpenRuns) open_.erase(open_.begin());
+    r_.runs.add(run);
+  } else if (kind == "worker_exit") {
+    const bool by_ddprun = flag(e, "terminated_by_ddprun");
+    const int attempt = number(e, "attempt", 0);
+    auto it = open_.find({attempt, number(e, "rank", 0)});
+    if (it != open_.end()) {
+      if (RankRun* run = r_.runs.added(it->second)) {
+        run->end = t;
+        run->exit = exit_text(e);
+        run->stopped_by_ddprun = by_ddprun;
+        run->oom_killed = flag(e, "oom_killed");
       }
-      if (exit_text(e) != "0" && !by_ddprun) r.failures.push_back(e);
-    } else if (kind == "node_lost" || kind == "rescale" || kind == "spare" || kind == "pending" ||
-               kind == "excluded" || kind == "store_lost" || kind == "store_failover" ||
-               kind == "job_stop") {
-      r.membership.push_back(e);
-    } else if (kind == "hang" || kind == "stacks_saved" || kind == "timer_expired" ||
-               kind == "straggler" || kind == "no_progress_restarts") {
-      r.hangs.push_back(e);
-    } else if (kind == "summary") {
-      summary = &e;
-      r.exit_code = e.value("exit_code", -1);
-      r.end_kind = field_text(e, "end");
+      open_.erase(it);
+    }
+    if (auto span = r_.attempt_spans.find(attempt); span != r_.attempt_spans.end())
+      span->second.second = std::max(span->second.second, t);
+    if (exit_text(e) != "0" && !by_ddprun) r_.failures.add(e);
+  } else if (kind == "node_lost" || kind == "rescale" || kind == "spare" || kind == "pending" ||
+             kind == "excluded" || kind == "store_lost" || kind == "store_failover" ||
+             kind == "job_stop") {
+    r_.membership.add(e);
+  } else if (kind == "hang" || kind == "stacks_saved" || kind == "timer_expired" ||
+             kind == "straggler" || kind == "no_progress_restarts") {
+    r_.hangs.add(e);
+  } else if (kind == "summary") {
+    note_summary(e);
+  }
+  r_.events.add(e);
+  return Ok{};
+}
+
+void ReportBuilder::note_summary(const json& e) {
+  summary_seen_ = true;
+  r_.exit_code = number(e, "exit_code", -1);
+  r_.end_kind = field_text(e, "end");
+  summary_cause_ = field_text(e, "job_root_cause");
+  r_.attempt_failures.clear();
+  auto attempts = e.find("attempts");
+  if (attempts == e.end() || !attempts->is_array()) return;
+  for (const auto& a : *attempts) {
+    if (!a.is_object()) continue;
+    if (auto why = wrong_type(a); !why.empty()) throw std::invalid_argument(why);
+    if (!a.contains("root_cause_rank")) continue;
+    const int rank = number(a, "root_cause_rank", -1);
+    auto workers = a.find("workers");
+    if (workers == a.end() || !workers->is_array()) continue;
+    for (const auto& w : *workers) {
+      if (!w.is_object() || number(w, "rank", -1) != rank) continue;
+      if (auto why = wrong_type(w); !why.empty()) throw std::invalid_argument(why);
+      AttemptFailure f;
+      f.attempt = number(a, "attempt", 0);
+      f.rank = rank;
+      f.local_rank = field_text(w, "local_rank");
+      f.how = w.contains("exit_code") ? "exited with code " + field_text(w, "exit_code")
+                                      : "was killed by " + field_text(w, "signal");
+      f.oom_killed = flag(w, "oom_killed");
+      f.message = field_text(w, "error_message");
+      f.traceback = field_text(w, "error_traceback");
+      if (r_.attempt_failures.size() < kReportKeep) r_.attempt_failures.push_back(std::move(f));
+      break;
     }
   }
-  r.root_cause = root_cause_of(r, summary);
-  return r;
+}
+
+Result<JobReport> ReportBuilder::finish() {
+  if (r_.event_count == 0) return Error{kReportDataError, "no events in it"};
+  JobReport& r = r_;
+  if (!summary_seen_) {
+    r.root_cause = "unknown: the events end before the summary (ddprun still running, or killed)";
+  } else if (!summary_cause_.empty()) {
+    r.root_cause = summary_cause_;
+  } else if (r.exit_code && *r.exit_code == 0) {
+    r.root_cause = r.attempt_failures.empty()
+                       ? "none: the job succeeded"
+                       : fmt::format(
+                             "none: the job succeeded after {} failed attempt(s); the "
+                             "last failure: {}",
+                             r.attempt_failures.size(), r.attempt_failures.back().text());
+  } else if (!r.attempt_failures.empty()) {
+    r.root_cause = r.attempt_failures.back().text();
+  } else {
+    const json* hang = nullptr;
+    for (const auto& h : r.hangs.head()) {
+      if (field_text(h, "event") == "hang") {
+        hang = &h;
+        break;
+      }
+    }
+    if (hang) {
+      r.root_cause = fmt::format("hang verdict (source {})", field_text(*hang, "source"));
+    } else {
+      std::string end = r.end_kind.empty() ? std::string("failed") : r.end_kind;
+      r.root_cause =
+          fmt::format("{} (exit {})", end, r.exit_code ? std::to_string(*r.exit_code) : "?");
+    }
+  }
+  return std::move(r_);
+}
+
+Result<JobReport> report_of_text(std::string_view text) {
+  ReportBuilder builder;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    const bool unterminated = end == std::string_view::npos;
+    if (unterminated) end = text.size();
+    auto added = builder.add_line(text.substr(start, end - start), unterminated);
+    if (!added) return added.error();
+    start = end + 1;
+  }
+  return builder.finish();
 }
 
 }  // namespace ddp::launcher::view

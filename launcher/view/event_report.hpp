@@ -1,10 +1,18 @@
 // SPDX-License-Identifier: MIT
 #pragma once
 /// `ddprun report`: what an --events file (docs/flags.md, docs/launcher.md) says happened, as one
-/// HTML file (a timeline picture and tables) or Markdown for a ticket. Pure: text in, text out.
+/// HTML file (a timeline picture and tables) or Markdown for a ticket. Pure: lines in, text out.
+///
+/// Streaming and bounded: the file is read a line at a time (report_command.cpp) and digested as
+/// it comes; what the report lists (events, failures, runs) keeps the first and the last
+/// `kReportKeep` of each and counts the rest, so memory does not grow with the file's size.
 
+#include <cstddef>
+#include <deque>
+#include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -17,14 +25,56 @@ inline constexpr int kReportDataError = 65;   // EX_DATAERR: a line that is not 
 inline constexpr int kReportNoInput = 66;     // EX_NOINPUT: no such file, unreadable
 inline constexpr int kReportCantCreate = 73;  // EX_CANTCREAT: the output cannot be written
 
-/// The events of a file's text. A last line without its newline that does not parse is a
-/// truncated write and is dropped (`truncated` says so); any other line that is not a JSON object
-/// with an "event" is an error naming its line (exit 65). An empty file is an error too.
-struct ParsedEvents {
-  std::vector<nlohmann::json> events;
-  bool truncated = false;
+/// Of each list, the first and the last this many are kept.
+inline constexpr size_t kReportKeep = 1000;
+/// A line longer than this is not an event ddprun wrote (exit 65).
+inline constexpr size_t kReportMaxLine = 16u << 20;
+/// Nesting deeper than this is not an event ddprun wrote (exit 65); parsed no further.
+inline constexpr int kReportMaxDepth = 64;
+
+/// The first `keep` and the last `keep` items of a sequence, and how many were left out between.
+template <typename T>
+class Kept {
+ public:
+  explicit Kept(size_t keep = kReportKeep) : keep_(keep) {}
+  void add(T item) {
+    ++total_;
+    if (head_.size() < keep_) return head_.push_back(std::move(item));
+    tail_.push_back(std::move(item));
+    if (tail_.size() > keep_) tail_.pop_front();
+  }
+  size_t total() const { return total_; }
+  size_t size() const { return head_.size() + tail_.size(); }
+  bool empty() const { return total_ == 0; }
+  /// How many between the head and the tail are not kept.
+  size_t left_out() const { return total_ - size(); }
+  const std::vector<T>& head() const { return head_; }
+  const std::deque<T>& tail() const { return tail_; }
+  /// Kept items in order; `gap(n)` is called once where n were left out.
+  template <typename F, typename G>
+  void each(F&& f, G&& gap) const {
+    for (const auto& x : head_) f(x);
+    if (left_out() > 0) gap(left_out());
+    for (const auto& x : tail_) f(x);
+  }
+  /// The i-th kept item (head, then tail).
+  const T& operator[](size_t i) const {
+    return i < head_.size() ? head_[i] : tail_[i - head_.size()];
+  }
+  /// The item added as the n-th (from 0), or nullptr when it is no longer kept.
+  T* added(size_t n) {
+    if (n < head_.size()) return &head_[n];
+    const size_t first_in_tail = total_ - tail_.size();
+    if (n >= first_in_tail && n < total_) return &tail_[n - first_in_tail];
+    return nullptr;
+  }
+
+ private:
+  size_t keep_;
+  size_t total_ = 0;
+  std::vector<T> head_;
+  std::deque<T> tail_;
 };
-Result<ParsedEvents> parse_events_text(const std::string& text);
 
 struct RankRun {
   int rank = 0;
@@ -36,6 +86,18 @@ struct RankRun {
   std::string exit;  // "0", "3", "SIGKILL"; "" when no worker_exit was written
   bool stopped_by_ddprun = false;
   bool oom_killed = false;
+};
+
+/// An attempt's failure as the summary tells it (the worker the attempt's root cause names).
+struct AttemptFailure {
+  int attempt = 0;
+  int rank = 0;
+  std::string local_rank;
+  std::string how;  // "exited with code 3", "was killed by SIGKILL"
+  bool oom_killed = false;
+  std::string message;  // the worker's error file, "" when none
+  std::string traceback;
+  std::string text() const;  // one line
 };
 
 struct JobReport {
@@ -50,15 +112,43 @@ struct JobReport {
   std::string end_kind;          // the summary's "end"
   std::string root_cause;        // one line
   int attempts = 0;
-  std::vector<RankRun> runs;
-  std::vector<nlohmann::json> failures;    // worker_exit not 0 and not stopped by ddprun
-  std::vector<nlohmann::json> membership;  // node_lost, rescale, spare, pending, excluded
-  std::vector<nlohmann::json> hangs;       // hang, stacks_saved, timer_expired, straggler
-  std::vector<nlohmann::json> events;      // all, in file order
+  size_t event_count = 0;
+  Kept<RankRun> runs;
+  std::vector<AttemptFailure> attempt_failures;  // from the summary, oldest first (bounded)
+  Kept<nlohmann::json> failures;                 // worker_exit not 0 and not stopped by ddprun
+  Kept<nlohmann::json> membership;               // node_lost, rescale, spare, pending, excluded
+  Kept<nlohmann::json> hangs;                    // hang, stacks_saved, timer_expired, straggler
+  Kept<nlohmann::json> events;                   // all, in file order
+  std::map<int, std::pair<double, double>> attempt_spans;  // attempt -> first start, last exit
   bool truncated = false;
 };
 
-JobReport digest_events(const ParsedEvents& parsed);
+/// Digests an events file a line at a time. A line that is not a JSON object with a string
+/// "event", whose known fields have the wrong type ("rank":"0", "time":null), that is nested
+/// deeper than kReportMaxDepth or longer than kReportMaxLine is an error naming its line
+/// (exit 65); the file's last line without its newline that does not parse is a truncated write
+/// and is dropped (`truncated` says so). An empty file is an error too.
+class ReportBuilder {
+ public:
+  /// One line (its newline removed). `unterminated`: the file's last bytes, with no newline.
+  Result<Ok> add_line(std::string_view line, bool unterminated = false);
+  /// A line longer than kReportMaxLine was skipped unread.
+  Error too_long();
+  Result<JobReport> finish();
+
+ private:
+  Result<Ok> digest(const nlohmann::json& e);
+  void note_summary(const nlohmann::json& e);
+
+  JobReport r_;
+  int line_ = 0;
+  bool summary_seen_ = false;
+  std::string summary_cause_;
+  std::map<std::pair<int, int>, size_t> open_;  // (attempt, rank) -> its run's number in runs
+};
+
+/// The whole text at once (tests): add_line for each line, then finish.
+Result<JobReport> report_of_text(std::string_view text);
 
 std::string report_html(const JobReport& report, const std::string& source_name);
 std::string report_markdown(const JobReport& report, const std::string& source_name);

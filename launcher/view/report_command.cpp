@@ -6,7 +6,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
-#include <sstream>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -36,13 +36,48 @@ int run_report(const std::vector<std::string>& args) {
   if (!in)
     return report_fail(kReportNoInput,
                        fmt::format("cannot read {}: {}", input, std::strerror(errno)));
-  std::stringstream text;
-  text << in.rdbuf();
-  auto parsed = parse_events_text(text.str());
-  if (!parsed)
-    return report_fail(parsed.error().exit_code,
-                       fmt::format("{}: {}", input, parsed.error().message));
-  const JobReport report = digest_events(*parsed);
+  // A line at a time through a fixed buffer: memory does not grow with the file (a line longer
+  // than kReportMaxLine is skipped unread and named as bad).
+  ReportBuilder builder;
+  std::string line;
+  std::vector<char> chunk(1 << 16);
+  bool too_long = false;
+  auto fail = [&](const Error& e) {
+    return report_fail(e.exit_code, fmt::format("{}: {}", input, e.message));
+  };
+  while (in) {
+    in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+    const size_t got = static_cast<size_t>(in.gcount());
+    size_t start = 0;
+    while (start < got) {
+      const char* nl =
+          static_cast<const char*>(std::memchr(chunk.data() + start, '\n', got - start));
+      const size_t end = nl ? static_cast<size_t>(nl - chunk.data()) : got;
+      if (!too_long) {
+        line.append(chunk.data() + start, end - start);
+        if (line.size() > kReportMaxLine) {
+          too_long = true;
+          line.clear();
+          line.shrink_to_fit();
+        }
+      }
+      if (!nl) break;
+      if (too_long) return fail(builder.too_long());
+      if (auto added = builder.add_line(line); !added) return fail(added.error());
+      line.clear();
+      start = end + 1;
+    }
+  }
+  if (in.bad())
+    return report_fail(kReportNoInput,
+                       fmt::format("cannot read {}: {}", input, std::strerror(errno)));
+  if (too_long) return fail(builder.too_long());
+  if (!line.empty()) {
+    if (auto added = builder.add_line(line, true); !added) return fail(added.error());
+  }
+  auto built = builder.finish();
+  if (!built) return fail(built.error());
+  const JobReport& report = *built;
   const std::string body =
       format == "md" ? report_markdown(report, input) : report_html(report, input);
   if (output.empty() || output == "-") {

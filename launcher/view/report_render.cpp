@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <ctime>
 
+#include "launcher/common/terminal_text.hpp"
 #include "launcher/view/event_report.hpp"
 #include "launcher/view/status_model.hpp"
 
@@ -46,6 +47,18 @@ std::string md_cell(std::string s) {
   return s;
 }
 
+/// Lines after the first indented for a Markdown list item's code block; no fence can close.
+std::string indented(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    out += c;
+    if (c == '\n') out += "  ";
+  }
+  size_t at = 0;
+  while ((at = out.find("```", at)) != std::string::npos) out.replace(at, 3, "'''");
+  return out;
+}
+
 std::string utc(double t) {
   if (t <= 0) return "-";
   std::time_t s = static_cast<std::time_t>(t);
@@ -69,6 +82,14 @@ std::string exit_label(const RankRun& run) {
   if (run.stopped_by_ddprun) s += " (stopped by ddprun)";
   if (run.oom_killed) s += " (out of memory)";
   return s;
+}
+
+bool is_failure_exit(const json& e) {
+  const auto by = e.find("terminated_by_ddprun");
+  if (by != e.end() && by->is_boolean() && by->get<bool>()) return false;
+  const std::string code =
+      e.contains("exit_code") ? field_text(e, "exit_code") : field_text(e, "signal");
+  return code != "0";
 }
 
 struct Lane {
@@ -110,13 +131,10 @@ std::string timeline_svg(const JobReport& r) {
         left, y, width - left - 12, lane_h - 6, y + 14, lanes()[i].name);
   }
   // Attempts as bars from their first start to their last exit.
-  std::map<int, std::pair<double, double>> spans;
-  for (const auto& run : r.runs) {
-    auto [it, fresh] = spans.try_emplace(run.attempt, run.start, run.end.value_or(r.last_time));
-    if (!fresh) {
-      it->second.first = std::min(it->second.first, run.start);
-      it->second.second = std::max(it->second.second, run.end.value_or(r.last_time));
-    }
+  std::map<int, std::pair<double, double>> spans = r.attempt_spans;
+  for (auto& [attempt, span] : spans) {
+    // An attempt whose ranks never exited (killed ddprun) runs to the last event.
+    if (span.second <= span.first) span.second = r.last_time;
   }
   for (const auto& [attempt, s] : spans) {
     svg += fmt::format(
@@ -124,33 +142,71 @@ std::string timeline_svg(const JobReport& r) {
         "fill=\"#a5d6a7\"><title>attempt {}: {:.2f} s</title></rect>",
         x(s.first), std::max(1.0, x(s.second) - x(s.first)), attempt, s.second - s.first);
   }
-  for (const auto& e : r.events) {
-    const std::string kind = e.value("event", "");
+  auto draw = [&](const json& e) {
+    const std::string kind = field_text(e, "event");
+    size_t lane = lanes().size();
     for (size_t i = 0; i < lanes().size(); ++i) {
       const auto& k = lanes()[i].kinds;
-      if (std::find(k.begin(), k.end(), kind) == k.end()) continue;
-      const double t = e.value("time", r.first_time);
-      svg += fmt::format(
-          "<g class=\"ev\" data-event=\"{}\"><circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"{}\" "
-          "fill=\"{}\" opacity=\"0.85\"/><title>{} {}: {}</title></g>",
-          escape(kind), x(t), static_cast<double>(i) * lane_h + 4 + (lane_h - 6) / 2,
-          kind == "worker_start" || kind == "worker_exit" ? 3 : 5, lanes()[i].color, offset(r, t),
-          escape(kind), escape(describe_event(e)));
+      if (std::find(k.begin(), k.end(), kind) != k.end()) lane = i;
     }
-  }
+    // A rank that ended well, or that ddprun stopped, is no failure: drawn with the attempts.
+    if (kind == "worker_exit" && (!is_failure_exit(e))) lane = 0;
+    if (lane == lanes().size()) return;
+    const auto it = e.find("time");
+    const double t = it != e.end() && it->is_number() ? it->get<double>() : r.first_time;
+    svg += fmt::format(
+        "<g class=\"ev\" data-event=\"{}\"><circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"{}\" "
+        "fill=\"{}\" opacity=\"0.85\"/><title>{} {}: {}</title></g>",
+        escape(kind), x(t), static_cast<double>(lane) * lane_h + 4 + (lane_h - 6) / 2,
+        kind == "worker_start" || kind == "worker_exit" ? 3 : 5, lanes()[lane].color, offset(r, t),
+        escape(kind), escape(describe_event(e)));
+  };
+  r.events.each(draw, [](size_t) {});
   svg += fmt::format("<text x=\"{}\" y=\"{}\">{} → {} ({:.2f} s)</text></svg>", left, height - 4,
                      escape(utc(r.first_time)), escape(utc(r.last_time)), span);
   return svg;
 }
 
-std::string event_rows_html(const JobReport& r, const std::vector<json>& events) {
+double event_time(const json& e) {
+  const auto it = e.find("time");
+  return it != e.end() && it->is_number() ? it->get<double>() : 0.0;
+}
+
+std::string left_out_text(size_t n) {
+  return fmt::format("... {} more left out of the report (the first and the last {} are shown)", n,
+                     kReportKeep);
+}
+
+std::string event_rows_html(const JobReport& r, const Kept<json>& events) {
   std::string out = "<table><tr><th>when</th><th>event</th><th>what</th></tr>";
-  for (const auto& e : events) {
-    out += fmt::format(
-        "<tr class=\"event\" data-event=\"{0}\"><td>{1}</td><td>{0}</td><td>{2}</td></tr>",
-        escape(e.value("event", "")), offset(r, e.value("time", 0.0)), escape(describe_event(e)));
-  }
+  events.each(
+      [&](const json& e) {
+        out += fmt::format(
+            "<tr class=\"event\" data-event=\"{0}\"><td>{1}</td><td>{0}</td><td>{2}</td></tr>",
+            escape(field_text(e, "event")), offset(r, event_time(e)), escape(describe_event(e)));
+      },
+      [&](size_t n) {
+        out +=
+            fmt::format("<tr class=\"left-out\"><td colspan=\"3\">{}</td></tr>", left_out_text(n));
+      });
   return out + "</table>";
+}
+
+std::string attempt_failures_html(const JobReport& r) {
+  std::string out;
+  for (const auto& f : r.attempt_failures) {
+    out += fmt::format(
+        "<div class=\"attempt-failure\"><p><b>attempt {}</b>: rank {} (local rank {}) "
+        "{}{}</p>",
+        f.attempt, f.rank, escape(f.local_rank), escape(f.how),
+        f.oom_killed ? " (out of memory)" : "");
+    if (!f.message.empty())
+      out += fmt::format("<pre class=\"message\">{}</pre>", escape(f.message));
+    if (!f.traceback.empty())
+      out += fmt::format("<pre class=\"traceback\">{}</pre>", escape(f.traceback));
+    out += "</div>";
+  }
+  return out;
 }
 
 }  // namespace
@@ -184,6 +240,9 @@ std::string report_html(const JobReport& r, const std::string& source) {
   h += fmt::format("<p class=\"cause{}\" id=\"root-cause\"><b>Root cause:</b> {}</p>",
                    ok ? " ok" : "", escape(r.root_cause));
   h += "<h2>Timeline</h2>" + timeline_svg(r);
+  if (!r.attempt_failures.empty()) {
+    h += "<h2>Failed attempts</h2>" + attempt_failures_html(r);
+  }
   if (!r.failures.empty()) h += "<h2>Failures</h2>" + event_rows_html(r, r.failures);
   if (!r.membership.empty()) {
     h += "<h2>Lost nodes, re-forms and spares</h2>" + event_rows_html(r, r.membership);
@@ -193,15 +252,20 @@ std::string report_html(const JobReport& r, const std::string& source) {
   }
   h += "<h2>Ranks</h2><table><tr><th>attempt</th><th>rank</th><th>local rank</th><th>pid</th>"
        "<th>started</th><th>run time</th><th>exit</th></tr>";
-  for (const auto& run : r.runs) {
-    h += fmt::format(
-        "<tr class=\"run\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
-        "<td>{}</td></tr>",
-        run.attempt, run.rank, run.local_rank, run.pid, offset(r, run.start), run_time(run),
-        escape(exit_label(run)));
-  }
+  r.runs.each(
+      [&](const RankRun& run) {
+        h += fmt::format(
+            "<tr class=\"run\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
+            "<td>{}</td></tr>",
+            run.attempt, run.rank, run.local_rank, run.pid, offset(r, run.start), run_time(run),
+            escape(exit_label(run)));
+      },
+      [&](size_t n) {
+        h += fmt::format("<tr class=\"left-out\"><td colspan=\"7\">{}</td></tr>", left_out_text(n));
+      });
   h += "</table><h2>Every event</h2>" + event_rows_html(r, r.events);
-  return h + "</body></html>\n";
+  // Job text (a message, a host name) may hold terminal escapes: shown, whoever reads it.
+  return visible_block(h + "</body></html>\n");
 }
 
 std::string report_markdown(const JobReport& r, const std::string& source) {
@@ -216,26 +280,41 @@ std::string report_markdown(const JobReport& r, const std::string& source) {
   m += fmt::format("| started | {} |\n| duration | {:.2f} s |\n| exit code | {} |\n\n",
                    utc(r.first_time), r.last_time - r.first_time,
                    r.exit_code ? std::to_string(*r.exit_code) : "(no summary)");
-  auto section = [&](const char* title, const std::vector<json>& events) {
+  auto section = [&](const char* title, const Kept<json>& events) {
     if (events.empty()) return;
     m += fmt::format("### {}\n\n| when | event | what |\n|---|---|---|\n", title);
-    for (const auto& e : events) {
-      m += fmt::format("| {} | {} | {} |\n", offset(r, e.value("time", 0.0)), e.value("event", ""),
-                       md_cell(describe_event(e)));
-    }
+    events.each(
+        [&](const json& e) {
+          m += fmt::format("| {} | {} | {} |\n", offset(r, event_time(e)),
+                           md_cell(field_text(e, "event")), md_cell(describe_event(e)));
+        },
+        [&](size_t n) { m += fmt::format("| | | {} |\n", left_out_text(n)); });
     m += "\n";
   };
+  if (!r.attempt_failures.empty()) {
+    m += "### Failed attempts\n\n";
+    for (const auto& f : r.attempt_failures) {
+      m += fmt::format("- attempt {}: rank {} (local rank {}) {}{}\n", f.attempt, f.rank,
+                       md_cell(f.local_rank), f.how, f.oom_killed ? " (out of memory)" : "");
+      if (!f.message.empty()) m += "\n  ```\n  " + indented(f.message) + "\n  ```\n";
+      if (!f.traceback.empty()) m += "\n  ```\n  " + indented(f.traceback) + "\n  ```\n";
+    }
+    m += "\n";
+  }
   section("Failures", r.failures);
   section("Lost nodes, re-forms and spares", r.membership);
   section("Hangs, stacks and stragglers", r.hangs);
   m += "### Ranks\n\n| attempt | rank | local rank | pid | started | run time | exit |\n"
        "|---|---|---|---|---|---|---|\n";
-  for (const auto& run : r.runs) {
-    m +=
-        fmt::format("| {} | {} | {} | {} | {} | {} | {} |\n", run.attempt, run.rank, run.local_rank,
-                    run.pid, offset(r, run.start), run_time(run), md_cell(exit_label(run)));
-  }
-  return m;
+  r.runs.each(
+      [&](const RankRun& run) {
+        m += fmt::format("| {} | {} | {} | {} | {} | {} | {} |\n", run.attempt, run.rank,
+                         run.local_rank, run.pid, offset(r, run.start), run_time(run),
+                         md_cell(exit_label(run)));
+      },
+      [&](size_t n) { m += fmt::format("| | | | | | | {} |\n", left_out_text(n)); });
+  // Job text (a message, a host name) may hold terminal escapes: shown, whoever reads it.
+  return visible_block(m);
 }
 
 }  // namespace ddp::launcher::view

@@ -19,6 +19,11 @@ std::optional<T> num(const json& j, const char* key) {
   return it->get<T>();
 }
 
+bool bool_field(const json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_boolean() && it->get<bool>();
+}
+
 std::string joined(const json& list) {
   std::string out;
   if (!list.is_array()) return out;
@@ -37,13 +42,25 @@ std::string field_text(const json& j, const char* key) {
   return it->is_string() ? it->get<std::string>() : dump_json(*it);
 }
 
+bool is_failure_event(const json& e) {
+  const std::string kind = field_text(e, "event");
+  if (kind == "worker_exit") {
+    if (bool_field(e, "terminated_by_ddprun")) return false;
+    const std::string code = e.contains("exit_code") ? field_text(e, "exit_code") : "";
+    return code != "0";
+  }
+  return kind == "hang" || kind == "node_lost" || kind == "timer_expired" || kind == "job_stop" ||
+         kind == "rendezvous_failed" || kind == "store_lost" ||
+         (kind == "summary" && field_text(e, "exit_code") != "0");
+}
+
 std::string describe_event(const json& e) {
   const std::string kind = field_text(e, "event");
   if (kind == "worker_exit") {
     std::string how =
         e.contains("exit_code") ? "exit " + field_text(e, "exit_code") : field_text(e, "signal");
     return fmt::format("rank {} ended: {}{}", field_text(e, "rank"), how,
-                       e.value("terminated_by_ddprun", false) ? " (stopped by ddprun)" : "");
+                       bool_field(e, "terminated_by_ddprun") ? " (stopped by ddprun)" : "");
   }
   if (kind == "worker_start")
     return fmt::format("rank {} started (attempt {})", field_text(e, "rank"),
@@ -58,11 +75,12 @@ std::string describe_event(const json& e) {
   if (kind == "node_lost") return field_text(e, "message");
   if (kind == "restart") return fmt::format("restart (attempt {})", field_text(e, "attempt"));
   if (kind == "hang") return fmt::format("hang verdict (source {})", field_text(e, "source"));
-  if (kind == "stacks_saved") return "stacks saved: " + joined(e.value("files", json::array()));
+  if (kind == "stacks_saved")
+    return "stacks saved: " + joined(e.contains("files") ? e["files"] : json::array());
   if (kind == "straggler")
     return fmt::format("rank {} is a straggler ({:.2f} vs median {:.2f} steps/s)",
-                       field_text(e, "rank"), e.value("steps_per_s", 0.0),
-                       e.value("median_steps_per_s", 0.0));
+                       field_text(e, "rank"), num<double>(e, "steps_per_s").value_or(0.0),
+                       num<double>(e, "median_steps_per_s").value_or(0.0));
   if (kind == "summary") {
     std::string cause = field_text(e, "job_root_cause");
     return fmt::format("ended with exit {}{}", field_text(e, "exit_code"),
@@ -80,6 +98,10 @@ std::string describe_event(const json& e) {
   if (e.is_object()) {
     for (const auto& [k, v] : e.items()) {
       if (k == "event" || k == "time" || k == "seq") continue;
+      // The command line and environment may hold secrets; /status drops them too.
+      if (k == "argv" || k == "env" || k.find("token") != std::string::npos ||
+          k.find("secret") != std::string::npos || k.find("password") != std::string::npos)
+        continue;
       if (!out.empty()) out += ' ';
       out += k + "=" + (v.is_string() ? v.get<std::string>() : dump_json(v));
       if (out.size() > 160) break;
@@ -88,8 +110,21 @@ std::string describe_event(const json& e) {
   return out;
 }
 
+namespace {
+Result<StatusModel> parse_status_json(const json& j);
+}
+
 Result<StatusModel> parse_status(const std::string& text) {
   auto j = json::parse(text, nullptr, false);
+  try {
+    return parse_status_json(j);
+  } catch (const json::exception&) {  // a field of another type: not ddprun's status
+    return Error{69, "the endpoint's /status is not ddprun's status JSON"};
+  }
+}
+
+namespace {
+Result<StatusModel> parse_status_json(const json& j) {
   if (!j.is_object() || !j.contains("ranks")) {
     return Error{69, "the endpoint's /status is not ddprun's status JSON"};
   }
@@ -108,13 +143,15 @@ Result<StatusModel> parse_status(const std::string& text) {
     m.world_size = num<int>(job, "world_size").value_or(0);
     m.node_rank = num<int>(job, "node_rank").value_or(0);
     m.num_nodes = num<int>(job, "num_nodes").value_or(m.num_nodes);
+    m.exit_code = num<int>(job, "exit_code");
+    m.root_cause = field_text(job, "root_cause");
     for (const auto& n : job.value("nodes", json::array())) {
       NodeStatus node{field_text(n, "name"), num<int>(n, "node_rank"), field_text(n, "state"),
                       num<int>(n, "local_world_size").value_or(0)};
       m.nodes.push_back(std::move(node));
     }
   }
-  for (const auto& r : j["ranks"]) {
+  for (const auto& r : j.at("ranks")) {
     if (!r.is_object()) continue;
     RankStatus rank;
     rank.node = num<int>(r, "node_rank").value_or(m.node_rank);
@@ -134,10 +171,14 @@ Result<StatusModel> parse_status(const std::string& text) {
     const std::string kind = field_text(e, "event");
     // Where things are (the endpoint, the store, the log directory): not news in a terminal.
     if (kind == "status" || kind == "store" || kind == "launch" || kind == "file_timer") continue;
-    m.events.push_back(EventLine{e.value("time", 0.0), field_text(e, "event"), describe_event(e)});
+    EventLine line{num<double>(e, "time").value_or(0.0), field_text(e, "event"), describe_event(e),
+                   num<long long>(e, "seq").value_or(0)};
+    if (is_failure_event(e)) m.failures.push_back(line);
+    m.events.push_back(std::move(line));
   }
   return m;
 }
+}  // namespace
 
 void RateHistory::note(const StatusModel& model, double now_s) {
   for (const auto& r : model.ranks) {

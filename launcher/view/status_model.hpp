@@ -39,8 +39,13 @@ struct NodeStatus {
 struct EventLine {
   double time = 0;
   std::string kind;
-  std::string text;  // one line, for the terminal
+  std::string text;   // one line, for the terminal
+  long long seq = 0;  // the server's number for it (0: none)
 };
+
+/// A rank that failed, a hang, a lost node, a stopped job: what `top` keeps on screen across
+/// restarts (the ranks it names are gone by then).
+bool is_failure_event(const nlohmann::json& event);
 
 struct StatusModel {
   std::string run_id;
@@ -53,8 +58,13 @@ struct StatusModel {
   std::string host;
   double hang_timeout_s = 0;
   std::vector<NodeStatus> nodes;
-  std::vector<RankStatus> ranks;  // this node's
-  std::vector<EventLine> events;  // oldest first
+  std::vector<RankStatus> ranks;    // this node's
+  std::vector<EventLine> events;    // oldest first
+  std::vector<EventLine> failures;  // those of `events` that is_failure_event, oldest first
+  std::optional<int> exit_code;     // the job's, once it ended
+  std::string root_cause;           // one line, once it ended (may be empty)
+  /// The job ended ("succeeded" or "failed"): the endpoint serves the final state a while.
+  bool ended() const { return state == "succeeded" || state == "failed"; }
 };
 
 /// Error (exit 70 is never used): a one-line reason, exit 69 (the endpoint answered junk).

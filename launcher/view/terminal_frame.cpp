@@ -7,6 +7,8 @@
 #include <cmath>
 #include <ctime>
 
+#include "launcher/common/terminal_text.hpp"
+
 namespace ddp::launcher::view {
 
 namespace {
@@ -17,8 +19,7 @@ constexpr const char* kRed = "\x1b[31;1m";
 constexpr const char* kYellow = "\x1b[33;1m";
 constexpr const char* kMagenta = "\x1b[35m";
 constexpr const char* kDim = "\x1b[2m";
-
-bool continuation(unsigned char c) { return (c & 0xC0) == 0x80; }
+constexpr const char* kGreen = "\x1b[32;1m";
 
 std::string clock_time(double t) {
   std::time_t s = static_cast<std::time_t>(t);
@@ -33,20 +34,7 @@ std::string optional_number(const std::optional<double>& v, const char* spec) {
 
 }  // namespace
 
-std::string fit(const std::string& text, int width) {
-  std::string out;
-  int chars = 0;
-  for (size_t i = 0; i < text.size(); ++i) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    if (!continuation(c)) {
-      if (chars == width) break;
-      ++chars;
-    }
-    out += text[i];
-  }
-  if (chars < width) out.append(static_cast<size_t>(width - chars), ' ');
-  return out;
-}
+std::string fit(const std::string& text, int width) { return fit_columns(text, width); }
 
 std::string sparkline(const std::vector<double>& values, int width) {
   static constexpr const char* kBlocks[] = {"▁", "▂", "▃", "▄", "▅", "▆", "▇", "█"};
@@ -59,6 +47,59 @@ std::string sparkline(const std::vector<double>& values, int width) {
     out += kBlocks[std::clamp(level, 0, 7)];
   }
   return out;
+}
+
+const char* sort_name(RankSort sort) {
+  switch (sort) {
+    case RankSort::Worst:
+      return "worst first";
+    case RankSort::Rank:
+      return "rank";
+    case RankSort::Step:
+      return "step (lowest first)";
+    case RankSort::Rate:
+      return "steps/s (slowest first)";
+  }
+  return "?";
+}
+
+const char* filter_name(RankFilter filter) {
+  switch (filter) {
+    case RankFilter::All:
+      return "all";
+    case RankFilter::Trouble:
+      return "failed, stalled or slow";
+    case RankFilter::Running:
+      return "running";
+  }
+  return "?";
+}
+
+std::vector<RankStatus> rank_rows(const StatusModel& m, const RateHistory& rates,
+                                  const FrameOptions& o) {
+  auto rows = worst_first(m.ranks, rates, m.hang_timeout_s);
+  std::erase_if(rows, [&](const RankStatus& r) {
+    if (o.node && r.node != *o.node) return true;
+    const int sev = severity(r, m.hang_timeout_s);
+    if (o.filter == RankFilter::Trouble) return sev < 2;
+    if (o.filter == RankFilter::Running) return r.state != "running";
+    return false;
+  });
+  auto by_rank = [](const RankStatus& a, const RankStatus& b) {
+    return a.node != b.node ? a.node < b.node : a.rank < b.rank;
+  };
+  if (o.sort == RankSort::Rank) std::stable_sort(rows.begin(), rows.end(), by_rank);
+  if (o.sort == RankSort::Step) {
+    std::stable_sort(rows.begin(), rows.end(), [](const RankStatus& a, const RankStatus& b) {
+      return a.step.value_or(-1) < b.step.value_or(-1);
+    });
+  }
+  if (o.sort == RankSort::Rate) {
+    std::stable_sort(rows.begin(), rows.end(), [&](const RankStatus& a, const RankStatus& b) {
+      return rates.rate(a.node, a.rank).value_or(-1) < rates.rate(b.node, b.rank).value_or(-1);
+    });
+  }
+  return rows;
 }
 
 std::vector<std::string> render_frame(const StatusModel& m, const RateHistory& rates,
@@ -90,6 +131,27 @@ std::vector<std::string> render_frame(const StatusModel& m, const RateHistory& r
     head.push_back(fit(" this node's ranks only: node 0's endpoint shows every node", width));
   }
   if (!o.notice.empty()) head.push_back(paint(kYellow, fit(" " + o.notice, width)));
+  if (m.ended()) {
+    const bool ok = m.state == "succeeded";
+    std::string end = fmt::format(" the job ended: {}, exit {}", m.state,
+                                  m.exit_code ? std::to_string(*m.exit_code) : "?");
+    if (!m.root_cause.empty()) end += ": " + m.root_cause;
+    head.push_back(paint(ok ? kGreen : kRed, fit(end, width)));
+  }
+  // Failures stay on screen across restarts (the ranks they name are gone by then).
+  const auto& failures = o.failures.empty() ? m.failures : o.failures;
+  const int failures_room = std::min<int>(3, static_cast<int>(failures.size()));
+  if (failures_room > 0) {
+    head.push_back(paint(kRed, fit(fmt::format(" failures seen: {}{}", failures.size(),
+                                               failures.size() > 3 ? " (the last 3)" : ""),
+                                   width)));
+    for (size_t i = failures.size() - static_cast<size_t>(failures_room); i < failures.size();
+         ++i) {
+      const auto& e = failures[i];
+      head.push_back(paint(
+          kRed, fit(fmt::format("   {} {:<12} {}", clock_time(e.time), e.kind, e.text), width)));
+    }
+  }
 
   // The other columns take 73 characters.
   const int spark_width = std::clamp(width - 73, 6, 40);
@@ -98,16 +160,24 @@ std::vector<std::string> render_frame(const StatusModel& m, const RateHistory& r
       "PID", "STATE", "STEP", "STEP/S", fit("RATE", spark_width), "AGE", "FLAG", "EXIT");
   head.push_back(paint(kDim, fit(columns, width)));
 
-  // Room: the header, the ranks, then up to 6 event lines, then the footer.
-  const int events_room = std::min<int>(6, static_cast<int>(m.events.size()));
-  const int fixed = static_cast<int>(head.size()) + 1 + (events_room > 0 ? events_room + 1 : 0);
+  // Room: the header, the ranks, then the events (at least 6 of them when there are; every line
+  // the ranks leave free), then the footer.
+  const int events_min = std::min<int>(6, static_cast<int>(m.events.size()));
+  const int fixed = static_cast<int>(head.size()) + 1 + (events_min > 0 ? events_min + 1 : 0);
   int rank_room = std::max(1, height - fixed);
-  const auto ordered = worst_first(m.ranks, rates, m.hang_timeout_s);
+  const auto ordered = rank_rows(m, rates, o);
   const bool all_fit = static_cast<int>(ordered.size()) <= rank_room;
   if (!all_fit) rank_room = std::max(1, rank_room - 1);  // the "more" line
+  const int total = static_cast<int>(ordered.size());
+  const int first = std::clamp(o.scroll, 0, std::max(0, total - rank_room));
 
   std::vector<std::string> lines = head;
-  for (int i = 0; i < rank_room && i < static_cast<int>(ordered.size()); ++i) {
+  if (total == 0 && !m.ranks.empty()) {
+    lines.push_back(fit(fmt::format(" no rank matches (filter: {}{})", filter_name(o.filter),
+                                    o.node ? fmt::format(", node {}", *o.node) : ""),
+                        width));
+  }
+  for (int i = first; i < first + rank_room && i < total; ++i) {
     const auto& r = ordered[static_cast<size_t>(i)];
     const int sev = severity(r, m.hang_timeout_s);
     const std::string state = sev == 4 ? "failed" : r.state;
@@ -126,10 +196,33 @@ std::vector<std::string> render_frame(const StatusModel& m, const RateHistory& r
                           fit(row, width)));
   }
   if (!all_fit) {
-    lines.push_back(fit(fmt::format(" ... {} more rank(s), none worse than those above",
-                                    ordered.size() - static_cast<size_t>(rank_room)),
-                        width));
+    const int below = std::max(0, total - first - rank_room);
+    lines.push_back(
+        fit(o.sort == RankSort::Worst && first == 0 && o.filter == RankFilter::All && !o.node
+                ? fmt::format(" ... {} more rank(s), none worse than those above (arrows scroll)",
+                              below)
+                : fmt::format(" ... {} above, {} below (arrows scroll)", first, below),
+            width));
   }
+  if (o.help) {
+    static const char* kHelp[] = {
+        " keys",
+        "   q          quit",
+        "   ?          this help (again: the events)",
+        "   s          sort: worst first, rank, step, steps/s",
+        "   f          filter: all, failed/stalled/slow, running",
+        "   n          node: all, then each node in turn",
+        "   up/down k/j scroll one rank; PgUp/PgDn a page; Home the top",
+        "   Ctrl-Z     suspend (the terminal comes back as it was; fg resumes)",
+    };
+    for (const char* h : kHelp) {
+      if (static_cast<int>(lines.size()) >= height - 1) break;
+      lines.push_back(paint(kDim, fit(h, width)));
+    }
+  }
+  const int free_lines = height - 1 - static_cast<int>(lines.size()) - 1;
+  const int events_room =
+      o.help ? 0 : std::min(static_cast<int>(m.events.size()), std::max(events_min, free_lines));
   if (events_room > 0) {
     lines.push_back(paint(kDim, fit(" recent events", width)));
     for (size_t i = m.events.size() - static_cast<size_t>(events_room); i < m.events.size(); ++i) {

@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: MIT
 // `ddprun top`: the terminal's side only (arguments, the endpoint, the tty, the loop). What a
 // frame shows is terminal_frame.cpp's; what /status means is status_model.cpp's.
+#include <signal.h>
 #include <sys/ioctl.h>
 #include <termios.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/signal_set.hpp>
@@ -14,10 +16,12 @@
 #include <climits>
 #include <cstdlib>
 #include <optional>
+#include <string_view>
 
 #include <fmt/format.h>
 
 #include "launcher/common/exit_codes.hpp"
+#include "launcher/common/terminal_text.hpp"
 #include "launcher/health/status_beacon.hpp"
 #include "launcher/output/output_sink.hpp"
 #include "launcher/view/commands.hpp"
@@ -44,6 +48,12 @@ struct Endpoint {
 };
 
 int top_fail(int code, const std::string& line) { return subcommand_fail("top", code, line); }
+
+/// An ended job's exit code, for `top`'s own (0 when it succeeded; 1 when it failed without one).
+int job_exit_code(const StatusModel& m) {
+  if (m.state == "succeeded") return exit_codes::kSuccess;
+  return m.exit_code && *m.exit_code > 0 && *m.exit_code < 256 ? *m.exit_code : 1;
+}
 
 /// HOST:PORT, [V6]:PORT, PORT (loopback), or a URL as the "status endpoint" line prints it.
 std::optional<Endpoint> parse_endpoint(std::string s) {
@@ -97,28 +107,40 @@ double now_seconds() {
 }
 
 /// Raw keys (no echo, no line buffering) while alive; the terminal's settings come back on every
-/// way out: destruction (return, exception) and the signals the loop handles.
+/// way out: destruction (return, exception), the signals the loop handles, and a stop (Ctrl-Z:
+/// leave() before, enter() again after `fg`).
 class RawTerminal {
  public:
   RawTerminal() {
-    if (::tcgetattr(STDIN_FILENO, &saved_) != 0) return;
-    termios raw = saved_;
-    raw.c_lflag &= static_cast<tcflag_t>(~(ICANON | ECHO));
-    raw.c_cc[VMIN] = 1;
-    raw.c_cc[VTIME] = 0;
-    active_ = ::tcsetattr(STDIN_FILENO, TCSANOW, &raw) == 0;
-    // The alternate screen, cursor hidden: the frame is redrawn in place.
-    write_fully(STDOUT_FILENO, "\x1b[?1049h\x1b[?25l");
+    have_saved_ = ::tcgetattr(STDIN_FILENO, &saved_) == 0;
+    enter();
   }
-  ~RawTerminal() {
-    write_fully(STDOUT_FILENO, "\x1b[?25h\x1b[?1049l");
-    if (active_) ::tcsetattr(STDIN_FILENO, TCSANOW, &saved_);
-  }
+  ~RawTerminal() { leave(); }
   RawTerminal(const RawTerminal&) = delete;
   RawTerminal& operator=(const RawTerminal&) = delete;
 
+  void enter() {
+    if (have_saved_) {
+      termios raw = saved_;
+      raw.c_lflag &= static_cast<tcflag_t>(~(ICANON | ECHO));
+      raw.c_cc[VMIN] = 1;
+      raw.c_cc[VTIME] = 0;
+      ::tcsetattr(STDIN_FILENO, TCSANOW, &raw);
+    }
+    // The alternate screen, cursor hidden: the frame is redrawn in place.
+    write_fully(STDOUT_FILENO, "\x1b[?1049h\x1b[?25l");
+    active_ = true;
+  }
+  void leave() {
+    if (!active_) return;
+    write_fully(STDOUT_FILENO, "\x1b[?25h\x1b[?1049l");
+    if (have_saved_) ::tcsetattr(STDIN_FILENO, TCSANOW, &saved_);
+    active_ = false;
+  }
+
  private:
   termios saved_{};
+  bool have_saved_ = false;
   bool active_ = false;
 };
 
@@ -129,23 +151,51 @@ class TopLoop {
         interval_(interval),
         signals_(io_, SIGINT, SIGTERM, SIGHUP),
         resize_(io_, SIGWINCH),
+        stop_signals_(io_, SIGTSTP, SIGCONT),
         keys_(io_, ::dup(STDIN_FILENO)),
         timer_(io_) {}
 
   int run() {
     RawTerminal raw;
+    raw_ = &raw;
     signals_.async_wait([this](const boost::system::error_code& ec, int) {
       if (!ec) stop();
     });
     watch_resize();
+    watch_stops();
     read_keys();
     fetch();
     io_.run();
+    raw.leave();
+    raw_ = nullptr;
+    // The end stays readable in the shell once the alternate screen is gone.
+    if (model_ && model_->ended()) {
+      std::string line =
+          fmt::format("ddprun top: job {} ended: {}, exit {}", model_->run_id, model_->state,
+                      model_->exit_code ? std::to_string(*model_->exit_code) : "?");
+      if (!model_->root_cause.empty()) line += ": " + model_->root_cause;
+      write_fully(STDOUT_FILENO, visible_line(line) + "\n");
+      return job_exit_code(*model_);
+    }
     return exit_codes::kSuccess;
   }
 
  private:
   void stop() { io_.stop(); }
+  /// Ctrl-Z: the terminal as it was (main screen, cursor, echo), then stop for real; after `fg`
+  /// (SIGCONT) the full screen again. A SIGCONT alone (after a SIGSTOP from elsewhere) redraws.
+  void watch_stops() {
+    stop_signals_.async_wait([this](const boost::system::error_code& ec, int sig) {
+      if (ec) return;
+      if (sig == SIGTSTP && raw_) {
+        raw_->leave();
+        ::kill(::getpid(), SIGSTOP);  // returns after SIGCONT
+      }
+      if (raw_) raw_->enter();
+      draw();
+      watch_stops();
+    });
+  }
   void watch_resize() {
     resize_.async_wait([this](const boost::system::error_code& ec, int) {
       if (ec) return;
@@ -157,12 +207,78 @@ class TopLoop {
     keys_.async_read_some(boost::asio::buffer(key_),
                           [this](const boost::system::error_code& ec, size_t n) {
                             if (ec) return;  // stdin closed: Ctrl-C still works
-                            for (size_t i = 0; i < n; ++i) {
-                              if (key_[i] == 'q' || key_[i] == 'Q' || key_[i] == 3 /* Ctrl-C */)
-                                return stop();
-                            }
+                            if (on_keys(std::string_view(key_, n))) return stop();
+                            draw();
                             read_keys();
                           });
+  }
+  /// Applies the keys of one read; true to quit.
+  bool on_keys(std::string_view keys) {
+    const int page = std::max(1, terminal_size().second - 12);
+    for (size_t i = 0; i < keys.size(); ++i) {
+      const char k = keys[i];
+      if (k == 'q' || k == 'Q' || k == 3 /* Ctrl-C */) return true;
+      if (k == '\x1b' && i + 2 < keys.size() && keys[i + 1] == '[') {
+        // Arrows and paging keys: ESC [ A, ESC [ B, ESC [ 5 ~, ESC [ 6 ~, ESC [ H.
+        const char c = keys[i + 2];
+        if (c == 'A') scroll_ = std::max(0, scroll_ - 1);
+        if (c == 'B') ++scroll_;
+        if (c == 'H') scroll_ = 0;
+        if (c == '5') scroll_ = std::max(0, scroll_ - page);
+        if (c == '6') scroll_ += page;
+        i += (c == '5' || c == '6') ? 3 : 2;
+        continue;
+      }
+      switch (k) {
+        case 'k':
+          scroll_ = std::max(0, scroll_ - 1);
+          break;
+        case 'j':
+          ++scroll_;
+          break;
+        case '?':
+        case 'h':
+          help_ = !help_;
+          break;
+        case 's':
+          sort_ = static_cast<RankSort>((static_cast<int>(sort_) + 1) % 4);
+          scroll_ = 0;
+          break;
+        case 'f':
+          filter_ = static_cast<RankFilter>((static_cast<int>(filter_) + 1) % 3);
+          scroll_ = 0;
+          break;
+        case 'n':
+          next_node();
+          scroll_ = 0;
+          break;
+        default:
+          break;
+      }
+    }
+    if (model_) {  // no scrolling past the last rank
+      scroll_ = std::min(scroll_, std::max(0, static_cast<int>(model_->ranks.size()) - 1));
+    }
+    return false;
+  }
+  void next_node() {
+    std::vector<int> nodes;
+    if (model_) {
+      for (const auto& r : model_->ranks) nodes.push_back(r.node);
+    }
+    std::sort(nodes.begin(), nodes.end());
+    nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
+    if (nodes.empty()) return node_.reset();
+    if (!node_) {
+      node_ = nodes.front();
+      return;
+    }
+    auto it = std::upper_bound(nodes.begin(), nodes.end(), *node_);
+    if (it == nodes.end()) {
+      node_.reset();
+    } else {
+      node_ = *it;
+    }
   }
   void fetch() {
     async_http_get(io_, endpoint_.host, endpoint_.port, "/status", kFetchTimeout,
@@ -172,12 +288,19 @@ class TopLoop {
                        if (model) {
                          model_ = std::move(*model);
                          rates_.note(*model_, now_seconds());
+                         remember_failures(*model_);
                          notice_.clear();
                        } else {
                          notice_ = model.error().message;
                        }
                      } else {
                        notice_ = body.error().message + "; retrying";
+                     }
+                     if (model_ && model_->ended()) {
+                       // The final state: nothing more will come (the endpoint closes soon).
+                       notice_.clear();
+                       draw();
+                       return;
                      }
                      draw();
                      timer_.expires_after(interval_);
@@ -186,9 +309,28 @@ class TopLoop {
                      });
                    });
   }
+  /// Failures stay listed across restarts and beyond the server's ring (bounded, by seq).
+  void remember_failures(const StatusModel& m) {
+    for (const auto& f : m.failures) {
+      if (f.seq != 0 && f.seq <= last_failure_seq_) continue;
+      failures_.push_back(f);
+      if (f.seq != 0) last_failure_seq_ = f.seq;
+      if (failures_.size() > 100) failures_.erase(failures_.begin());
+    }
+  }
   void draw() {
+    if (!raw_) return;
     auto [w, h] = terminal_size();
-    FrameOptions options{w, h, color_wanted(), endpoint_.text(), "q quits", notice_};
+    const std::string footer =
+        fmt::format("{}q quits  ? help  s sort: {}  f filter: {}  n node: {}",
+                    model_ && model_->ended() ? "the job ended; " : "", sort_name(sort_),
+                    filter_name(filter_), node_ ? std::to_string(*node_) : std::string("all"));
+    FrameOptions options{w, h, color_wanted(), endpoint_.text(), footer, notice_, failures_};
+    options.sort = sort_;
+    options.filter = filter_;
+    options.node = node_;
+    options.scroll = scroll_;
+    options.help = help_;
     std::string out = "\x1b[H";
     const auto lines = render_frame(model_ ? *model_ : StatusModel{}, rates_, options);
     for (size_t i = 0; i < lines.size(); ++i) {
@@ -203,7 +345,16 @@ class TopLoop {
   boost::asio::io_context io_;
   boost::asio::signal_set signals_;
   boost::asio::signal_set resize_;
+  boost::asio::signal_set stop_signals_;
   boost::asio::posix::stream_descriptor keys_;
+  RawTerminal* raw_ = nullptr;
+  RankSort sort_ = RankSort::Worst;
+  RankFilter filter_ = RankFilter::All;
+  std::optional<int> node_;
+  int scroll_ = 0;
+  bool help_ = false;
+  std::vector<EventLine> failures_;
+  long long last_failure_seq_ = 0;
   boost::asio::steady_timer timer_;
   char key_[64] = {};
   std::optional<StatusModel> model_;
@@ -231,7 +382,7 @@ int print_once(const Endpoint& endpoint) {
   std::string out;
   for (const auto& l : lines) out += l + "\n";
   write_fully(STDOUT_FILENO, out);
-  return exit_codes::kSuccess;
+  return model->ended() ? job_exit_code(*model) : exit_codes::kSuccess;
 }
 
 }  // namespace

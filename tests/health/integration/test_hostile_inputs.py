@@ -104,7 +104,7 @@ def test_chunked_requests_are_bounded_headers_and_trailers_included(tmp):
         port = int(base.rsplit(":", 1)[1])
         probe(base)
         before = rss_bytes(proc.pid)
-        head = b"GET /status HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+        head = b"GET /status HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n"
         cases = {
             "a chunk-size line that never ends": (head, b"1"),
             "a chunk extension that never ends": (head + b"5;ext=", b"a"),
@@ -267,6 +267,33 @@ def test_a_worker_flooding_the_timer_pipe_with_valid_requests(tmp):
     assert len(warnings) <= 1 + elapsed / 10 + 1, warnings[:5]
     assert peak < 200 * MiB, peak
     assert elapsed < 60, elapsed
+
+
+def test_idle_connections_of_one_client_do_not_starve_healthz(tmp):
+    """16 connections held open and silent (the server's whole limit): 20 of 20 /healthz probes
+    are answered, each making room by closing the connection that waited longest."""
+    proc, base = start_sleeper(tmp)
+    port = int(base.rsplit(":", 1)[1])
+    idle = []
+    try:
+        for _ in range(16):
+            idle.append(socket.create_connection(("127.0.0.1", port), timeout=5))
+        time.sleep(0.3)  # all accepted
+        answered = 0
+        for _ in range(20):
+            try:
+                code, body = get(base + "/healthz", timeout=3)
+                answered += code == 200 and body == "ok\n"
+            except OSError as e:
+                print(f"  /healthz: {e}", flush=True)
+            # The holder opens a new idle connection for every one it lost.
+            idle.append(socket.create_connection(("127.0.0.1", port), timeout=5))
+        print(f"  /healthz answered {answered} of 20 beside 16 idle connections", flush=True)
+        assert answered == 20, answered
+    finally:
+        for s in idle:
+            s.close()
+        stop(proc)
 
 
 ERROR_FILE_JOB = """

@@ -61,15 +61,17 @@ TEST_CASE("GET answers; unknown paths 404; other methods 405; query strings igno
   auto port = server.open("127.0.0.1", 0);
   REQUIRE(port);
   CHECK(*port > 0);
-  auto ok =
-      exchange(io, *port, "GET /healthz?x=1 HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+  auto ok = exchange(io, *port,
+                     "GET /healthz?x=1 HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
   CHECK(ok.starts_with("HTTP/1.1 200 OK"));
   CHECK(ok.find("\r\n\r\nok\n") != std::string::npos);
-  CHECK(exchange(io, *port, "GET /nope HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+  CHECK(exchange(io, *port, "GET /nope HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
             .starts_with("HTTP/1.1 404"));
-  CHECK(exchange(io, *port, "POST /healthz HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n")
-            .starts_with("HTTP/1.1 405"));
-  auto head = exchange(io, *port, "HEAD /healthz HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+  CHECK(
+      exchange(io, *port, "POST /healthz HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\n\r\n")
+          .starts_with("HTTP/1.1 405"));
+  auto head =
+      exchange(io, *port, "HEAD /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
   CHECK(head.starts_with("HTTP/1.1 200"));
   CHECK(head.find("ok\n") == std::string::npos);
 }
@@ -79,9 +81,9 @@ TEST_CASE("keep-alive: two requests on one connection") {
   StatusServer server(io, provider, {16, 8192, std::chrono::milliseconds(300)});
   auto port = server.open("127.0.0.1", 0);
   REQUIRE(port);
-  auto reply =
-      exchange(io, *port,
-               "GET /healthz HTTP/1.1\r\nHost: a\r\n\r\nGET /healthz HTTP/1.1\r\nHost: a\r\n\r\n");
+  auto reply = exchange(io, *port,
+                        "GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\nGET /healthz "
+                        "HTTP/1.1\r\nHost: localhost\r\n\r\n");
   size_t first = reply.find("HTTP/1.1 200");
   REQUIRE(first != std::string::npos);
   CHECK(reply.find("HTTP/1.1 200", first + 1) != std::string::npos);
@@ -93,7 +95,7 @@ TEST_CASE("a request over the size limit gets 431 and the connection closed") {
   auto port = server.open("127.0.0.1", 0);
   REQUIRE(port);
   std::string big =
-      "GET /healthz HTTP/1.1\r\nHost: a\r\nX-Junk: " + std::string(4000, 'j') + "\r\n\r\n";
+      "GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-Junk: " + std::string(4000, 'j') + "\r\n\r\n";
   CHECK(exchange(io, *port, big).starts_with("HTTP/1.1 431"));
 }
 
@@ -104,7 +106,7 @@ TEST_CASE("a client that never completes its request is cut off; others are serv
   REQUIRE(port);
   int slow = connect_to(*port);
   ::send(slow, "GET /hea", 8, MSG_NOSIGNAL);
-  CHECK(exchange(io, *port, "GET /healthz HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+  CHECK(exchange(io, *port, "GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
             .starts_with("HTTP/1.1 200"));
   // The server closes the slow one: recv sees EOF (or a reset) once the loop has run.
   std::atomic<bool> closed{false};
@@ -120,26 +122,65 @@ TEST_CASE("a client that never completes its request is cut off; others are serv
   CHECK(run_until(io, [&] { return server.connections() == 0; }));
 }
 
-TEST_CASE("connections over the limit are closed at once; the limit holds") {
+TEST_CASE("full: the connection idle the longest makes room, so a probe is answered") {
   boost::asio::io_context io;
   StatusServer server(io, provider, {2, 8192, std::chrono::milliseconds(5000)});
   auto port = server.open("127.0.0.1", 0);
   REQUIRE(port);
   int a = connect_to(*port);
+  CHECK(run_until(io, [&] { return server.connections() == 1; }));
   int b = connect_to(*port);
   CHECK(run_until(io, [&] { return server.connections() == 2; }));
-  int c = connect_to(*port);
-  std::atomic<bool> refused{false};
+  std::atomic<bool> a_closed{false};
   std::thread reader([&] {
     char buf[64];
-    while (::recv(c, buf, sizeof buf, 0) > 0) {
+    while (::recv(a, buf, sizeof buf, 0) > 0) {
     }
-    refused = true;
+    a_closed = true;
   });
-  CHECK(run_until(io, [&] { return refused.load(); }));
+  // Before: a third connection was closed at accept and a liveness probe starved.
+  CHECK(exchange(io, *port, "GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+            .find("200 OK") != std::string::npos);
+  CHECK(run_until(io, [&] { return a_closed.load(); }));  // the oldest idle one went
   reader.join();
-  CHECK(server.connections() == 2);
-  for (int fd : {a, b, c}) ::close(fd);
+  CHECK(run_until(io, [&] { return server.connections() == 1; }));  // b stays; the limit holds
+  for (int fd : {a, b}) ::close(fd);
+}
+
+TEST_CASE("a Host that is not this endpoint's is answered 421 (DNS rebinding)") {
+  boost::asio::io_context io;
+  StatusServer server(io, provider);
+  server.allow_hosts({"metrics.example"}, "node-a.cluster.local");
+  auto port = server.open("127.0.0.1", 0);
+  REQUIRE(port);
+  auto get = [&](const std::string& host) {
+    return exchange(io, *port,
+                    "GET /healthz HTTP/1.1\r\nHost: " + host + "\r\nConnection: close\r\n\r\n");
+  };
+  CHECK(get("attacker.example:" + std::to_string(*port)).find("HTTP/1.1 421") == 0);
+  CHECK(get("attacker.example").find("ok\n") == std::string::npos);
+  CHECK(get("localhost:" + std::to_string(*port)).find("HTTP/1.1 200") == 0);
+  CHECK(get("127.0.0.1:" + std::to_string(*port)).find("HTTP/1.1 200") == 0);
+  CHECK(get("metrics.example").find("HTTP/1.1 200") == 0);
+  CHECK(get("NODE-A").find("HTTP/1.1 200") == 0);
+}
+
+TEST_CASE("host_header_allowed: addresses, localhost, this host, the allowed names") {
+  const std::vector<std::string> none;
+  CHECK(host_header_allowed("", "h", none));  // HTTP/1.0 without Host
+  CHECK(host_header_allowed("127.0.0.1:8080", "h", none));
+  CHECK(host_header_allowed("[::1]:8080", "h", none));
+  CHECK(host_header_allowed("10.1.2.3", "h", none));
+  CHECK(host_header_allowed("LocalHost.:9", "h", none));
+  CHECK(host_header_allowed("app.localhost", "h", none));
+  CHECK(host_header_allowed("node-a:1", "node-a.cluster.local", none));
+  CHECK(host_header_allowed("node-a.cluster.local", "node-a.cluster.local", none));
+  CHECK_FALSE(host_header_allowed("attacker.example", "h", none));
+  CHECK_FALSE(host_header_allowed("localhost.attacker.example", "h", none));
+  CHECK_FALSE(host_header_allowed("127.0.0.1.nip.io", "h", none));
+  CHECK_FALSE(host_header_allowed("[::1", "h", none));
+  CHECK(host_header_allowed("svc.ns:80", "h", {"svc.ns"}));
+  CHECK(host_header_allowed("anything", "h", {"*"}));
 }
 
 TEST_CASE("a bad address is a usage error; a taken port is 69") {

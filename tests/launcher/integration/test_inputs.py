@@ -142,7 +142,7 @@ def test_status_on_a_host_whose_name_is_not_utf8(tmp):
             return bool(port)
         wait_until(ready, 30, "the status event")
         with socket.create_connection(("127.0.0.1", port[0]), timeout=10) as s:
-            s.sendall(b"GET /status HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            s.sendall(b"GET /status HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
             answer = b""
             while chunk := s.recv(65536):
                 answer += chunk
@@ -257,23 +257,51 @@ def test_man_page_lists_every_exit_code_of_the_readme(tmp):
     assert codes and not missing, f"EXIT STATUS lacks {missing}:\n{exit_status}"
 
 
-# --- item 19: lines over 1 MiB with --no-prefix -------------------------------------------------
+# --- item 19 (issue 36 item 7): lines over 1 MiB reach the console whole ---------------------
 
-def test_no_prefix_long_lines_are_flagged_when_cut(tmp):
-    script = write_script(tmp, "long.py", """
-        import sys
-        sys.stdout.write("{" + "x" * (3 << 20) + "}\\n")
-        sys.stdout.write("short\\n")
-        """)
-    log_dir = os.path.join(tmp, "logs")
-    r = run(["--no-prefix", "--tee", "1", "--log-dir", log_dir, script], timeout=60)
-    assert r.rc == 0, r
-    notes = [l for l in ddprun_lines(r.err) if "longer than 1 MiB" in l]
-    assert len(notes) == 1 and "rank 0" in notes[0] and "stdout" in notes[0], r.err[-2000:]
-    assert r.out.endswith("}\nshort\n") and r.out.count("\n") == 5, r.out.count("\n")
-    logs = [os.path.join(d, f) for d, _, fs in os.walk(log_dir) for f in fs if f == "stdout.log"]
-    with open(logs[0]) as f:
-        assert f.read() == "{" + "x" * (3 << 20) + "}\nshort\n"
+LONG_LINES = """
+    import os, sys, time
+    rank = int(os.environ["RANK"])
+    if rank == 0:
+        # A 3 MiB JSON line written in pieces, as a logger flushing its buffer would.
+        line = '{"k": "' + "x" * (3 << 20) + '"}\\n'
+        time.sleep(0.5)
+        for i in range(0, len(line), 1 << 19):
+            sys.stdout.write(line[i:i + (1 << 19)])
+            sys.stdout.flush()
+            time.sleep(0.05)
+        sys.stdout.write("short 0\\n")
+    else:
+        for i in range(400):  # while rank 0's line is open: they wait, then come whole
+            sys.stdout.write(f"line {i} of rank 1\\n")
+            sys.stdout.flush()
+            time.sleep(0.005)
+    """
+
+
+def test_lines_over_1_mib_reach_the_console_whole(tmp):
+    script = write_script(tmp, "long.py", LONG_LINES)
+    big = '{"k": "' + "x" * (3 << 20) + '"}'
+    for mode in (["--no-prefix"], []):
+        log_dir = os.path.join(tmp, "logs" + str(len(mode)))
+        r = run([*mode, "--nproc-per-node", "2", "--tee", "1", "--log-dir", log_dir, script],
+                timeout=60)
+        assert r.rc == 0, r
+        assert not [l for l in ddprun_lines(r.err) if "longer than 1 MiB" in l], r.err[-2000:]
+        lines = r.out.split("\n")
+        assert lines[-1] == "", lines[-1][:100]
+        prefix = "" if mode else "[rank0]:"
+        # One line, identical: jq would read it.
+        assert lines.count(prefix + big) == 1, [len(l) for l in lines if len(l) > 1000]
+        json.loads(big)
+        other = [l for l in lines if "of rank 1" in l]
+        want = [("" if mode else "[rank1]:") + f"line {i} of rank 1" for i in range(400)]
+        assert other == want, other[:5]
+        assert len(lines) == 1 + 1 + 400 + 1, len(lines)
+        logs = [os.path.join(d, f) for d, _, fs in os.walk(log_dir) for f in fs
+                if f == "stdout.log" and os.sep + "0" + os.sep in os.path.join(d, f)]
+        with open(logs[0]) as f:
+            assert f.read() == big + "\nshort 0\n"
 
 
 if __name__ == "__main__":

@@ -89,15 +89,39 @@ TEST_CASE("line framer: a line that already has the prefix's text gets no second
   CHECK(out == "[rank1]: a\n");
 }
 
-TEST_CASE("line framer counts the lines it cut") {
-  LineFramer framer;
+TEST_CASE(
+    "line framer passes a line over 1 MiB on whole, as it comes, and cuts it only when told") {
+  LineFramer framer("[r0]:", "[r0]:");
   std::string out;
   framer.frame(std::string(LineFramer::kMaxLineBytes - 1, 'a'), out);
+  CHECK(out.empty());
+  CHECK_FALSE(framer.line_open());
+  framer.frame("bb", out);  // over 1 MiB: out now, the line stays open
+  CHECK(framer.line_open());
+  CHECK(out == "[r0]:" + std::string(LineFramer::kMaxLineBytes - 1, 'a') + "bb");
+  out.clear();
+  framer.frame("cc", out);  // the rest as it comes: no prefix, no newline added
+  CHECK(out == "cc");
+  out.clear();
+  framer.frame("d\nnext\n", out);
+  CHECK(out == "d\n[r0]:next\n");
+  CHECK_FALSE(framer.line_open());
   CHECK(framer.cuts() == 0);
-  framer.frame("bb", out);
+  // cut(): a newline now, and the bytes after it start a new (prefixed) line.
+  out.clear();
+  framer.frame(std::string(LineFramer::kMaxLineBytes, 'x'), out);
+  CHECK(framer.line_open());
+  CHECK(framer.cut(out) == 1);
   CHECK(framer.cuts() == 1);
-  framer.frame("c\n", out);
-  CHECK(framer.cuts() == 1);
+  out.clear();
+  framer.frame("y\n", out);
+  CHECK(out == "[r0]:y\n");
+  // finish() closes an open line with its newline.
+  out.clear();
+  framer.frame(std::string(LineFramer::kMaxLineBytes, 'z'), out);
+  out.clear();
+  CHECK(framer.finish(out) == 1);
+  CHECK(out == "\n");
 }
 
 TEST_CASE("an error file's timestamp reads as ISO 8601 local time") {

@@ -6,6 +6,7 @@ line. Bad input: one line, a defined exit code; a truncated last line is tolerat
 import os
 import subprocess
 import sys
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "launcher", "integration"))
@@ -112,6 +113,76 @@ def test_bad_input_is_one_line_with_a_defined_code(tmp):
     assert usage.returncode == 2 and usage.stderr.startswith("ddprun report: "), usage
     fmt = report(cut, "--format", "pdf")
     assert fmt.returncode == 2, fmt
+    # Wrong-typed fields and a line nested 100,000 deep: bad lines with their number (65), not
+    # an internal error (70) or a crash.
+    typed = report(script(tmp, "typed.jsonl", '{"event":"launch","time":1}\n'
+                          '{"event":"worker_start","time":2,"rank":"0"}\n'))
+    assert typed.returncode == 65, typed
+    assert typed.stderr.endswith('line 2: "rank" is a string, not a number\n'), typed
+    null_time = report(script(tmp, "null.jsonl", '{"event":"launch","time":null}\n'))
+    assert null_time.returncode == 65 and "line 1:" in null_time.stderr, null_time
+    deep = report(script(tmp, "deep.jsonl", '{"event":"launch","time":1}\n{"event":"x","a":' +
+                         "[" * 100000 + "]" * 100000 + "}\n"))
+    assert deep.returncode == 65, deep
+    assert "line 2 is nested deeper than 64 levels" in deep.stderr, deep
+
+
+RECOVER = """import os, sys, time
+if os.environ["TORCHELASTIC_RESTART_COUNT"] == "0":
+    import json
+    with open(os.environ["TORCHELASTIC_ERROR_FILE"], "w") as f:
+        json.dump({"message": {"message": "RuntimeError: first attempt fails",
+                               "extraInfo": {"py_callstack": "Traceback: line 1", "timestamp": "1"}}}, f)
+    sys.exit(5)
+"""
+
+
+def test_report_of_a_run_that_failed_once_and_recovered(tmp):
+    events = os.path.join(tmp, "recover.jsonl")
+    r = run(["--nproc-per-node", 1, "--max-restarts", 1, "--events", events,
+             script(tmp, "recover.py", RECOVER)], timeout=60)
+    assert r.rc == 0, r
+    md = report(events, "--format", "md").stdout
+    assert "**Root cause:** none: the job succeeded after 1 failed attempt(s); the last failure: " \
+           "rank 0 (local rank 0, attempt 0) exited with code 5: RuntimeError: first attempt fails" \
+        in md, md
+    assert "### Failed attempts" in md, md
+    # The launch event's command line is not in the report (as /status leaves it out).
+    assert "recover.py\"]" not in md and "argv" not in md, md
+
+
+def test_report_memory_is_bounded_whatever_the_file_size(tmp):
+    """A 64 MiB events file (the old report held ~26 bytes per input byte): peak RSS stays far
+    under the file's size, and the tables say what was left out."""
+    path = os.path.join(tmp, "big.jsonl")
+    line = ('{"event":"worker_start","time":%d.5,"rank":%d,"local_rank":0,"attempt":%d,"pid":%d,'
+            '"padding":"' + "x" * 40 + '"}\n'
+            '{"event":"worker_exit","time":%d.9,"rank":%d,"local_rank":0,"attempt":%d,"pid":%d,'
+            '"exit_code":0,"terminated_by_ddprun":false,"oom_killed":false}\n')
+    with open(path, "w") as f:
+        f.write('{"event":"launch","time":1,"run_id":"big","program":"x"}\n')
+        i = 0
+        while f.tell() < 64 << 20:
+            f.write("".join(line % (i + k, (i + k) % 8, (i + k) // 8, 1000 + i + k, i + k,
+                                    (i + k) % 8, (i + k) // 8, 1000 + i + k) for k in range(1000)))
+            i += 1000
+        f.write('{"event":"summary","time":%d,"exit_code":0,"attempts":[]}\n' % (i + 2))
+    size = os.path.getsize(path)
+    out = os.path.join(tmp, "big.html")
+    t0 = time.monotonic()
+    measured = subprocess.run(
+        [sys.executable, "-c", "import resource, subprocess, sys; "
+         "r = subprocess.run(sys.argv[1:]); "
+         "print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)",
+         DDPRUN, "report", path, "-o", out], capture_output=True, text=True, timeout=120)
+    rc, peak_kib = map(int, measured.stdout.split())
+    print(f"  report of {size / (1 << 20):.0f} MiB: exit {rc}, peak RSS {peak_kib / 1024:.1f} MiB, "
+          f"{time.monotonic() - t0:.1f} s", flush=True)
+    assert rc == 0, measured
+    assert peak_kib * 1024 < 48 << 20, peak_kib  # the file is 64 MiB
+    html = open(out).read()
+    assert "left out of the report" in html
+    assert "none: the job succeeded" in html
 
 
 if __name__ == "__main__":

@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include <fmt/format.h>
+
 #include "launcher/health/status_beacon.hpp"
 
 using namespace ddp::launcher::health;
@@ -67,5 +69,41 @@ TEST_CASE("a FIFO or a huge file named like a beacon is skipped, never read whol
   REQUIRE(found);
   CHECK(found->port == 4343);
   beacon.reset();
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("proc_start_time reads /proc/PID/stat's 22nd field, whatever the command name holds") {
+  const std::string stat =
+      "4242 (a) b) (c) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10";
+  CHECK(proc_start_time(stat) == 987654ULL);
+  CHECK_FALSE(proc_start_time("4242 (x) S 1"));
+  CHECK_FALSE(proc_start_time("garbage"));
+  REQUIRE(process_start_time(::getpid()));
+  CHECK(*process_start_time(::getpid()) > 0);
+}
+
+TEST_CASE("a beacon whose pid now belongs to another process (a reused pid) is dropped") {
+  auto dir =
+      std::filesystem::temp_directory_path() / ("beacon-reused-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::filesystem::permissions(dir, std::filesystem::perms::owner_all);
+  const auto me = *process_start_time(::getpid());
+  auto put = [&](const char* name, unsigned long long start, int port) {
+    std::FILE* f = std::fopen((dir / name).c_str(), "w");
+    std::fputs(
+        fmt::format(
+            R"ev({{"pid":{},"cwd":"/here","address":"127.0.0.1","port":{},"started":{},"proc_start":{}}})ev",
+            ::getpid(), port, port, start)
+            .c_str(),
+        f);
+    std::fclose(f);
+  };
+  // The stale one is newer and from the same directory: only its start time tells it apart.
+  put("status-1.json", me, 100);
+  put("status-2.json", me + 1, 200);
+  auto found = find_status_beacon(dir.string(), "/here");
+  REQUIRE(found);
+  CHECK(found->port == 100);
+  CHECK_FALSE(std::filesystem::exists(dir / "status-2.json"));  // the stale beacon is removed
   std::filesystem::remove_all(dir);
 }

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "launcher/common/terminal_text.hpp"
 #include "launcher/view/status_model.hpp"
 #include "launcher/view/terminal_frame.hpp"
 
@@ -147,4 +148,94 @@ TEST_CASE("fit and sparkline count characters, not bytes") {
   CHECK(fit("ab", 4) == "ab  ");
   CHECK(sparkline({0, 1, 2, 4}, 4) == "▁▃▅█");
   CHECK(chars(sparkline(std::vector<double>(100, 1.0), 10)) == 10);
+}
+
+TEST_CASE("job text in the frame is shown, never sent raw; wide characters take two columns") {
+  json s = status(json::array({rank(0, 1, 0.1)}));
+  // A host name set with `unshare -u` to a title change and a screen clear, a CJK node name.
+  s["host"] = "evil\x1b]0;pwned\x07\x1b[2J";
+  s["job"]["nodes"][0]["name"] = "\xE8\x8A\x82\xE7\x82\xB9-\x1b]52;c;eA==\x07";
+  s["events"].push_back({{"event", "timer_expired"},
+                         {"time", 102.0},
+                         {"scope", "s\x1b[2J\x9b"},
+                         {"pid", 1},
+                         {"rank", 0}});
+  auto m = parse_status(s.dump(-1, ' ', false, json::error_handler_t::replace));
+  REQUIRE(m);
+  RateHistory rates;
+  for (auto [w, h] : {std::pair{80, 24}, std::pair{200, 50}}) {
+    auto lines = render_frame(*m, rates, {w, h, false, "x", "", ""});
+    std::string all;
+    for (const auto& l : lines) {
+      CHECK(ddp::launcher::display_width(l) == w);
+      all += l + "\n";
+    }
+    CHECK(all.find('\x1b') == std::string::npos);
+    CHECK(all.find('\x07') == std::string::npos);
+    CHECK(all.find("evil^[]0;pwned^G^[[2J") != std::string::npos);
+    CHECK(all.find("\xE8\x8A\x82\xE7\x82\xB9-^[]52;c;eA==^G") != std::string::npos);
+  }
+}
+
+TEST_CASE("the end, failures kept on screen, and the event box taking the free lines") {
+  json s = status(json::array({rank(0, 5, 0.1, false, 0)}));
+  s["job"]["state"] = "failed";
+  s["job"]["exit_code"] = 3;
+  s["job"]["root_cause"] = "rank 1 exited with code 3";
+  for (int i = 0; i < 30; ++i)
+    s["events"].push_back(
+        {{"event", "worker_start"}, {"time", 110.0 + i}, {"rank", i}, {"seq", i}});
+  auto m = parse_status(s.dump());
+  REQUIRE(m);
+  CHECK(m->ended());
+  CHECK(m->exit_code == 3);
+  REQUIRE(m->failures.size() == 1);  // the node_lost event
+  RateHistory rates;
+  FrameOptions o{80, 50, false, "x", "", ""};
+  o.failures = {EventLine{100.0, "worker_exit", "rank 1 ended: exit 3", 1}};
+  auto lines = render_frame(*m, rates, o);
+  std::string all;
+  for (const auto& l : lines) all += l + "\n";
+  CHECK(all.find("the job ended: failed, exit 3: rank 1 exited with code 3") != std::string::npos);
+  CHECK(all.find("failures seen: 1") != std::string::npos);
+  CHECK(all.find("rank 1 ended: exit 3") != std::string::npos);
+  // 32 events: with 50 lines, all of them are shown (before: the last 6, the rest left blank).
+  size_t shown = 0;
+  for (const auto& l : lines) shown += l.find("worker_start") != std::string::npos;
+  CHECK(shown == 30);
+}
+
+TEST_CASE("top's sort, filter, node and scroll") {
+  json ranks = json::array();
+  for (int i = 0; i < 6; ++i)
+    ranks.push_back(rank(i, 100 - i, 0.1, i == 4, i == 2 ? json(1) : json()));
+  auto m = parse_status(status(ranks).dump());
+  REQUIRE(m);
+  RateHistory rates;
+  FrameOptions o;
+  CHECK(rank_rows(*m, rates, o).front().rank == 2);  // failed first
+  o.sort = RankSort::Rank;
+  CHECK(rank_rows(*m, rates, o).front().rank == 0);
+  o.sort = RankSort::Step;
+  CHECK(rank_rows(*m, rates, o).front().rank == 5);  // the lowest step
+  o.filter = RankFilter::Trouble;
+  CHECK(rank_rows(*m, rates, o).size() == 2);  // failed and slow
+  o.filter = RankFilter::All;
+  o.node = 1;
+  CHECK(rank_rows(*m, rates, o).empty());
+  o.node.reset();
+  o.sort = RankSort::Rank;
+  o.height = 12;
+  o.scroll = 3;
+  auto lines = render_frame(*m, rates, o);
+  std::string all;
+  for (const auto& l : lines) all += l + "\n";
+  CHECK(all.find("above") != std::string::npos);
+  o.help = true;
+  lines = render_frame(
+      *m, rates,
+      {80, 40, false, "", "", "", {}, RankSort::Worst, RankFilter::All, std::nullopt, 0, true});
+  all.clear();
+  for (const auto& l : lines) all += l + "\n";
+  CHECK(all.find("sort: worst first, rank, step, steps/s") != std::string::npos);
 }
