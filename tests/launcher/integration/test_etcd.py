@@ -630,9 +630,6 @@ def test_nothing_listening_is_one_line_and_69(tmp):
     print(f"  nothing listening -> exit 69 after {r.elapsed:.2f} s (join_timeout 10 s)")
 
 
-if __name__ == "__main__":
-    main(globals())
-
 
 # Issue 34, second round: the round protocol checks liveness, and jobs end cleanly in etcd.
 
@@ -794,3 +791,7 @@ def test_a_job_id_with_a_slash(tmp):
         keys = keys_under(cluster, "/ddprun/")
     assert codes == [0, 0], nodes
     assert keys and all(k.startswith("/ddprun/team%2Fexp1/") for k in keys), keys
+
+
+if __name__ == "__main__":
+    main(globals())
