@@ -537,7 +537,7 @@ def test_node_failure_limit_quarantines_the_failing_node(tmp):
     for node in good:
         rescale = events(node, "rescale")
         assert len(rescale) == 1 and rescale[0]["new_world_size"] == 2, node
-        assert "quarantined" in rescale[0]["reason"], node
+        assert "quarantined" in rescale[0]["reason"], (node, bad)
 
 
 def test_admit_restart_takes_a_pending_agent_at_the_next_restart(tmp):
