@@ -58,9 +58,11 @@ EtcdSession::~EtcdSession() {
 bool EtcdSession::detach_if_blocked() {
   if (!busy_) return false;
   cancel_ = true;
-  // Interrupted while it waits (Ctrl-C): the lease goes now, and with it this node's place in
-  // an open round, so a restart of the same job does not meet its ghost (best effort, bounded).
-  if (const std::int64_t lease = lease_.load(); lease != 0) {
+  // Interrupted while it waits for its first round (Ctrl-C): the lease goes now, and with it
+  // this node's place in the open round, so a restart of the same job does not meet its ghost
+  // (best effort, bounded). A node that was in a formed round keeps it until it expires: the
+  // others are re-forming without it, and an early delete would reach them as a second loss.
+  if (const std::int64_t lease = lease_.load(); lease != 0 && !ever_formed_) {
     try {
       ClientOptions options = client_options();
       options.timeout = milliseconds(1000);
@@ -534,6 +536,7 @@ rdzv::RendezvousResult EtcdSession::join_round(int round, const RoundPlan& plan)
   announce_or_find_store(round, joined);
   joined_ = joined;
   closed_round_ = closed;
+  ever_formed_ = true;
   publish_rank_ = joined.node_rank;
   publish_round_ = round;
   return joined;

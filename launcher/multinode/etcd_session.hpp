@@ -113,6 +113,7 @@ class EtcdSession final : public JobRendezvous {
   // join renews it (not a loss: nobody counted on this node yet).
   std::atomic<bool> lease_ended_{false};
   bool generation_chosen_ = false;
+  std::atomic<bool> ever_formed_{false};  // a round formed with this node in it
   std::thread keepalive_;
   std::mutex keepalive_mutex_;
   std::condition_variable keepalive_wake_;

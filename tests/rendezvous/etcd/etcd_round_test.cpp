@@ -285,7 +285,7 @@ TEST_CASE("the exit barrier's verdict names who did not arrive, alive or gone") 
   closed.members = {member(1), member(2), member(3)};
   auto all = barrier_verdict(closed, {0, 1, 2}, AliveKeys{});
   CHECK(all.all_arrived);
-  auto v = barrier_verdict(closed, {0}, AliveKeys{{1, 5}, {2, 6}});
+  auto v = barrier_verdict(closed, {0}, AliveKeys{{2, 5}, {3, 6}});  // leases of nodes 1, 2
   CHECK_FALSE(v.all_arrived);
   CHECK(v.gone.empty());
   CHECK(v.waiting == "node 1 (host2), node 2 (host3)");
