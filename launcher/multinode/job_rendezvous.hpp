@@ -99,6 +99,8 @@ class JobRendezvous {
     /// Another node's ranks made progress (optional; for the job-wide hang verdict). `best_step`:
     /// the highest step any other node reported in this round.
     std::function<void(std::optional<long long> best_step)> on_progress_elsewhere;
+    /// A line for the user that changes nothing (optional): e.g. etcd granted another TTL.
+    std::function<void(const std::string& line)> on_notice;
   };
   /// A NodeLoss: the round could not form because nodes of the round before were lost meanwhile.
   using JoinResult = std::variant<rdzv::RendezvousResult, std::string /* error */, NodeLoss>;

@@ -88,6 +88,7 @@ JobRendezvous::Events Agent::rendezvous_events() {
   events.on_progress_elsewhere = [this](std::optional<long long> best_step) {
     if (health_) health_->progress_elsewhere(best_step);  // the job-wide hang verdict
   };
+  events.on_notice = [this](const std::string& line) { say(line); };
   return events;
 }
 
