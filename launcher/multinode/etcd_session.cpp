@@ -189,6 +189,11 @@ std::int64_t EtcdSession::reread_round(EtcdClient& client) {
     gone.kv.key = keys_.alive(round, member.lease);
     now.events.push_back(std::move(gone));
   }
+  {
+    // The round may have ended while this read ran (a re-form): its keys are no news then.
+    std::lock_guard lock(watch_mutex_);
+    if (!watched_ || watched_->first != round) return read.revision;
+  }
   on_watch(round, closed, now);
   return read.revision;
 }
