@@ -24,6 +24,7 @@ CODES_BY_FAULT = {
     "etcd_kill": {69, 74},
     "etcd_leader_kill": {69, 74},
     "etcd_stop": {69, 74},
+    "etcd_compact": set(),  # a compaction ends no job
 }
 # What the "Root cause" block must mention for each code.
 ROOT_CAUSE_WORDS = {74: ("lost",), 75: ("hang", "hung", "no progress"), 137: ("SIGKILL",),

@@ -231,6 +231,16 @@ class Harness:
                 return None
             a.stall_until = time.monotonic() + dur
             return f"console of {a.name} not read for {dur}s"
+        if kind == "etcd_compact":
+            status = self.etcd.ctl("endpoint", "status", "-w", "json")
+            try:
+                revision = max(int(st["Status"]["header"]["revision"])
+                               for st in json.loads(status.stdout or "[]"))
+            except (ValueError, KeyError):
+                return None
+            if self.etcd.ctl("compact", str(revision)).returncode != 0:
+                return None
+            return f"etcd compacted at revision {revision}"
         if kind in ("etcd_kill", "etcd_leader_kill", "etcd_stop"):
             up = [k for k in range(3) if self.etcd.alive(k) and k not in self.etcd_down]
             if kind == "etcd_leader_kill":

@@ -21,9 +21,10 @@ FAULT_TYPES = {
     "etcd_kill": "SIGKILL of one etcd member (restarted later)",
     "etcd_leader_kill": "SIGKILL of the etcd leader (restarted later)",
     "etcd_stop": "SIGSTOP of one etcd member for a random time, then SIGCONT",
+    "etcd_compact": "etcd's history compacted at its current revision (what auto-compaction does)",
 }
 NETNS_ONLY = {"link_cut"}
-ETCD_ONLY = {"etcd_kill", "etcd_leader_kill", "etcd_stop"}
+ETCD_ONLY = {"etcd_kill", "etcd_leader_kill", "etcd_stop", "etcd_compact"}
 
 
 def types_for(mode, netns):
