@@ -5,6 +5,7 @@ a first member that accepts TCP and never answers (a tiny listener), or is SIGST
 while a node is SIGKILLed: the survivor notices within a bound; `compact` of the history mid-job
 with the first member killed after it: the job goes on; the watched member killed with a dead
 address listed after it, after a quiet stretch longer than heartbeat_timeout: the job goes on;
+etcd granting a longer TTL than asked: said at start, and used;
 the leader SIGKILLed at heartbeat_timeout=2 with gloo workers: the job goes on (DDP_ETCD_REPEAT
 runs, default 1). Exits 77 when etcd (or torch, for the gloo case) is missing."""
 import os
@@ -152,6 +153,29 @@ def test_watched_member_killed_with_a_dead_address_after_it(tmp):
         finally:
             mn.finish(nodes)
     assert codes == [0, 0], nodes
+
+
+def test_a_longer_granted_ttl_is_used_and_said(tmp):
+    """etcd with a 5 s election timeout grants 8 s leases for heartbeat_timeout=2: the agents say
+    so at start (a loss takes the 8 s, not the 2 s asked)."""
+    require(torch=False)
+    slow = ["--election-timeout", "5000", "--heartbeat-interval", "500"]
+    with EtcdCluster(1, extra_args=slow) as cluster:
+        nodes = nodes_on(tmp, cluster.endpoints, "2:3", "sleep", "ttl")
+        try:
+            wait_until(lambda: all(n.started_workers() == 1 for n in nodes), 60, "workers")
+            victim = next(n for n in nodes if group_rank(n, 0) == 1)
+            survivor = next(n for n in nodes if n is not victim)
+            killed_at = kill_agent(victim)
+            code = survivor.wait(40)
+            took = time.monotonic() - killed_at
+        finally:
+            mn.finish(nodes)
+    err = survivor.text()[1]
+    assert code == 74, survivor
+    assert "etcd granted this node's lease a TTL of 8 s, not the 2 s asked" in err, survivor
+    assert 6 < took < 20, (took, survivor)
+    print(f"  granted TTL 8 s for 2 s asked: said at start; the loss seen after {took:.2f} s")
 
 
 def test_leader_killed_at_heartbeat_timeout_2_with_gloo_workers(tmp):
