@@ -170,17 +170,18 @@ std::int64_t EtcdSession::reread_round(EtcdClient& client) {
   }
   if (!watched) return 0;
   const auto& [round, closed] = *watched;
-  const std::string prefix = keys_.round(round);
+  // Only the keys that decide (not the whole round: a stranger's huge values beside them would
+  // be read every heartbeat): the stop key, the done keys, then the alive keys.
   const std::string alive_prefix = keys_.alive_prefix(round);
-  const auto read = client.range(prefix, prefix_end(prefix));
+  const std::string done_prefix = keys_.done_prefix(round);
+  const auto read = client.range(keys_.stop(round));
   WatchMessage now;
+  for (const auto& kv : read.kvs) now.events.push_back(WatchEvent{WatchEvent::Type::Put, kv});
+  for (const auto& kv : client.range(done_prefix, prefix_end(done_prefix)).kvs)
+    now.events.push_back(WatchEvent{WatchEvent::Type::Put, kv});
   std::set<std::int64_t> alive;
-  for (const auto& kv : read.kvs) {
-    if (auto lease = lease_of_alive_key(kv.key, alive_prefix)) {
-      alive.insert(*lease);
-    } else {
-      now.events.push_back(WatchEvent{WatchEvent::Type::Put, kv});  // stop, done, progress
-    }
+  for (const auto& kv : client.range(alive_prefix, prefix_end(alive_prefix)).kvs) {
+    if (auto lease = lease_of_alive_key(kv.key, alive_prefix)) alive.insert(*lease);
   }
   // After the puts: a member that finished (its done key) and left is no loss.
   for (const auto& member : closed.members) {

@@ -5,7 +5,8 @@ a first member that accepts TCP and never answers (a tiny listener), or is SIGST
 while a node is SIGKILLed: the survivor notices within a bound; `compact` of the history mid-job
 with the first member killed after it: the job goes on; the watched member killed with a dead
 address listed after it, after a quiet stretch longer than heartbeat_timeout: the job goes on;
-etcd granting a longer TTL than asked: said at start, and used;
+etcd granting a longer TTL than asked: said at start, and used; a stranger's huge values under
+the job's keys: read in pages, the job ends 0;
 the leader SIGKILLed at heartbeat_timeout=2 with gloo workers: the job goes on (DDP_ETCD_REPEAT
 runs, default 1). Exits 77 when etcd (or torch, for the gloo case) is missing."""
 import os
@@ -152,6 +153,23 @@ def test_watched_member_killed_with_a_dead_address_after_it(tmp):
             codes = mn.finish(nodes)
         finally:
             mn.finish(nodes)
+    assert codes == [0, 0], nodes
+
+
+def test_a_strangers_huge_values_under_the_job_do_not_end_it(tmp):
+    """7 x 1.4 MB values of a stranger under the job's round and pending keys (more than one
+    reply of 8 MB, Beast's default bound that ended the job 69/74 before): read in pages, the job
+    ends 0."""
+    require(torch=False)
+    import base64
+    huge = base64.b64encode(b"x" * 1_400_000).decode()
+    with EtcdCluster(3) as cluster:
+        for i in range(7):
+            where = "r0/stranger" if i < 4 else "pending/stranger"
+            key = base64.b64encode(f"/ddprun/big/{where}{i}".encode()).decode()
+            post(cluster.endpoint(0), "/v3/kv/put", {"key": key, "value": huge}, timeout=10)
+        nodes = nodes_on(tmp, cluster.endpoints, "2", "ok", "big")
+        codes = mn.finish(nodes)
     assert codes == [0, 0], nodes
 
 
