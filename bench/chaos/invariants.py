@@ -24,6 +24,9 @@ CODES_BY_FAULT = {
     "etcd_kill": {69, 74},
     "etcd_leader_kill": {69, 74},
     "etcd_stop": {69, 74},
+    "etcd_compact": set(),  # a compaction ends no job
+    "etcd_black_hole": set(),  # nor does one sick member of three
+    "etcd_5xx": set(),
 }
 # What the "Root cause" block must mention for each code.
 ROOT_CAUSE_WORDS = {74: ("lost",), 75: ("hang", "hung", "no progress"), 137: ("SIGKILL",),

@@ -47,7 +47,8 @@ BOUNDS = {"rss_kib": 300 * 1024, "fds": 512, "threads": 64}
 def recovery_bound(fault, hang_timeout):
     extra = hang_timeout if fault["type"] in ("hang", "worker_stop") else 0
     held = fault["duration"] if fault["type"] in ("worker_stop", "agent_stop", "store_host_stop",
-                                                  "link_cut", "etcd_stop", "console_stall") else 0
+                                                  "link_cut", "etcd_stop", "console_stall",
+                                                  "etcd_black_hole", "etcd_5xx") else 0
     return held + extra + RESTART_BOUND
 
 
@@ -231,6 +232,30 @@ class Harness:
                 return None
             a.stall_until = time.monotonic() + dur
             return f"console of {a.name} not read for {dur}s"
+        if kind in ("etcd_black_hole", "etcd_5xx"):
+            up = [k for k in range(3) if self.etcd.alive(k) and k not in self.etcd_down]
+            k = choose(up)
+            if k is None:
+                return None
+            self.etcd_down.add(k)
+            self.etcd.set_front(k, "hole" if kind == "etcd_black_hole" else "503")
+
+            def heal():
+                self.etcd.set_front(k, "pass")
+                self.etcd_down.discard(k)
+            self.later(dur, heal)
+            return (f"etcd member e{k} {'black-holed' if kind == 'etcd_black_hole' else 'answering 503'}"
+                    f" for {dur}s")
+        if kind == "etcd_compact":
+            status = self.etcd.ctl("endpoint", "status", "-w", "json")
+            try:
+                revision = max(int(st["Status"]["header"]["revision"])
+                               for st in json.loads(status.stdout or "[]"))
+            except (ValueError, KeyError):
+                return None
+            if self.etcd.ctl("compact", str(revision)).returncode != 0:
+                return None
+            return f"etcd compacted at revision {revision}"
         if kind in ("etcd_kill", "etcd_leader_kill", "etcd_stop"):
             up = [k for k in range(3) if self.etcd.alive(k) and k not in self.etcd_down]
             if kind == "etcd_leader_kill":

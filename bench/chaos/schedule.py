@@ -21,9 +21,13 @@ FAULT_TYPES = {
     "etcd_kill": "SIGKILL of one etcd member (restarted later)",
     "etcd_leader_kill": "SIGKILL of the etcd leader (restarted later)",
     "etcd_stop": "SIGSTOP of one etcd member for a random time, then SIGCONT",
+    "etcd_compact": "etcd's history compacted at its current revision (what auto-compaction does)",
+    "etcd_black_hole": "one etcd member's front accepts and never answers for a random time",
+    "etcd_5xx": "one etcd member's front answers HTTP 503 for a random time",
 }
 NETNS_ONLY = {"link_cut"}
-ETCD_ONLY = {"etcd_kill", "etcd_leader_kill", "etcd_stop"}
+ETCD_ONLY = {"etcd_kill", "etcd_leader_kill", "etcd_stop", "etcd_compact", "etcd_black_hole",
+             "etcd_5xx"}
 
 
 def types_for(mode, netns):

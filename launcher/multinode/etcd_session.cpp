@@ -11,6 +11,8 @@
 
 #include "launcher/multinode/node_session.hpp"  // encode_stop_reason / decode_stop_reason
 #include "launcher/run/hosted_store.hpp"
+#include "rendezvous/etcd/etcd_failure.hpp"
+#include "rendezvous/etcd/etcd_lease_fence.hpp"
 
 namespace ddp::launcher {
 namespace {
@@ -164,55 +166,81 @@ void EtcdSession::choose_generation() {
 
 void EtcdSession::start_lease() {
   if (lease_ != 0) return;
-  // The lease is this node's heartbeat: etcd deletes its keys once heartbeat_timeout passes
-  // without a keepalive (etcd's own floor is about 2 s).
-  const auto ttl = std::max<std::int64_t>(
+  // The lease is this node's heartbeat: etcd deletes its keys once its TTL passes without a
+  // keepalive. etcd may grant more than asked (at least its election timeout's worth, and its
+  // floor of about 2 s): the TTL it granted is the one every bound below uses.
+  const auto asked = std::max<std::int64_t>(
       2, static_cast<std::int64_t>(std::ceil(settings_.heartbeat_timeout.count() / 1000.0)));
-  lease_ = client_->grant_lease(ttl);
+  const LeaseGrant grant = client_->grant_lease(asked);
+  lease_ = grant.id;
+  lease_ttl_ = std::chrono::seconds(grant.ttl > 0 ? grant.ttl : asked);
+  // Said once: a renewed lease (a zombie joining again) gets the same TTL.
+  if (grant.ttl > 0 && grant.ttl != asked && !ttl_warned_.exchange(true)) {
+    note(fmt::format(
+        "etcd granted this node's lease a TTL of {} s, not the {} s asked (heartbeat_timeout): a "
+        "lost node is noticed after {} s",
+        grant.ttl, asked, grant.ttl));
+  }
   keepalive_ = std::thread([this] {
     ClientOptions options = client_->options();
     options.timeout = std::max(settings_.heartbeat_interval, milliseconds(500));
     EtcdClient client(options);
-    auto last_ok = Clock::now();
+    // Fences as etcd's lease semantics say (etcd_lease_fence.hpp): when etcd says the lease is
+    // gone, or no member answered for the TTL; time without a leader does not count.
+    LeaseFence fence(lease_ttl_, Clock::now());
     std::optional<std::tuple<int, int, rdzv::NodeProgress>> published;
     std::unique_lock lock(keepalive_mutex_);
     while (!keepalive_stop_) {
       lock.unlock();
+      LeaseFence::Outcome outcome = LeaseFence::Outcome::NoAnswer;
+      std::string detail;
       try {
-        if (client.keep_alive(lease_) == 0) {
-          if (publish_round_.load() < 0) {
-            // Not in a formed round yet (joining, pending): nobody counts on this node, so an
-            // ended lease is renewed by the join, not a loss.
-            lease_ended_ = true;
-            return;
-          }
-          report_etcd_lost(
-              "this node's lease expired (etcd took it for lost; its keepalives were late)");
-          return;
-        }
-        last_ok = Clock::now();
-        // With the heartbeat, as on c10d: this node's progress, for the others' hang verdict.
-        const int round = publish_round_.load();
-        const int rank = publish_rank_.load();
-        if (round >= 0 && rank >= 0) {
-          rdzv::NodeProgress mine{progress_events_.load(), std::nullopt};
-          if (has_best_step_.load()) mine.best_step = best_step_.load();
-          const auto now = std::tuple{round, rank, mine};
-          if (published != now) {
-            const std::string key = keys_.progress(round, rank);
-            client.put(key, seal(settings_.token, key, rdzv::encode_node_progress(mine)), lease_);
-            published = now;
-          }
-        }
+        outcome = client.keep_alive(lease_) > 0 ? LeaseFence::Outcome::Renewed
+                                                : LeaseFence::Outcome::Gone;
+      } catch (const EtcdRefused& e) {
+        outcome = e.grpc_code() == kGrpcNotFound ? LeaseFence::Outcome::Gone
+                                                 : LeaseFence::Outcome::NotRenewed;
+        detail = e.what();
+      } catch (const EtcdUnavailable& e) {
+        detail = e.what();
+        outcome = e.etcd_answered() || client.any_member_answers() ? LeaseFence::Outcome::NotRenewed
+                                                                   : LeaseFence::Outcome::NoAnswer;
       } catch (const std::exception& e) {
-        // While it joins, the join's own calls find etcd gone (and report it); a lease that
-        // ended meanwhile is renewed there (a resumed agent's first keepalive may fail).
-        if (publish_round_.load() >= 0 && Clock::now() - last_ok > settings_.heartbeat_timeout) {
-          report_etcd_lost(
-              fmt::format("no member renewed this node's lease for {:.3g} s; last "
-                          "try: {}",
-                          settings_.heartbeat_timeout.count() / 1000.0, e.what()));
+        detail = e.what();
+      }
+      if (publish_round_.load() < 0 && outcome != LeaseFence::Outcome::Renewed) {
+        // Not in a formed round yet (joining, pending): nobody counts on this node. An ended
+        // lease is renewed by the join, not a loss; etcd gone is found (and reported) by the
+        // join's own calls, and the fence starts afresh so joining never counts against it.
+        if (outcome == LeaseFence::Outcome::Gone) {
+          lease_ended_ = true;
           return;
+        }
+        fence = LeaseFence(lease_ttl_, Clock::now());
+      } else if (auto why = fence.note(outcome, Clock::now(), detail)) {
+        report_etcd_lost(*why);
+        return;
+      }
+      if (outcome == LeaseFence::Outcome::Renewed) {
+        try {
+          // With the heartbeat, as on c10d: this node's progress, for the others' hang verdict.
+          const int round = publish_round_.load();
+          const int rank = publish_rank_.load();
+          if (round >= 0 && rank >= 0) {
+            rdzv::NodeProgress mine{progress_events_.load(), std::nullopt};
+            if (has_best_step_.load()) mine.best_step = best_step_.load();
+            const auto now = std::tuple{round, rank, mine};
+            if (published != now) {
+              const std::string key = keys_.progress(round, rank);
+              client.put(key, seal(settings_.token, key, rdzv::encode_node_progress(mine)), lease_);
+              published = now;
+            }
+          }
+          // The watch's cross-check, once per heartbeat: a member whose alive key is gone is
+          // lost even when the watch's member went silent without closing the stream.
+          (void)reread_round(client);
+        } catch (const std::exception&) {
+          // The next heartbeat tries again; the fence above decides about etcd.
         }
       }
       lock.lock();
@@ -220,6 +248,43 @@ void EtcdSession::start_lease() {
                                [this] { return keepalive_stop_; });
     }
   });
+}
+
+std::int64_t EtcdSession::reread_round(EtcdClient& client) {
+  std::optional<std::pair<int, RoundRecord>> watched;
+  {
+    std::lock_guard lock(watch_mutex_);
+    watched = watched_;
+  }
+  if (!watched) return 0;
+  const auto& [round, closed] = *watched;
+  // Only the keys that decide (not the whole round: a stranger's huge values beside them would
+  // be read every heartbeat): the stop key, the done keys, then the alive keys.
+  const std::string alive_prefix = keys_.alive_prefix(round);
+  const std::string done_prefix = keys_.done_prefix(round);
+  const auto read = client.range(keys_.stop(round));
+  WatchMessage now;
+  for (const auto& kv : read.kvs) now.events.push_back(WatchEvent{WatchEvent::Type::Put, kv});
+  for (const auto& kv : client.range(done_prefix, prefix_end(done_prefix)).kvs)
+    now.events.push_back(WatchEvent{WatchEvent::Type::Put, kv});
+  std::set<std::int64_t> alive;
+  for (const auto& kv : client.range(alive_prefix, prefix_end(alive_prefix)).kvs) {
+    if (auto lease = lease_of_alive_key(kv.key, alive_prefix)) alive.insert(*lease);
+  }
+  // After the puts: a member that finished (its done key) and left is no loss.
+  for (const auto& member : closed.members) {
+    if (alive.count(member.lease)) continue;
+    WatchEvent gone{WatchEvent::Type::Delete, {}};
+    gone.kv.key = keys_.alive(round, member.lease);
+    now.events.push_back(std::move(gone));
+  }
+  {
+    // The round may have ended while this read ran (a re-form): its keys are no news then.
+    std::lock_guard lock(watch_mutex_);
+    if (!watched_ || watched_->first != round) return read.revision;
+  }
+  on_watch(round, closed, now);
+  return read.revision;
 }
 
 void EtcdSession::join(int round, const RoundPlan& plan, std::function<void(JoinResult)> done) {
@@ -248,6 +313,7 @@ void EtcdSession::stop_round() {
   store_.reset();  // every worker of the last attempt is reaped before the next join
   joined_.reset();
   std::lock_guard lock(watch_mutex_);
+  watched_.reset();
   done_ranks_.clear();
   lost_ranks_.clear();
   progress_seen_.clear();
@@ -652,14 +718,39 @@ void EtcdSession::report_pending_if_changed() {
 }
 
 void EtcdSession::start_watch(int round, std::int64_t from_revision, const RoundRecord& closed) {
+  {
+    std::lock_guard lock(watch_mutex_);
+    watched_.emplace(round, closed);
+  }
   // The job's keys, not only the round's: the pending nodes' requests and answers too.
   const std::string prefix = keys_.job();
+  EtcdWatch::Timing timing;
+  // No member served the watch for a lease's lifetime since it broke: etcd is lost.
+  timing.give_up = lease_ttl_;
+  // etcd's progress notifications come every 10 min by default: a silent stream is not proof of
+  // a dead one, so silence only moves the watch to another member (lossless: it resumes from the
+  // last revision); the per-heartbeat re-read (reread_round) is the proof of losses.
+  timing.silence = std::max(2 * settings_.heartbeat_interval, milliseconds(1000));
+  timing.first_member = client_->current_member();  // the member that answered last
   // The watch thread reads only its own copy of the round (the join goes on meanwhile).
   watch_ = std::make_unique<EtcdWatch>(
-      client_->options(), prefix, prefix_end(prefix), from_revision, settings_.heartbeat_timeout,
+      client_->options(), prefix, prefix_end(prefix), from_revision, timing,
       EtcdWatch::Callbacks{
           [this, round, closed](const WatchMessage& m) { on_watch(round, closed, m); },
-          [this](const std::string& error) { report_etcd_lost(error); }});
+          [this](const std::string& error) { report_etcd_lost(error); },
+          [this](std::int64_t) {
+            // etcd compacted the revisions the watch still needed: the round's state now, and
+            // the pending board anew, then the watch goes on from there. No loss of the job.
+            EtcdClient client(client_->options());
+            const std::int64_t revision = reread_round(client);
+            const std::string pending = keys_.pending_prefix();
+            const auto read = client.range(pending, prefix_end(pending));
+            std::lock_guard lock(watch_mutex_);
+            pending_.clear();
+            for (const auto& kv : read.kvs) pending_.put(kv.key, kv.value, kv.create_revision);
+            report_pending_if_changed();
+            return std::min(revision, read.revision) + 1;
+          }});
 }
 
 void EtcdSession::on_watch(int round, const RoundRecord& closed, const WatchMessage& message) {
@@ -734,9 +825,8 @@ void EtcdSession::on_watch(int round, const RoundRecord& closed, const WatchMess
         if (done_ranks_.count(*rank) || !lost_ranks_.insert(*rank).second) continue;
       }
       NodeLoss loss{fmt::format("lost node {} ({}): its etcd lease expired (no heartbeat for "
-                                "{:.3g} s)",
-                                *rank, closed.members.at(*rank).name,
-                                settings_.heartbeat_timeout.count() / 1000.0),
+                                "{} s, the lease's TTL)",
+                                *rank, closed.members.at(*rank).name, lease_ttl_.count()),
                     *rank};
       on_loop([this, loss] { events_.on_lost(loss); });
     }

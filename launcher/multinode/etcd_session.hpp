@@ -94,6 +94,10 @@ class EtcdSession final : public JobRendezvous {
                 const rdzv::etcd::WatchMessage& message);
   // Reports the live pending nodes when they changed (under watch_mutex_).
   void report_pending_if_changed();
+  // The watch's (and the keepalive's) liveness: reads the watched round's keys now (its alive,
+  // stop and done keys) and takes them as the watch would have (an alive key gone is a loss);
+  // the read's revision, 0 when no round is watched. On the calling thread's own client.
+  std::int64_t reread_round(rdzv::etcd::EtcdClient& client);
 
   boost::asio::io_context& agent_io_;
   MultiNodeSettings settings_;
@@ -109,6 +113,8 @@ class EtcdSession final : public JobRendezvous {
   rdzv::etcd::RoundRecord closed_round_;  // the round joined_ is in, as it closed
   // Keepalives (their own thread and client):
   std::atomic<std::int64_t> lease_{0};
+  std::chrono::seconds lease_ttl_{0};  // the TTL etcd granted (may exceed the one asked)
+  std::atomic<bool> ttl_warned_{false};
   // The keepalive thread found the lease gone while this node was not in a formed round: the
   // join renews it (not a loss: nobody counted on this node yet).
   std::atomic<bool> lease_ended_{false};
@@ -128,6 +134,7 @@ class EtcdSession final : public JobRendezvous {
   std::atomic<int> publish_rank_{-1};
   // Shared with the watch thread (under watch_mutex_):
   std::mutex watch_mutex_;
+  std::optional<std::pair<int, rdzv::etcd::RoundRecord>> watched_;  // the round the watch covers
   std::map<int, std::int64_t> done_ranks_;  // node rank -> revision its done key was seen at
   std::set<int> lost_ranks_;
   bool stop_seen_ = false;

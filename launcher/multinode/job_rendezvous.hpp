@@ -100,7 +100,7 @@ class JobRendezvous {
     /// the highest step any other node reported in this round.
     std::function<void(std::optional<long long> best_step)> on_progress_elsewhere;
     /// One line for the user about the rendezvous itself (optional): e.g. this node joined again
-    /// with a new etcd lease, or a re-run job began a new generation.
+    /// with a new etcd lease, a re-run job began a new generation, etcd granted another TTL.
     std::function<void(const std::string& line)> on_note;
   };
   /// A NodeLoss: the round could not form because nodes of the round before were lost meanwhile.

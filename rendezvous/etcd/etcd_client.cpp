@@ -15,6 +15,8 @@
 #include <exception>
 #include <optional>
 
+#include "rendezvous/etcd/etcd_failure.hpp"
+
 namespace ddp::rdzv::etcd {
 
 namespace asio = boost::asio;
@@ -79,20 +81,11 @@ std::shared_ptr<ssl::context> make_tls_context(const ClientOptions::Tls& tls) {
   return ctx;
 }
 
-// A reply worth trying on another member: it has no leader or could not commit in time.
-bool is_transient(const std::string& error) {
-  for (const char* sign : {"leader", "timed out", "unavailable", "too many requests", "not capable",
-                           "stopped", "connection"}) {
-    if (error.find(sign) != std::string::npos) return true;
-  }
-  return false;
-}
-
 http::request<http::string_body> make_request(const Endpoint& at, const char* path,
                                               const std::string& body,
                                               const std::string& token = {}) {
   http::request<http::string_body> req{http::verb::post, path, 11};
-  req.set(http::field::host, fmt::format("{}:{}", at.host, at.port));
+  req.set(http::field::host, at.name());
   if (!token.empty()) req.set(http::field::authorization, token);
   req.set(http::field::content_type, "application/json");
   req.keep_alive(true);
@@ -142,6 +135,8 @@ std::string reason_of(const std::exception_ptr& e) {
   try {
     std::rethrow_exception(e);
   } catch (const boost::system::system_error& s) {
+    if (s.code() == http::error::body_limit)
+      return fmt::format("a reply over the client's bound of {} MiB", kMaxReplyBytes >> 20);
     return s.code() == beast::error::timeout ? std::string("no answer in time")
                                              : s.code().message();
   } catch (const std::exception& x) {
@@ -180,8 +175,8 @@ asio::awaitable<void> read_watch(MemberStream& stream, beast::flat_buffer& buffe
   co_await stream.with(
       [&](auto& s) { return http::async_read_header(s, buffer, parser, use_awaitable); });
   if (parser.get().result() != http::status::ok) {
-    throw EtcdProtocolError(
-        fmt::format("etcd answered the watch with HTTP {}", parser.get().result_int()));
+    // A proxy's or a sick member's answer (502, 503, 429, 404): another member may serve it.
+    throw EtcdUnavailable(fmt::format("HTTP {} to the watch", parser.get().result_int()));
   }
   WatchFramer framer;
   bool keep_reading = true;
@@ -211,6 +206,11 @@ asio::awaitable<void> read_watch(MemberStream& stream, beast::flat_buffer& buffe
 
 }  // namespace
 
+std::string Endpoint::name() const {
+  return host.find(':') != std::string::npos ? fmt::format("[{}]:{}", host, port)
+                                             : fmt::format("{}:{}", host, port);
+}
+
 std::vector<Endpoint> parse_endpoints(std::string_view text) {
   std::vector<Endpoint> out;
   std::size_t at = 0;
@@ -227,11 +227,21 @@ std::vector<Endpoint> parse_endpoints(std::string_view text) {
       }
     }
     if (part.empty()) throw std::invalid_argument(fmt::format("'{}' has an empty member", text));
-    const std::size_t colon = part.rfind(':');
-    if (colon == std::string_view::npos) {
+    std::size_t colon = part.rfind(':');
+    if (part.front() == '[') {  // [IPv6]:port
+      const std::size_t close = part.find(']');
+      if (close == std::string_view::npos || close == 1)
+        throw std::invalid_argument(fmt::format("'{}' has no closing ']'", part));
+      if (close + 1 < part.size() && part[close + 1] != ':')
+        throw std::invalid_argument(fmt::format("'{}': ':port' must follow ']'", part));
+      e.host = std::string(part.substr(1, close - 1));
+      colon = close + 1 < part.size() ? close + 1 : std::string_view::npos;
+    } else if (colon == std::string_view::npos) {
       e.host = std::string(part);
     } else {
       e.host = std::string(part.substr(0, colon));
+    }
+    if (colon != std::string_view::npos) {
       unsigned port = 0;
       auto digits = part.substr(colon + 1);
       auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), port);
@@ -250,7 +260,7 @@ std::string describe(const std::vector<Endpoint>& endpoints) {
   std::string out;
   for (const auto& e : endpoints) {
     if (!out.empty()) out += ',';
-    out += fmt::format("{}:{}", e.host, e.port);
+    out += e.name();
   }
   return out;
 }
@@ -318,8 +328,8 @@ std::string EtcdClient::post(const char* path, const std::string& body) {
   const std::string token = auth_token();
   try {
     return post_once(path, body, token);
-  } catch (const EtcdProtocolError& e) {
-    if (std::string(e.what()).find("invalid auth token") == std::string::npos) throw;
+  } catch (const EtcdRefused& e) {
+    if (e.grpc_code() != kGrpcUnauthenticated) throw;  // etcd: "invalid auth token"
     auth_token_.clear();  // expired (--auth-token-ttl) or the member restarted: once more
     return post_once(path, body, auth_token());
   }
@@ -333,8 +343,10 @@ std::string EtcdClient::post_once(const char* path, const std::string& body,
   // A refused certificate is the cause to report even when a later try only timed out (a
   // loaded machine): the timeout would hide what the user must fix.
   std::string tls_error;
-  // Each member gets a share of the deadline, so that one that hangs (cut off from the leader)
-  // leaves time for the others; a round over every member is followed by a short pause.
+  bool etcd_answered = false;  // some member is etcd and said "not now" (no leader, busy)
+  // Each member gets a share of the deadline, so that one that hangs (cut off from the leader,
+  // or accepting and never answering) leaves time for the others; a round over every member is
+  // followed by a short pause.
   const auto share =
       std::max<Clock::duration>(options_.timeout / (members + 1), std::chrono::milliseconds(500));
   for (std::size_t tries = 0; Clock::now() < deadline; ++tries) {
@@ -363,31 +375,46 @@ std::string EtcdClient::post_once(const char* path, const std::string& body,
       }
       auto req = make_request(at, path, body, token);
       co_await c.stream->with([&](auto& s) { return http::async_write(s, req, use_awaitable); });
-      http::response<http::string_body> res;
+      http::response_parser<http::string_body> parser;
+      parser.body_limit(kMaxReplyBytes);
       co_await c.stream->with(
-          [&](auto& s) { return http::async_read(s, c.buffer, res, use_awaitable); });
-      status = res.result_int();
-      reply = std::move(res.body());
-      if (!res.keep_alive()) c.open = false;
+          [&](auto& s) { return http::async_read(s, c.buffer, parser, use_awaitable); });
+      status = parser.get().result_int();
+      if (!parser.get().keep_alive()) c.open = false;
+      reply = std::move(parser.get().body());
     };
     try {
       run_blocking(io_, call());
       if (!c.open) c.close();
-      if (status == 200) return reply;
-      const std::string refused =
-          gateway_error(reply).value_or(fmt::format("HTTP {}: {}", status, reply.substr(0, 200)));
-      if (!is_transient(refused)) throw EtcdProtocolError(refused);
-      last_error = fmt::format("{}:{}: {}", at.host, at.port, refused);
+      const ReplyVerdict verdict = classify_reply(status, reply);
+      if (verdict.kind == ReplyVerdict::Kind::Answer) return reply;
+      if (verdict.kind == ReplyVerdict::Kind::Refused) {
+        throw EtcdRefused(
+            fmt::format("etcd member {} refused the request: {}", at.name(), verdict.line),
+            verdict.grpc_code);
+      }
+      etcd_answered = etcd_answered || verdict.etcd_answered;
+      last_error = fmt::format("{}: {}", at.name(), verdict.line);
+      c.close();  // the next try goes to another member, on a connection of its own
     } catch (const EtcdProtocolError&) {
       throw;
-    } catch (...) {
+    } catch (const boost::system::system_error& e) {
+      c.close();
+      if (e.code() == http::error::body_limit) {
+        // The member answered: too much (a stranger's huge values), not "did not answer".
+        throw EtcdProtocolError(fmt::format(
+            "etcd member {} answered {} with more than the client's bound of {} MiB per reply",
+            at.name(), path, kMaxReplyBytes >> 20));
+      }
       const auto failed = std::current_exception();
-      last_error = fmt::format("{}:{}: {}", at.host, at.port, reason_of(failed));
+      last_error = fmt::format("{}: {}", at.name(), reason_of(failed));
       if (is_tls_error(failed)) tls_error = last_error;
       // A TLS-only member closes a plain connection without an answer.
       if (!tls_ && fresh && is_end_of_stream(failed))
         last_error += "; is the member TLS-only? then name it https:// or give etcd_cacert";
+    } catch (...) {
       c.close();
+      last_error = fmt::format("{}: {}", at.name(), reason_of(std::current_exception()));
     }
     ++current_;  // the next try (and the next call) starts on another member
   }
@@ -395,13 +422,51 @@ std::string EtcdClient::post_once(const char* path, const std::string& body,
     throw EtcdUnavailable(
         fmt::format("TLS with etcd at {} failed ({})", describe(options_.endpoints), tls_error));
   }
-  throw EtcdUnavailable(fmt::format("etcd at {} did not answer within {:.3g} s ({})",
-                                    describe(options_.endpoints), options_.timeout.count() / 1000.0,
-                                    last_error));
+  throw EtcdUnavailable(
+      fmt::format("etcd at {} did not answer within {:.3g} s ({})", describe(options_.endpoints),
+                  options_.timeout.count() / 1000.0, last_error),
+      etcd_answered);
+}
+
+bool EtcdClient::any_member_answers() {
+  try {
+    (void)post("/v3/maintenance/status", "{}");
+    return true;
+  } catch (const EtcdRefused&) {
+    return true;  // etcd refused: it answered
+  } catch (const EtcdUnavailable& e) {
+    return e.etcd_answered();
+  } catch (const std::exception&) {
+    return false;
+  }
 }
 
 RangeReply EtcdClient::range(const std::string& key, const std::string& range_end) {
-  return parse_range(post("/v3/kv/range", range_request(key, range_end)));
+  if (range_end.empty()) return parse_range(post("/v3/kv/range", range_request(key)));
+  for (int attempt = 0;; ++attempt) {
+    RangeReply all;
+    std::string from = key;
+    try {
+      while (true) {
+        RangeReply page = parse_range(
+            post("/v3/kv/range", range_request(from, range_end, kRangePageKeys, all.revision)));
+        if (all.revision == 0) all.revision = page.revision;
+        if (all.kvs.size() + page.kvs.size() > kMaxRangeKeys) {
+          throw EtcdProtocolError(fmt::format(
+              "etcd holds more than {} keys under '{}': more than this job writes (a stranger's "
+              "keys under the job's prefix?)",
+              kMaxRangeKeys, key));
+        }
+        const bool more = page.more && !page.kvs.empty();
+        if (more) from = page.kvs.back().key + '\0';  // the next page starts after the last key
+        for (auto& kv : page.kvs) all.kvs.push_back(std::move(kv));
+        if (!more) return all;
+      }
+    } catch (const EtcdRefused& e) {
+      // The first page's revision was compacted while the later pages were read: read anew.
+      if (e.grpc_code() != kGrpcOutOfRange || attempt >= 3) throw;
+    }
+  }
 }
 
 std::int64_t EtcdClient::put(const std::string& key, const std::string& value, std::int64_t lease) {
@@ -417,7 +482,7 @@ TxnReply EtcdClient::txn(const std::vector<Compare>& compares, const std::vector
   return parse_txn(post("/v3/kv/txn", txn_request(compares, success, failure)));
 }
 
-std::int64_t EtcdClient::grant_lease(std::int64_t ttl_seconds) {
+LeaseGrant EtcdClient::grant_lease(std::int64_t ttl_seconds) {
   return parse_lease_grant(post("/v3/lease/grant", lease_grant_request(ttl_seconds)));
 }
 
@@ -428,9 +493,9 @@ std::int64_t EtcdClient::keep_alive(std::int64_t lease) {
 void EtcdClient::revoke_lease(std::int64_t lease) {
   try {
     (void)post("/v3/lease/revoke", lease_id_request(lease));
-  } catch (const EtcdProtocolError& e) {
+  } catch (const EtcdRefused& e) {
     // Revoking a lease that already expired is no failure.
-    if (std::string(e.what()).find("not found") == std::string::npos) throw;
+    if (e.grpc_code() != kGrpcNotFound) throw;
   }
 }
 
@@ -462,7 +527,8 @@ std::vector<WatchEvent> EtcdClient::wait_for_change(const std::string& key,
           events.push_back(WatchEvent{});  // compacted: the caller rereads
           return false;
         }
-        if (m.canceled) throw EtcdProtocolError("etcd cancelled the watch: " + m.cancel_reason);
+        if (m.canceled)
+          throw EtcdRefused("etcd cancelled the watch: " + m.cancel_reason, kGrpcCancelled);
         for (const auto& e : m.events) events.push_back(e);
         return events.empty();
       });
@@ -470,13 +536,14 @@ std::vector<WatchEvent> EtcdClient::wait_for_change(const std::string& key,
     try {
       run_blocking(io_, call());
       return events;
-    } catch (const EtcdProtocolError&) {
-      throw;
+    } catch (const EtcdRefused& e) {
+      if (!grpc_code_is_transient(e.grpc_code())) throw;
+      last_error = fmt::format("{}: {}", at.name(), e.what());
     } catch (const boost::system::system_error& e) {
       if (e.code() == beast::error::timeout && Clock::now() >= deadline) timed_out_waiting = true;
-      last_error = fmt::format("{}:{}: {}", at.host, at.port, reason_of(std::current_exception()));
+      last_error = fmt::format("{}: {}", at.name(), reason_of(std::current_exception()));
     } catch (...) {
-      last_error = fmt::format("{}:{}: {}", at.host, at.port, reason_of(std::current_exception()));
+      last_error = fmt::format("{}: {}", at.name(), reason_of(std::current_exception()));
     }
     if (timed_out_waiting) return events;  // nothing changed in time
     ++current_;
@@ -487,13 +554,12 @@ std::vector<WatchEvent> EtcdClient::wait_for_change(const std::string& key,
 }
 
 EtcdWatch::EtcdWatch(ClientOptions options, std::string key, std::string range_end,
-                     std::int64_t start_revision, std::chrono::milliseconds give_up,
-                     Callbacks callbacks)
+                     std::int64_t start_revision, Timing timing, Callbacks callbacks)
     : options_(std::move(options)),
       key_(std::move(key)),
       range_end_(std::move(range_end)),
       next_revision_(start_revision),
-      give_up_(give_up),
+      timing_(timing),
       callbacks_(std::move(callbacks)),
       tls_(make_tls_context(options_.tls)),
       thread_([this] { run(); }) {}
@@ -505,70 +571,109 @@ EtcdWatch::~EtcdWatch() {
 
 void EtcdWatch::run() {
   const std::size_t members = options_.endpoints.size();
-  std::size_t current = 0;
-  auto failing_since = Clock::now();
+  std::size_t current = timing_.first_member % members;
+  // When the stream broke (or the watch began): the give-up counts from here, not from the last
+  // message, so that a quiet stretch before a member's loss is not counted against the others.
+  auto broken_since = Clock::now();
   std::string last_error;
+  auto fail = [&](const std::string& why) {
+    if (!stopping_ && callbacks_.on_error) callbacks_.on_error(why);
+  };
   while (!stopping_) {
     const Endpoint& at = options_.endpoints[current % members];
     MemberStream stream(io_, tls_.get());
     beast::flat_buffer buffer;
-    bool got_any = false;
+    bool created = false;
+    std::int64_t compacted = 0;  // > 0: etcd compacted what this watch needs
     std::string token;
     if (!options_.user.empty()) {  // a fresh token for each (re)connection: the last may expire
       try {
         EtcdClient auth(options_);
         token = auth.auth_token();
-      } catch (const EtcdProtocolError& e) {
-        if (!stopping_ && callbacks_.on_error) callbacks_.on_error(e.what());
-        return;
-      } catch (const std::exception& e) {
+      } catch (const EtcdUnavailable& e) {
         last_error = e.what();  // unreachable now: counted as a failed try below
         token.clear();
+      } catch (const std::exception& e) {
+        return fail(e.what());
       }
     }
     const bool authenticated = options_.user.empty() || !token.empty();
     auto call = [&]() -> asio::awaitable<void> {
+      // Until "created", the options' timeout: a member that accepts and never answers is
+      // left for the next one.
       stream.tcp().expires_after(options_.timeout);
       co_await connect(stream, at);
       auto req =
           make_request(at, "/v3/watch", watch_request(key_, range_end_, next_revision_), token);
       req.keep_alive(false);
       co_await stream.with([&](auto& s) { return http::async_write(s, req, use_awaitable); });
-      // No deadline while streaming: a member that goes away resets the connection, and the
-      // agent's lease keepalive notices a hung cluster within the heartbeat timeout.
-      stream.tcp().expires_never();
       co_await read_watch(stream, buffer, [&](const WatchMessage& m) {
-        if (m.canceled || m.compact_revision > 0) {
-          throw EtcdProtocolError(
-              fmt::format("etcd cancelled the watch on {} ({}; compacted at revision {})", key_,
-                          m.cancel_reason, m.compact_revision));
+        if (m.compact_revision > 0) {
+          compacted = m.compact_revision;
+          return false;
         }
-        got_any = true;
-        failing_since = Clock::now();
-        if (!m.events.empty()) next_revision_ = m.events.back().kv.mod_revision + 1;
-        if (!stopping_ && callbacks_.on_message) callbacks_.on_message(m);
+        if (m.canceled) {
+          throw EtcdRefused(
+              fmt::format("etcd cancelled the watch on {} ({})", key_, m.cancel_reason),
+              kGrpcCancelled);
+        }
+        if (m.created) created = true;
+        // The stream is alive: it answered. Silent for `silence` from now on, it is not.
+        if (timing_.silence.count() > 0) {
+          stream.tcp().expires_after(timing_.silence);
+        } else if (created) {
+          stream.tcp().expires_never();
+        }
+        if (!m.events.empty()) {
+          next_revision_ = m.events.back().kv.mod_revision + 1;
+        } else if (!m.created && m.revision > 0) {
+          // A progress notification: every event up to its revision was sent.
+          next_revision_ = std::max(next_revision_, m.revision + 1);
+        }
+        if (!stopping_ && callbacks_.on_message && (!m.events.empty() || m.created))
+          callbacks_.on_message(m);
         return !stopping_.load();
       });
     };
     try {
       if (authenticated) run_blocking(io_, call(), &stopping_);
-    } catch (const EtcdProtocolError& e) {
-      if (!stopping_ && callbacks_.on_error) callbacks_.on_error(e.what());
-      return;
+    } catch (const EtcdRefused& e) {
+      if (!grpc_code_is_transient(e.grpc_code())) return fail(e.what());
+      last_error = fmt::format("{}: {}", at.name(), e.what());
     } catch (...) {
-      last_error = fmt::format("{}:{}: {}", at.host, at.port, reason_of(std::current_exception()));
+      std::string reason = reason_of(std::current_exception());
+      if (reason == "no answer in time")
+        reason = created ? fmt::format("the stream was silent for {:.3g} s",
+                                       timing_.silence.count() / 1000.0)
+                         : "no answer in time";
+      last_error = fmt::format("{}: {}", at.name(), reason);
     }
     if (stopping_) return;
-    if (!got_any && Clock::now() - failing_since > give_up_) {
-      if (callbacks_.on_error) {
-        callbacks_.on_error(fmt::format("etcd at {} stopped answering the watch for {:.3g} s ({})",
-                                        describe(options_.endpoints), give_up_.count() / 1000.0,
-                                        last_error));
+    if (compacted > 0) {
+      // Not a failure: the owner reads its state now and the watch goes on from there.
+      if (!callbacks_.on_compacted) {
+        return fail(fmt::format("etcd compacted the watch on {} at revision {}", key_, compacted));
       }
-      return;
+      try {
+        next_revision_ = callbacks_.on_compacted(compacted);
+      } catch (const std::exception& e) {
+        last_error = fmt::format("re-reading after etcd's compaction at revision {}: {}", compacted,
+                                 e.what());
+        if (Clock::now() - broken_since > timing_.give_up) return fail(last_error);
+        continue;
+      }
+      broken_since = Clock::now();
+      continue;
+    }
+    if (created) broken_since = Clock::now();  // it served: the give-up counts from now
+    if (Clock::now() - broken_since > timing_.give_up) {
+      return fail(fmt::format("no member of etcd at {} served the watch for {:.3g} s ({})",
+                              describe(options_.endpoints), timing_.give_up.count() / 1000.0,
+                              last_error));
     }
     ++current;
-    if (current % members == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (current % members == timing_.first_member % members)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
 }
 

@@ -26,22 +26,39 @@ class context;
 namespace ddp::rdzv::etcd {
 
 struct Endpoint {
-  std::string host;
+  std::string host;  // an IPv6 address without its brackets
   std::uint16_t port = 2379;
   bool https = false;  // written as https://
+  // "host:port", "[::1]:port" for an IPv6 address.
+  std::string name() const;
 };
 
-// "[http://|https://]host:port[,...]" (a missing port is etcd's 2379); throws
-// std::invalid_argument, also for a list that mixes http:// and https://.
+// "[http://|https://]host:port[,...]" (a missing port is etcd's 2379; an IPv6 address in
+// brackets, "[::1]:2379"); throws std::invalid_argument, also for a list that mixes http:// and
+// https://.
 std::vector<Endpoint> parse_endpoints(std::string_view text);
 std::string describe(const std::vector<Endpoint>& endpoints);  // "h1:p1,h2:p2"
 
 // No member of the cluster answered within the call's deadline (or quorum is lost: members
-// answer, but cannot commit).
+// answer, but cannot commit). `etcd_answered`: some member is etcd and answered, only not with
+// a result (no leader, timed out, too busy): etcd is alive, if without a leader.
 class EtcdUnavailable : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit EtcdUnavailable(const std::string& what, bool etcd_answered = false)
+      : std::runtime_error(what), etcd_answered_(etcd_answered) {}
+  bool etcd_answered() const { return etcd_answered_; }
+
+ private:
+  bool etcd_answered_;
 };
+
+// The bounds on what one member may send: a reply's body (a larger one is an EtcdProtocolError
+// naming the member, not "did not answer"), and the keys read per page of a range. etcd keeps a
+// value to --max-request-bytes (1.5 MiB by default), base64 makes it 2 MiB: a page of 32 such
+// values fits the reply's bound. A range stops with an error past kMaxRangeKeys keys.
+inline constexpr std::size_t kMaxReplyBytes = 64u << 20;
+inline constexpr std::int64_t kRangePageKeys = 32;
+inline constexpr std::size_t kMaxRangeKeys = 100000;
 
 struct ClientOptions {
   std::vector<Endpoint> endpoints;
@@ -73,12 +90,16 @@ class EtcdClient {
   EtcdClient(const EtcdClient&) = delete;
   EtcdClient& operator=(const EtcdClient&) = delete;
 
+  // Read in pages of kRangePageKeys keys, every page at the first one's revision (one
+  // snapshot; a compaction between pages restarts the read).
   RangeReply range(const std::string& key, const std::string& range_end = {});
   std::int64_t put(const std::string& key, const std::string& value, std::int64_t lease = 0);
   std::int64_t erase(const std::string& key, const std::string& range_end = {});
   TxnReply txn(const std::vector<Compare>& compares, const std::vector<Op>& success,
                const std::vector<Op>& failure = {});
-  std::int64_t grant_lease(std::int64_t ttl_seconds);
+  // The lease and the TTL etcd granted (at least the asked one; more when etcd's election
+  // timeout asks for it).
+  LeaseGrant grant_lease(std::int64_t ttl_seconds);
   // The TTL left; 0 when the lease has expired (or was revoked).
   std::int64_t keep_alive(std::int64_t lease);
   void revoke_lease(std::int64_t lease);
@@ -89,7 +110,13 @@ class EtcdClient {
                                           std::int64_t start_revision,
                                           std::chrono::milliseconds wait);
 
+  // Whether any member answers at all (its status, which needs no leader; a refusal counts):
+  // tells "etcd is there, without a leader" from "nothing answers".
+  bool any_member_answers();
+
   const ClientOptions& options() const { return options_; }
+  // The member the next call tries first: the last one that answered.
+  std::size_t current_member() const { return current_ % options_.endpoints.size(); }
   // The token for the options' user (authenticating first when there is none yet); empty
   // without a user. A refused user is an EtcdProtocolError naming it.
   std::string auth_token();
@@ -113,17 +140,30 @@ class EtcdClient {
 };
 
 // A streamed watch on [key, range_end) from `start_revision`, on a thread of its own. Messages
-// arrive on that thread in order. When the member it reads from goes away, it resumes on the
-// next member from the last revision seen; when no member answers for `give_up`, on_error is
-// called once and the watch ends.
+// arrive on that thread in order. The stream is known to be alive: it asks etcd for progress
+// notifications, and a stream silent for `silence` (or one whose member sends nothing, not even
+// "created", within the options' timeout) is dead. A dead or broken stream resumes on the next
+// member from the last revision seen; a revision etcd compacted meanwhile is no failure: the
+// owner re-reads its state (on_compacted) and the watch goes on from what it returns. When no
+// member serves the watch for `give_up`, counted from when the stream broke, on_error is called
+// once and the watch ends.
 class EtcdWatch {
  public:
   struct Callbacks {
     std::function<void(const WatchMessage&)> on_message;
     std::function<void(const std::string&)> on_error;
+    // etcd compacted the revisions the watch still needed (`compacted`: the oldest kept): read
+    // the state anew and return the revision to watch from (the read's revision + 1). Without
+    // it, or when it throws, on_error is called.
+    std::function<std::int64_t(std::int64_t compacted)> on_compacted;
+  };
+  struct Timing {
+    std::chrono::milliseconds give_up{std::chrono::seconds(5)};
+    std::chrono::milliseconds silence{0};  // 0: a quiet stream is never taken for dead
+    std::size_t first_member = 0;          // the member tried first (one that answers)
   };
   EtcdWatch(ClientOptions options, std::string key, std::string range_end,
-            std::int64_t start_revision, std::chrono::milliseconds give_up, Callbacks callbacks);
+            std::int64_t start_revision, Timing timing, Callbacks callbacks);
   // Stops the watch and joins its thread; no callback runs after it returns.
   ~EtcdWatch();
   EtcdWatch(const EtcdWatch&) = delete;
@@ -135,7 +175,7 @@ class EtcdWatch {
   std::string key_;
   std::string range_end_;
   std::int64_t next_revision_;
-  std::chrono::milliseconds give_up_;
+  Timing timing_;
   Callbacks callbacks_;
   boost::asio::io_context io_{1};
   std::shared_ptr<boost::asio::ssl::context> tls_;  // null: plain http

@@ -53,12 +53,28 @@ std::int64_t header_revision(const json& j) {
   return h != j.end() && h->is_object() ? int64_field(*h, "revision") : 0;
 }
 
+std::optional<GatewayError> gateway_error_of(const json& j) {
+  // grpc-gateway, unary: {"error": "...", "code": N, "message": "..."}; a stream's message:
+  // {"error": {"grpc_code": N, "http_code": H, "message": "...", "http_status": "..."}}.
+  if (!j.is_object()) return std::nullopt;
+  auto e = j.find("error");
+  if (e != j.end() && e->is_object()) {
+    GatewayError out;
+    if (auto c = e->find("grpc_code"); c != e->end() && c->is_number_integer()) out.code = *c;
+    if (auto m = e->find("message"); m != e->end() && m->is_string()) out.message = *m;
+    return out;
+  }
+  if (e == j.end() && !(j.contains("code") && j.contains("message"))) return std::nullopt;
+  GatewayError out;
+  if (auto c = j.find("code"); c != j.end() && c->is_number_integer()) out.code = *c;
+  out.message = j.value("message", std::string());
+  if (out.message.empty() && e != j.end() && e->is_string()) out.message = *e;
+  return out;
+}
+
 void throw_if_error(const json& j) {
-  // grpc-gateway: {"error": "...", "code": N, "message": "..."}
-  if (j.contains("error") || (j.contains("code") && j.contains("message"))) {
-    std::string text = j.value("message", std::string());
-    if (text.empty() && j["error"].is_string()) text = j["error"].get<std::string>();
-    throw EtcdProtocolError(fmt::format("etcd refused the request: {}", text));
+  if (auto e = gateway_error_of(j)) {
+    throw EtcdRefused(fmt::format("etcd refused the request: {}", e->message), e->code);
   }
 }
 
@@ -81,6 +97,7 @@ RangeReply parse_range_json(const json& j) {
     if (!kvs->is_array()) throw EtcdProtocolError("etcd sent kvs that is not an array");
     for (const auto& kv : *kvs) r.kvs.push_back(parse_kv(kv));
   }
+  r.more = j.value("more", false);
   return r;
 }
 
@@ -178,9 +195,12 @@ Op delete_op(std::string key, std::string range_end) {
   return Op{Op::Kind::Delete, std::move(key), {}, 0, std::move(range_end)};
 }
 
-std::string range_request(std::string_view key, std::string_view range_end) {
+std::string range_request(std::string_view key, std::string_view range_end, std::int64_t limit,
+                          std::int64_t revision) {
   json body{{"key", base64_encode(key)}};
   if (!range_end.empty()) body["range_end"] = base64_encode(range_end);
+  if (limit > 0) body["limit"] = std::to_string(limit);
+  if (revision > 0) body["revision"] = std::to_string(revision);
   return body.dump();
 }
 
@@ -239,6 +259,7 @@ std::string watch_request(std::string_view key, std::string_view range_end,
   json create{{"key", base64_encode(key)}};
   if (!range_end.empty()) create["range_end"] = base64_encode(range_end);
   if (start_revision > 0) create["start_revision"] = std::to_string(start_revision);
+  create["progress_notify"] = true;
   return json{{"create_request", create}}.dump();
 }
 
@@ -283,14 +304,14 @@ std::string parse_auth_token(std::string_view body) {
   return t->get<std::string>();
 }
 
-std::int64_t parse_lease_grant(std::string_view body) {
+LeaseGrant parse_lease_grant(std::string_view body) {
   json j = parse_json(body);
   throw_if_error(j);
   if (auto e = j.find("error"); e != j.end() && e->is_string() && !e->get<std::string>().empty())
     throw EtcdProtocolError(fmt::format("etcd refused the lease: {}", e->get<std::string>()));
   const std::int64_t id = int64_field(j, "ID");
   if (id == 0) throw EtcdProtocolError("etcd granted a lease without an ID");
-  return id;
+  return LeaseGrant{id, int64_field(j, "TTL")};
 }
 
 std::int64_t parse_keepalive(std::string_view body) {
@@ -330,6 +351,12 @@ WatchMessage parse_watch_message(std::string_view body) {
     }
   }
   return m;
+}
+
+std::optional<GatewayError> parse_gateway_error(std::string_view body) {
+  json j = json::parse(body, nullptr, false);
+  if (j.is_discarded()) return std::nullopt;
+  return gateway_error_of(j);
 }
 
 std::optional<std::string> gateway_error(std::string_view body) {

@@ -20,6 +20,28 @@ class EtcdProtocolError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// etcd itself refused the request: the gateway's error body ({"error":..., "code": N}, or a
+// stream's {"error":{"grpc_code": N, ...}}) with gRPC status code N (5 NotFound, 16
+// Unauthenticated, ...). The client tries another member instead for the codes that mean "not
+// now, here" (etcd_failure.hpp); these are etcd's final word.
+class EtcdRefused : public EtcdProtocolError {
+ public:
+  EtcdRefused(const std::string& what, int grpc_code)
+      : EtcdProtocolError(what), grpc_code_(grpc_code) {}
+  int grpc_code() const { return grpc_code_; }
+
+ private:
+  int grpc_code_;
+};
+
+// The gateway's error in a reply body: the gRPC code and etcd's message.
+struct GatewayError {
+  int code = 0;
+  std::string message;
+};
+// nullopt when `body` is not the gateway's error (not JSON, or JSON without a code).
+std::optional<GatewayError> parse_gateway_error(std::string_view body);
+
 std::string base64_encode(std::string_view bytes);
 // nullopt for anything that is not canonical base64 (padding included).
 std::optional<std::string> base64_decode(std::string_view text);
@@ -40,6 +62,7 @@ struct KeyValue {
 struct RangeReply {
   std::int64_t revision = 0;  // the store's revision when it answered
   std::vector<KeyValue> kvs;
+  bool more = false;  // a page (a request with a limit): more keys follow the last one
 };
 
 // One comparison of a txn: the key's `target` compared EQUAL to `number` (VERSION,
@@ -90,13 +113,18 @@ struct WatchMessage {
 };
 
 // --- request bodies (JSON text) -------------------------------------------------------------
-std::string range_request(std::string_view key, std::string_view range_end = {});
+// `limit` > 0: at most that many keys (a page); `revision` > 0: the store as it was then (the
+// later pages of one read).
+std::string range_request(std::string_view key, std::string_view range_end = {},
+                          std::int64_t limit = 0, std::int64_t revision = 0);
 std::string put_request(std::string_view key, std::string_view value, std::int64_t lease = 0);
 std::string delete_request(std::string_view key, std::string_view range_end = {});
 std::string txn_request(const std::vector<Compare>& compares, const std::vector<Op>& success,
                         const std::vector<Op>& failure);
 std::string lease_grant_request(std::int64_t ttl_seconds);
 std::string lease_id_request(std::int64_t id);  // keepalive and revoke
+// Asks for progress notifications too (an empty message with the revision the watch is
+// synced to, sent by etcd every --experimental-watch-progress-notify-interval).
 std::string watch_request(std::string_view key, std::string_view range_end,
                           std::int64_t start_revision);
 std::string authenticate_request(std::string_view user, std::string_view password);
@@ -105,9 +133,14 @@ std::string authenticate_request(std::string_view user, std::string_view passwor
 RangeReply parse_range(std::string_view body);
 std::int64_t parse_revision(std::string_view body);  // put, delete: the header's revision
 TxnReply parse_txn(std::string_view body);
-// lease/grant: the lease's ID; the reply's `error`, when etcd refused, is thrown.
-std::int64_t parse_lease_grant(std::string_view body);
-// lease/keepalive: the TTL left (0: the lease no longer exists).
+// lease/grant: the lease's ID and the TTL etcd granted (it may grant more than asked: at least
+// its election timeout's worth); the reply's `error`, when etcd refused, is thrown.
+struct LeaseGrant {
+  std::int64_t id = 0;
+  std::int64_t ttl = 0;
+};
+LeaseGrant parse_lease_grant(std::string_view body);
+// lease/keepalive: the TTL left (0 or less: the lease no longer exists).
 std::int64_t parse_keepalive(std::string_view body);
 WatchMessage parse_watch_message(std::string_view body);
 // auth/authenticate: the token to send as the Authorization header of every later call.

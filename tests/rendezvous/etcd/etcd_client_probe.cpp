@@ -52,7 +52,7 @@ int basic(EtcdClient& c, const std::string& p) {
   expect(
       !c.txn({Compare{p + "c", Compare::Target::Mod, mod, {}}}, {put_op(p + "c", "4")}).succeeded,
       "a stale mod revision loses");
-  const auto lease = c.grant_lease(2);
+  const auto lease = c.grant_lease(2).id;
   c.put(p + "leased", "x", lease);
   expect(c.keep_alive(lease) > 0, "keepalive renews");
   const auto since = c.range(p + "leased").revision + 1;
@@ -135,7 +135,7 @@ int watch(const ClientOptions& o, const std::string& p, int seconds) {
   EtcdClient c(o);
   const auto from = c.range(p).revision + 1;
   std::atomic<bool> failed{false};
-  EtcdWatch w(o, p, prefix_end(p), from, 10s,
+  EtcdWatch w(o, p, prefix_end(p), from, EtcdWatch::Timing{10s, 0s, 0},
               {[](const WatchMessage& m) {
                  for (const auto& e : m.events) {
                    if (e.type == WatchEvent::Type::Put)
@@ -182,7 +182,7 @@ int main(int argc, char** argv) {
                        std::atoi(argv[7]));
     }
     if (cmd == "lease") {
-      const auto lease = c.grant_lease(std::atoi(argv[4]));
+      const auto lease = c.grant_lease(std::atoi(argv[4])).id;
       c.put(argv[3], "alive", lease);
       fmt::print("leased\n");
       std::fflush(stdout);

@@ -67,7 +67,7 @@ TEST_CASE("replies as etcd 3.4's gateway writes them") {
   CHECK_FALSE(lost.succeeded);  // proto3 leaves `false` out
   REQUIRE(lost.ranges.size() == 1);
   CHECK(lost.ranges[0].kvs[0].value == "y");
-  CHECK(parse_lease_grant(R"({"header":{},"ID":"4111120453676865797","TTL":"2"})") ==
+  CHECK(parse_lease_grant(R"({"header":{},"ID":"4111120453676865797","TTL":"2"})").id ==
         4111120453676865797LL);
   CHECK(parse_keepalive(R"({"result":{"header":{},"ID":"1","TTL":"3"}})") == 3);
   CHECK(parse_keepalive(R"({"result":{"header":{},"ID":"123"}})") == 0);  // expired

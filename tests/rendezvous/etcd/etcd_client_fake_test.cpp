@@ -1,0 +1,240 @@
+// The etcd client against the in-process fake gateway (fake/fake_etcd.hpp): a sick first member
+// (each way a production member or a proxy in front of it fails) is left for the next one; one
+// line names etcd, the member and the status; ranges come in pages, a stranger's huge values
+// included; IPv6 members; the granted TTL; a watch that is known to be alive (a black-holed or
+// silenced member is left, the give-up counts from the break, a compaction is re-read).
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <mutex>
+#include <thread>
+
+#include "fake/fake_etcd.hpp"
+#include "rendezvous/etcd/etcd_client.hpp"
+
+using namespace ddp::rdzv::etcd;
+using namespace std::chrono_literals;
+using fake::FakeEtcd;
+using fake::Fault;
+
+namespace {
+
+ClientOptions options_for(const FakeEtcd& etcd, std::chrono::milliseconds timeout = 3s) {
+  ClientOptions o;
+  o.endpoints = parse_endpoints(etcd.endpoints());
+  o.timeout = timeout;
+  return o;
+}
+
+Fault status(unsigned code, std::string body = "<html>sick</html>") {
+  Fault f;
+  f.kind = Fault::Kind::Status;
+  f.status = code;
+  f.body = std::move(body);
+  return f;
+}
+
+// Waits (bounded) until `done()`.
+template <class F>
+bool eventually(F done, std::chrono::milliseconds within = 10s) {
+  const auto until = std::chrono::steady_clock::now() + within;
+  while (std::chrono::steady_clock::now() < until) {
+    if (done()) return true;
+    std::this_thread::sleep_for(20ms);
+  }
+  return done();
+}
+
+struct Seen {
+  std::mutex m;
+  std::vector<std::string> keys;
+  std::vector<std::string> errors;
+  std::atomic<int> compactions{0};
+  bool has(const std::string& key) {
+    std::lock_guard lock(m);
+    return std::find(keys.begin(), keys.end(), key) != keys.end();
+  }
+  std::size_t error_count() {
+    std::lock_guard lock(m);
+    return errors.size();
+  }
+  EtcdWatch::Callbacks callbacks(FakeEtcd* etcd = nullptr) {
+    return EtcdWatch::Callbacks{[this](const WatchMessage& msg) {
+                                  std::lock_guard lock(m);
+                                  for (const auto& e : msg.events) keys.push_back(e.kv.key);
+                                },
+                                [this](const std::string& e) {
+                                  std::lock_guard lock(m);
+                                  errors.push_back(e);
+                                },
+                                [this, etcd](std::int64_t) -> std::int64_t {
+                                  ++compactions;
+                                  return etcd->revision() + 1;
+                                }};
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a sick first member is left for the next one, whatever it answers") {
+  const std::vector<std::pair<const char*, Fault>> faults{
+      {"503", status(503)},
+      {"502", status(502)},
+      {"500", status(500)},
+      {"429", status(429)},
+      {"404", status(404, "404 page not found")},
+      {"200 not JSON", Fault{Fault::Kind::NotJson}},
+      {"gRPC 14", status(503, fake::grpc_error_body(14, "etcdserver: no leader"))},
+      {"gRPC 4", status(504, fake::grpc_error_body(4, "etcdserver: request timed out"))},
+      {"gRPC 8", status(429, fake::grpc_error_body(8, "etcdserver: too many requests"))},
+      {"black hole", Fault{Fault::Kind::BlackHole}},
+  };
+  for (const auto& [name, fault] : faults) {
+    CAPTURE(name);
+    FakeEtcd etcd(3);
+    etcd.set_fault(0, fault);
+    EtcdClient client(options_for(etcd));
+    client.put("/j/a", "1");
+    CHECK(client.range("/j/a").kvs.at(0).value == "1");
+    CHECK(client.range("/j/", prefix_end("/j/")).kvs.size() == 1);
+    CHECK(client.grant_lease(2).id != 0);
+  }
+}
+
+TEST_CASE("every failure line names etcd, the member and the status") {
+  FakeEtcd etcd(2);
+  etcd.set_fault(0, status(503));
+  etcd.set_fault(1, status(404, "404 page not found"));
+  EtcdClient client(options_for(etcd, 1500ms));
+  try {
+    client.put("/j/a", "1");
+    FAIL("no member can answer");
+  } catch (const EtcdUnavailable& e) {
+    const std::string what = e.what();
+    CAPTURE(what);
+    CHECK(what.find("etcd at " + etcd.endpoints()) != std::string::npos);
+    CHECK(what.find("HTTP 404") != std::string::npos);
+    CHECK(what.find("not etcd's v3 JSON gateway") != std::string::npos);
+    CHECK_FALSE(e.etcd_answered());
+  }
+  // etcd's own refusal is final, and names the member and the code.
+  FakeEtcd one(1);
+  one.set_fault(0, status(400, fake::grpc_error_body(3, "etcdserver: bad thing")));
+  EtcdClient refused(options_for(one));
+  try {
+    refused.put("/j/a", "1");
+    FAIL("etcd refused");
+  } catch (const EtcdRefused& e) {
+    const std::string what = e.what();
+    CHECK(what.find("etcd member 127.0.0.1:") != std::string::npos);
+    CHECK(what.find("HTTP 400 (gRPC 3 InvalidArgument): etcdserver: bad thing") !=
+          std::string::npos);
+  }
+  // No leader anywhere: etcd answered (alive), and the client says so.
+  FakeEtcd leaderless(2);
+  for (int i = 0; i < 2; ++i)
+    leaderless.set_fault(i, status(503, fake::grpc_error_body(14, "etcdserver: no leader")));
+  EtcdClient waiting(options_for(leaderless, 1200ms));
+  try {
+    (void)waiting.keep_alive(1);
+    FAIL("no leader");
+  } catch (const EtcdUnavailable& e) {
+    CHECK(e.etcd_answered());
+  }
+}
+
+TEST_CASE("IPv6 members in brackets") {
+  FakeEtcd etcd(2, /*ipv6=*/true);
+  CHECK(etcd.endpoints().substr(0, 6) == "[::1]:");
+  EtcdClient client(options_for(etcd));
+  client.put("/v6", "yes");
+  CHECK(client.range("/v6").kvs.at(0).value == "yes");
+}
+
+TEST_CASE("ranges come in pages: a stranger's huge values under the prefix are read") {
+  FakeEtcd etcd(3);
+  const std::string huge(1400 * 1000, 'x');  // 7 x 1.4 MB: more than Beast's default 8 MB
+  for (int i = 0; i < 7; ++i) etcd.put("/job/stranger/" + std::to_string(i), huge);
+  for (int i = 0; i < 100; ++i) etcd.put("/job/k/" + std::to_string(1000 + i), "v");
+  EtcdClient client(options_for(etcd, 10s));
+  const auto all = client.range("/job/", prefix_end("/job/"));
+  CHECK(all.kvs.size() == 107);
+  CHECK(all.kvs.front().key == "/job/k/1000");
+  CHECK(all.kvs.back().value.size() == huge.size());
+  int pages = 0;
+  for (int m = 0; m < 3; ++m) pages += etcd.requests(m, "/v3/kv/range");
+  CHECK(pages == 4);  // 107 keys, 32 a page
+}
+
+TEST_CASE("the TTL etcd granted, not the one asked") {
+  FakeEtcd etcd(1);
+  etcd.set_granted_ttl(8);
+  EtcdClient client(options_for(etcd));
+  const LeaseGrant grant = client.grant_lease(2);
+  CHECK(grant.ttl == 8);
+  CHECK(client.keep_alive(grant.id) == 8);
+  etcd.expire_lease(grant.id);
+  CHECK(client.keep_alive(grant.id) <= 0);
+  CHECK_NOTHROW(client.revoke_lease(grant.id));  // already gone: etcd's NotFound, no failure
+}
+
+TEST_CASE("a watch starts past a black-holed member, and on the member it is told") {
+  FakeEtcd etcd(3);
+  etcd.set_fault(0, Fault{Fault::Kind::BlackHole});
+  Seen seen;
+  EtcdWatch::Timing timing{5s, 0ms, 0};
+  EtcdWatch watch(options_for(etcd, 1s), "/w/", prefix_end("/w/"), etcd.revision() + 1, timing,
+                  seen.callbacks(&etcd));
+  REQUIRE(eventually([&] { return etcd.open_watches(1) + etcd.open_watches(2) == 1; }));
+  etcd.put("/w/a", "1");
+  CHECK(eventually([&] { return seen.has("/w/a"); }));
+  CHECK(seen.error_count() == 0);
+
+  Seen second;
+  EtcdWatch on_two(options_for(etcd, 1s), "/w/", prefix_end("/w/"), etcd.revision() + 1,
+                   EtcdWatch::Timing{5s, 0ms, 2}, second.callbacks(&etcd));
+  CHECK(eventually([&] { return etcd.open_watches(2) >= 1; }));
+  CHECK(etcd.requests(0, "/v3/watch") == 1);  // only the first watch tried the black hole
+}
+
+TEST_CASE("a silenced watch is dead: the watch moves on and loses no event") {
+  FakeEtcd etcd(2);
+  Seen seen;
+  EtcdWatch watch(options_for(etcd, 1s), "/w/", prefix_end("/w/"), etcd.revision() + 1,
+                  EtcdWatch::Timing{10s, 700ms, 0}, seen.callbacks(&etcd));
+  REQUIRE(eventually([&] { return etcd.open_watches(0) == 1; }));
+  etcd.set_fault(0, Fault{Fault::Kind::None, 0, {}, /*silence_watches=*/true});
+  etcd.put("/w/lost-node", "x");  // member 0 never sends it
+  CHECK(eventually([&] { return seen.has("/w/lost-node"); }));
+  CHECK(etcd.requests(1, "/v3/watch") >= 1);
+  CHECK(seen.error_count() == 0);
+}
+
+TEST_CASE("the give-up counts from the break, not from the last message") {
+  FakeEtcd etcd(3);
+  etcd.set_fault(2, status(503));  // a dead address listed after the watched member
+  Seen seen;
+  EtcdWatch watch(options_for(etcd, 1s), "/w/", prefix_end("/w/"), etcd.revision() + 1,
+                  EtcdWatch::Timing{1500ms, 0ms, 0}, seen.callbacks(&etcd));
+  REQUIRE(eventually([&] { return etcd.open_watches(0) == 1; }));
+  std::this_thread::sleep_for(2500ms);  // a quiet stretch longer than the give-up
+  etcd.set_fault(0, status(503));       // the watched member goes (its stream, and new ones)
+  etcd.drop_watches(0);
+  etcd.put("/w/after", "1");
+  CHECK(eventually([&] { return seen.has("/w/after"); }));
+  CHECK(seen.error_count() == 0);
+}
+
+TEST_CASE("a compacted watch is re-read, never a lost job") {
+  FakeEtcd etcd(2);
+  Seen seen;
+  const auto from = etcd.revision() + 1;
+  etcd.put("/w/before", "1");
+  etcd.compact();  // the watch's start revision is gone
+  EtcdWatch watch(options_for(etcd, 1s), "/w/", prefix_end("/w/"), from,
+                  EtcdWatch::Timing{2s, 0ms, 0}, seen.callbacks(&etcd));
+  CHECK(eventually([&] { return seen.compactions.load() == 1; }));
+  etcd.put("/w/after", "1");
+  CHECK(eventually([&] { return seen.has("/w/after"); }));
+  CHECK(seen.error_count() == 0);
+}
