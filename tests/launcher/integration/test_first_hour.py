@@ -112,23 +112,10 @@ def test_docs_say_what_an_unknown_rdzv_conf_key_does(tmp):
 
 
 def test_readme_says_what_torchrun_2_15_does_with_master_port(tmp):
-    """torchrun 2.15 on one node gives its workers a free port, not 29500 (checked here when
-    torch 2.x is on PATH, against the README's table)."""
+    """torchrun 2.15 on one node gives its workers a free port, not 29500 (run against torchrun
+    itself in launcher.torch.torchrun_parity)."""
     row = next(l for l in read("README.md").splitlines() if "single-node `MASTER_PORT`" in l)
-    torchrun_cell = row.split("|")[2]
-    assert "2.15: a free port" in torchrun_cell, row
-    python = shutil.which("python3")
-    probe = subprocess.run([python, "-c", "import torch; print(torch.__version__)"],
-                           capture_output=True, text=True, timeout=120) if python else None
-    if not probe or probe.returncode != 0 or not probe.stdout.startswith("2."):
-        raise Skip("no torch 2.x on PATH")
-    script = os.path.join(tmp, "port.py")
-    with open(script, "w") as f:
-        f.write("import os; print('PORT', os.environ['MASTER_PORT'], flush=True)\n")
-    out = subprocess.run([python, "-m", "torch.distributed.run", "--nproc_per_node=1", script],
-                         capture_output=True, text=True, timeout=120, env=clean_env()).stdout
-    ports = re.findall(r"PORT (\d+)", out)
-    assert ports and ports[0] != "29500", out
+    assert "2.15: a free port" in row.split("|")[2], row
 
 
 # --- did you mean -------------------------------------------------------------------------------
