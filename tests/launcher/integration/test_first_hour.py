@@ -51,7 +51,8 @@ def test_help_fits_100_columns_and_starts_with_the_common_flags(tmp):
     first = "\n".join(lines[:FIRST_SCREEN])
     missing = [f for f in COMMON if not re.search(rf"^  (-\w, )?{f}\b", first, re.M)]
     assert not missing, f"not in the first {FIRST_SCREEN} lines: {missing}\n{first}"
-    examples = first.split("Examples:\n", 1)[1].split("\n\n", 1)[0]
+    # "For example:", not "Examples:": help2man would move everything after that into EXAMPLES.
+    examples = first.split("For example:\n", 1)[1].split("\n\n", 1)[0]
     assert len(re.findall(r"^  ddprun --", examples, re.M)) == 2, examples
     # The commands that look at a job, and the rest in groups.
     commands = text.split("Commands:\n", 1)[1].split("\n\n", 1)[0]
@@ -96,7 +97,12 @@ def test_help_man_page_and_completion_name_every_backend(tmp):
     assert "static or c10d" not in page and re.search(r"c10d\s+or\s+etcd", page), page[:3000]
     for command in ("ddprun top", "ddprun report", "ddprun help"):
         assert command in page, command
-    assert re.search(r"^\.SH COMMANDS", page, re.M), page[:3000]
+    # The commands and every option group are subsections of the page's DESCRIPTION, none of
+    # them swallowed by the EXAMPLES section.
+    sections = re.findall(r"^\.S[HS] (.*)$", page, re.M)
+    groups = [i for i, name in enumerate(sections) if name.endswith(':"')]
+    assert '"Commands:"' in sections and '"Common options:"' in sections, sections
+    assert groups and max(groups) < sections.index("EXAMPLES"), sections
 
 
 # --- docs agree with the code -------------------------------------------------------------------
