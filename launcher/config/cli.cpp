@@ -343,7 +343,7 @@ class HelpFormatter : public CLI::Formatter {
         out += help_row(option_name(*option), option->get_description());
       }
       if (g == 0) {
-        out += "\nExamples:\n";
+        out += "\nFor example:\n";
         for (const auto& [command, what] : kExamplesHelp) {
           out += "  " + std::string(command) + "\n";
           for (const auto& line : wrap(what, kHelpWidth - 6)) out += "      " + line + "\n";

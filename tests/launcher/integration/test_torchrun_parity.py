@@ -29,6 +29,7 @@ from harness import DDPRUN, clean_env
 HERE = os.path.dirname(os.path.abspath(__file__))
 CASES = os.path.join(HERE, "torchrun_cases")
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 
 
 def script_path(name):
@@ -322,6 +323,23 @@ def both(args, env=None):
         assert rc == 0, f"{launcher}: rc={rc}\n{err[-3000:]}"
         results.append(sorted(line for line in out.splitlines() if "line-" in line))
     return results
+
+
+def test_single_node_master_port_is_free_in_both(launcher, tmp):
+    """The README's "Differences from torchrun" says torchrun 2.15 gives a single-node job a free
+    MASTER_PORT (not 29500) as ddprun does: checked against torchrun itself."""
+    if launcher == "torchrun":
+        return
+    with open(os.path.join(ROOT, "README.md")) as f:
+        row = next(l for l in f if "single-node `MASTER_PORT`" in l)
+    assert "2.15: a free port" in row.split("|")[2], row
+    script = os.path.join(tmp, "port.py")
+    with open(script, "w") as f:
+        f.write("import os; print('PORT', os.environ['MASTER_PORT'], flush=True)\n")
+    for who in ("torchrun", "ddprun"):
+        rc, out, err = launch(who, ["--nproc-per-node=1", script])
+        ports = re.findall(r"PORT (\d+)", out)
+        assert rc == 0 and ports and ports[0] != "29500", (who, out, err[-2000:])
 
 
 def test_prefix_template_matches_torchrun(launcher, tmp):
