@@ -1,6 +1,11 @@
 # SPDX-License-Identifier: MIT
 """preload_bench.py's worker: times its start, records its first gloo all-reduce and its PSS;
-BENCH_MODE=restart makes rank 1 of attempt 0 fail after a few steps."""
+BENCH_MODE=restart makes rank 1 of attempt 0 fail after a few steps, as BENCH_FAIL says: `abrupt`
+(os._exit(1), the default), `exit` (sys.exit(3)) or `exception` (an uncaught RuntimeError). The
+last two run the interpreter's whole exit path with the gloo group still alive (no
+destroy_process_group), as most failing scripts do; `exited` in the record is the last moment of
+that exit path that Python code can see (an atexit handler registered first, so run last)."""
+import atexit
 import json
 import os
 import sys
@@ -35,9 +40,22 @@ if mode == "restart" and attempt == 0:
     for _ in range(5):
         dist.all_reduce(x)
     if rank == 1:
+        how = os.environ.get("BENCH_FAIL", "abrupt")
+        path = os.path.join(os.environ["BENCH_DIR"], f"{rank}.{attempt}.json")
+
+        def exited():  # registered first among ours: runs last of the script's atexit handlers
+            record["exited"] = time.time()
+            with open(path, "w") as f:
+                json.dump(record, f)
+
+        atexit.register(exited)
         record["failed"] = time.time()
-        with open(os.path.join(os.environ["BENCH_DIR"], f"{rank}.{attempt}.json"), "w") as f:
+        with open(path, "w") as f:
             json.dump(record, f)
+        if how == "exit":
+            sys.exit(3)
+        if how == "exception":
+            raise RuntimeError("rank 1 fails (preload_bench)")
         os._exit(1)
     while True:  # the others wait to be stopped, as a training loop would block
         time.sleep(0.01)
