@@ -21,14 +21,19 @@ FAULT_TYPES = {
     "etcd_kill": "SIGKILL of one etcd member (restarted later)",
     "etcd_leader_kill": "SIGKILL of the etcd leader (restarted later)",
     "etcd_stop": "SIGSTOP of one etcd member for a random time, then SIGCONT",
+    "zygote_kill": "SIGKILL of one agent's preloaded interpreter (--preload only)",
+    "zygote_stop": "SIGSTOP of one agent's preloaded interpreter for a random time, then SIGCONT "
+                   "(--preload only)",
 }
 NETNS_ONLY = {"link_cut"}
 ETCD_ONLY = {"etcd_kill", "etcd_leader_kill", "etcd_stop"}
+PRELOAD_ONLY = {"zygote_kill", "zygote_stop"}
 
 
-def types_for(mode, netns):
+def types_for(mode, netns, preload=False):
     return [t for t in FAULT_TYPES
-            if (netns or t not in NETNS_ONLY) and (mode == "etcd" or t not in ETCD_ONLY)]
+            if (netns or t not in NETNS_ONLY) and (mode == "etcd" or t not in ETCD_ONLY)
+            and (preload or t not in PRELOAD_ONLY)]
 
 
 def generate(seed, faults, types):
