@@ -95,12 +95,10 @@ std::optional<Result<StartedProcess>> ZygoteStarter::start(const SpawnRequest& r
       return std::nullopt;
     }
     state_ = State::Ready;
+    deaths_in_a_row_ = 0;
   }
   auto forked = zygote_->fork_worker(request, *program);
-  if (auto* started = std::get_if<StartedProcess>(&forked)) {
-    deaths_in_a_row_ = 0;
-    return *started;
-  }
+  if (auto* started = std::get_if<StartedProcess>(&forked)) return *started;
   const auto failure = std::get<Zygote::ForkFailure>(forked);
   if (failure.died) {
     respawn(failure.why);  // this worker is exec'd; the next start may fork again

@@ -9,7 +9,7 @@
 ///   descriptor turns readable), bounded by --preload-timeout, given up on a signal.
 /// - A zygote that died (reaped, or its socket closed during a fork or its imports) is replaced
 ///   at once by one that imports in the background; until it is ready, workers are exec'd. More
-///   than kMaxDeathsInARow deaths without a forked worker in between give the preload up.
+///   than kMaxDeathsInARow in a row that die before they are ready give the preload up.
 /// - A zygote that refused, did not answer a request in time, answered nonsense, or whose
 ///   replacement did not import within --preload-timeout is given up for the run: workers are
 ///   exec'd and take_notice() says why, once.
@@ -49,7 +49,7 @@ class ZygoteStarter {
  private:
   enum class State { Off, Importing, Ready };
   /// A new zygote importing in the background, in place of one that died (`why`); false (and
-  /// given up) if it cannot be started or too many died in a row without forking a worker.
+  /// given up) if it cannot be started or too many died in a row before they were ready.
   bool respawn(const std::string& why);
   static constexpr int kMaxDeathsInARow = 3;
   void give_up(const std::string& why);
@@ -58,7 +58,7 @@ class ZygoteStarter {
   State state_ = State::Off;
   std::chrono::steady_clock::time_point import_deadline_{};
   std::optional<std::string> notice_;
-  int deaths_in_a_row_ = 0;  // zygotes that died since the last forked worker
+  int deaths_in_a_row_ = 0;  // zygotes that died since the last one was ready
 };
 
 }  // namespace ddp::launcher
