@@ -188,6 +188,26 @@ class Harness:
             if kind == "store_host_kill":
                 return f"SIGKILL store host {host.name}" if job.signal_pid(host.proc.pid, signal.SIGKILL) else None
             return stop_for(host.proc.pid, f"store host {host.name}")
+        if kind in ("zygote_kill", "zygote_stop"):
+            # The preloaded interpreter: the agent's child that runs the zygote's program and
+            # was never one of its workers (forked workers run the same command line).
+            found = []
+            for a in live:
+                started = {e["pid"] for e in a.events_of("worker_start")}
+                for pid in job.children(a.proc.pid):
+                    try:
+                        with open(f"/proc/{pid}/cmdline", "rb") as f:
+                            if b"<ddprun-zygote>" in f.read() and pid not in started:
+                                found.append((pid, a.name))
+                    except OSError:
+                        pass
+            z = choose(sorted(found))
+            if not z:
+                return None
+            if kind == "zygote_kill":
+                return (f"SIGKILL zygote pid {z[0]} of {z[1]}"
+                        if job.signal_pid(z[0], signal.SIGKILL) else None)
+            return stop_for(z[0], f"zygote of {z[1]}")
         if kind == "link_cut":
             a = choose(live)
             if not a:
@@ -523,7 +543,7 @@ def main():
                 return 77
         else:
             types = args.types.split(",") if args.types else sched.types_for(
-                args.mode, h.topology.kind == "netns")
+                args.mode, h.topology.kind == "netns", bool(h.preload))
             unknown = [t for t in types if t not in sched.FAULT_TYPES]
             if unknown:
                 p.error(f"unknown fault types: {unknown}")

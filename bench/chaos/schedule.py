@@ -24,15 +24,20 @@ FAULT_TYPES = {
     "etcd_compact": "etcd's history compacted at its current revision (what auto-compaction does)",
     "etcd_black_hole": "one etcd member's front accepts and never answers for a random time",
     "etcd_5xx": "one etcd member's front answers HTTP 503 for a random time",
+    "zygote_kill": "SIGKILL of one agent's preloaded interpreter (--preload only)",
+    "zygote_stop": "SIGSTOP of one agent's preloaded interpreter for a random time, then SIGCONT "
+                   "(--preload only)",
 }
 NETNS_ONLY = {"link_cut"}
 ETCD_ONLY = {"etcd_kill", "etcd_leader_kill", "etcd_stop", "etcd_compact", "etcd_black_hole",
              "etcd_5xx"}
+PRELOAD_ONLY = {"zygote_kill", "zygote_stop"}
 
 
-def types_for(mode, netns):
+def types_for(mode, netns, preload=False):
     return [t for t in FAULT_TYPES
-            if (netns or t not in NETNS_ONLY) and (mode == "etcd" or t not in ETCD_ONLY)]
+            if (netns or t not in NETNS_ONLY) and (mode == "etcd" or t not in ETCD_ONLY)
+            and (preload or t not in PRELOAD_ONLY)]
 
 
 def generate(seed, faults, types):

@@ -144,6 +144,10 @@ constexpr OptionSpec kOptions[] = {
     {"--preload", "MODULES", nullptr, &RawOptions::preload, nullptr, nullptr,
      "Import these modules (e.g. torch,numpy) once in a per-node interpreter and fork every "
      "Python worker from it, at start and at every restart (docs/warm-start.md)"},
+    {"--preload-timeout,--preload_timeout", "SECONDS", nullptr, &RawOptions::preload_timeout,
+     nullptr, nullptr,
+     "With --preload: how long the imports may take before the workers are exec'd without it "
+     "(default 300)"},
     {"--scheduler", "NAME", nullptr, &RawOptions::scheduler, nullptr,
      "auto none slurm openmpi pmix pmi k8s-indexed kubeflow",
      "Cluster scheduler whose environment gives the node values: auto (default), none, slurm, "

@@ -157,6 +157,12 @@ Result<ConfiguredLaunch> config_from_options(const RawOptions& raw, const HostFa
     if (!modules) return modules.error();
     c.preload = std::move(*modules);
   }
+  if (!raw.preload_timeout.empty()) {
+    auto seconds = parse_seconds("--preload-timeout", raw.preload_timeout);
+    if (!seconds) return seconds.error();
+    if (*seconds <= 0) return usage_error("--preload-timeout: must be more than 0 seconds");
+    c.preload_timeout = std::chrono::milliseconds(static_cast<long long>(*seconds * 1000.0));
+  }
 
   // Nodes: typed flags > PET_* > the scheduler's environment > ddprun's defaults.
   auto plan = plan_launch_nodes(raw, host.environment);

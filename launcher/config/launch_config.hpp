@@ -56,6 +56,7 @@ struct LaunchConfig {
   std::vector<std::string> program_args;  // untouched
   std::string python;                     // interpreter as given (resolved on PATH later)
   std::vector<std::string> preload;       // --preload: modules of the zygote (docs/warm-start.md)
+  std::chrono::milliseconds preload_timeout{300'000};  // --preload-timeout: for its imports
 
   std::string log_dir;  // empty: a temporary directory
   StreamSpec redirects;

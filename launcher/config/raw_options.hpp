@@ -58,8 +58,9 @@ struct RawOptions {
   std::string color = "auto";  // auto, always or never
   bool dry_run = false;
   bool bind_gpu = false;
-  std::string python;   // empty: $PYTHON_EXEC, else python3 on PATH
-  std::string preload;  // --preload: a comma list of modules; empty: workers are exec'd
+  std::string python;           // empty: $PYTHON_EXEC, else python3 on PATH
+  std::string preload;          // --preload: a comma list of modules; empty: workers are exec'd
+  std::string preload_timeout;  // --preload-timeout: seconds; empty: 300
   std::string store_proxy = "auto";  // on, off or auto (multi-node, 2+ per node, 1024+ ranks)
   std::string store_proxy_max_watched_keys;  // empty: the proxy's default (262144)
   std::string scheduler = "auto";            // auto, none or one detector (slurm, openmpi, ...)

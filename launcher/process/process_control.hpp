@@ -67,11 +67,17 @@ class ProcessControl {
   /// (the job cgroup's cgroup.kill); nothing more to do elsewhere.
   virtual void kill_job() {}
 
-  /// --preload, after begin_supervision(): from now on start() forks the workers it can from a
-  /// preloaded interpreter (zygote.hpp). Ready, or the one-line reason it cannot be used (start()
-  /// then execs as before).
-  virtual std::variant<ZygoteReady, std::string> enable_preload(const ZygoteSetup&) {
+  /// --preload, after begin_supervision(): starts the preloaded interpreter's imports (zygote.hpp)
+  /// without waiting. The descriptor turns readable when it has answered (then finish_preload());
+  /// a string is the one-line reason it cannot be used (start() then execs as before).
+  virtual std::variant<int, std::string> begin_preload(const ZygoteSetup&) {
     return std::string("not supported by this process control");
+  }
+  /// After begin_preload()'s descriptor turned readable, or with `give_up` (its timeout, a
+  /// signal): ready (from now on start() forks the workers it can), or why not.
+  virtual std::variant<ZygoteReady, std::string> finish_preload(
+      const std::optional<std::string>& give_up) {
+    return give_up.value_or("not supported by this process control");
   }
   /// Why start() went back to exec'ing workers since the last call, once.
   virtual std::optional<std::string> take_preload_notice() { return std::nullopt; }
@@ -95,17 +101,18 @@ class PosixProcessControl final : public ProcessControl {
   void signal_group(pid_t pgid, int sig) override;
   void signal_process(pid_t pid, int sig) override;
   void kill_job() override;
-  std::variant<ZygoteReady, std::string> enable_preload(const ZygoteSetup& setup) override;
+  std::variant<int, std::string> begin_preload(const ZygoteSetup& setup) override;
+  std::variant<ZygoteReady, std::string> finish_preload(
+      const std::optional<std::string>& give_up) override;
   std::optional<std::string> take_preload_notice() override;
 
  private:
-  void own_zygote();
+  void own_zygote(pid_t pid);
   OrphanGuard guard_;
   std::unique_ptr<JobCgroup> cgroup_;  // nullptr where cgroup v2 is not writable
   WorkerPidfds workers_;
   std::unique_ptr<ZygoteStarter> zygote_;  // --preload
   bool subreaper_ = false;
-  pid_t guarded_zygote_ = -1;  // the zygote in the job cgroup, whose pidfd the guard holds
 };
 
 }  // namespace ddp::launcher

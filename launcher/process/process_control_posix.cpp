@@ -54,10 +54,7 @@ Result<StartedProcess> PosixProcessControl::start(const SpawnRequest& request) {
     }
   }
   std::optional<Result<StartedProcess>> forked;
-  if (zygote_) {
-    forked = zygote_->start(in_cgroup);
-    own_zygote();  // a respawned one too
-  }
+  if (zygote_) forked = zygote_->start(in_cgroup);
   auto started = forked ? std::move(*forked) : start_process(in_cgroup);
   // Unreaped (only this loop reaps; a forked worker re-parents to ddprun, the subreaper), so the
   // pid is certainly the worker's.
@@ -65,24 +62,31 @@ Result<StartedProcess> PosixProcessControl::start(const SpawnRequest& request) {
   return started;
 }
 
-std::variant<ZygoteReady, std::string> PosixProcessControl::enable_preload(
-    const ZygoteSetup& setup) {
+// --preload (zygote_starter.hpp) ----------------------------------------------------------------
+
+std::variant<int, std::string> PosixProcessControl::begin_preload(const ZygoteSetup& setup) {
   // A forked worker reaches ddprun by re-parenting, which only a subreaper gets.
   if (!subreaper_) return std::string("ddprun could not become a child subreaper");
-  auto starter = std::make_unique<ZygoteStarter>(setup);
-  auto ready = starter->begin();
-  if (std::holds_alternative<ZygoteReady>(ready)) {
-    zygote_ = std::move(starter);
-    own_zygote();
-  }
+  ZygoteSetup owned = setup;
+  owned.on_spawned = [this](pid_t pid) { own_zygote(pid); };  // every respawn too
+  auto starter = std::make_unique<ZygoteStarter>(std::move(owned));
+  auto begun = starter->begin();
+  if (std::holds_alternative<int>(begun)) zygote_ = std::move(starter);
+  return begun;
+}
+
+std::variant<ZygoteReady, std::string> PosixProcessControl::finish_preload(
+    const std::optional<std::string>& give_up) {
+  if (!zygote_) return give_up.value_or("no preloaded interpreter");
+  auto ready = zygote_->settle(give_up);
+  if (!std::holds_alternative<ZygoteReady>(ready)) zygote_.reset();
   return ready;
 }
 
-void PosixProcessControl::own_zygote() {
-  const pid_t pid = zygote_ ? zygote_->pid() : -1;
-  if (pid <= 0 || pid == guarded_zygote_) return;
-  // Part of the job: in its cgroup (beside the attempts', which are emptied after each), so the
-  // run's end kills it with everything else. Its workers move themselves into the attempt's.
+void PosixProcessControl::own_zygote(pid_t pid) {
+  // Part of the job before it imports anything: in its cgroup (beside the attempts', which are
+  // emptied after each), so that the run's end kills it and whatever its modules started. Its
+  // workers move themselves into the attempt's.
   if (cgroup_) cgroup_->adopt(pid, "preload");
   // Its own session: the guard kills it if ddprun is killed. Our unreaped child, so the pidfd is
   // certainly its.
@@ -91,7 +95,6 @@ void PosixProcessControl::own_zygote() {
     guard_.watch_group(fd);
     ::close(fd);
   }
-  guarded_zygote_ = pid;
 }
 
 std::optional<std::string> PosixProcessControl::take_preload_notice() {

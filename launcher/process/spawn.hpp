@@ -50,7 +50,9 @@ void set_worker_fd_soft_limit(rlim_t soft);
 /// workers can be started back to back. A failing fork is an Error with exit code 70.
 Result<StartedProcess> start_process(const SpawnRequest& request);
 
-/// Waits until the child has exec'd (or failed to) and closes the report fd. Returns the pid;
+/// Waits until the child has exec'd (or failed to) and closes the report fd. A worker forked by
+/// the zygote (its report fd a socket) is given its go-ahead first: call this only once its pid
+/// is recorded. Returns the pid;
 /// an exec failure (ENOENT, EACCES...) is an Error with exit code 127 and the child is reaped;
 /// a child that could not enter its job cgroup is an Error with exit code 70.
 Result<pid_t> await_exec(const StartedProcess& started, const std::string& executable);

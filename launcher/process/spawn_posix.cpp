@@ -6,6 +6,8 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -177,6 +179,18 @@ Result<StartedProcess> start_process(const SpawnRequest& request) {
 }
 
 Result<pid_t> await_exec(const StartedProcess& started, const std::string& executable) {
+  // A worker forked by the zygote (zygote.hpp) reports on a socket and waits on it for this
+  // go-ahead, which its caller gives only once it has recorded the pid: a fork that ddprun never
+  // claimed runs no user code. An exec'd child reports on a pipe and waits for nothing.
+  struct stat report {};
+  if (::fstat(started.exec_report_fd, &report) == 0 && S_ISSOCK(report.st_mode)) {
+    const char go = 'g';
+    ssize_t sent;
+    do {
+      sent = ::send(started.exec_report_fd, &go, 1, MSG_NOSIGNAL);
+    } while (sent < 0 && errno == EINTR);
+    // A worker that failed its setup already wrote why and exited: read it below.
+  }
   int child_errno = 0;
   ssize_t n;
   do {

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -15,41 +16,46 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "launcher/common/exit_codes.hpp"
 #include "launcher/process/zygote_script.hpp"
 #include "rendezvous/json_text.hpp"
 
 namespace ddp::launcher {
 namespace {
 
-constexpr auto kZygoteReplyTimeout = std::chrono::seconds(30);
-constexpr size_t kMaxZygoteMessage = 1 << 20;
+constexpr size_t kMaxZygoteAnswer = 64 * 1024;  // its answers are small: a pid, a line
 
-/// Waits for one message; empty with `why` set on timeout, EOF or error.
-std::string receive_from_zygote(int fd, std::chrono::milliseconds timeout, std::string& why) {
+enum class Received { Message, Timeout, Closed };
+
+/// Waits at most `timeout` for one answer.
+Received receive_from_zygote(int fd, std::chrono::milliseconds timeout, std::string& out,
+                             std::string& why) {
   pollfd p{fd, POLLIN, 0};
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
   int ready;
-  do {
-    ready = ::poll(&p, 1, static_cast<int>(timeout.count()));
-  } while (ready < 0 && errno == EINTR);
-  if (ready == 0) {
-    why = fmt::format("no answer within {} s", timeout.count() / 1000);
-    return {};
+  while (true) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    ready = ::poll(&p, 1, static_cast<int>(std::max<long long>(0, left.count())));
+    if (ready >= 0 || errno != EINTR) break;
   }
-  std::string buffer(kMaxZygoteMessage, '\0');
+  if (ready == 0) {
+    why = fmt::format("no answer within {:.3g} s (stopped?)", timeout.count() / 1000.0);
+    return Received::Timeout;
+  }
+  out.assign(kMaxZygoteAnswer, '\0');
   ssize_t n;
   do {
-    n = ::recv(fd, buffer.data(), buffer.size(), 0);
+    n = ::recv(fd, out.data(), out.size(), MSG_DONTWAIT);
   } while (n < 0 && errno == EINTR);
   if (n <= 0) {
     why = n == 0 ? "it exited" : std::strerror(errno);
-    return {};
+    return Received::Closed;
   }
-  buffer.resize(static_cast<size_t>(n));
-  return buffer;
+  out.resize(static_cast<size_t>(n));
+  return Received::Message;
 }
 
-bool send_to_zygote(int fd, const std::string& message, const std::vector<int>& fds) {
+bool send_datagram(int fd, const std::string& message, const std::vector<int>& fds) {
   iovec iov{const_cast<char*>(message.data()), message.size()};
   msghdr msg{};
   msg.msg_iov = &iov;
@@ -66,9 +72,37 @@ bool send_to_zygote(int fd, const std::string& message, const std::vector<int>& 
   }
   ssize_t n;
   do {
-    n = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
+    n = ::sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
   } while (n < 0 && errno == EINTR);
   return n == static_cast<ssize_t>(message.size());
+}
+
+/// A request of any size: its text in a memfd (the first descriptor), a small header naming its
+/// size. A datagram alone is limited by the socket's buffer (a 110 KB argument did not fit).
+/// Empty, or why it could not be sent.
+std::string send_request(int fd, const std::string& text, std::vector<int> fds, int& err) {
+  err = 0;
+  const int body = ::memfd_create("ddprun-zygote-request", MFD_CLOEXEC);
+  if (body < 0) {
+    err = errno;
+    return fmt::format("memfd_create: {}", std::strerror(err));
+  }
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(body, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      err = errno;
+      ::close(body);
+      return fmt::format("cannot write the request: {}", std::strerror(err));
+    }
+    done += static_cast<size_t>(n);
+  }
+  fds.insert(fds.begin(), body);
+  const bool sent = send_datagram(fd, dump_json(nlohmann::json{{"size", text.size()}}), fds);
+  err = sent ? 0 : errno;
+  ::close(body);
+  return sent ? std::string() : std::string(std::strerror(err));
 }
 
 /// The umask without changing it (umask(2) cannot read it alone).
@@ -97,7 +131,31 @@ std::string current_directory() {
 
 }  // namespace
 
-std::variant<std::unique_ptr<Zygote>, std::string> Zygote::start(const ZygoteSetup& setup) {
+std::string worker_description(const SpawnRequest& request, const PythonInvocation& program,
+                               const std::vector<std::string>& fd_names) {
+  // SpawnRequest, field by field, as exec_child() (spawn_posix.cpp) applies it:
+  //   executable, argv     -> the program to run (mode, target, args; orig_argv)
+  //   envp                 -> the environment, applied over the one left by the imports
+  //   stdout_fd, stderr_fd -> passed as descriptors ("stdout", "stderr")
+  //   cgroup_dir_fd/procs  -> passed as a descriptor ("cgroup"); the worker moves itself in
+  //   cpu_affinity         -> sched_setaffinity
+  //   preferred_memory_node -> set_mempolicy(MPOL_PREFERRED)
+  //   pass_fd              -> never for a worker
+  // RLIMIT_NOFILE (set_worker_fd_soft_limit) is the zygote's own, set when it was exec'd.
+  return dump_json(nlohmann::json{{"mode", program.mode},
+                                  {"target", program.target},
+                                  {"args", program.args},
+                                  {"orig_argv", request.argv},
+                                  {"env", request.envp},
+                                  {"cwd", current_directory()},
+                                  {"umask", read_umask()},
+                                  {"parent", ::getpid()},
+                                  {"cpus", request.cpu_affinity},
+                                  {"memory_node", request.preferred_memory_node},
+                                  {"fds", fd_names}});
+}
+
+std::variant<std::unique_ptr<Zygote>, std::string> Zygote::spawn(const ZygoteSetup& setup) {
   int pair[2];
   if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0)
     return fmt::format("socketpair: {}", std::strerror(errno));
@@ -116,21 +174,44 @@ std::variant<std::unique_ptr<Zygote>, std::string> Zygote::start(const ZygoteSet
     zygote->pid_ = -1;  // reaped by await_exec
     return execed.error().message;
   }
-  if (!send_to_zygote(zygote->socket_fd_, std::string(kZygoteScript), {}))
+  return zygote;
+}
+
+std::optional<std::string> Zygote::begin_imports(const ZygoteSetup& setup) {
+  // The bootstrap reads its program with one read(): small, a datagram of its own.
+  if (!send_datagram(socket_fd_, std::string(kZygoteScript), {})) {
     return fmt::format("cannot send the preloaded interpreter its program: {}",
                        std::strerror(errno));
-  std::string why;
-  const std::string hello = receive_from_zygote(zygote->socket_fd_, setup.ready_timeout, why);
-  if (hello.empty()) return fmt::format("the preloaded interpreter failed to start ({})", why);
-  auto ready = parse_zygote_hello(hello);
-  if (auto* reason = std::get_if<std::string>(&ready)) return *reason;
-  zygote->import_seconds_ = std::get<ZygoteReady>(ready).import_seconds;
-  return zygote;
+  }
+  // The workers' arguments, so that the modules see the workers' sys.argv while they import.
+  int err = 0;
+  const std::string why =
+      send_request(socket_fd_, dump_json(nlohmann::json{{"args", setup.workers.args}}), {}, err);
+  if (!why.empty()) return fmt::format("cannot send the preloaded interpreter its setup: {}", why);
+  return std::nullopt;
+}
+
+std::optional<std::variant<ZygoteReady, std::string>> Zygote::poll_greeting() {
+  std::string hello, why;
+  switch (receive_from_zygote(socket_fd_, std::chrono::milliseconds(0), hello, why)) {
+    case Received::Timeout:
+      return std::nullopt;
+    case Received::Closed:
+      hung_up_ = true;
+      return std::string(fmt::format("the preloaded interpreter failed to start ({})", why));
+    case Received::Message:
+      break;
+  }
+  return parse_zygote_hello(hello);
 }
 
 Zygote::~Zygote() {
   ::close(socket_fd_);
   if (pid_ > 0) {
+    // Its group first: a helper a module started at import, an intermediate, a worker that was
+    // forked but never claimed (it has not left the group yet). The number is certainly its
+    // while the zygote is unreaped.
+    ::kill(-pid_, SIGKILL);
     ::kill(pid_, SIGKILL);
     // Only ours to reap while it has not been reaped by waitpid(-1) (ECHILD then).
     while (::waitpid(pid_, nullptr, 0) < 0 && errno == EINTR) {
@@ -138,39 +219,43 @@ Zygote::~Zygote() {
   }
 }
 
-Result<StartedProcess> Zygote::fork_worker(const SpawnRequest& request,
-                                           const PythonInvocation& program) {
+std::variant<StartedProcess, Zygote::ForkFailure> Zygote::fork_worker(
+    const SpawnRequest& request, const PythonInvocation& program) {
+  // The claim socket: the worker reports a setup failure on it, waits on it for ddprun's
+  // go-ahead (await_exec), and closes it once it runs.
   int report[2];
-  if (::pipe2(report, O_CLOEXEC) != 0)
-    return Error{exit_codes::kInternal, fmt::format("pipe: {}", std::strerror(errno))};
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, report) != 0)
+    return ForkFailure{false, fmt::format("socketpair: {}", std::strerror(errno))};
   std::vector<int> fds{request.stdout_fd >= 0 ? request.stdout_fd : STDOUT_FILENO,
                        request.stderr_fd >= 0 ? request.stderr_fd : STDERR_FILENO, report[1]};
-  nlohmann::json names = {"stdout", "stderr", "report"};
+  std::vector<std::string> names{"stdout", "stderr", "report"};
   if (request.cgroup_procs_fd >= 0) {
     fds.push_back(request.cgroup_procs_fd);
     names.push_back("cgroup");
   }
-  const nlohmann::json message = {{"mode", program.mode},         {"target", program.target},
-                                  {"args", program.args},         {"orig_argv", request.argv},
-                                  {"env", request.envp},          {"cwd", current_directory()},
-                                  {"umask", read_umask()},        {"parent", ::getpid()},
-                                  {"cpus", request.cpu_affinity}, {"fds", names}};
-  const bool sent = send_to_zygote(socket_fd_, dump_json(message), fds);
-  const int send_errno = errno;
+  int err = 0;
+  const std::string sent =
+      send_request(socket_fd_, worker_description(request, program, names), fds, err);
   ::close(report[1]);
-  auto fail = [&](std::string why) -> Result<StartedProcess> {
-    ::close(report[0]);
-    return Error{exit_codes::kInternal, std::move(why)};
+  auto fail = [&](bool died, std::string why) -> std::variant<StartedProcess, ForkFailure> {
+    ::close(report[0]);  // a worker forked after all reads EOF and exits unclaimed
+    return ForkFailure{died, std::move(why)};
   };
-  if (!sent) {
-    return fail(fmt::format("cannot ask the preloaded interpreter for a worker: {}",
-                            std::strerror(send_errno)));
+  if (!sent.empty()) {
+    const bool died = err == EPIPE || err == ECONNRESET;
+    return fail(died, fmt::format("cannot ask the preloaded interpreter for a worker: {}", sent));
   }
-  std::string why;
-  const std::string reply = receive_from_zygote(socket_fd_, kZygoteReplyTimeout, why);
-  if (reply.empty()) return fail(fmt::format("the preloaded interpreter gave no worker ({})", why));
+  std::string reply, why;
+  switch (receive_from_zygote(socket_fd_, kReplyTimeout, reply, why)) {
+    case Received::Timeout:
+      return fail(false, fmt::format("the preloaded interpreter gave no worker: {}", why));
+    case Received::Closed:
+      return fail(true, fmt::format("the preloaded interpreter gave no worker: {}", why));
+    case Received::Message:
+      break;
+  }
   auto pid = parse_zygote_reply(reply);
-  if (auto* error = std::get_if<std::string>(&pid)) return fail(*error);
+  if (auto* error = std::get_if<std::string>(&pid)) return fail(false, *error);
   return StartedProcess{static_cast<pid_t>(std::get<int>(pid)), report[0]};
 }
 

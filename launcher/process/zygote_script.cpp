@@ -15,6 +15,30 @@ _FD, _MODE, _TARGET = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 _MODULES = [m for m in sys.argv[4:] if m]
 _TORCH_DEFAULT_SEED = 67280421310721  # c10's default_rng_seed_val: torch 1.x's first seed
 _MAX_FDS = 8
+_GIVEN_ENV = dict(os.environ)  # before the imports: what ddprun gave (and the interpreter added)
+_SET_MEMPOLICY = {'x86_64': 238, 'aarch64': 237, 'riscv64': 237, 'ppc64le': 261, 'ppc64': 261,
+                  's390x': 270}
+
+
+def _receive(sock):
+    # One request: a small header naming its size, its JSON in a memfd (the first descriptor,
+    # so that no argv or environment is too large for a datagram), then the passed descriptors.
+    data, fds, _, _ = socket.recv_fds(sock, 4096, _MAX_FDS)
+    if not data:
+        for fd in fds:
+            os.close(fd)
+        return None, []
+    size = json.loads(data)['size']
+    body, fds = fds[0], fds[1:]
+    chunks, done = [], 0
+    while done < size:
+        chunk = os.pread(body, size - done, done)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        done += len(chunk)
+    os.close(body)
+    return json.loads(b''.join(chunks)), fds
 
 
 def _added_at_startup():
@@ -40,9 +64,34 @@ def _first_path_entry(mode, target):
     return ''
 
 
-def _refusal():
+def _argv_at_import(args):
+    # What an exec'd worker's sys.argv is while its imports run: the script and its arguments
+    # (for -m, '-m' until runpy has found the module, as in `python -m`; for -c, '-c').
+    if _MODE == 'script':
+        return [_TARGET] + args
+    return ['-m' if _MODE == 'module' else '-c'] + args
+
+
+def _live_children():
+    me, names = os.getpid(), []
+    for entry in os.listdir('/proc'):
+        if not entry.isdigit():
+            continue
+        try:
+            with open('/proc/%s/stat' % entry) as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(')') + 2:].split()
+        if int(fields[1]) == me and fields[0] != 'Z':
+            names.append(stat[stat.index('(') + 1:stat.rindex(')')])
+    return names
+
+
+def _refusal(setup):
     try:
         import importlib
+        sys.argv = _argv_at_import(setup.get('args', []))
         sys.path[0] = _first_path_entry(_MODE, _TARGET)
         for name in _MODULES:
             importlib.import_module(name)
@@ -68,6 +117,13 @@ def _refusal():
                 pass
         return 'the preloaded modules left %d threads running (%s); fork needs one' % (
             len(tasks), ', '.join(sorted(names)))
+    children = _live_children()
+    if children:
+        # Every forked worker would share them (their pipes, their locks), and none would be
+        # its parent.
+        return ('the preloaded modules left %d child process%s running (%s); forked workers '
+                'would share them' % (len(children), '' if len(children) == 1 else 'es',
+                                       ', '.join(sorted(children))))
     torch = sys.modules.get('torch')
     cuda = getattr(torch, 'cuda', None)
     if cuda is not None and getattr(cuda, 'is_initialized', lambda: False)():
@@ -83,18 +139,20 @@ def _serve(sock):
     # One request at a time; returns (request, fds) in the worker, None when ddprun goes away.
     while True:
         try:
-            data, fds, _, _ = socket.recv_fds(sock, 1 << 22, _MAX_FDS)
-        except OSError:
+            req, fds = _receive(sock)
+        except (OSError, ValueError, KeyError, IndexError):
+            return None  # ddprun went away, or spoke nonsense: it gives this zygote up
+        if req is None:
             return None
-        if not data:
-            return None
-        req = json.loads(data)
         r, w = os.pipe()
         pid = os.fork()
         if pid == 0:  # the intermediate: fork the worker and go, so that it reparents to ddprun
             os.close(r)
             worker = os.fork()
             if worker == 0:
+                # Its own session at once: giving the zygote up kills the zygote's group (what a
+                # module started, an unclaimed worker's intermediate), not a claimed worker.
+                os.setsid()
                 os.close(w)
                 sock.close()
                 return req, fds
@@ -119,6 +177,36 @@ def _fail(report, err, code=70):
         os._exit(code)
 
 
+def _set_preferred_node(node):
+    # --numa-binding: MPOL_PREFERRED as the exec path sets it (spawn_posix.cpp); best effort.
+    import ctypes
+    number = _SET_MEMPOLICY.get(os.uname().machine)
+    if node < 0 or number is None:
+        return
+    bits = 8 * ctypes.sizeof(ctypes.c_ulong)
+    mask = (ctypes.c_ulong * 16)()
+    if node >= 16 * bits:
+        return
+    mask[node // bits] |= 1 << (node % bits)
+    ctypes.CDLL(None, use_errno=True).syscall(ctypes.c_long(number), ctypes.c_long(1), mask,
+                                              ctypes.c_ulong(16 * bits))
+
+
+def _apply_environment(entries):
+    # A change over the environment the imports left: ddprun's values win; what ddprun removed
+    # for this rank goes; what a module set at import and ddprun does not set stays.
+    want = {}
+    for entry in entries:
+        key, _, value = entry.partition('=')
+        want[key] = value
+    for key in list(os.environ):
+        if key not in want and key in _GIVEN_ENV and key not in _STARTUP_ADDED:
+            del os.environ[key]  # unsetenv: the C environ follows
+    for key, value in want.items():
+        if os.environ.get(key) != value:
+            os.environ[key] = value
+
+
 def _become_worker(req, fds):
     named = dict(zip(req['fds'], fds))
     report = named['report']
@@ -134,12 +222,12 @@ def _become_worker(req, fds):
         _fail(report, ctypes.get_errno())
     if os.getppid() != parent:
         os._exit(70)  # ddprun died before the prctl
-    os.setsid()
     if 'cgroup' in named:
         try:
             os.write(named['cgroup'], b'0')
         except OSError as e:
             _fail(report, -e.errno)
+        os.close(named['cgroup'])
     for sig in signal.valid_signals():
         if sig in _DISPOSITIONS:
             try:
@@ -152,20 +240,17 @@ def _become_worker(req, fds):
             os.sched_setaffinity(0, req['cpus'])
         except OSError:
             pass
+    _set_preferred_node(req.get('memory_node', -1))
     os.dup2(named['stdout'], 1)
     os.dup2(named['stderr'], 2)
+    for name in ('stdout', 'stderr'):
+        if named[name] > 2:
+            os.close(named[name])
     os.umask(req['umask'])
     os.chdir(req['cwd'])
-    os.environ.clear()  # unsetenv: the C environ follows
-    for entry in req['env']:
-        key, _, value = entry.partition('=')
-        os.environ[key] = value
-    for key, value in _STARTUP_ADDED.items():
-        os.environ.setdefault(key, value)
-    # Every other descriptor goes, the report last: its EOF tells ddprun the worker is set up.
-    keep = report
-    os.closerange(3, keep)
-    os.closerange(keep + 1, 1 << 20)
+    _apply_environment(req['env'])
+    # Only the zygote's own descriptors went (its socket, the request's); whatever the preloaded
+    # modules opened at import (a log file) stays theirs, as in an exec'd worker.
     for name in ('stdout', 'stderr'):
         old = getattr(sys, name)
         new = __import__('io').TextIOWrapper(
@@ -174,8 +259,12 @@ def _become_worker(req, fds):
             line_buffering=False, write_through=True)
         setattr(sys, name, new)
         setattr(sys, '__%s__' % name, new)
+    # Per-process secrets and seeds, as an exec'd worker draws its own.
     import random
     random.seed()
+    mp = sys.modules.get('multiprocessing.process')
+    if mp is not None:
+        mp.current_process().authkey = os.urandom(32)
     np = sys.modules.get('numpy')
     if np is not None and hasattr(np, 'random'):
         np.random.seed()
@@ -185,7 +274,15 @@ def _become_worker(req, fds):
             torch.random.default_generator.manual_seed(_TORCH_DEFAULT_SEED)
         else:  # torch 2.x seeds its default generator from the OS
             torch.random.default_generator.seed()
-    os.close(report)
+    # Claimed: ddprun has recorded this pid and says go. EOF (ddprun never learnt the pid: the
+    # zygote died before answering, or gave up on it) means this process is nobody's worker.
+    try:
+        go = os.read(report, 1)
+    except OSError:
+        go = b''
+    if go != b'g':
+        os._exit(0)
+    os.close(report)  # its EOF tells ddprun the worker runs
 
 
 def _strip_own_frames(tb):
@@ -247,9 +344,16 @@ def _worker_main(req):
         sys.exit(1)
 
 
+os.set_inheritable(_FD, False)  # what a module starts at import must not hold ddprun's socket
 _sock = socket.socket(fileno=_FD)
 _started = time.monotonic()
-_why_not = _refusal()
+try:
+    _setup, _unused = _receive(_sock)
+except (OSError, ValueError, KeyError, IndexError):
+    os._exit(0)
+if _setup is None:
+    os._exit(0)
+_why_not = _refusal(_setup)
 _TORCH_FIXED_SEED = 'torch' in sys.modules and hasattr(sys.modules['torch'], 'initial_seed') and \
     sys.modules['torch'].initial_seed() == _TORCH_DEFAULT_SEED
 _DISPOSITIONS = {s: signal.getsignal(s) for s in signal.valid_signals()}

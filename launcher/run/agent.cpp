@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "launcher/run/agent.hpp"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <signal.h>
 #include <unistd.h>
@@ -133,14 +134,14 @@ Result<Ok> Agent::prepare() {
   // directory that nobody asked to keep.
   const std::string scratch = keep_run_dir_ ? std::string() : run_dir_->temporary_base();
   for (const auto& warning : control_->begin_supervision(token_, scratch)) say(warning);
-  if (!c.preload.empty()) enable_preload();
+  if (!c.preload.empty()) begin_preload();
   auto store = open_store();
   if (!store) return store;
   health_ = make_health_monitor();
   return health_->open(run_dir_->path(), c.nproc_per_node, c.nnodes.max, setup_.host);
 }
 
-void Agent::enable_preload() {
+void Agent::begin_preload() {
   const auto& c = setup_.config;
   std::vector<EnvMap> per_rank;
   per_rank.reserve(static_cast<size_t>(c.nproc_per_node));
@@ -151,17 +152,58 @@ void Agent::enable_preload() {
   EnvMap env = common_environment(per_rank);
   env[OrphanGuard::kTokenVariable] = token_;  // the orphan guard finds it as one of the run's
   auto workers = parse_python_invocation(setup_.argv);
-  std::variant<ZygoteReady, std::string> ready = std::string("not a Python command line");
+  std::variant<int, std::string> begun = std::string("not a Python command line");
   if (workers) {
-    ready = control_->enable_preload(
-        ZygoteSetup{setup_.executable, *workers, c.preload, to_envp_strings(env)});
+    ZygoteSetup zygote{setup_.executable, *workers, c.preload, to_envp_strings(env)};
+    zygote.ready_timeout = c.preload_timeout;
+    begun = control_->begin_preload(zygote);
   }
-  if (auto* reason = std::get_if<std::string>(&ready)) {
+  if (auto* reason = std::get_if<std::string>(&begun)) {
     on_preload_disabled(*reason);
     return;
   }
-  events_.emit("preload",
-               {{"modules", c.preload}, {"import_s", std::get<ZygoteReady>(ready).import_seconds}});
+  // A copy: the zygote's socket stays the process control's.
+  const int fd = ::fcntl(std::get<int>(begun), F_DUPFD_CLOEXEC, 3);
+  if (fd < 0) {
+    const std::string why =
+        fmt::format("cannot watch the preloaded interpreter: {}", std::strerror(errno));
+    control_->finish_preload(why);
+    on_preload_disabled(why);
+    return;
+  }
+  preload_answer_ = std::make_unique<boost::asio::posix::stream_descriptor>(io_, fd);
+  preload_timer_ = std::make_unique<boost::asio::steady_timer>(io_);
+}
+
+void Agent::await_preload() {
+  preload_answer_->async_wait(boost::asio::posix::stream_descriptor::wait_read,
+                              [this](const boost::system::error_code& ec) {
+                                if (ec || !preload_answer_) return;
+                                settle_preload(std::nullopt);
+                              });
+  preload_timer_->expires_after(setup_.config.preload_timeout);
+  preload_timer_->async_wait([this](const boost::system::error_code& ec) {
+    if (ec || !preload_answer_) return;
+    settle_preload(
+        fmt::format("the preloaded modules did not finish importing within {:.3g} s "
+                    "(--preload-timeout)",
+                    setup_.config.preload_timeout.count() / 1000.0));
+  });
+}
+
+void Agent::settle_preload(const std::optional<std::string>& give_up) {
+  preload_answer_.reset();  // cancels the other wait
+  if (preload_timer_) preload_timer_->cancel();
+  auto ready = control_->finish_preload(give_up);
+  if (interrupted_) {
+    // No attempt follows; the zygote is gone with the run.
+  } else if (auto* reason = std::get_if<std::string>(&ready)) {
+    on_preload_disabled(*reason);
+  } else {
+    events_.emit("preload", {{"modules", setup_.config.preload},
+                             {"import_s", std::get<ZygoteReady>(ready).import_seconds}});
+  }
+  boost::asio::post(io_, [this] { start_attempt(0); });
 }
 
 void Agent::on_preload_disabled(const std::string& reason) {
@@ -200,7 +242,11 @@ int Agent::run() {
   wait_for_children();
   wait_for_shutdown_signals();
   wait_for_forwarded_signals();
-  boost::asio::post(io_, [this] { start_attempt(0); });
+  if (preload_answer_) {
+    await_preload();  // the first attempt starts once the imports have answered
+  } else {
+    boost::asio::post(io_, [this] { start_attempt(0); });
+  }
   io_.run();
   // Whatever the sinks could not take yet (the summary included) goes out now, on the same loop
   // (the hosted store has its own); bounded, so that a console nobody reads cannot keep ddprun.
@@ -482,6 +528,11 @@ void Agent::on_shutdown_signal(int sig) {
   }
   interrupted_ = true;
   end_with(interrupted(sig));
+  if (preload_answer_) {  // before the first attempt, while the preloaded modules import
+    say(fmt::format("received {} while the preloaded modules import; finishing", signal_name(sig)));
+    settle_preload(std::string("interrupted"));
+    return;
+  }
   if (session_) session_->cancel_waits();
   release_held_failure();  // no verdict waited for: the others learn of the failure now
   if (phase_ == Phase::Starting && session_ && session_->busy()) {

@@ -39,6 +39,7 @@
 #include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
@@ -109,8 +110,14 @@ class Agent {
   };
 
   Result<Ok> prepare();
-  /// --preload: the node's preloaded interpreter, or the one line and event saying why not.
-  void enable_preload();
+  /// --preload: starts the node's preloaded interpreter importing (or the one line and event
+  /// saying why not); the first attempt starts once it has answered (await_preload()).
+  void begin_preload();
+  /// Waits on the loop (signals honoured) for its answer, at most --preload-timeout.
+  void await_preload();
+  /// Its answer arrived, or `give_up`: the `preload` event, or the line and `preload_disabled`;
+  /// then the first attempt.
+  void settle_preload(const std::optional<std::string>& give_up);
   void on_preload_disabled(const std::string& reason);
   /// One "ddprun: ..." line on stderr, in order with the workers' stderr lines.
   void say(const std::string& line);
@@ -210,6 +217,9 @@ class Agent {
   JoinProgress join_progress_{::isatty(STDERR_FILENO) != 0,
                               [this](const std::string& text) { stderr_sink_.write_all(text); }};
   std::unique_ptr<ProcessControl> control_;
+  // --preload: the zygote's first answer, waited for on the loop (null once it came).
+  std::unique_ptr<boost::asio::posix::stream_descriptor> preload_answer_;
+  std::unique_ptr<boost::asio::steady_timer> preload_timer_;
   std::string token_;
   EventLog events_;
   std::optional<RunDirectory> run_dir_;

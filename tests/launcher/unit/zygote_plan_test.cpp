@@ -2,9 +2,12 @@
 // --preload's pure decisions (launcher/process/zygote_plan.hpp) and the flag's validation.
 #include <doctest/doctest.h>
 
+#include <nlohmann/json.hpp>
+
 #include "launcher/config/cli.hpp"
 #include "launcher/config/launch_config.hpp"
 #include "launcher/config/program.hpp"
+#include "launcher/process/zygote.hpp"
 #include "launcher/process/zygote_plan.hpp"
 #include "launcher/process/zygote_script.hpp"
 
@@ -143,4 +146,43 @@ TEST_CASE("the zygote's environment is what every local rank shares") {
   EnvMap r0{{"RANK", "0"}, {"OMP_NUM_THREADS", "1"}, {"PATH", "/bin"}, {"ONLY0", "x"}};
   EnvMap r1{{"RANK", "1"}, {"OMP_NUM_THREADS", "1"}, {"PATH", "/bin"}};
   CHECK(common_environment({r0, r1}) == EnvMap{{"OMP_NUM_THREADS", "1"}, {"PATH", "/bin"}});
+}
+
+TEST_CASE("a forked worker's request carries what the exec path applies") {
+  SpawnRequest request{"/usr/bin/python3",
+                       {"/usr/bin/python3", "-u", "train.py", "--lr", "0.1"},
+                       {"RANK=1", "BIG=" + std::string(200'000, 'x')},
+                       5,
+                       6};
+  request.cpu_affinity = {2, 3};
+  request.preferred_memory_node = 0;
+  auto program = *parse_python_invocation(request.argv);
+  auto json = nlohmann::json::parse(worker_description(request, program, {"stdout", "stderr"}));
+  CHECK(json["mode"] == "script");
+  CHECK(json["target"] == "train.py");
+  CHECK(json["args"] == nlohmann::json({"--lr", "0.1"}));
+  CHECK(json["orig_argv"] == nlohmann::json(request.argv));
+  CHECK(json["env"].size() == 2);
+  CHECK(json["env"][1].get<std::string>().size() == 200'004);  // no limit of a datagram's
+  CHECK(json["cpus"] == nlohmann::json({2, 3}));
+  CHECK(json["memory_node"] == 0);  // --numa-binding's MPOL_PREFERRED, as exec_child() sets it
+  CHECK(json["fds"] == nlohmann::json({"stdout", "stderr"}));
+  CHECK(json.contains("cwd"));
+  CHECK(json.contains("umask"));
+  CHECK(json["parent"].get<int>() > 1);
+}
+
+TEST_CASE("--preload-timeout") {
+  auto ok = configure_preload({"--preload", "torch", "--preload-timeout", "2.5", "t.py"});
+  REQUIRE(ok.ok());
+  CHECK(ok->config.preload_timeout == std::chrono::milliseconds(2500));
+  auto standard = configure_preload({"--preload", "torch", "t.py"});
+  REQUIRE(standard.ok());
+  CHECK(standard->config.preload_timeout == std::chrono::seconds(300));
+  for (const char* bad : {"0", "-1", "soon"}) {
+    auto r = configure_preload({"--preload", "torch", "--preload-timeout", bad, "t.py"});
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().exit_code == 2);
+    CHECK(r.error().message.find("--preload-timeout") != std::string::npos);
+  }
 }
