@@ -105,7 +105,7 @@ build_arch() {
   log "$arch: configuring $build"
   cmake -S "$ROOT" -B "$build" -G Ninja -Wno-dev \
     -DCMAKE_TOOLCHAIN_FILE="$ROOT/packaging/portable/zig-toolchain.cmake" -DDDPRUN_ZIG_TOOLBIN="$toolbin" \
-    -DCMAKE_BUILD_TYPE=Release -DDDPRUN_SELF_CONTAINED=ON -DDDPRUN_PORTABLE_INCLUDE="$INCLUDE" \
+    -DCMAKE_BUILD_TYPE=Release -DCMAKE_EXE_LINKER_FLAGS=-s -DDDPRUN_SELF_CONTAINED=ON -DDDPRUN_PORTABLE_INCLUDE="$INCLUDE" \
     -DDDPRUN_FMT_INCLUDE="$INCLUDE" -DOPENSSL_ROOT_DIR="$ossl" -DOPENSSL_USE_STATIC_LIBS=ON \
     -DBUILD_TESTING=OFF -DDDPRUN_WITH_TORCH=OFF -DDDPRUN_BUILD_EXAMPLES=OFF -DDDPRUN_BUILD_BENCH=OFF \
     -DDDPRUN_INSTALL_DOCS="$docs" "${launcher[@]}" >"$build.configure.log" 2>&1 ||
@@ -116,7 +116,7 @@ build_arch() {
   local name="ddprun-$VERSION-linux-$arch"
   local stage="$ROOT/build-portable/stage/$name"
   rm -rf "$stage"
-  cmake --install "$build" --component runtime --prefix "$stage" --strip >/dev/null
+  cmake --install "$build" --component runtime --prefix "$stage" >/dev/null
   if [[ $docs == OFF ]]; then
     # Man pages and completions are text generated from the same sources: the host's build's.
     local host_stage="$ROOT/build-portable/stage/ddprun-$VERSION-linux-$(uname -m)"
