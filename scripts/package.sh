@@ -92,7 +92,8 @@ build_arch() {
     printf '#!/bin/sh\n# zig %s for %s (written by scripts/package.sh)\nexport ZIG_GLOBAL_CACHE_DIR="%s"\nexec "%s" %s%s "$@"\n' \
       "$tool" "$target" "$ZIG_GLOBAL_CACHE_DIR" "$ZIG" "$sub" "$args" >"$toolbin/$tool.new"
     chmod +x "$toolbin/$tool.new"
-    cmp -s "$toolbin/$tool.new" "$toolbin/$tool" && rm "$toolbin/$tool.new" || mv "$toolbin/$tool.new" "$toolbin/$tool"
+    # Rewritten only when it changes: ccache keys on the compiler's mtime.
+    if cmp -s "$toolbin/$tool.new" "$toolbin/$tool"; then rm "$toolbin/$tool.new"; else mv "$toolbin/$tool.new" "$toolbin/$tool"; fi
   done
 
   local ossl
@@ -119,7 +120,8 @@ build_arch() {
   cmake --install "$build" --component runtime --prefix "$stage" >/dev/null
   if [[ $docs == OFF ]]; then
     # Man pages and completions are text generated from the same sources: the host's build's.
-    local host_stage="$ROOT/build-portable/stage/ddprun-$VERSION-linux-$(uname -m)"
+    local host_stage
+    host_stage="$ROOT/build-portable/stage/ddprun-$VERSION-linux-$(uname -m)"
     [[ -d "$host_stage/share/man" ]] || { echo "package: build $(uname -m) first (its man pages serve $arch)" >&2; exit 1; }
     (cd "$host_stage" && find share -path share/doc -prune -o -type f -print | while read -r f; do
       mkdir -p "$stage/$(dirname "$f")"; cp "$f" "$stage/$f"; done)
