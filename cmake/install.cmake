@@ -2,7 +2,7 @@
 # CMakeLists after every subdirectory, so all targets exist here. Layout and checks: docs/packaging.md.
 #
 # Install components:
-#   runtime  bin/ddprun, bin/ddprun-store, man pages, bash/zsh completions, LICENSE -> the `ddprun` .deb
+#   runtime  bin/ddprun, bin/ddprun-store, bin/ddprun-store-proxy, man pages, bash/zsh completions, LICENSE -> the `ddprun` .deb
 #   worker   the LibTorch worker library and its CMake package `ddprun::worker`; its install() and
 #            install(EXPORT) rules live in worker/CMakeLists.txt (see "Worker package" below)
 #
@@ -20,6 +20,10 @@ endif()
 
 # --- executables ------------------------------------------------------------------------------
 install(TARGETS ddprun ddprun-store RUNTIME DESTINATION "${DDPRUN_INSTALL_BINDIR}" COMPONENT runtime)
+# The node-local store proxy on its own (docs/rendezvous.md, "Store proxy"), when CLI11 built it.
+if(TARGET ddprun-store-proxy)
+  install(TARGETS ddprun-store-proxy RUNTIME DESTINATION "${DDPRUN_INSTALL_BINDIR}" COMPONENT runtime)
+endif()
 if(NOT SKBUILD)
   install(FILES "${PROJECT_SOURCE_DIR}/LICENSE" DESTINATION "${CMAKE_INSTALL_DOCDIR}" COMPONENT runtime)
 endif()

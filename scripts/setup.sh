@@ -38,6 +38,7 @@ FULL_DEB_PACKAGES=(
   etcd-server etcd-client  # --rdzv_backend etcd: the tests start real etcd members on loopback
   openssl  # the etcd TLS test makes its CA and certificates with the openssl command
   chromium tmux  # the dashboard in a real headless browser, `ddprun top` in a real terminal
+  debootstrap qemu-user libc6-arm64-cross zstd  # the portable artifacts' checks: a Debian 11 chroot, aarch64 under qemu
 )
 # torch 2.x from PyPI for the python3 on PATH (the G2 store dialect and the CUDA LibTorch build),
 # and the wheel's build backend (the packaging test builds the wheel without build isolation).

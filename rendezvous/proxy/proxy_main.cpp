@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   std::string upstream;
   CLI::App app{"ddprun-store-proxy: a node-local proxy in front of a c10d-compatible TCP store",
                "ddprun-store-proxy"};
+  app.set_version_flag("--version", "ddprun-store-proxy " DDPRUN_VERSION);
   app.add_option("--upstream", upstream, "the root store, HOST:PORT")->required();
   app.add_option("--host", opts.bind_address, "address to listen on")->capture_default_str();
   app.add_option("--port", opts.port, "port to listen on; 0 picks a free one (printed on stdout)")

@@ -2,10 +2,12 @@
 // Exit-status mapping, the line framer, /proc/<pid>/stat parsing, error files and the summary.
 #include <doctest/doctest.h>
 #include <signal.h>
+#include <string.h>
 #include <sys/wait.h>
 
 #include <cstdlib>
 #include <ctime>
+#include <string>
 
 #include "launcher/output/line_framer.hpp"
 #include "launcher/process/process_table.hpp"
@@ -22,6 +24,14 @@ TEST_CASE("exit-status mapping follows the shell") {
   CHECK(shell_exit_code(ExitStatus::signaled(SIGSEGV)) == 139);
   CHECK(signal_name(SIGKILL) == "SIGKILL");
   CHECK(signal_name(SIGTERM) == "SIGTERM");
+#if defined(__GLIBC__) && __GLIBC_PREREQ(2, 32)
+  // The launcher's own table (glibc 2.28 has no sigabbrev_np: the portable build) names every
+  // signal as glibc does.
+  for (int sig = 1; sig <= SIGRTMAX; ++sig) {
+    const char* abbrev = sigabbrev_np(sig);
+    CHECK(signal_name(sig) == (abbrev ? std::string("SIG") + abbrev : "SIG" + std::to_string(sig)));
+  }
+#endif
   CHECK(describe(ExitStatus::exited(3)) == "exit code 3");
   CHECK(describe(ExitStatus::signaled(SIGSEGV, true)) == "signal SIGSEGV (11, core dumped)");
   // Real wait statuses from real children.
