@@ -351,12 +351,21 @@ void OutputSink::write_lines(const void* writer, std::string_view data, bool lin
 }
 
 void OutputSink::flush_held() {
-  size_t i = 0;
-  for (; i < held_.size() && line_owner_ == nullptr; ++i) {
-    if (!held_[i].data.empty()) write_all(held_[i].data);
-    if (held_[i].line_open) line_owner_ = held_[i].writer;
+  // In order; a writer's later output stays behind its first entry that cannot go yet, and an
+  // entry that opens a line makes its writer the owner (its own next entries follow it).
+  std::vector<Held> kept;
+  std::vector<const void*> blocked;
+  for (auto& h : held_) {
+    const bool behind = std::find(blocked.begin(), blocked.end(), h.writer) != blocked.end();
+    if (!behind && (line_owner_ == nullptr || line_owner_ == h.writer)) {
+      if (!h.data.empty()) write_all(h.data);
+      line_owner_ = h.line_open ? h.writer : nullptr;
+    } else {
+      if (!behind) blocked.push_back(h.writer);
+      kept.push_back(std::move(h));
+    }
   }
-  held_.erase(held_.begin(), held_.begin() + static_cast<std::ptrdiff_t>(i));
+  held_ = std::move(kept);
   // Writers that hold nothing any more read again.
   auto waiting = std::move(release_waiters_);
   release_waiters_.clear();

@@ -26,12 +26,12 @@ struct FrameOptions {
   std::string footer;  // e.g. "q quits"
   std::string notice;  // e.g. "cannot reach ...; retrying" (shown under the header)
   /// Failures seen since `top` started (kept across restarts; the model's own when empty).
-  std::vector<EventLine> failures;
+  std::vector<EventLine> failures{};
   RankSort sort = RankSort::Worst;
   RankFilter filter = RankFilter::All;
-  std::optional<int> node;  // only this node's ranks
-  int scroll = 0;           // rank rows skipped at the top (clamped)
-  bool help = false;        // the key help instead of the events
+  std::optional<int> node{};  // only this node's ranks
+  int scroll = 0;             // rank rows skipped at the top (clamped)
+  bool help = false;          // the key help instead of the events
 };
 
 const char* sort_name(RankSort sort);

@@ -18,8 +18,10 @@ import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "launcher", "integration"))
+import cdp  # noqa: E402
 from harness import DDPRUN, Skip, clean_env, main, read_events, run, start, stop, wait_until  # noqa: E402
 
+ARTEFACTS = os.environ.get("VIEW_ARTEFACTS", os.getcwd())
 HOSTILE = "\x1b]0;pwned\x07|\x1b]52;c;ZWNobyBoaQ==\x07|\x1b[2J\x1b[H"
 
 JOB = r"""
@@ -99,6 +101,18 @@ def test_job_text_never_reaches_a_terminal_raw_and_the_end_stays_served(tmp):
         assert job_state["state"] == "failed" and job_state["exit_code"] == 137, job_state
         assert any(e["event"] == "summary" for e in final["events"]), final["events"][-3:]
         assert proc.poll() is None, "ddprun exited instead of lingering"
+        # The dashboard in a real browser shows the end (and stops polling).
+        if cdp.find_chromium():
+            browser = cdp.Browser(1200, 800)
+            try:
+                browser.navigate(base + "/")
+                browser.wait_for("!!document.getElementById('ended')", 30, "the end banner")
+                end = browser.evaluate("""(() => { const e = document.getElementById('ended');
+                  return [e.dataset.state, e.dataset.exitCode, e.textContent]; })()""")
+                assert end[:2] == ["failed", "137"], end
+                browser.screenshot(os.path.join(ARTEFACTS, "dashboard-ended.png"))
+            finally:
+                browser.close()
         # `top --once` of the ended job: its state, its exit code, no raw escape.
         top = subprocess.run([DDPRUN, "top", "--once", f"127.0.0.1:{port[0]}"],
                              capture_output=True, text=True, timeout=30,
@@ -195,8 +209,9 @@ def test_top_suspended_with_ctrl_z_gives_the_terminal_back(tmp):
         wait_until(lambda: screen() == (1, 0), 10, f"full screen after fg: {screen()}")
         wait_until(lambda: "RANK" in pane(), 10, pane())
         keys("q")
-        wait_until(lambda: "TOP-EXIT=0" in pane(), 10, f"top quits on q\n{pane()}")
-        assert screen() == (0, 1), screen()
+        wait_until(lambda: screen() == (0, 1), 10, f"top quits on q\n{pane()}")
+        keys("echo FG-EXIT=$?", "Enter")  # the `; echo` ran at the stop (147)
+        wait_until(lambda: "FG-EXIT=0" in pane(), 10, f"top's exit code\n{pane()}")
     finally:
         subprocess.run(["tmux", "kill-session", "-t", tmux], capture_output=True)
         stop(proc)

