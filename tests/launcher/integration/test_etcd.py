@@ -780,6 +780,25 @@ def test_quorum_lost_in_the_exit_barrier_keeps_the_workers_success(tmp):
         assert "lost etcd" not in node.text()[1], node
 
 
+def test_a_peer_that_left_is_named_as_left(tmp):
+    """Finding 8: a running 2-node job; one agent is Ctrl-C'd. Its agent revokes its lease on the
+    way out, and the other node read "its etcd lease expired (no heartbeat for 2 s)" at once. It
+    marks left/<rank> first: the survivor's loss line says the node left."""
+    require(torch=False)
+    job = "left"
+    with EtcdCluster(3) as cluster:
+        nodes = [lone_agent(tmp, cluster, f"left{k}", job, mode="sleep") for k in range(2)]
+        try:
+            wait_until(lambda: all(n.started_workers() == 1 for n in nodes), 30, "both workers")
+            os.kill(nodes[1].proc.pid, signal.SIGINT)
+            codes = mn.finish(nodes, timeout=40)
+        finally:
+            mn.finish(nodes)
+    assert codes[0] == 74, nodes
+    lost = [l for l in ddprun_lines(nodes[0].text()[1]) if "lost node" in l]
+    assert lost and "it left" in lost[0] and "heartbeat" not in lost[0], nodes
+
+
 def test_a_finished_job_runs_again_as_a_new_generation(tmp):
     """Behaviour 8: a 2-node job ends 0 and leaves its keys in etcd; the same commands again
     must run (before: 69 after 2 s, "ended while this node waited as a pending node"). The re-run
