@@ -649,7 +649,10 @@ std::optional<Invitation> EtcdSession::wait_as_pending(int round, Clock::time_po
     } else if (nobody_since == Clock::time_point::max()) {
       nobody_since = Clock::now();
     } else if (Clock::now() - nobody_since >= settings_.heartbeat_timeout) {
-      if (!ever_formed_) return std::nullopt;  // a fresh node: the next generation is its job
+      // A fresh node that no running node ever answered found the job dead on arrival (all its
+      // agents killed just before this run; their leases outlived them): the next generation is
+      // its job. A spare the job answered saw it alive and waited for it: it ends (69).
+      if (!ever_formed_ && !told_spare) return std::nullopt;
       throw rdzv::RendezvousError(fmt::format(
           "job '{}' on etcd ended while this node ({}) waited as a pending node: no member of "
           "round {} or later is alive",
