@@ -51,10 +51,32 @@ EtcdSession::~EtcdSession() {
   keepalive_wake_.notify_all();
   work_.reset();
   io_.stop();
+  const bool detached = !thread_.joinable();
   if (thread_.joinable()) thread_.join();
   if (keepalive_.joinable()) keepalive_.join();
   watch_.reset();
+  // An agent that ends without leave() (a lost node or etcd: 74) gives its lease up too, so the
+  // others read "left" at once rather than a missed heartbeat later. Not after a Ctrl-C that
+  // detached a blocked join: the others re-form without it (see detach_if_blocked).
+  if (!detached) leave_etcd();
   store_.reset();
+}
+
+void EtcdSession::leave_etcd() {
+  const std::int64_t lease = lease_.load();
+  if (lease == 0 || revoked_.exchange(true)) return;
+  try {
+    // Best effort and bounded: it expires by itself within heartbeat_timeout.
+    ClientOptions options = client_options();
+    options.timeout = milliseconds(1000);
+    EtcdClient client(options);
+    if (joined_ && joined_->round == publish_round_.load()) {
+      const std::string key = keys_.left(joined_->round, joined_->node_rank);
+      client.put(key, seal(settings_.token, key, "1"), lease);
+    }
+    client.revoke_lease(lease);
+  } catch (const std::exception&) {
+  }
 }
 
 bool EtcdSession::detach_if_blocked() {
@@ -81,6 +103,9 @@ bool EtcdSession::detach_if_blocked() {
 void EtcdSession::on_loop(std::function<void()> f) { boost::asio::post(agent_io_, std::move(f)); }
 
 void EtcdSession::report_etcd_lost(const std::string& why) {
+  // In the exit barrier this node's workers have succeeded: etcd going away there decides
+  // nothing (the barrier itself ends with the local result when etcd does not answer).
+  if (in_barrier_) return;
   if (etcd_lost_.exchange(true)) return;
   // The client's errors already name the members ("etcd at A,B,C did not answer ...").
   NodeLoss loss{why.find("etcd at ") != std::string::npos
@@ -316,6 +341,7 @@ void EtcdSession::stop_round() {
   watched_.reset();
   done_ranks_.clear();
   lost_ranks_.clear();
+  left_ranks_.clear();
   progress_seen_.clear();
   stop_seen_ = false;
 }
@@ -563,7 +589,23 @@ rdzv::RendezvousResult EtcdSession::join_round(int round, const RoundPlan& plan)
       throw rdzv::RendezvousError(fmt::format(
           "round {} of job '{}' on etcd formed without this node", round, settings_.run_id));
     }
-    const Invitation invited = wait_as_pending(round, deadline);
+    const std::optional<Invitation> pending = wait_as_pending(round, deadline);
+    if (!pending) {
+      // Nobody of the job is left (all its agents were killed just before this re-run): begin
+      // the next generation, as after a clean finish, instead of waiting on a dead one.
+      try {
+        client_->erase(keys_.pending(lease_), prefix_end(keys_.pending(lease_)));
+      } catch (const std::exception&) {
+        // on this node's lease: it goes with the lease anyway
+      }
+      choose_generation();
+      RoundPlan fresh = plan;
+      fresh.join_timeout =
+          std::max(std::chrono::duration_cast<milliseconds>(deadline - Clock::now()),
+                   settings_.last_call_timeout);
+      return join_formed(0, form_round(0, fresh));
+    }
+    const Invitation invited = *pending;
     RoundPlan next = plan;
     if (invited.nodes > 0) {  // a re-form: exactly these nodes, this one at node_rank
       next.nodes = invited.nodes;
@@ -578,6 +620,15 @@ rdzv::RendezvousResult EtcdSession::join_round(int round, const RoundPlan& plan)
           fmt::format("round {} of job '{}' on etcd formed without this node, which it had invited",
                       round, settings_.run_id));
     }
+  }
+  return join_formed(round, formed);
+}
+
+rdzv::RendezvousResult EtcdSession::join_formed(int round,
+                                                const std::optional<RoundRecord>& formed) {
+  if (!formed) {
+    throw rdzv::RendezvousError(fmt::format("round {} of job '{}' on etcd formed without this node",
+                                            round, settings_.run_id));
   }
   const RoundRecord& closed = *formed;
   auto rank = node_rank_of(closed, lease_);
@@ -608,7 +659,7 @@ rdzv::RendezvousResult EtcdSession::join_round(int round, const RoundPlan& plan)
   return joined;
 }
 
-Invitation EtcdSession::wait_as_pending(int round, Clock::time_point deadline) {
+std::optional<Invitation> EtcdSession::wait_as_pending(int round, Clock::time_point deadline) {
   std::string request;
   std::string answers;
   const auto ask = [&] {
@@ -664,6 +715,10 @@ Invitation EtcdSession::wait_as_pending(int round, Clock::time_point deadline) {
     } else if (nobody_since == Clock::time_point::max()) {
       nobody_since = Clock::now();
     } else if (Clock::now() - nobody_since >= settings_.heartbeat_timeout) {
+      // A fresh node that no running node ever answered found the job dead on arrival (all its
+      // agents killed just before this run; their leases outlived them): the next generation is
+      // its job. A spare the job answered saw it alive and waited for it: it ends (69).
+      if (!ever_formed_ && !told_spare) return std::nullopt;
       throw rdzv::RendezvousError(fmt::format(
           "job '{}' on etcd ended while this node ({}) waited as a pending node: no member of "
           "round {} or later is alive",
@@ -756,6 +811,7 @@ void EtcdSession::start_watch(int round, std::int64_t from_revision, const Round
 void EtcdSession::on_watch(int round, const RoundRecord& closed, const WatchMessage& message) {
   const std::string alive_prefix = keys_.alive_prefix(round);
   const std::string done_prefix = keys_.done_prefix(round);
+  const std::string left_prefix = keys_.left_prefix(round);
   const std::string pending_prefix = keys_.pending_prefix();
   const std::string progress_prefix = keys_.progress_prefix(round);
   const auto my_rank = node_rank_of(closed, lease_);
@@ -804,6 +860,12 @@ void EtcdSession::on_watch(int round, const RoundRecord& closed, const WatchMess
       }
       StopReason reason = decode_stop_reason(*payload);
       on_loop([this, reason] { events_.on_stop(reason); });
+    } else if (e.type == WatchEvent::Type::Put && key.starts_with(left_prefix)) {
+      if (!unseal(settings_.token, key, e.kv.value)) continue;
+      int rank = -1;
+      std::from_chars(key.data() + left_prefix.size(), key.data() + key.size(), rank);
+      std::lock_guard lock(watch_mutex_);
+      left_ranks_.insert(rank);
     } else if (e.type == WatchEvent::Type::Put && key.starts_with(done_prefix)) {
       if (!unseal(settings_.token, key, e.kv.value)) continue;
       int rank = -1;
@@ -824,9 +886,19 @@ void EtcdSession::on_watch(int round, const RoundRecord& closed, const WatchMess
         // A node that finished its workers and left is no loss.
         if (done_ranks_.count(*rank) || !lost_ranks_.insert(*rank).second) continue;
       }
-      NodeLoss loss{fmt::format("lost node {} ({}): its etcd lease expired (no heartbeat for "
-                                "{} s, the lease's TTL)",
-                                *rank, closed.members.at(*rank).name, lease_ttl_.count()),
+      bool left = false;
+      {
+        std::lock_guard lock(watch_mutex_);
+        left = left_ranks_.count(*rank) > 0;
+      }
+      // A cleanup (`etcdctl del --prefix`) deletes the record, which no lease holds, with it.
+      const bool with_round_keys =
+          std::any_of(message.events.begin(), message.events.end(), [&](const WatchEvent& other) {
+            return other.type == WatchEvent::Type::Delete && other.kv.key == keys_.record(round);
+          });
+      NodeLoss loss{alive_gone_text(*rank, closed.members.at(*rank).name,
+                                    why_alive_gone(left, with_round_keys),
+                                    static_cast<double>(lease_ttl_.count())),
                     *rank};
       on_loop([this, loss] { events_.on_lost(loss); });
     }
@@ -919,6 +991,7 @@ void EtcdSession::exit_barrier(std::function<void(BarrierResult)> done) {
   cancel_ = false;
   boost::asio::post(io_, [this, done = std::move(done)] {
     BarrierResult result = AllNodesDone{};
+    in_barrier_ = true;
     try {
       if (!joined_ || !client_) throw std::runtime_error("not joined");
       const int round = joined_->round;
@@ -992,10 +1065,19 @@ void EtcdSession::exit_barrier(std::function<void(BarrierResult)> done) {
                                        settings_.heartbeat_interval);
       }
     } catch (const std::exception& e) {
-      result = NodeLoss{fmt::format("lost etcd at {} during the exit barrier: {}",
-                                    settings_.etcd.endpoints, e.what()),
-                        std::nullopt};
+      // This node's workers succeeded (the barrier is only entered then) and etcd cannot say how
+      // the others did: keep the local result, as torchrun keeps success on an exit-barrier
+      // error. A peer's failure or loss seen before (the watch) has already ended the attempt.
+      note(
+          fmt::format("warning: the exit barrier could not complete: {}{}; this node's workers "
+                      "succeeded and it ends with their result",
+                      std::string_view(e.what()).find("etcd") == std::string_view::npos
+                          ? fmt::format("etcd at {}: ", settings_.etcd.endpoints)
+                          : std::string(),
+                      e.what()));
+      result = AllNodesDone{};
     }
+    in_barrier_ = false;
     on_loop([done, result] { done(result); });
   });
 }
@@ -1011,13 +1093,7 @@ void EtcdSession::leave(bool /*wait_for_others*/, std::function<void()> then) {
     }
     keepalive_wake_.notify_all();
     if (keepalive_.joinable()) keepalive_.join();
-    if (client_ && lease_ != 0) {
-      try {
-        client_->revoke_lease(lease_);
-      } catch (const std::exception&) {
-        // Best effort: the lease expires by itself.
-      }
-    }
+    leave_etcd();
     store_.reset();
     on_loop(then);
   });

@@ -59,6 +59,11 @@ class EtcdSession final : public JobRendezvous {
   // afterwards, or `reason` when etcd could not be asked (the loss is reported).
   StopReason offer_stop(const StopReason& reason);
   rdzv::RendezvousResult join_round(int round, const RoundPlan& plan);
+  // Marks this node as left (in a formed round) and revokes its lease: once, bounded (1 s).
+  void leave_etcd();
+  // The rest of a join once `formed` (nullopt: it formed without this node) is known.
+  rdzv::RendezvousResult join_formed(int round,
+                                     const std::optional<rdzv::etcd::RoundRecord>& formed);
   // The closed round with this node in it; nullopt when it closed without this node.
   std::optional<rdzv::etcd::RoundRecord> form_round(int round, const RoundPlan& plan);
   // Round `round`'s record once closed (nullopt: none, not the job's, or still open).
@@ -71,7 +76,10 @@ class EtcdSession final : public JobRendezvous {
   // A node that arrived after its round closed waits under the job's pending keys until the
   // running nodes invite it (or refuse it, or `deadline` passes: RendezvousError).
   // `round`: the round that formed without it (the job's nodes are there or in a later one).
-  rdzv::etcd::Invitation wait_as_pending(int round, std::chrono::steady_clock::time_point deadline);
+  // nullopt: no member of the job stayed alive for a lease's lifetime (the job ended, e.g. all
+  // its agents were killed): this node begins the next generation, as after a clean finish.
+  std::optional<rdzv::etcd::Invitation> wait_as_pending(
+      int round, std::chrono::steady_clock::time_point deadline);
   // Whether any node has an alive key in round `from_round` or a later one (the job still runs).
   bool job_has_live_member(int from_round);
   void seed_pending_board();
@@ -124,7 +132,9 @@ class EtcdSession final : public JobRendezvous {
   std::mutex keepalive_mutex_;
   std::condition_variable keepalive_wake_;
   bool keepalive_stop_ = false;
-  std::atomic<bool> etcd_lost_{false};  // reported once
+  std::atomic<bool> etcd_lost_{false};   // reported once
+  std::atomic<bool> in_barrier_{false};  // in the exit barrier: workers succeeded here
+  std::atomic<bool> revoked_{false};     // leave_etcd ran
   // This node's progress (note_progress, on the agent's loop), published by the keepalive thread
   // under the round's progress key when it changed; round -1: not in a round.
   std::atomic<long long> progress_events_{0};
@@ -137,6 +147,7 @@ class EtcdSession final : public JobRendezvous {
   std::optional<std::pair<int, rdzv::etcd::RoundRecord>> watched_;  // the round the watch covers
   std::map<int, std::int64_t> done_ranks_;  // node rank -> revision its done key was seen at
   std::set<int> lost_ranks_;
+  std::set<int> left_ranks_;  // node ranks that marked they left (then revoked their lease)
   bool stop_seen_ = false;
   rdzv::etcd::PendingBoard pending_;
   std::vector<std::int64_t> reported_pending_;

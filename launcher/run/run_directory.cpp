@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -38,7 +39,12 @@ std::string run_dir_name(const std::string& run_id) {
                        c == '.' || c == '_' || c == '-';
     if (!plain) c = '_';
   }
-  return name;
+  if (name.size() <= kRunDirNameMax) return name;
+  // A directory entry holds at most 255 bytes and mkdtemp adds "_XXXXXX": keep a readable head
+  // and tell long ids that share it apart by a hash of the whole id (FNV-1a, 64 bits).
+  std::uint64_t hash = 14695981039346656037ull;
+  for (unsigned char c : run_id) hash = (hash ^ c) * 1099511628211ull;
+  return fmt::format("{}-{:016x}", name.substr(0, kRunDirNameMax - 17), hash);
 }
 
 Result<RunDirectory> RunDirectory::create(const std::string& log_dir, const std::string& run_id,

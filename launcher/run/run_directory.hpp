@@ -8,6 +8,7 @@
 /// ddprun removes it should this run and its orphan guard both be killed; a root that holds the
 /// user's logs keeps the `ddprun_XXXXXX` name, which is never reclaimed.
 
+#include <cstddef>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,7 +20,10 @@ namespace ddp::launcher {
 
 /// The run directory's name for a job id: any byte outside [A-Za-z0-9._-] becomes '_', so an id
 /// like "team/exp1" names one directory ("team_exp1_XXXXXX"), not a path below --log_dir. The
-/// id itself is unchanged everywhere else (TORCHELASTIC_RUN_ID, the rendezvous keys).
+/// id itself is unchanged everywhere else (TORCHELASTIC_RUN_ID, the rendezvous keys). A name
+/// longer than kRunDirNameMax bytes keeps its head and ends in '-' and 16 hex digits of a hash
+/// of the whole id, so any id (a 300-byte one, 84 CJK characters) names a valid directory.
+inline constexpr std::size_t kRunDirNameMax = 128;
 std::string run_dir_name(const std::string& run_id);
 
 class RunDirectory {

@@ -46,6 +46,10 @@ std::string JobKeys::done(int r, int node_rank) const {
   return fmt::format("{}{}", done_prefix(r), node_rank);
 }
 std::string JobKeys::done_prefix(int r) const { return round(r) + "done/"; }
+std::string JobKeys::left(int r, int node_rank) const {
+  return fmt::format("{}{}", left_prefix(r), node_rank);
+}
+std::string JobKeys::left_prefix(int r) const { return round(r) + "left/"; }
 std::string JobKeys::progress(int r, int node_rank) const {
   return fmt::format("{}{}", progress_prefix(r), node_rank);
 }
@@ -274,6 +278,12 @@ JoinStep join_step(const std::optional<RoundRecord>& current, const RoundMember&
     if (m.lease != me.lease) dropped.push_back(m);
     return true;  // `me` without its alive key joins again (the txn puts the key back)
   });
+  if (live.members.empty()) {
+    // Nobody alive ever joined it with this node: a never-formed round of dead members (a first
+    // attempt that gave up, or was killed) is abandoned, so a re-run may ask another shape.
+    live.min_nodes = shape.min_nodes;
+    live.max_nodes = shape.max_nodes;
+  }
   JoinStep step = join_step(live, me, shape);
   // Joined: `me` is listed and alive; a write is due only when dead members must go (a record
   // that lists a dead member must not fill up later around it).
@@ -334,6 +344,31 @@ std::optional<std::int64_t> decode_generation(std::string_view text) {
   if (text.empty() || ec != std::errc{} || end != text.data() + text.size() || g < 0)
     return std::nullopt;
   return g;
+}
+
+AliveGone why_alive_gone(bool left_marked, bool deleted_with_round_keys) {
+  if (deleted_with_round_keys) return AliveGone::Deleted;
+  if (left_marked) return AliveGone::Left;
+  return AliveGone::Expired;
+}
+
+std::string alive_gone_text(int node_rank, std::string_view name, AliveGone why,
+                            double heartbeat_timeout_s) {
+  switch (why) {
+    case AliveGone::Left:
+      return fmt::format("lost node {} ({}): it left (its agent ended and gave up its etcd lease)",
+                         node_rank, name);
+    case AliveGone::Deleted:
+      return fmt::format(
+          "lost node {} ({}): its etcd keys were deleted with the round's (by someone else, e.g. "
+          "`etcdctl del --prefix`), not by its lease",
+          node_rank, name);
+    case AliveGone::Expired:
+      break;
+  }
+  return fmt::format(
+      "lost node {} ({}): its etcd lease expired (no heartbeat for {:.3g} s, the lease's TTL)",
+      node_rank, name, heartbeat_timeout_s);
 }
 
 BarrierVerdict barrier_verdict(const RoundRecord& closed, const std::set<int>& arrived,

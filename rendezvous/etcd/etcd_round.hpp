@@ -42,6 +42,10 @@ class JobKeys {
   std::string stop(int round) const;                 // the first stop reason
   std::string done(int round, int node_rank) const;  // the exit barrier
   std::string done_prefix(int round) const;
+  // "left/<node_rank>", on the member's lease: put just before it revokes the lease on its way out,
+  // so the others tell a node that left from one whose heartbeats stopped.
+  std::string left(int round, int node_rank) const;
+  std::string left_prefix(int round) const;
   // A member's progress (rdzv::NodeProgress, for the job-wide hang verdict), on its lease.
   std::string progress(int round, int node_rank) const;
   std::string progress_prefix(int round) const;
@@ -115,8 +119,9 @@ std::optional<std::int64_t> lease_of_alive_key(std::string_view key, std::string
 // join_step on a record read with its alive keys: an open round's members whose alive key is gone
 // (their lease ended: killed, Ctrl-C'd, or stopped for longer than the lease) are dropped before
 // `me` is added, so a round never fills, and never closes, around a dead member. `me` listed
-// without its alive key is added again (the caller renews its lease first when it ended). A
-// closed round is never changed.
+// without its alive key is added again (the caller renews its lease first when it ended). An
+// open round with no live member left takes `me`'s shape (its nodes may differ from the dead
+// attempt's). A closed round is never changed.
 JoinStep join_step(const std::optional<RoundRecord>& current, const RoundMember& me,
                    const RoundShape& shape, const AliveKeys& alive);
 // What the txn that writes `next` for round `round` compares besides the record itself: every
@@ -151,6 +156,15 @@ struct BarrierVerdict {
 };
 BarrierVerdict barrier_verdict(const RoundRecord& closed, const std::set<int>& arrived,
                                const AliveKeys& alive);
+
+// Why a member's alive key went, from what the watch saw with it: the member marked that it left
+// (its agent ended and revoked its lease), the key went with keys no lease holds (the record: a
+// cleanup such as `etcdctl del --prefix`), or else its lease expired (no heartbeat).
+enum class AliveGone { Expired, Left, Deleted };
+AliveGone why_alive_gone(bool left_marked, bool deleted_with_round_keys);
+// "lost node 1 (host-b): <cause>" for the watch's loss line.
+std::string alive_gone_text(int node_rank, std::string_view name, AliveGone why,
+                            double heartbeat_timeout_s);
 
 // Paces a waiting join's progress lines: the first after one interval, then one per interval.
 class ProgressPacer {

@@ -751,6 +751,54 @@ def test_exit_barrier_survives_a_deleted_done_key(tmp):
     print(f"  done key deleted -> both agents ended 0 {took:.2f} s after the last worker was released")
 
 
+def test_quorum_lost_in_the_exit_barrier_keeps_the_workers_success(tmp):
+    """Finding 1: every worker of the job ended 0, and etcd lost quorum while the nodes were in the
+    exit barrier. Before, both agents ended 74 ("lost etcd ... during the exit barrier"); as
+    torchrun keeps success on an exit-barrier error, each ends with its workers' result (0) and one
+    warning line naming etcd."""
+    require(torch=False)
+    release = os.path.join(tmp, "release")
+    job = "barrier-quorum"
+    conf = "heartbeat_interval=0.3,heartbeat_timeout=5,join_timeout=30,last_call_timeout=1"
+    with EtcdCluster(3) as cluster:
+        early = lone_agent(tmp, cluster, "early", job, conf=conf, mode="ok")
+        late = lone_agent(tmp, cluster, "late", job, conf=conf, mode=f"until:{release}")
+        nodes = [early, late]
+        try:
+            wait_until(lambda: keys_under(cluster, f"/ddprun/{job}/r0/done/"), 60,
+                       "the early agent in the exit barrier")
+            cluster.kill(0)
+            cluster.kill(1)  # one member of three left: no quorum
+            open(release, "w").close()
+            codes = mn.finish(nodes, timeout=40)
+        finally:
+            mn.finish(nodes)
+    assert codes == [0, 0], nodes
+    for node in nodes:
+        said = [l for l in ddprun_lines(node.text()[1]) if "exit barrier could not complete" in l]
+        assert len(said) == 1 and "etcd at" in said[0], node
+        assert "lost etcd" not in node.text()[1], node
+
+
+def test_a_peer_that_left_is_named_as_left(tmp):
+    """Finding 8: a running 2-node job; one agent is Ctrl-C'd. Its agent revokes its lease on the
+    way out, and the other node read "its etcd lease expired (no heartbeat for 2 s)" at once. It
+    marks left/<rank> first: the survivor's loss line says the node left."""
+    require(torch=False)
+    job = "left"
+    with EtcdCluster(3) as cluster:
+        nodes = [lone_agent(tmp, cluster, f"left{k}", job, mode="sleep") for k in range(2)]
+        try:
+            wait_until(lambda: all(n.started_workers() == 1 for n in nodes), 30, "both workers")
+            os.kill(nodes[1].proc.pid, signal.SIGINT)
+            codes = mn.finish(nodes, timeout=40)
+        finally:
+            mn.finish(nodes)
+    assert codes[0] == 74, nodes
+    lost = [l for l in ddprun_lines(nodes[0].text()[1]) if "lost node" in l]
+    assert lost and "it left" in lost[0] and "heartbeat" not in lost[0], nodes
+
+
 def test_a_finished_job_runs_again_as_a_new_generation(tmp):
     """Behaviour 8: a 2-node job ends 0 and leaves its keys in etcd; the same commands again
     must run (before: 69 after 2 s, "ended while this node waited as a pending node"). The re-run
@@ -773,6 +821,31 @@ def test_a_finished_job_runs_again_as_a_new_generation(tmp):
             assert len(said) == 1 and f"generation {attempt} under" in said[0], nodes
             assert f"etcdctl del --prefix /ddprun/{job}/" in said[0], nodes
     assert any(k.startswith(f"/ddprun/{job}/g2/r0/") for k in keys), keys
+
+
+def test_a_rerun_right_after_every_agent_was_killed_runs(tmp):
+    """Finding 3: both agents of a running job SIGKILLed, the same commands started at once. Their
+    leases still lived, so the new agents waited as pending nodes on the dead generation and ended
+    69 ("ended while this node waited as a pending node") once the leases ran out. A pending node
+    that finds no member of the job alive begins the next generation, as after a clean finish."""
+    require(torch=False)
+    job = "rerun-killed"
+    with EtcdCluster(3) as cluster:
+        first = [lone_agent(tmp, cluster, f"killed{k}", job, mode="sleep") for k in range(2)]
+        try:
+            wait_until(lambda: all(n.started_workers() == 1 for n in first), 30, "both workers")
+            for n in first:
+                os.kill(n.proc.pid, signal.SIGKILL)
+            for n in first:
+                n.proc.wait(10)
+            again = [lone_agent(tmp, cluster, f"again{k}", job) for k in range(2)]
+            codes = mn.finish(again, timeout=60)
+        finally:
+            mn.finish(first)
+    assert codes == [0, 0], again
+    assert all(n.started_workers() == 1 for n in again), again
+    said = [l for n in again for l in ddprun_lines(n.text()[1]) if "this run is generation 1" in l]
+    assert len(said) == 1, again
 
 
 def test_a_job_id_with_a_slash(tmp):

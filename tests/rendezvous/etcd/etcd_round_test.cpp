@@ -218,6 +218,41 @@ TEST_CASE("a join drops the open round's members whose alive key is gone") {
   CHECK(join_step(closed, member(8), shape, AliveKeys{}).kind == JoinStep::Kind::Joined);
 }
 
+TEST_CASE("a never-formed round of dead members takes the next joiner's shape") {
+  // Finding 5: a first attempt (--nnodes 2) gave up alone; its record stayed, open, listing its
+  // dead lease. A re-run with --nnodes 2:3 was refused ("the round expects 2:2 nodes").
+  auto dead = join_step(std::nullopt, member(7), RoundShape{2, 2}, {}).next;
+  auto step = join_step(dead, member(8), RoundShape{2, 3}, AliveKeys{});
+  REQUIRE(step.kind == JoinStep::Kind::Write);
+  CHECK(step.next.open);
+  CHECK(step.next.min_nodes == 2);
+  CHECK(step.next.max_nodes == 3);
+  REQUIRE(step.next.members.size() == 1);
+  CHECK(step.next.members[0].lease == 8);
+  // A live member keeps the round's shape: a different one is still refused.
+  CHECK(join_step(dead, member(8), RoundShape{2, 3}, AliveKeys{{7, 41}}).kind ==
+        JoinStep::Kind::Refused);
+}
+
+TEST_CASE("a lost member's line names why its alive key went") {
+  // Finding 8: every loss read "lease expired (no heartbeat for 3 s)", even for a node that left
+  // (Ctrl-C: its lease revoked) or whose keys a cleanup deleted.
+  CHECK(why_alive_gone(false, false) == AliveGone::Expired);
+  CHECK(why_alive_gone(true, false) == AliveGone::Left);
+  CHECK(why_alive_gone(false, true) == AliveGone::Deleted);
+  CHECK(why_alive_gone(true, true) == AliveGone::Deleted);
+  CHECK(alive_gone_text(1, "host-b", AliveGone::Expired, 3) ==
+        "lost node 1 (host-b): its etcd lease expired (no heartbeat for 3 s)");
+  const std::string left = alive_gone_text(1, "host-b", AliveGone::Left, 3);
+  CHECK(left.find("it left") != std::string::npos);
+  CHECK(left.find("heartbeat") == std::string::npos);
+  const std::string deleted = alive_gone_text(1, "host-b", AliveGone::Deleted, 3);
+  CHECK(deleted.find("deleted") != std::string::npos);
+  CHECK(deleted.find("heartbeat") == std::string::npos);
+  JobKeys keys("/ddprun", "j");
+  CHECK(keys.left(2, 1) == "/ddprun/j/r2/left/1");
+}
+
 TEST_CASE("the round's txn compares every other listed member's alive key at its revision") {
   const JobKeys keys("/ddprun", "job");
   RoundRecord next;
