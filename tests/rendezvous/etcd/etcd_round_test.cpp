@@ -242,7 +242,7 @@ TEST_CASE("a lost member's line names why its alive key went") {
   CHECK(why_alive_gone(false, true) == AliveGone::Deleted);
   CHECK(why_alive_gone(true, true) == AliveGone::Deleted);
   CHECK(alive_gone_text(1, "host-b", AliveGone::Expired, 3) ==
-        "lost node 1 (host-b): its etcd lease expired (no heartbeat for 3 s)");
+        "lost node 1 (host-b): its etcd lease expired (no heartbeat for 3 s, the lease's TTL)");
   const std::string left = alive_gone_text(1, "host-b", AliveGone::Left, 3);
   CHECK(left.find("it left") != std::string::npos);
   CHECK(left.find("heartbeat") == std::string::npos);
