@@ -398,7 +398,40 @@ Assignment lead(StoreClient& client, const std::string& prefix, const NodeRendez
   return assignment;
 }
 
+// The file name of a default-id fingerprint ("NAME HASH"), fit for a terminal: it comes from
+// another job's command line, so control bytes are escaped.
+std::string fingerprint_name(const std::string& fingerprint) {
+  std::string out;
+  for (unsigned char ch : fingerprint.substr(0, fingerprint.rfind(' '))) {
+    if (ch < 0x20 || ch == 0x7f || ch == '\\')
+      out += fmt::format("\\x{:02x}", ch);
+    else
+      out += static_cast<char>(ch);
+  }
+  return out;
+}
+
+std::string fingerprint_hash(const std::string& fingerprint) {
+  const size_t space = fingerprint.rfind(' ');
+  return space == std::string::npos ? fingerprint : fingerprint.substr(space + 1);
+}
+
 }  // namespace
+
+std::optional<std::string> default_id_mismatch(StoreClient& client, const StoreClientOptions& store,
+                                               const NodeRendezvousOptions& o) {
+  const std::string command_key = fmt::format("ddprun/{}/command", o.run_id);
+  const std::string recorded = client.compare_set(command_key, "", o.default_id_command);
+  if (fingerprint_hash(recorded) == fingerprint_hash(o.default_id_command)) return std::nullopt;
+  return fmt::format(
+      "the store at {}:{} has a job under the default --rdzv_id ('{}') that ran another program "
+      "({}; this one: {}, different content): if this is another job, give each job its own "
+      "--rdzv_id=NAME, the same on all of its nodes",
+      store.host, store.port, o.run_id, fingerprint_name(recorded),
+      fingerprint_name(o.default_id_command));
+}
+
+namespace {}  // namespace
 
 std::string encode_node_progress(const NodeProgress& p) {
   return p.best_step ? fmt::format("{} {}", p.events, *p.best_step) : std::to_string(p.events);
@@ -548,18 +581,8 @@ RendezvousResult join_once(const StoreClientOptions& store, const NodeRendezvous
   }
   if (o.node_rank == 0) client.set(leader_key, o.node_name);
   if (!o.default_id_command.empty()) {
-    const std::string command_key = fmt::format("ddprun/{}/command", o.run_id);
-    const std::string recorded = client.compare_set(command_key, "", o.default_id_command);
-    if (recorded != o.default_id_command) {
-      auto program = [](const std::string& fingerprint) {
-        return fingerprint.substr(0, fingerprint.rfind(' '));
-      };
-      throw RendezvousError(fmt::format(
-          "the store at {}:{} already has a job under the default --rdzv_id ('{}') that runs "
-          "another command ({}; this one: {}): give each job its own --rdzv_id=NAME, the same "
-          "on all of its nodes",
-          store.host, store.port, o.run_id, program(recorded), program(o.default_id_command)));
-    }
+    if (auto warning = default_id_mismatch(client, store, o); warning && o.on_warning)
+      o.on_warning(*warning);
   }
   const std::string counts_key = fmt::format("ddprun/{}/counts/{}", o.run_id, o.round);
   if (o.restarts_used >= 0 && o.rescales_used >= 0)

@@ -84,12 +84,15 @@ struct NodeRendezvousOptions {
   // answered left the others waiting out join_timeout). 0: not a restart.
   int previous_node_rank = -1;
   int previous_round_nodes = 0;
-  // A job without its own run id (--rdzv_id not given: "none"): a fingerprint of what it runs.
-  // The first node records it under the run id; a node whose fingerprint differs belongs to an
-  // unrelated job that shares the endpoint and would otherwise wait as this job's spare until
-  // join_timeout, so its join fails at once, naming --rdzv_id. Empty: no check (an explicit id,
-  // under which a late node is a legitimate spare).
+  // A job without its own run id (--rdzv_id not given): "NAME HASH", a fingerprint of the program
+  // it runs (not of its arguments). The first node records it under the run id; a node whose
+  // hash differs probably belongs to an unrelated job that shares the endpoint and would wait as
+  // this job's spare until join_timeout, so `on_warning` gets one line at once naming --rdzv_id.
+  // Only a warning: the record may be a finished job's on a store that outlived it, or the nodes'
+  // copies of the script may differ. Empty: no check (an explicit id).
   std::string default_id_command;
+  // Called on the joining thread with a one-line warning (no "warning: " prefix).
+  std::function<void(const std::string& text)> on_warning;
 };
 
 struct RendezvousResult {
@@ -193,6 +196,12 @@ class NodeMonitor {
   bool stopping_ = false;
   std::thread thread_;
 };
+
+// The default-id check (NodeRendezvousOptions::default_id_command, not empty): records this
+// node's fingerprint under the run id unless one is there; the warning line when the recorded
+// program's content differs (same content under another file name: none).
+std::optional<std::string> default_id_mismatch(StoreClient& client, const StoreClientOptions& store,
+                                               const NodeRendezvousOptions& round);
 
 // Pending nodes (see NodeRendezvousOptions::may_wait_pending). Keys under ddprun/<run_id>/pending/.
 // Invites pending node `seq` into round `round`: exactly `nodes` nodes, it at `node_rank`.

@@ -435,7 +435,8 @@ std::string unknown_option_message(std::string_view arg) {
     if (!option.short_name.empty()) known.push_back(option.short_name);
   }
   const auto close = closest_spelling(name, known);
-  return fmt::format("unknown option '{}' ({}options go before the program; see --help)", arg,
+  // Only the name: the value of a mistyped flag may be a secret (--rdzv_conff=token=...).
+  return fmt::format("unknown option '{}' ({}options go before the program; see --help)", name,
                      close ? fmt::format("did you mean {}? ", *close) : "");
 }
 

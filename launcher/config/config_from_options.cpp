@@ -227,6 +227,7 @@ Result<ConfiguredLaunch> config_from_options(const RawOptions& raw, const HostFa
     at = comma + 1;
   }
   c.run_id = nodes.rdzv_id ? nodes.rdzv_id->value : "none";
+  c.run_id_given = nodes.rdzv_id.has_value();
   c.rdzv_endpoint = raw.rdzv_endpoint;
   c.local_addr = raw.local_addr;
   // The scheduler's master host and port matter only across nodes: a one-node job under a

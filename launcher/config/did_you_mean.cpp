@@ -40,6 +40,8 @@ bool has_underscore(std::string_view word) { return word.find('_') != std::strin
 std::optional<std::string> closest_spelling(std::string_view typed,
                                             const std::vector<std::string>& known) {
   if (std::find(known.begin(), known.end(), typed) != known.end()) return std::nullopt;
+  // No option or key is this long; the distance table grows with the product of the lengths.
+  if (typed.size() > kMaxSpellingLength) return std::nullopt;
   const std::string want = folded(typed);
   const size_t limit = std::max<size_t>(1, std::min<size_t>(3, typed.size() / 4));
   std::optional<std::string> best;

@@ -14,6 +14,9 @@ namespace ddp::launcher {
 /// of a flag are considered. Among equally close words, the one written in `typed`'s family
 /// (underscores or dashes) wins. Nothing when the closest is more than max(1, min(3, n / 4))
 /// edits away, n being `typed`'s length, or when `typed` is itself known.
+/// Longer typed words get no suggestion (the search is quadratic in the length).
+inline constexpr size_t kMaxSpellingLength = 64;
+
 std::optional<std::string> closest_spelling(std::string_view typed,
                                             const std::vector<std::string>& known);
 

@@ -41,6 +41,7 @@ struct LaunchConfig {
   std::string rdzv_backend = "static";
   std::string rdzv_endpoint;
   std::string run_id = "none";
+  bool run_id_given = false;  // --rdzv_id, PET_RDZV_ID or the scheduler's job id (even "none")
   std::map<std::string, std::string> rdzv_conf;
   bool standalone = false;
   std::string local_addr;

@@ -93,6 +93,8 @@ class JobRendezvous {
     /// This node arrived after its round closed and waits as "pending", or was told it is a
     /// "spare" (during a join).
     std::function<void(const std::string& role)> on_waiting;
+    /// A join found something worth a warning line (the default --rdzv_id's program differs).
+    std::function<void(const std::string& text)> on_warning;
     /// A join still waits for other nodes (every few seconds): how long, who arrived, who not.
     std::function<void(std::chrono::milliseconds waited, const std::string& status)>
         on_join_progress;

@@ -284,14 +284,16 @@ Result<MultiNodeSettings> multinode_settings(const LaunchConfig& c,
     return Error{multinode_exit_codes::kRendezvous, *excluded};
   }
   s.must_agree = settings_that_must_agree(c, s);
-  if (c.rdzv_backend == "c10d" && s.run_id == "none") s.default_id_command = command_fingerprint(c);
+  if (c.rdzv_backend == "c10d" && !c.run_id_given) s.default_id_command = command_fingerprint(c);
   return s;
 }
 
 std::string command_fingerprint(const LaunchConfig& c) {
-  // The file name only: the nodes of one job may reach the same script by different paths.
+  // What the program IS, not what it is called nor its arguments: the nodes of one job may reach
+  // the same script by different paths or names and pass node-specific arguments (torchrun runs
+  // them as one job), while two projects' train.py are different programs.
   const size_t slash = c.program.find_last_of('/');
-  const std::string program = slash == std::string::npos ? c.program : c.program.substr(slash + 1);
+  const std::string name = slash == std::string::npos ? c.program : c.program.substr(slash + 1);
   std::uint64_t hash = 14695981039346656037ull;  // FNV-1a: stable across builds and hosts
   auto mix = [&hash](std::string_view text) {
     for (unsigned char ch : text) {
@@ -301,10 +303,27 @@ std::string command_fingerprint(const LaunchConfig& c) {
     hash ^= 0x100;  // ends each word: ("ab", "c") and ("a", "bc") differ
     hash *= 1099511628211ull;
   };
-  mix(c.program_kind == ProgramKind::PythonModule ? "-m" : "");
-  mix(program);
-  for (const auto& arg : c.program_args) mix(arg);
-  return fmt::format("{} {:016x}", program, hash);
+  // Larger files (a big executable) are told apart by their size: reading them at every launch
+  // costs more than the check is worth.
+  constexpr std::streamoff kMaxHashedBytes = 16 << 20;
+  std::ifstream file;
+  if (c.program_kind != ProgramKind::PythonModule) file.open(c.program, std::ios::binary);
+  file.seekg(0, std::ios::end);
+  const std::streamoff size = file ? static_cast<std::streamoff>(file.tellg()) : -1;
+  if (c.program_kind == ProgramKind::PythonModule) {
+    mix("-m");
+    mix(c.program);
+  } else if (size < 0) {
+    mix(name);  // not a file here (found on PATH by exec): its name is all there is
+  } else if (size > kMaxHashedBytes) {
+    mix(fmt::format("size {}", size));
+  } else {
+    file.seekg(0);
+    std::string content(static_cast<size_t>(size), '\0');
+    file.read(content.data(), size);
+    mix(content);
+  }
+  return fmt::format("{} {:016x}", name, hash);
 }
 
 }  // namespace ddp::launcher

@@ -91,14 +91,16 @@ struct MultiNodeSettings {
   /// Static jobs (--rdzv_conf spares=1): a node that arrives after the job formed waits as a spare
   /// and replaces a lost node (c10d jobs always take spares).
   bool spares = false;
-  /// c10d without --rdzv_id (run id "none"): what this job runs, "PROGRAM HASH" (the program's
-  /// file name and a hash of it with its arguments: no argument reaches the store). Two jobs on
-  /// one endpoint under the default id are one job to the rendezvous; this tells an unrelated one
-  /// apart at its join (NodeRendezvousOptions::default_id_command). Empty: an explicit id.
+  /// c10d without an explicit id (no --rdzv_id, PET_RDZV_ID or scheduler job id): what this job
+  /// runs, "NAME HASH" (the program's file name, and a hash of its content: the script's bytes,
+  /// the module's name; never its arguments, which may differ per node). Two jobs on one endpoint
+  /// under the default id are one job to the rendezvous; a node whose program differs from the
+  /// recorded one is warned at its join (NodeRendezvousOptions::default_id_command). Empty: an
+  /// explicit id.
   std::string default_id_command;
 };
 
-/// "PROGRAM HASH" of `config`'s command (see MultiNodeSettings::default_id_command).
+/// "NAME HASH" of `config`'s command (see MultiNodeSettings::default_id_command).
 std::string command_fingerprint(const LaunchConfig& config);
 
 /// The settings of `config` and `settings` that every node must share, by their flag names.

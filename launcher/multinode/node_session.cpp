@@ -221,6 +221,11 @@ void NodeSession::join(int round, const RoundPlan& plan, std::function<void(Join
         if (events_.on_waiting) events_.on_waiting(role);
       });
     };
+    round_.on_warning = [this](const std::string& text) {
+      on_loop([this, text] {
+        if (events_.on_warning) events_.on_warning(text);
+      });
+    };
     round_.on_join_progress = [this](std::chrono::milliseconds waited, const std::string& status) {
       on_loop([this, waited, status] {
         if (events_.on_join_progress) events_.on_join_progress(waited, status);

@@ -82,6 +82,7 @@ JobRendezvous::Events Agent::rendezvous_events() {
   events.on_lost = [this](const NodeLoss& loss) { on_node_lost(loss); };
   events.on_pending = [this](const std::vector<rdzv::JoinRequest>& p) { on_pending(p); };
   events.on_waiting = [this](const std::string& role) { on_waiting(role); };
+  events.on_warning = [this](const std::string& text) { say("warning: " + text); };
   events.on_join_progress = [this](std::chrono::milliseconds waited, const std::string& status) {
     join_progress_.show(waited, status);
   };

@@ -724,3 +724,26 @@ TEST_CASE("a re-form's node waits for a leader that still heartbeats while it st
   CHECK(leader.num_nodes == 2);
   CHECK(early.get().node_rank == 1);
 }
+
+TEST_CASE("default --rdzv_id: another program's fingerprint is a warning line, escaped") {
+  TestServer server;
+  StoreClient client(server.client_options());
+  NodeRendezvousOptions first = node("a", 1, -1, 1, 2);
+  first.run_id = "none";
+  first.default_id_command = "x\x1b]0;T\a.py 00000000000000aa";
+  CHECK_FALSE(default_id_mismatch(client, server.client_options(), first).has_value());  // records
+
+  NodeRendezvousOptions renamed = first;  // the same content under another name: the same program
+  renamed.default_id_command = "link.py 00000000000000aa";
+  CHECK_FALSE(default_id_mismatch(client, server.client_options(), renamed).has_value());
+
+  NodeRendezvousOptions other = first;  // another project's train.py
+  other.default_id_command = "train.py 00000000000000bb";
+  const auto warning = default_id_mismatch(client, server.client_options(), other);
+  REQUIRE(warning.has_value());
+  CHECK(warning->find("--rdzv_id") != std::string::npos);
+  CHECK(warning->find("x\\x1b]0;T\\x07.py") != std::string::npos);  // control bytes escaped
+  CHECK(warning->find('\x1b') == std::string::npos);
+  CHECK(warning->find('\n') == std::string::npos);
+  CHECK(warning->find("this one: train.py") != std::string::npos);
+}

@@ -169,52 +169,91 @@ WAITER = """
     """
 
 
-def test_an_unrelated_c10d_job_under_the_default_id_is_refused_at_once(tmp):
-    """Job A (an elastic c10d job, room for a second node) runs; job B, another program on the
-    same endpoint without --rdzv_id, used to wait as A's spare and end 69 after join_timeout.
-    It is refused at once, naming --rdzv_id; a node of A itself (the same command) still joins."""
-    script = os.path.join(tmp, "wait.py")
-    with open(script, "w") as f:
-        f.write(textwrap.dedent(WAITER))
+def test_another_train_py_under_the_default_id_is_warned_at_once(tmp):
+    """Job A (an elastic c10d job, room for a second node) runs project a's train.py; job B runs
+    project b's train.py (the same file name, other content) on the same endpoint without
+    --rdzv_id. B used to wait silently as A's spare until join_timeout (and, under a name-only
+    fingerprint, was not told apart at all): it is warned at once, one line naming --rdzv_id.
+    Only a warning: A keeps running, B is not refused."""
+    for project in ("a", "b"):
+        os.makedirs(os.path.join(tmp, project))
+        with open(os.path.join(tmp, project, "train.py"), "w") as f:
+            f.write(textwrap.dedent(WAITER) + f"# project {project}\n")
     port = free_port()
     go = os.path.join(tmp, "go")
     conf = "join_timeout=30,last_call_timeout=1"
     rdzv = ["--rdzv_backend", "c10d", "--rdzv_endpoint", f"127.0.0.1:{port}", "--nnodes", "1:2",
             "--nproc_per_node", "1", "--rdzv_conf", conf]
     a_started = os.path.join(tmp, "a.started")
-    job_a = start([*rdzv, "--python", sys.executable, script, a_started, go])
+    job_a = start([*rdzv, "--python", sys.executable, os.path.join(tmp, "a", "train.py"),
+                   a_started, go])
+    job_b = None
     try:
         wait_until(lambda: os.path.exists(a_started), 30, "job A's worker")
-        other = os.path.join(tmp, "other.py")
-        shutil.copy(script, other)
-        t0 = time.monotonic()
-        r = run([*rdzv, "--python", sys.executable, other, os.path.join(tmp, "b"), go], timeout=60)
-        took = time.monotonic() - t0
-        assert r.rc == 69 and took < 20, (took, r)
-        line = [l for l in ddprun_lines(r.err) if "--rdzv_id" in l]
-        assert line and "default --rdzv_id" in line[0] and "other.py" in line[0] \
-            and "wait.py" in line[0], r
+        b_err_path = os.path.join(tmp, "b.err")
+        with open(b_err_path, "w") as b_err:
+            job_b = start([*rdzv, "--python", sys.executable, os.path.join(tmp, "b", "train.py"),
+                           os.path.join(tmp, "b.started"), go], stderr=b_err)
+
+        def warned():
+            with open(b_err_path) as f:
+                return [l for l in ddprun_lines(f.read()) if "--rdzv_id" in l]
+        wait_until(warned, 20, "job B's warning")
+        line = warned()[0]
+        assert "warning:" in line and "default --rdzv_id" in line and "train.py" in line, line
         assert job_a.poll() is None, "job A must keep running"
-        # A second node of job A (the same command) is no stranger: admitted, the job re-forms.
-        os.unlink(a_started)
-        node_2 = start([*rdzv, "--python", sys.executable, script, a_started, go])
-        try:
-            wait_until(lambda: os.path.exists(a_started) and node_2.poll() is None, 30,
-                       "job A's second node")
-        finally:
-            open(go, "w").close()
-            try:
-                node_2.wait(timeout=30)
-            finally:
-                stop(node_2)
-        assert node_2.returncode == 0, node_2.stderr.read()
+        assert job_b.poll() is None, "job B is warned, not refused"
     finally:
         open(go, "w").close()
+        if job_b is not None:
+            stop(job_b)
         try:
             job_a.wait(timeout=30)
         finally:
             stop(job_a)
     assert job_a.returncode == 0, job_a.stderr.read()
+
+
+NODE_ARGS = """
+    import sys
+    assert sys.argv[1] == "--out"
+    open(sys.argv[2], "w").close()
+    """
+
+
+def test_the_nodes_of_one_job_may_pass_their_own_arguments(tmp):
+    """torchrun runs `a.py --out /scratch/node0` and `a.py --out /scratch/node1` on two nodes as
+    one job; so does ddprun without --rdzv_id: no warning, both nodes exit 0. The second node
+    reaches the script by another path (a symlink under another name): still the same program."""
+    script = os.path.join(tmp, "a.py")
+    with open(script, "w") as f:
+        f.write(textwrap.dedent(NODE_ARGS))
+    link = os.path.join(tmp, "link.py")
+    os.symlink(script, link)
+    port = free_port()
+    rdzv = ["--rdzv_backend", "c10d", "--rdzv_endpoint", f"127.0.0.1:{port}", "--nnodes", "2",
+            "--nproc_per_node", "1", "--rdzv_conf", "join_timeout=30"]
+    nodes = [start([*rdzv, "--python", sys.executable, path, "--out",
+                    os.path.join(tmp, f"node{i}")]) for i, path in enumerate((script, link))]
+    try:
+        outputs = [n.communicate(timeout=60) for n in nodes]
+    finally:
+        for n in nodes:
+            stop(n)
+    for n, (_, err) in zip(nodes, outputs):
+        assert n.returncode == 0, err
+        assert "--rdzv_id" not in err, err
+    assert os.path.exists(os.path.join(tmp, "node0")) and os.path.exists(os.path.join(tmp, "node1"))
+
+
+def test_a_mistyped_flag_never_echoes_its_value(tmp):
+    r = run(["--rdzv_conff=token=s3cret", "/bin/true"], timeout=20)
+    assert r.rc == 2 and "s3cret" not in r.err and "'--rdzv_conff'" in r.err, r
+
+
+def test_a_very_long_mistyped_flag_is_answered_at_once(tmp):
+    r = run(["--" + "-" * 120000, "/bin/true"], timeout=20)
+    assert r.rc == 2 and r.elapsed < 5 and "did you mean" not in r.err, r
 
 
 def test_top_with_no_job_says_so_with_the_documented_code(tmp):

@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: MIT
 // Where the store lives, how agents meet, and the rendezvous' layout in the worker environment.
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 
@@ -254,33 +256,62 @@ TEST_CASE("--rdzv_conf admit: now (default) or restart; --exclude-hosts naming t
   CHECK(other->excluded_hosts == std::vector<std::string>{"g", "h"});
 }
 
-TEST_CASE("c10d without --rdzv_id: the job's command fingerprint tells an unrelated job apart") {
+TEST_CASE("c10d without --rdzv_id: the fingerprint is the program's content, never its args") {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / fmt::format("ddprun-fp-{}", ::getpid());
+  fs::create_directories(dir / "a");
+  fs::create_directories(dir / "b");
+  auto write = [](const fs::path& path, const std::string& text) {
+    std::ofstream(path, std::ios::binary) << text;
+  };
+  write(dir / "a" / "train.py", "print('project a')\n");
+  write(dir / "b" / "train.py", "print('project b')\n");
+  write(dir / "a" / "copy.py", "print('project a')\n");
+
   LaunchConfig c = nodes(2, 0);
   c.rdzv_backend = "c10d";
   c.nnodes = {1, 2};
   c.node_rank = -1;
   c.program_kind = ProgramKind::PythonScript;
-  c.program = "/home/a/train.py";
-  c.program_args = {"--lr", "3"};
-  c.run_id = "none";  // --rdzv_id not given
+  c.program = (dir / "a" / "train.py").string();
+  c.program_args = {"--out", "/scratch/node0"};
   auto s = multinode_settings(c, std::nullopt, "h");
   REQUIRE(s.ok());
   CHECK(s->default_id_command == command_fingerprint(c));
-  CHECK(s->default_id_command.rfind("train.py ", 0) == 0);         // the file name, then a hash
-  CHECK(s->default_id_command.find("--lr") == std::string::npos);  // no argument in the store
+  CHECK(s->default_id_command.rfind("train.py ", 0) == 0);            // the file name, then a hash
+  CHECK(s->default_id_command.find("scratch") == std::string::npos);  // no argument in the store
 
-  LaunchConfig same_elsewhere = c;  // another node of the job, the script under another path
-  same_elsewhere.program = "./train.py";
-  CHECK(command_fingerprint(same_elsewhere) == command_fingerprint(c));
-  LaunchConfig other_args = c;  // a sweep's other run: another job
-  other_args.program_args = {"--lr", "4"};
-  CHECK(command_fingerprint(other_args) != command_fingerprint(c));
-  LaunchConfig split = c;  // word boundaries count
-  split.program_args = {"--lr3"};
-  CHECK(command_fingerprint(split) != command_fingerprint(c));
+  LaunchConfig other_node = c;  // another node of the job passes its own arguments: one job
+  other_node.program_args = {"--out", "/scratch/node1"};
+  CHECK(command_fingerprint(other_node) == command_fingerprint(c));
+  auto hash = [](const std::string& fingerprint) {
+    return fingerprint.substr(fingerprint.rfind(' ') + 1);
+  };
+  LaunchConfig same_content = c;  // the same script under another name (a copy, a symlink)
+  same_content.program = (dir / "a" / "copy.py").string();
+  CHECK(hash(command_fingerprint(same_content)) == hash(command_fingerprint(c)));
+  LaunchConfig other_project = c;  // another project's train.py: another program
+  other_project.program = (dir / "b" / "train.py").string();
+  CHECK(hash(command_fingerprint(other_project)) != hash(command_fingerprint(c)));
+  LaunchConfig module = c;  // -m: the module's name
+  module.program_kind = ProgramKind::PythonModule;
+  module.program = "pkg.train";
+  LaunchConfig other_module = module;
+  other_module.program = "pkg.eval";
+  CHECK(hash(command_fingerprint(module)) != hash(command_fingerprint(other_module)));
+  LaunchConfig on_path = c;  // not a file here (exec finds it on PATH): its name
+  on_path.program_kind = ProgramKind::Executable;
+  on_path.program = "no-such-program-here";
+  CHECK(command_fingerprint(on_path).rfind("no-such-program-here ", 0) == 0);
 
   c.run_id = "job42";  // an explicit id: a late node of that id is a spare, no check
+  c.run_id_given = true;
   auto explicit_id = multinode_settings(c, std::nullopt, "h");
   REQUIRE(explicit_id.ok());
   CHECK(explicit_id->default_id_command.empty());
+  c.run_id = "none";  // --rdzv_id none or PET_RDZV_ID=none typed: explicit too
+  auto explicit_none = multinode_settings(c, std::nullopt, "h");
+  REQUIRE(explicit_none.ok());
+  CHECK(explicit_none->default_id_command.empty());
+  fs::remove_all(dir);
 }

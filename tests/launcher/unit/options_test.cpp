@@ -283,6 +283,21 @@ TEST_CASE("--store-proxy-max-watched-keys: a whole number >= 1, also from its DD
   check_error({"--store-proxy-max-watched-keys", "1.5", "train"}, 2, "not a whole number");
 }
 
+TEST_CASE("did you mean: no search for a word longer than any option (the search is quadratic)") {
+  const std::vector<std::string> known{std::string(kMaxSpellingLength + 6, 'a')};
+  CHECK_FALSE(closest_spelling(std::string(kMaxSpellingLength + 5, 'a') + "b", known).has_value());
+  CHECK(closest_spelling(std::string(kMaxSpellingLength - 1, 'a'),
+                         {std::string(kMaxSpellingLength, 'a')})
+            .has_value());
+}
+
+TEST_CASE("unknown option: the message names the option, never its value (it may be a secret)") {
+  const std::string message = unknown_option_message("--rdzv_conff=token=s3cret");
+  CHECK(message.find("s3cret") == std::string::npos);
+  CHECK(message.find("'--rdzv_conff'") != std::string::npos);
+  CHECK(message.find("did you mean --rdzv_conf?") != std::string::npos);
+}
+
 TEST_CASE("did you mean: the closest flag or --rdzv_conf key, either spelling") {
   const std::vector<std::string> flags{"--nproc-per-node", "--nproc_per_node", "--standalone",
                                        "--max-restarts", "--max_restarts"};
