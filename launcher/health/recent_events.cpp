@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 #include "launcher/health/recent_events.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 
 namespace ddp::launcher::health {
@@ -48,6 +50,32 @@ int int_field(const nlohmann::json& e, const char* key, int fallback) {
 std::string string_field(const nlohmann::json& e, const char* key) {
   auto it = e.find(key);
   return it != e.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+/// The failure summary's root cause from a summary event's last attempt: its failed rank, how it
+/// ended and its error message's first line ("" when that attempt has no failed rank).
+std::string local_root_cause(const nlohmann::json& summary) {
+  auto attempts = summary.find("attempts");
+  if (attempts == summary.end() || !attempts->is_array() || attempts->empty()) return {};
+  const auto& a = attempts->back();
+  if (!a.is_object()) return {};
+  const int rank = int_field(a, "root_cause_rank", -1);
+  auto workers = a.find("workers");
+  if (rank < 0 || workers == a.end() || !workers->is_array()) return {};
+  for (const auto& w : *workers) {
+    if (!w.is_object() || int_field(w, "rank", -1) != rank) continue;
+    std::string out = fmt::format("rank {} (local rank {}, attempt {}) ", rank,
+                                  int_field(w, "local_rank", -1), int_field(a, "attempt", 0));
+    const int code = int_field(w, "exit_code", -1);
+    out += code >= 0 ? fmt::format("exited with code {}", code)
+                     : "was killed by " + string_field(w, "signal");
+    auto oom = w.find("oom_killed");
+    if (oom != w.end() && oom->is_boolean() && oom->get<bool>()) out += " (out of memory)";
+    const std::string message = string_field(w, "error_message");
+    if (!message.empty()) out += ": " + message.substr(0, message.find('\n'));
+    return out;
+  }
+  return {};
 }
 
 }  // namespace
@@ -145,7 +173,9 @@ void RecentEvents::apply(const nlohmann::json& e) {
   } else if (kind == "summary") {
     exit_code_ = int_field(e, "exit_code", -1);
     state_ = exit_code_ == 0 ? "succeeded" : "failed";
+    // The whole job's cause (several nodes), else this node's: what the failure summary says.
     root_cause_ = string_field(e, "job_root_cause");
+    if (root_cause_.empty() && exit_code_ != 0) root_cause_ = local_root_cause(e);
   }
 }
 

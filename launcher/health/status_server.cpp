@@ -28,22 +28,57 @@ std::string lower(std::string_view s) {
 }
 }  // namespace
 
+namespace {
+bool all_digits(std::string_view s) {
+  return !s.empty() && s.size() <= 5 &&
+         std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+/// A DNS name or IPv4 literal: dot-separated non-empty labels of letters, digits, '-' and '_',
+/// at most one trailing dot (the absolute form).
+bool plain_name(std::string_view name) {
+  if (!name.empty() && name.back() == '.') name.remove_suffix(1);
+  if (name.empty()) return false;
+  size_t label = 0;
+  for (char c : name) {
+    if (c == '.') {
+      if (label == 0) return false;
+      label = 0;
+    } else if (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_') {
+      ++label;
+    } else {
+      return false;
+    }
+  }
+  return label > 0;
+}
+}  // namespace
+
 bool host_header_allowed(std::string_view header, const std::string& hostname,
                          const std::vector<std::string>& allowed) {
   while (!header.empty() && (header.front() == ' ' || header.front() == '\t'))
     header.remove_prefix(1);
   while (!header.empty() && (header.back() == ' ' || header.back() == '\t'))
     header.remove_suffix(1);
-  if (header.empty()) return true;
+  if (header.empty()) return false;  // a Host header with no name names nothing of ours
+  // Strictly host[:port] (RFC 9110 section 7.2): the port all digits, an IPv6 literal bracketed.
   std::string_view name = header;
   if (name.front() == '[') {  // [v6]:port
     const auto close = name.find(']');
     if (close == std::string_view::npos) return false;
-    name = name.substr(1, close - 1);
-  } else if (auto colon = name.find(':'); colon != std::string_view::npos &&
-                                          name.find(':', colon + 1) == std::string_view::npos) {
+    const std::string_view rest = name.substr(close + 1);
+    if (!rest.empty() && (rest.front() != ':' || !all_digits(rest.substr(1)))) return false;
+    const std::string v6(name.substr(1, close - 1));
+    if (v6.find('%') != std::string::npos) return false;  // a zone id names no host of ours
+    boost::system::error_code ec;
+    boost::asio::ip::make_address_v6(v6, ec);
+    return !ec;  // an address: no name a rebinding attack could point elsewhere
+  }
+  if (auto colon = name.find(':'); colon != std::string_view::npos) {
+    if (!all_digits(name.substr(colon + 1))) return false;  // also an unbracketed IPv6 address
     name = name.substr(0, colon);
   }
+  if (!plain_name(name)) return false;
   const std::string host = lower(name);
   if (host.empty()) return false;
   boost::system::error_code ec;
@@ -134,9 +169,31 @@ class StatusServer::Session : public std::enable_shared_from_this<StatusServer::
       return respond(HttpAnswer{405, "text/plain; charset=utf-8", "only GET and HEAD\n"}, false,
                      false);
     }
+    // One Host, none only from an HTTP/1.0 tool (RFC 9112 section 3.2: else 400); a target in
+    // absolute form (GET http://name/...) names its host too, and is checked like Host.
+    const size_t hosts = request.count(http::field::host);
+    std::string_view target_host;
+    const std::string_view raw_target(request.target().data(), request.target().size());
+    if (!raw_target.starts_with('/')) {
+      constexpr std::string_view kHttp = "http://";
+      if (raw_target.size() < kHttp.size() || lower(raw_target.substr(0, kHttp.size())) != kHttp) {
+        return respond(HttpAnswer{400, "text/plain; charset=utf-8", "bad request target\n"}, false,
+                       head);
+      }
+      target_host = raw_target.substr(kHttp.size());
+      target_host = target_host.substr(0, target_host.find_first_of("/?#"));
+    }
+    if (hosts > 1 || (hosts == 0 && request.version() != 10)) {
+      return respond(HttpAnswer{400, "text/plain; charset=utf-8",
+                                "bad request: exactly one Host header, please\n"},
+                     false, head);
+    }
     const auto host = request[http::field::host];
-    if (!host_header_allowed(std::string_view(host.data(), host.size()), server_.hostname_,
-                             server_.allowed_hosts_)) {
+    auto allowed = [&](std::string_view name) {
+      return host_header_allowed(name, server_.hostname_, server_.allowed_hosts_);
+    };
+    if ((hosts == 1 && !allowed(std::string_view(host.data(), host.size()))) ||
+        (!raw_target.starts_with('/') && !allowed(target_host))) {
       // DNS rebinding: a page of another site whose name now resolves to this address.
       return respond(HttpAnswer{421, "text/plain; charset=utf-8",
                                 "misdirected request: this Host is not this status endpoint "
@@ -144,6 +201,10 @@ class StatusServer::Session : public std::enable_shared_from_this<StatusServer::
                      false, head);
     }
     std::string target(request.target());
+    if (!raw_target.starts_with('/')) {  // the absolute form's path
+      const auto path = target.find('/', 7);
+      target = path == std::string::npos ? "/" : target.substr(path);
+    }
     if (auto q = target.find('?'); q != std::string::npos) target.resize(q);
     respond(provider_(target), request.keep_alive(), head);
   }

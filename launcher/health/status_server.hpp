@@ -41,10 +41,11 @@ struct StatusServerLimits {
   std::chrono::milliseconds idle_timeout{5000};
 };
 
-/// Whether a request's Host header (the value as sent, with or without ":port") may be answered:
-/// none at all (HTTP/1.0 tools), an IP address literal, "localhost" and names under
+/// Whether a request's Host header (the value as sent, strictly host[:port], the port all digits,
+/// IPv6 bracketed) may be answered: an IP address literal, "localhost" and names under
 /// ".localhost", this machine's `hostname` (as given, and its first label), or one of `allowed`
-/// (--status-allow-host; "*" allows any). Case and a trailing dot are ignored.
+/// (--status-allow-host; "*" allows any). Case and one trailing dot are ignored; an empty value
+/// is refused (a request with no Host header at all is the session's decision: HTTP/1.0 only).
 bool host_header_allowed(std::string_view host_header, const std::string& hostname,
                          const std::vector<std::string>& allowed);
 

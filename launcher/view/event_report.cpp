@@ -6,7 +6,10 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdint>
+#include <limits>
 #include <stdexcept>
+#include <type_traits>
 
 namespace ddp::launcher::view {
 
@@ -85,10 +88,30 @@ bool nested_deeper_than(std::string_view line, int limit) {
   return false;
 }
 
+/// A whole number that `T` holds (nlohmann's get<int> would wrap 2^31 to a negative rank).
+template <typename T>
+bool fits(const json& v) {
+  using limits = std::numeric_limits<T>;
+  if (v.is_number_unsigned())
+    return v.get<std::uint64_t>() <= static_cast<std::uint64_t>(limits::max());
+  if (v.is_number_integer()) {
+    const auto x = v.get<std::int64_t>();
+    return x >= static_cast<std::int64_t>(limits::min()) &&
+           x <= static_cast<std::int64_t>(limits::max());
+  }
+  return false;  // a fraction where a count or an id belongs
+}
+
 template <typename T>
 T number(const json& j, const char* key, T fallback) {
   auto it = j.find(key);
-  return it != j.end() && it->is_number() ? it->get<T>() : fallback;
+  if (it == j.end() || !it->is_number()) return fallback;
+  if constexpr (std::is_integral_v<T>) {
+    if (!fits<T>(*it))  // add_line names the line
+      throw std::out_of_range(
+          fmt::format("\"{}\" is {}, not a whole number in range", key, it->dump()));
+  }
+  return it->get<T>();
 }
 
 bool flag(const json& j, const char* key) {

@@ -132,7 +132,8 @@ class ReportBuilder {
  public:
   /// One line (its newline removed). `unterminated`: the file's last bytes, with no newline.
   Result<Ok> add_line(std::string_view line, bool unterminated = false);
-  /// A line longer than kReportMaxLine was skipped unread.
+  /// A line longer than kReportMaxLine is refused once that much is read, without reading to its
+  /// end.
   Error too_long();
   Result<JobReport> finish();
 

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
 // `ddprun report`: arguments and files only; the report itself is event_report.cpp's.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -32,16 +33,23 @@ int run_report(const std::vector<std::string>& args) {
   app.add_option("-o,--output", output, "write here (default: stdout)");
   app.add_option("--format", format, "html or md")->check(CLI::IsMember({"html", "md"}));
   if (auto done = parse_subcommand(app, "report", args)) return *done;
+  // -o naming the events file (or a link to it) would replace the events with their report.
+  struct stat in_st {
+  }, out_st{};
+  if (!output.empty() && output != "-" && ::stat(input.c_str(), &in_st) == 0 &&
+      ::stat(output.c_str(), &out_st) == 0 && in_st.st_dev == out_st.st_dev &&
+      in_st.st_ino == out_st.st_ino)
+    return report_fail(exit_codes::kUsage,
+                       fmt::format("-o {} is the events file {}: not overwritten", output, input));
   std::ifstream in(input, std::ios::binary);
   if (!in)
     return report_fail(kReportNoInput,
                        fmt::format("cannot read {}: {}", input, std::strerror(errno)));
-  // A line at a time through a fixed buffer: memory does not grow with the file (a line longer
-  // than kReportMaxLine is skipped unread and named as bad).
+  // A line at a time through a fixed buffer: memory does not grow with the file, and a line
+  // longer than kReportMaxLine is refused as soon as that much is read (/dev/zero has no end).
   ReportBuilder builder;
   std::string line;
   std::vector<char> chunk(1 << 16);
-  bool too_long = false;
   auto fail = [&](const Error& e) {
     return report_fail(e.exit_code, fmt::format("{}: {}", input, e.message));
   };
@@ -53,16 +61,9 @@ int run_report(const std::vector<std::string>& args) {
       const char* nl =
           static_cast<const char*>(std::memchr(chunk.data() + start, '\n', got - start));
       const size_t end = nl ? static_cast<size_t>(nl - chunk.data()) : got;
-      if (!too_long) {
-        line.append(chunk.data() + start, end - start);
-        if (line.size() > kReportMaxLine) {
-          too_long = true;
-          line.clear();
-          line.shrink_to_fit();
-        }
-      }
+      line.append(chunk.data() + start, end - start);
+      if (line.size() > kReportMaxLine) return fail(builder.too_long());
       if (!nl) break;
-      if (too_long) return fail(builder.too_long());
       if (auto added = builder.add_line(line); !added) return fail(added.error());
       line.clear();
       start = end + 1;
@@ -71,7 +72,6 @@ int run_report(const std::vector<std::string>& args) {
   if (in.bad())
     return report_fail(kReportNoInput,
                        fmt::format("cannot read {}: {}", input, std::strerror(errno)));
-  if (too_long) return fail(builder.too_long());
   if (!line.empty()) {
     if (auto added = builder.add_line(line, true); !added) return fail(added.error());
   }

@@ -40,11 +40,45 @@ std::string escape(const std::string& s) {
   return out;
 }
 
-std::string md_cell(std::string s) {
-  for (auto& c : s) {
-    if (c == '|' || c == '\n') c = c == '|' ? '/' : ' ';
+/// Job text as inert Markdown: no raw HTML, entity, link, image, code span or * emphasis can come
+/// out of it (a CommonMark viewer renders raw HTML by default), and it stays in its table cell.
+/// `_` stays: a path's attempt_1 is no emphasis.
+std::string md_cell(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  for (char c : s) {
+    switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '|':
+        out += '/';
+        break;
+      case '\n':
+      case '\r':
+        out += ' ';
+        break;
+      case '\\':
+      case '`':
+      case '*':
+      case '[':
+      case ']':
+      case '!':
+      case '#':
+        out += '\\';
+        out += c;
+        break;
+      default:
+        out += c;
+    }
   }
-  return s;
+  return out;
 }
 
 /// Lines after the first indented for a Markdown list item's code block; no fence can close.
@@ -269,7 +303,8 @@ std::string report_html(const JobReport& r, const std::string& source) {
 }
 
 std::string report_markdown(const JobReport& r, const std::string& source) {
-  std::string m = fmt::format("## ddprun report: job {}\n\n", r.run_id.empty() ? "-" : r.run_id);
+  std::string m =
+      fmt::format("## ddprun report: job {}\n\n", r.run_id.empty() ? "-" : md_cell(r.run_id));
   m += fmt::format("**Root cause:** {}\n\n", md_cell(r.root_cause));
   m += "| | |\n|---|---|\n";
   m += fmt::format("| events file | {}{} |\n", md_cell(source),
@@ -295,7 +330,8 @@ std::string report_markdown(const JobReport& r, const std::string& source) {
     m += "### Failed attempts\n\n";
     for (const auto& f : r.attempt_failures) {
       m += fmt::format("- attempt {}: rank {} (local rank {}) {}{}\n", f.attempt, f.rank,
-                       md_cell(f.local_rank), f.how, f.oom_killed ? " (out of memory)" : "");
+                       md_cell(f.local_rank), md_cell(f.how),
+                       f.oom_killed ? " (out of memory)" : "");
       if (!f.message.empty()) m += "\n  ```\n  " + indented(f.message) + "\n  ```\n";
       if (!f.traceback.empty()) m += "\n  ```\n  " + indented(f.traceback) + "\n  ```\n";
     }

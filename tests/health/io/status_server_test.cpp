@@ -163,11 +163,27 @@ TEST_CASE("a Host that is not this endpoint's is answered 421 (DNS rebinding)") 
   CHECK(get("127.0.0.1:" + std::to_string(*port)).find("HTTP/1.1 200") == 0);
   CHECK(get("metrics.example").find("HTTP/1.1 200") == 0);
   CHECK(get("NODE-A").find("HTTP/1.1 200") == 0);
+  CHECK(get("").find("HTTP/1.1 421") == 0);
+  auto raw = [&](const std::string& request) { return exchange(io, *port, request); };
+  // Two Host headers (a proxy and the server could read different ones): 400, whichever first.
+  CHECK(raw("GET /healthz HTTP/1.1\r\nHost: localhost\r\nHost: evil.com\r\n\r\n")
+            .find("HTTP/1.1 400") == 0);
+  CHECK(raw("GET /healthz HTTP/1.1\r\nHost: localhost\r\nHost: localhost\r\n\r\n")
+            .find("HTTP/1.1 400") == 0);
+  CHECK(raw("GET /healthz HTTP/1.1\r\n\r\n").find("HTTP/1.1 400") == 0);
+  CHECK(raw("GET /healthz HTTP/1.0\r\n\r\n").find(" 200 ") != std::string::npos);
+  // The absolute form names a host too.
+  CHECK(raw("GET http://evil.com/healthz HTTP/1.1\r\nHost: localhost\r\nConnection: "
+            "close\r\n\r\n")
+            .find("HTTP/1.1 421") == 0);
+  CHECK(raw("GET http://localhost/healthz HTTP/1.1\r\nHost: localhost\r\nConnection: "
+            "close\r\n\r\n")
+            .find("HTTP/1.1 200") == 0);
 }
 
 TEST_CASE("host_header_allowed: addresses, localhost, this host, the allowed names") {
   const std::vector<std::string> none;
-  CHECK(host_header_allowed("", "h", none));  // HTTP/1.0 without Host
+  CHECK_FALSE(host_header_allowed("", "h", none));  // a Host header naming nothing
   CHECK(host_header_allowed("127.0.0.1:8080", "h", none));
   CHECK(host_header_allowed("[::1]:8080", "h", none));
   CHECK(host_header_allowed("10.1.2.3", "h", none));
@@ -179,6 +195,20 @@ TEST_CASE("host_header_allowed: addresses, localhost, this host, the allowed nam
   CHECK_FALSE(host_header_allowed("localhost.attacker.example", "h", none));
   CHECK_FALSE(host_header_allowed("127.0.0.1.nip.io", "h", none));
   CHECK_FALSE(host_header_allowed("[::1", "h", none));
+  // Strictly host[:port]: the port all digits, IPv6 bracketed, no empty label, no zone id.
+  CHECK_FALSE(host_header_allowed("localhost:evil.com", "h", none));
+  CHECK_FALSE(host_header_allowed("localhost:", "h", none));
+  CHECK_FALSE(host_header_allowed(":80", "h", none));
+  CHECK_FALSE(host_header_allowed("localhost..", "h", none));
+  CHECK_FALSE(host_header_allowed(".", "h", none));
+  CHECK_FALSE(host_header_allowed("::1", "h", none));
+  CHECK_FALSE(host_header_allowed("[::1]x", "h", none));
+  CHECK_FALSE(host_header_allowed("[fe80::1%25evil]", "h", none));
+  CHECK_FALSE(host_header_allowed("[evil.com]", "h", none));
+  CHECK_FALSE(host_header_allowed("evil.com@localhost", "h", none));
+  CHECK_FALSE(host_header_allowed("localhost,evil.com", "h", none));
+  CHECK_FALSE(host_header_allowed("localhost/evil", "h", none));
+  CHECK(host_header_allowed("[::ffff:1.2.3.4]", "h", none));
   CHECK(host_header_allowed("svc.ns:80", "h", {"svc.ns"}));
   CHECK(host_header_allowed("anything", "h", {"*"}));
 }

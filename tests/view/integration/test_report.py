@@ -127,6 +127,35 @@ def test_bad_input_is_one_line_with_a_defined_code(tmp):
     assert "line 2 is nested deeper than 64 levels" in deep.stderr, deep
 
 
+
+def test_report_never_overwrites_its_events_file(tmp):
+    """-o naming the events file, or a link to it: refused (2, one line), the events kept."""
+    events = script(tmp, "ev.jsonl", '{"event":"launch","time":1,"run_id":"r"}\n')
+    before = open(events).read()
+    same = report(events, "-o", events)
+    assert same.returncode == 2 and same.stderr.count("\n") == 1, same
+    assert "is the events file" in same.stderr, same
+    link = os.path.join(tmp, "report.html")
+    os.symlink("ev.jsonl", link)
+    linked = report(events, "-o", link)
+    assert linked.returncode == 2, linked
+    assert open(events).read() == before
+    other = report(events, "-o", os.path.join(tmp, "r.html"))
+    assert other.returncode == 0, other
+
+
+def test_an_endless_line_is_refused_once_16_mib_are_read(tmp):
+    """/dev/zero has no newline and no end: the report stops at 16 MiB (65, line 1)."""
+    t0 = time.monotonic()
+    endless = subprocess.run([DDPRUN, "report", "/dev/zero"], capture_output=True, text=True,
+                             timeout=20)
+    assert endless.returncode == 65, endless
+    assert endless.stderr.endswith("line 1 is longer than 16 MiB: not an event\n"), endless
+    print(f"  /dev/zero refused in {time.monotonic() - t0:.2f} s", flush=True)
+    wrapped = report(script(tmp, "wrap.jsonl", '{"event":"launch","time":1}\n'
+                            '{"event":"worker_start","attempt":4294967295,"rank":0}\n'))
+    assert wrapped.returncode == 65 and "line 2:" in wrapped.stderr, wrapped
+
 RECOVER = """import os, sys, time
 if os.environ["TORCHELASTIC_RESTART_COUNT"] == "0":
     import json

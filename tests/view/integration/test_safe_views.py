@@ -99,6 +99,9 @@ def test_job_text_never_reaches_a_terminal_raw_and_the_end_stays_served(tmp):
         wait_until(ended, 60, "the final state on /status")
         job_state = final["job"]
         assert job_state["state"] == "failed" and job_state["exit_code"] == 137, job_state
+        # The failure summary's root cause on one node: rank, how it ended, the message's line.
+        assert job_state.get("root_cause", "").startswith(
+            "rank 0 (local rank 0, attempt 0) was killed by SIGKILL: boom "), job_state
         assert any(e["event"] == "summary" for e in final["events"]), final["events"][-3:]
         assert proc.poll() is None, "ddprun exited instead of lingering"
         # The dashboard in a real browser shows the end (and stops polling).
@@ -110,6 +113,8 @@ def test_job_text_never_reaches_a_terminal_raw_and_the_end_stays_served(tmp):
                 end = browser.evaluate("""(() => { const e = document.getElementById('ended');
                   return [e.dataset.state, e.dataset.exitCode, e.textContent]; })()""")
                 assert end[:2] == ["failed", "137"], end
+                assert "exit code 137: rank 0 (local rank 0, attempt 0) was killed by SIGKILL: boom" \
+                    in end[2], end
                 browser.screenshot(os.path.join(ARTEFACTS, "dashboard-ended.png"))
             finally:
                 browser.close()
@@ -119,7 +124,8 @@ def test_job_text_never_reaches_a_terminal_raw_and_the_end_stays_served(tmp):
                              env=clean_env(COLUMNS="200", LINES="50"))
         print(top.stdout, flush=True)
         assert top.returncode == 137, top
-        assert "the job ended: failed, exit 137" in top.stdout, top.stdout
+        assert "the job ended: failed, exit 137: rank 0 (local rank 0, attempt 0) was killed" \
+            in top.stdout, top.stdout
         assert "scope ^[]0;pwned^G|^[]52;c;ZWNobyBoaQ==^G|^[[2J" in top.stdout, top.stdout
         assert raw_controls(top.stdout) == [], repr(top.stdout)
         # Ctrl-C cuts the linger: ddprun exits at once, with the job's code.

@@ -168,3 +168,49 @@ TEST_CASE("the lists a report keeps are bounded: the first and the last, and a c
   CHECK(r->runs[2 * kReportKeep - 1].exit == "1");  // the last run's exit found its run
   CHECK(report_markdown(*r, "e").find("left out of the report") != std::string::npos);
 }
+
+TEST_CASE("job text in the Markdown report is inert: no raw HTML, link or image renders") {
+  auto r = report_of_text(
+      R"ev({"event":"launch","time":1,"run_id":"<b>r</b>","program":"<img src=x onerror=alert(4)>","nnodes":1,"node_rank":0,"world_size":1}
+{"event":"worker_start","time":2,"rank":0,"local_rank":0,"attempt":0,"pid":5}
+{"event":"worker_exit","time":3,"rank":0,"local_rank":0,"attempt":0,"pid":5,"exit_code":1,"terminated_by_ddprun":false,"oom_killed":false}
+{"event":"summary","time":6,"exit_code":1,"attempts":[{"attempt":0,"root_cause_rank":0,"workers":[{"rank":0,"local_rank":0,"exit_code":1,"error_message":"<script>alert(2)</script> [click](javascript:alert(3)) ![t](http://evil.example/t.png) &amp; `x`"}]}]}
+)ev");
+  REQUIRE(r);
+  const auto md = report_markdown(*r, "e");
+  // The message block stays in a code block (raw there); outside it nothing is raw.
+  const auto block = md.find("### Failed attempts");
+  REQUIRE(block != std::string::npos);
+  const auto outside = md.substr(0, block);
+  CHECK(outside.find('<') == std::string::npos);
+  for (auto at = outside.find("]("); at != std::string::npos; at = outside.find("](", at + 1))
+    CHECK(outside[at - 1] == '\\');  // an escaped ] opens no link
+  CHECK(outside.find("![") == std::string::npos);
+  CHECK(outside.find("&lt;img src=x onerror=alert(4)&gt;") != std::string::npos);
+  CHECK(outside.find("&lt;script&gt;alert(2)&lt;/script&gt; \\[click\\](javascript:alert(3)) "
+                     "\\!\\[t\\](http://evil.example/t.png) &amp;amp; \\`x\\`") !=
+        std::string::npos);
+  CHECK(outside.find("## ddprun report: job &lt;b&gt;r&lt;/b&gt;") != std::string::npos);
+}
+
+TEST_CASE("an integer a field cannot hold is a wrong-typed field, not wrapped") {
+  auto big_rank = report_of_text(
+      "{\"event\":\"launch\",\"time\":1}\n"
+      "{\"event\":\"worker_start\",\"attempt\":0,\"rank\":2147483648,\"local_rank\":0,\"pid\":1}"
+      "\n");
+  REQUIRE_FALSE(big_rank);
+  CHECK(big_rank.error().exit_code == kReportDataError);
+  CHECK(big_rank.error().message == "line 2: \"rank\" is 2147483648, not a whole number in range");
+  auto big_attempt = report_of_text(
+      "{\"event\":\"worker_start\",\"attempt\":4294967295,\"rank\":0,\"local_rank\":0,\"pid\":1}"
+      "\n");
+  REQUIRE_FALSE(big_attempt);
+  CHECK(big_attempt.error().message.find("line 1: \"attempt\" is 4294967295") == 0);
+  auto fraction = report_of_text("{\"event\":\"worker_start\",\"rank\":1.5}\n");
+  REQUIRE_FALSE(fraction);
+  CHECK(fraction.error().exit_code == kReportDataError);
+  auto fine = report_of_text(
+      "{\"event\":\"worker_start\",\"attempt\":0,\"rank\":2147483647,\"local_rank\":0,\"pid\":1}"
+      "\n");
+  CHECK(fine);
+}

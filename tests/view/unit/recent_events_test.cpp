@@ -105,6 +105,36 @@ TEST_CASE("the digest: a hang, an exclusion, a failed end") {
   CHECK(job["root_cause"] == "node 0 (a): hung");
 }
 
+TEST_CASE("a failed end on one node: the root cause is the failure summary's") {
+  RecentEvents recent;
+  recent.add({{"event", "summary"},
+              {"exit_code", 1},
+              {"attempts",
+               {{{"attempt", 0},
+                 {"root_cause_rank", 1},
+                 {"workers",
+                  {{{"rank", 0}, {"local_rank", 0}, {"signal", "SIGTERM"}},
+                   {{"rank", 1},
+                    {"local_rank", 1},
+                    {"exit_code", 1},
+                    {"error_message", "ValueError: bad batch\nsecond line"}}}}}}}});
+  auto job = recent.job_json();
+  CHECK(job["state"] == "failed");
+  CHECK(job["root_cause"] ==
+        "rank 1 (local rank 1, attempt 0) exited with code 1: ValueError: bad batch");
+  RecentEvents killed;
+  killed.add(
+      {{"event", "summary"},
+       {"exit_code", 137},
+       {"attempts",
+        {{{"attempt", 2},
+          {"root_cause_rank", 0},
+          {"workers",
+           {{{"rank", 0}, {"local_rank", 0}, {"signal", "SIGKILL"}, {"oom_killed", true}}}}}}}});
+  CHECK(killed.job_json()["root_cause"] ==
+        "rank 0 (local rank 0, attempt 2) was killed by SIGKILL (out of memory)");
+}
+
 TEST_CASE("the node list is bounded") {
   RecentEvents recent;
   for (int i = 0; i < 1000; ++i) recent.add({{"event", "spare"}, {"node", std::to_string(i)}});
