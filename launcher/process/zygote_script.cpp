@@ -196,7 +196,7 @@ def _serve(sock):
 
 def _fail(report, err, code=70):
     try:
-        os.write(report, struct.pack('i', err))
+        os.write(report, struct.pack('i', err or 5))  # 0 says 'set up'; 5: EIO
     finally:
         os._exit(code)
 
@@ -322,6 +322,7 @@ def _become_worker(req, fds):
             torch.random.default_generator.manual_seed(_TORCH_DEFAULT_SEED)
         else:  # torch 2.x seeds its default generator from the OS
             torch.random.default_generator.seed()
+    os.write(report, struct.pack('i', 0))  # set up: ddprun execs this rank if anything above failed
     # Claimed: ddprun has recorded this pid and says go. EOF (ddprun never learnt the pid: the
     # zygote died before answering, or gave up on it) means this process is nobody's worker.
     try:
@@ -417,7 +418,10 @@ _send(_sock, {'ready': True, 'seconds': round(time.monotonic() - _started, 3)})
 _request = _serve(_sock)
 if _request is None:
     os._exit(0)
-_become_worker(*_request)
+try:
+    _become_worker(*_request)
+except BaseException:
+    os._exit(70)  # before the word 'set up': ddprun execs this rank (its report reads EOF)
 _worker_main(_request[0])
 )PY";
 

@@ -433,6 +433,58 @@ def test_a_module_that_wraps_os_fork_does_not_fail_the_job(tmp):
     assert not [e for e in h.read_events(events) if e["event"] == "preload_disabled"]
 
 
+def test_a_module_that_makes_os_fork_raise_still_gets_forked_workers(tmp):
+    """A module that forbids fork (os.fork raises): the zygote's own forks are not the
+    program's, so the ranks are forked, and their os.fork raises as in an exec'd worker."""
+    write(os.path.join(tmp, "nofork.py"),
+          "import os\n"
+          "def fork():\n"
+          "    raise OSError(11, 'fork patched out')\n"
+          "os.fork = fork\n")
+    script = write(os.path.join(tmp, "nofork_job.py"),
+                   "import os, nofork\n"
+                   "try:\n"
+                   "    os.fork()\n"
+                   "    own = 'forked'\n"
+                   "except OSError:\n"
+                   "    own = 'raised'\n"
+                   "print('RAN', os.environ['RANK'], own, "
+                   "'ddprun-zygote' in open('/proc/self/cmdline').read(), flush=True)\n")
+    events = os.path.join(tmp, "ev.jsonl")
+    run = h.run(["--nproc-per-node=2", "--events", events, "--python", sys.executable,
+                 "--preload", "nofork", script], timeout=60, cwd=tmp)
+    assert run.rc == 0, run
+    ran = sorted(l.split("RAN", 1)[1].split() for l in run.out.splitlines() if "RAN" in l)
+    assert ran == [["0", "raised", "True"], ["1", "raised", "True"]], run
+    assert "Traceback" not in run.out + run.err, run
+    assert not [e for e in h.read_events(events) if e["event"] == "preload_disabled"]
+
+
+def test_a_failed_setup_of_a_forked_worker_execs_it(tmp):
+    """Whatever fails in a forked worker before it runs the program (here a module's wrapper of
+    signal.pthread_sigmask that raises) makes ddprun exec that rank and give --preload up with
+    one line and a preload_disabled event, never exit 70 or a failed rank."""
+    write(os.path.join(tmp, "badmask.py"),
+          "import signal\n"
+          "def pthread_sigmask(*args):\n"
+          "    raise RuntimeError('wrapped')\n"
+          "signal.pthread_sigmask = pthread_sigmask\n")
+    script = write(os.path.join(tmp, "mask_job.py"),
+                   "import os\n"
+                   "print('RAN', os.environ['RANK'], "
+                   "'ddprun-zygote' in open('/proc/self/cmdline').read(), flush=True)\n")
+    events = os.path.join(tmp, "ev.jsonl")
+    run = h.run(["--nproc-per-node=2", "--events", events, "--python", sys.executable,
+                 "--preload", "badmask", script], timeout=60, cwd=tmp)
+    assert run.rc == 0, run
+    ran = sorted(l.split("RAN", 1)[1].split() for l in run.out.splitlines() if "RAN" in l)
+    assert ran == [["0", "False"], ["1", "False"]], run
+    assert (run.out + run.err).count("ddprun: --preload") == 1, run
+    assert "Traceback" not in run.out + run.err, run
+    disabled = [e for e in h.read_events(events) if e["event"] == "preload_disabled"]
+    assert len(disabled) == 1 and "set itself up" in disabled[0]["reason"], disabled
+
+
 STATE_MODULE = """\
 import os, sys
 sys.path.insert(0, os.path.join(os.getcwd(), 'plugins'))  # a plugin directory
