@@ -518,6 +518,7 @@ Result<ParsedCommandLine> parse_command_line(const std::vector<std::string>& typ
   } catch (const CLI::ParseError& e) {
     return usage_error(e.what());
   }
+  parsed.raw.preload_given = app.count("--preload") > 0;
   parsed.raw.program_and_args = app.remaining();
   // `ddprun [options] -- prog args`: the separator is not part of the program's command line.
   auto& rest = parsed.raw.program_and_args;

@@ -147,7 +147,7 @@ Result<ConfiguredLaunch> config_from_options(const RawOptions& raw, const HostFa
   c.python = !raw.python.empty()
                  ? raw.python
                  : host.python_exec.value_or(host.installed_python.value_or("python3"));
-  if (!raw.preload.empty()) {
+  if (raw.preload_given || !raw.preload.empty()) {
     if (c.program_kind == ProgramKind::Executable) {
       return usage_error(fmt::format(
           "--preload: '{}' is not a Python program (.py or -m); only those can be preloaded",

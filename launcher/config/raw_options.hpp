@@ -60,6 +60,7 @@ struct RawOptions {
   bool bind_gpu = false;
   std::string python;           // empty: $PYTHON_EXEC, else python3 on PATH
   std::string preload;          // --preload: a comma list of modules; empty: workers are exec'd
+  bool preload_given = false;   // --preload was on the command line (an empty list is an error)
   std::string preload_timeout;  // --preload-timeout: seconds; empty: 300
   std::string store_proxy = "auto";  // on, off or auto (multi-node, 2+ per node, 1024+ ranks)
   std::string store_proxy_max_watched_keys;  // empty: the proxy's default (262144)

@@ -129,7 +129,17 @@ std::vector<pid_t> PosixProcessControl::live_children() {
         children.push_back(pid);
     }
   }
-  if (zygote_) std::erase(children, zygote_->pid());  // serves the next attempt
+  if (zygote_ && zygote_->pid() > 0) {
+    // It serves the next attempt, and so do the members of its group: what its interpreter
+    // started (a pyenv shim's helpers, re-parented here when the shim exits) is no worker's
+    // leftover, and a group kill of one of them would take the zygote along. The group is the
+    // zygote's while it lives (its own session); it is killed with the zygote (~Zygote).
+    const pid_t zygote = zygote_->pid();
+    std::erase_if(children, [zygote](pid_t pid) {
+      ProcStat st;
+      return pid == zygote || (read_proc_stat(pid, st) && st.pgrp == zygote);
+    });
+  }
   return children;
 }
 
@@ -163,7 +173,8 @@ void PosixProcessControl::signal_process(pid_t pid, int sig) {
   // a group kill reaches every member atomically (a fork racing it fails). The group is provably
   // ours: `pid` is ddprun's unreaped child, so the group's number stays taken while it lives, and
   // every member of a session a descendant made descends from that descendant.
-  if (ours && st.ppid == ::getpid() && st.session != ::getsid(0) && st.pgrp > 1) {
+  const bool zygotes_group = zygote_ && st.pgrp == zygote_->pid();
+  if (ours && st.ppid == ::getpid() && st.session != ::getsid(0) && st.pgrp > 1 && !zygotes_group) {
     ::kill(-st.pgrp, sig);
   }
 }

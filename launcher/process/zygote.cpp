@@ -55,6 +55,29 @@ Received receive_from_zygote(int fd, std::chrono::milliseconds timeout, std::str
   return Received::Message;
 }
 
+/// The forked worker's word on its setup (re-parented, its death signal, its cgroup): 0 when done
+/// (it then waits for the go-ahead), an errno (negative: its own codes) when it failed and exits.
+/// Read here, while the request's descriptors are still open, so that a failed setup is exec'd.
+std::optional<std::string> await_worker_setup(int fd, std::chrono::milliseconds timeout) {
+  int word = 0;
+  std::string bytes, why;
+  switch (receive_from_zygote(fd, timeout, bytes, why)) {
+    case Received::Timeout:
+    case Received::Closed:
+      return fmt::format("a forked worker did not set itself up: {}", why);
+    case Received::Message:
+      break;
+  }
+  if (bytes.size() != sizeof word) return std::string("a forked worker did not set itself up");
+  std::memcpy(&word, bytes.data(), sizeof word);
+  if (word == 0) return std::nullopt;
+  if (word == -ECHILD) return std::string("a forked worker was not re-parented to ddprun");
+  if (word < 0) {
+    return fmt::format("a forked worker cannot move into its job cgroup: {}", std::strerror(-word));
+  }
+  return fmt::format("a forked worker could not set itself up: {}", std::strerror(word));
+}
+
 bool send_datagram(int fd, const std::string& message, const std::vector<int>& fds) {
   iovec iov{const_cast<char*>(message.data()), message.size()};
   msghdr msg{};
@@ -256,6 +279,9 @@ std::variant<StartedProcess, Zygote::ForkFailure> Zygote::fork_worker(
   }
   auto pid = parse_zygote_reply(reply);
   if (auto* error = std::get_if<std::string>(&pid)) return fail(false, *error);
+  // A worker that failed its setup exits by itself (re-parented here, reaped as any child); one
+  // that did not answer reads EOF once report[0] is closed and exits unclaimed.
+  if (auto why = await_worker_setup(report[0], kReplyTimeout)) return fail(false, *why);
   return StartedProcess{static_cast<pid_t>(std::get<int>(pid)), report[0]};
 }
 

@@ -10,12 +10,21 @@ const std::string_view kZygoteBootstrap =
     "import os,sys;exec(compile(os.read(int(sys.argv[1]),1<<20),'<ddprun-zygote>','exec'))";
 
 const std::string_view kZygoteScript = R"PY(
-import os, sys, json, socket, struct, signal, time, traceback, types, builtins
+import os, sys, json, socket, struct, signal, time, traceback, types, builtins, posix
+# The real fork, saved before any module imports: a module may wrap or replace os.fork (a tracer
+# whose child forks once more, a library that forbids fork), and the zygote's own forks are not
+# the program's. (os.register_at_fork hooks still run: the interpreter calls them in any fork.)
+_fork = posix.fork
 _FD, _MODE, _TARGET = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 _MODULES = [m for m in sys.argv[4:] if m]
 _TORCH_DEFAULT_SEED = 67280421310721  # c10's default_rng_seed_val: torch 1.x's first seed
 _MAX_FDS = 8
 _GIVEN_ENV = dict(os.environ)  # before the imports: what ddprun gave (and the interpreter added)
+_GIVEN_UMASK = os.umask(0o22)
+os.umask(_GIVEN_UMASK)
+_GIVEN_CWD = os.getcwd()
+_PATH_FIRST_AT_IMPORT = None  # the sys.path[0] the imports saw (_refusal)
+_ARGV_AT_IMPORT = None  # the sys.argv the imports saw (_refusal)
 _SET_MEMPOLICY = {'x86_64': 238, 'aarch64': 237, 'riscv64': 237, 'ppc64le': 261, 'ppc64': 261,
                   's390x': 270}
 
@@ -55,12 +64,13 @@ def _added_at_startup():
 _STARTUP_ADDED = _added_at_startup()
 
 
-def _first_path_entry(mode, target):
-    # What `python script.py` / `python -m mod` / `python -c code` put first on sys.path.
+def _first_path_entry(mode, target, cwd):
+    # What `python script.py` / `python -m mod` / `python -c code` put first on sys.path, started
+    # in `cwd` (ddprun's: a module may have changed the zygote's at import).
     if mode == 'script':
-        return os.path.dirname(os.path.realpath(target))
+        return os.path.dirname(os.path.realpath(os.path.join(cwd, target)))
     if mode == 'module':
-        return os.getcwd()
+        return cwd
     return ''
 
 
@@ -91,8 +101,11 @@ def _live_children():
 def _refusal(setup):
     try:
         import importlib
+        global _ARGV_AT_IMPORT
         sys.argv = _argv_at_import(setup.get('args', []))
-        sys.path[0] = _first_path_entry(_MODE, _TARGET)
+        _ARGV_AT_IMPORT = list(sys.argv)
+        global _PATH_FIRST_AT_IMPORT
+        sys.path[0] = _PATH_FIRST_AT_IMPORT = _first_path_entry(_MODE, _TARGET, _GIVEN_CWD)
         for name in _MODULES:
             importlib.import_module(name)
     except BaseException as e:  # a SystemExit in a module is a failed import too
@@ -102,7 +115,7 @@ def _refusal(setup):
     if len(tasks) > 1:
         # Thread pools that stop themselves before a fork (OpenBLAS's, started by `import torch`,
         # has a pthread_atfork handler) are safe: fork once and count what is left.
-        probe = os.fork()
+        probe = _fork()
         if probe == 0:
             os._exit(0)
         os.waitpid(probe, 0)
@@ -145,10 +158,21 @@ def _serve(sock):
         if req is None:
             return None
         r, w = os.pipe()
-        pid = os.fork()
+        try:
+            pid = _fork()
+        except OSError as e:
+            os.close(r)
+            os.close(w)
+            for fd in fds:
+                os.close(fd)
+            _send(sock, {'error': 'the zygote could not fork a worker: %s' % e})
+            continue
         if pid == 0:  # the intermediate: fork the worker and go, so that it reparents to ddprun
             os.close(r)
-            worker = os.fork()
+            try:
+                worker = _fork()
+            except BaseException:
+                os._exit(0)  # the zygote reads no pid: an error, and this worker is exec'd
             if worker == 0:
                 # Its own session at once: giving the zygote up kills the zygote's group (what a
                 # module started, an unclaimed worker's intermediate), not a claimed worker.
@@ -172,7 +196,7 @@ def _serve(sock):
 
 def _fail(report, err, code=70):
     try:
-        os.write(report, struct.pack('i', err))
+        os.write(report, struct.pack('i', err or 5))  # 0 says 'set up'; 5: EIO
     finally:
         os._exit(code)
 
@@ -193,8 +217,10 @@ def _set_preferred_node(node):
 
 
 def _apply_environment(entries):
-    # A change over the environment the imports left: ddprun's values win; what ddprun removed
-    # for this rank goes; what a module set at import and ddprun does not set stays.
+    # A change over the environment the imports left: what ddprun sets for this rank (a value
+    # the zygote was not given) wins; what ddprun removed for this rank goes; what a module set,
+    # changed or removed at import stays so where ddprun gives the rank what it gave the zygote,
+    # as in an exec'd worker, whose modules change the environment ddprun gave it.
     want = {}
     for entry in entries:
         key, _, value = entry.partition('=')
@@ -203,8 +229,21 @@ def _apply_environment(entries):
         if key not in want and key in _GIVEN_ENV and key not in _STARTUP_ADDED:
             del os.environ[key]  # unsetenv: the C environ follows
     for key, value in want.items():
+        if _GIVEN_ENV.get(key) == value and os.environ.get(key) != value:
+            continue  # the imports changed or removed it; ddprun sets nothing new here
         if os.environ.get(key) != value:
             os.environ[key] = value
+
+
+def _apply_path(first):
+    # sys.path as an exec'd worker's: its first entry where the imports' first entry was, and
+    # whatever the imports added (a plugin directory inserted before it) kept, in their order.
+    for i, entry in enumerate(sys.path):
+        if entry == _PATH_FIRST_AT_IMPORT:
+            sys.path[i] = first
+            return
+    if _PATH_FIRST_AT_IMPORT is None:
+        sys.path[0] = first
 
 
 def _become_worker(req, fds):
@@ -246,8 +285,17 @@ def _become_worker(req, fds):
     for name in ('stdout', 'stderr'):
         if named[name] > 2:
             os.close(named[name])
-    os.umask(req['umask'])
-    os.chdir(req['cwd'])
+    # ddprun sets neither for an exec'd worker: it inherits ddprun's, which its modules may change
+    # at import. So a module's umask or working directory stays; ddprun's own (as now) otherwise.
+    imported_umask = os.umask(req['umask'])
+    if imported_umask != _GIVEN_UMASK:
+        os.umask(imported_umask)  # a module set it: the module's stays
+    try:
+        moved = os.getcwd() != _GIVEN_CWD
+    except OSError:
+        moved = True  # a module's directory that has gone: as an exec'd worker would be
+    if not moved:
+        os.chdir(req['cwd'])
     _apply_environment(req['env'])
     # Only the zygote's own descriptors went (its socket, the request's); whatever the preloaded
     # modules opened at import (a log file) stays theirs, as in an exec'd worker.
@@ -274,6 +322,7 @@ def _become_worker(req, fds):
             torch.random.default_generator.manual_seed(_TORCH_DEFAULT_SEED)
         else:  # torch 2.x seeds its default generator from the OS
             torch.random.default_generator.seed()
+    os.write(report, struct.pack('i', 0))  # set up: ddprun execs this rank if anything above failed
     # Claimed: ddprun has recorded this pid and says go. EOF (ddprun never learnt the pid: the
     # zygote died before answering, or gave up on it) means this process is nobody's worker.
     try:
@@ -297,11 +346,15 @@ def _strip_own_frames(tb):
 
 def _run(req):
     mode, target, args = req['mode'], req['target'], req['args']
+    # What the imports appended to sys.argv stays appended, as in an exec'd worker.
+    n = len(_ARGV_AT_IMPORT or ())
+    if _ARGV_AT_IMPORT is not None and sys.argv[:n] == _ARGV_AT_IMPORT:
+        args = args + sys.argv[n:]
     main = types.ModuleType('__main__')
     main.__dict__['__annotations__'] = {}
     main.__dict__['__builtins__'] = builtins
     sys.modules['__main__'] = main
-    sys.path[0] = _first_path_entry(mode, target)
+    _apply_path(_first_path_entry(mode, target, req['cwd']))
     sys.orig_argv = req['orig_argv']
     if mode == 'module':
         import runpy
@@ -309,7 +362,7 @@ def _run(req):
         runpy._run_module_as_main(target, alter_argv=True)
         return
     if mode == 'script':
-        path = os.path.abspath(target)
+        path = os.path.abspath(os.path.join(req['cwd'], target))
         from importlib.machinery import SourceFileLoader
         main.__loader__ = SourceFileLoader('__main__', path)
         main.__file__ = path
@@ -365,7 +418,10 @@ _send(_sock, {'ready': True, 'seconds': round(time.monotonic() - _started, 3)})
 _request = _serve(_sock)
 if _request is None:
     os._exit(0)
-_become_worker(*_request)
+try:
+    _become_worker(*_request)
+except BaseException:
+    os._exit(70)  # before the word 'set up': ddprun execs this rank (its report reads EOF)
 _worker_main(_request[0])
 )PY";
 

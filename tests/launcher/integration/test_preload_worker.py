@@ -406,5 +406,159 @@ def test_helpers_started_at_import_end_with_the_job(tmp):
             assert len(disabled) == 1 and "child process" in disabled[0]["reason"], disabled
 
 
+# 7. What the preloaded modules change at import: forked workers see it as exec'd ones do ------
+
+def test_a_module_that_wraps_os_fork_does_not_fail_the_job(tmp):
+    """A module whose os.fork forks once more in the child (a tracer's re-init): the zygote
+    forks with the real fork, so each rank runs once, forked, and the job succeeds (not 70)."""
+    write(os.path.join(tmp, "forkwrap.py"),
+          "import os\n"
+          "_real = os.fork\n"
+          "def fork():\n"
+          "    pid = _real()\n"
+          "    if pid == 0 and _real() == 0:\n"
+          "        pass\n"
+          "    return pid\n"
+          "os.fork = fork\n")
+    script = write(os.path.join(tmp, "once.py"),
+                   "import os\n"
+                   "print('RAN', os.environ['RANK'], "
+                   "'ddprun-zygote' in open('/proc/self/cmdline').read(), flush=True)\n")
+    events = os.path.join(tmp, "ev.jsonl")
+    run = h.run(["--nproc-per-node=2", "--events", events, "--python", sys.executable,
+                 "--preload", "forkwrap", script], timeout=60, cwd=tmp)
+    assert run.rc == 0, run
+    ran = sorted(l.split("RAN", 1)[1].split() for l in run.out.splitlines() if "RAN" in l)
+    assert ran == [["0", "True"], ["1", "True"]], run
+    assert not [e for e in h.read_events(events) if e["event"] == "preload_disabled"]
+
+
+def test_a_module_that_makes_os_fork_raise_still_gets_forked_workers(tmp):
+    """A module that forbids fork (os.fork raises): the zygote's own forks are not the
+    program's, so the ranks are forked, and their os.fork raises as in an exec'd worker."""
+    write(os.path.join(tmp, "nofork.py"),
+          "import os\n"
+          "def fork():\n"
+          "    raise OSError(11, 'fork patched out')\n"
+          "os.fork = fork\n")
+    script = write(os.path.join(tmp, "nofork_job.py"),
+                   "import os, nofork\n"
+                   "try:\n"
+                   "    os.fork()\n"
+                   "    own = 'forked'\n"
+                   "except OSError:\n"
+                   "    own = 'raised'\n"
+                   "print('RAN', os.environ['RANK'], own, "
+                   "'ddprun-zygote' in open('/proc/self/cmdline').read(), flush=True)\n")
+    events = os.path.join(tmp, "ev.jsonl")
+    run = h.run(["--nproc-per-node=2", "--events", events, "--python", sys.executable,
+                 "--preload", "nofork", script], timeout=60, cwd=tmp)
+    assert run.rc == 0, run
+    ran = sorted(l.split("RAN", 1)[1].split() for l in run.out.splitlines() if "RAN" in l)
+    assert ran == [["0", "raised", "True"], ["1", "raised", "True"]], run
+    assert "Traceback" not in run.out + run.err, run
+    assert not [e for e in h.read_events(events) if e["event"] == "preload_disabled"]
+
+
+def test_a_failed_setup_of_a_forked_worker_execs_it(tmp):
+    """Whatever fails in a forked worker before it runs the program (here a module's wrapper of
+    signal.pthread_sigmask that raises) makes ddprun exec that rank and give --preload up with
+    one line and a preload_disabled event, never exit 70 or a failed rank."""
+    write(os.path.join(tmp, "badmask.py"),
+          "import signal\n"
+          "def pthread_sigmask(*args):\n"
+          "    raise RuntimeError('wrapped')\n"
+          "signal.pthread_sigmask = pthread_sigmask\n")
+    script = write(os.path.join(tmp, "mask_job.py"),
+                   "import os\n"
+                   "print('RAN', os.environ['RANK'], "
+                   "'ddprun-zygote' in open('/proc/self/cmdline').read(), flush=True)\n")
+    events = os.path.join(tmp, "ev.jsonl")
+    run = h.run(["--nproc-per-node=2", "--events", events, "--python", sys.executable,
+                 "--preload", "badmask", script], timeout=60, cwd=tmp)
+    assert run.rc == 0, run
+    ran = sorted(l.split("RAN", 1)[1].split() for l in run.out.splitlines() if "RAN" in l)
+    assert ran == [["0", "False"], ["1", "False"]], run
+    assert (run.out + run.err).count("ddprun: --preload") == 1, run
+    assert "Traceback" not in run.out + run.err, run
+    disabled = [e for e in h.read_events(events) if e["event"] == "preload_disabled"]
+    assert len(disabled) == 1 and "set itself up" in disabled[0]["reason"], disabled
+
+
+STATE_MODULE = """\
+import os, sys
+sys.path.insert(0, os.path.join(os.getcwd(), 'plugins'))  # a plugin directory
+sys.argv.append('--from-module')
+os.umask(0o077)
+os.chdir('sub')
+os.environ.pop('DROPPED_BY_MODULE', None)
+os.environ['CHANGED_BY_MODULE'] = 'by the module'
+"""
+
+STATE_SCRIPT = """\
+import json, os, stat, sys, statemod
+import plugin
+path = os.path.join(os.environ['OUT'], 'file%s' % os.environ['RANK'])
+open(path, 'w').close()
+json.dump({'path': sys.path[:2], 'argv': sys.argv, 'cwd': os.getcwd(), 'plugin': plugin.X,
+           'mode': oct(stat.S_IMODE(os.stat(path).st_mode)),
+           'dropped': os.environ.get('DROPPED_BY_MODULE'),
+           'changed': os.environ.get('CHANGED_BY_MODULE'), 'rank': os.environ.get('RANK'),
+           'forked': 'ddprun-zygote' in open('/proc/self/cmdline').read()},
+          open(os.path.join(os.environ['OUT'], 'state%s.json' % os.environ['RANK']), 'w'))
+"""
+
+
+def test_state_the_modules_set_at_import_is_kept_as_in_exec(tmp):
+    """sys.path entries and argv the imports added, their umask and working directory (ddprun
+    sets neither), environment variables they removed or changed (ddprun gives them as it got
+    them): a forked worker has them as an exec'd one does; a relative script still runs."""
+    os.makedirs(os.path.join(tmp, "plugins"))
+    os.makedirs(os.path.join(tmp, "sub"))
+    write(os.path.join(tmp, "plugins", "plugin.py"), "X = 'plugin ok'\n")
+    write(os.path.join(tmp, "statemod.py"), STATE_MODULE)
+    write(os.path.join(tmp, "state.py"), STATE_SCRIPT)
+    both = run_both(tmp, "state", "state.py", "statemod", extra=["--max-restarts=0"],
+                    env={"DROPPED_BY_MODULE": "x", "CHANGED_BY_MODULE": "inherited"})
+    seen = {}
+    for kind, (run, events, out) in both.items():
+        assert run.rc == 0, f"{kind}: {run}"
+        seen[kind] = [json.load(open(os.path.join(out, f"state{r}.json"))) for r in (0, 1)]
+    assert all(s.pop("forked") for s in seen["fork"]), seen
+    assert not any(s.pop("forked") for s in seen["exec"]), seen
+    assert seen["fork"] == seen["exec"], seen
+    first = seen["exec"][0]
+    assert first["path"] == [os.path.join(tmp, "plugins"), tmp], first
+    assert first["argv"] == ["state.py", "--from-module"], first
+    assert first["mode"] == "0o600" and first["cwd"] == os.path.join(tmp, "sub"), first
+    assert first["dropped"] is None and first["changed"] == "by the module", first
+
+
+def test_helpers_of_the_interpreter_do_not_get_the_zygote_killed(tmp):
+    """A python3 that is a shim (pyenv's) leaves helpers in the zygote's process group that
+    re-parent to ddprun: the end of an attempt does not sweep them, nor the zygote with them, so
+    the restart's workers are forked too."""
+    shim = write(os.path.join(tmp, "python3"),
+                 "#!/bin/sh\n"
+                 "(sleep 30 </dev/null >/dev/null 2>&1 &)\n"
+                 f"exec {sys.executable} \"$@\"\n")
+    os.chmod(shim, 0o755)
+    script = write(os.path.join(tmp, "restart.py"),
+                   "import os, sys, time\n"
+                   "print('RAN', os.environ['TORCHELASTIC_RESTART_COUNT'], os.environ['RANK'], "
+                   "'ddprun-zygote' in open('/proc/self/cmdline').read(), flush=True)\n"
+                   "if os.environ['TORCHELASTIC_RESTART_COUNT'] == '0':\n"
+                   "    time.sleep(0.5)\n"
+                   "    sys.exit(1)\n")
+    events = os.path.join(tmp, "ev.jsonl")
+    run = h.run(["--nproc-per-node=2", "--max-restarts=1", "--events", events, "--python", shim,
+                 "--preload", "json", script], timeout=60, cwd=tmp)
+    assert run.rc == 0, run
+    ran = sorted(l.split("RAN", 1)[1].split() for l in run.out.splitlines() if "RAN" in l)
+    assert ran == [[a, r, "True"] for a in "01" for r in "01"], run
+    evs = h.read_events(events)
+    assert not [e for e in evs if e["event"] in ("preload_disabled", "leftovers_killed")], evs
+
+
 if __name__ == "__main__":
     h.main(globals())

@@ -123,7 +123,7 @@ TEST_CASE("--preload: a comma list of modules, for Python programs only") {
   auto none = configure_preload({"train.py"});
   REQUIRE(none.ok());
   CHECK(none->config.preload.empty());
-  for (const auto& bad : {"torch,,numpy", "torch,", "1x", "a..b", "a-b", "torch numpy"}) {
+  for (const auto& bad : {"", "torch,,numpy", "torch,", "1x", "a..b", "a-b", "torch numpy"}) {
     auto r = configure_preload({"--preload", bad, "train.py"});
     REQUIRE_FALSE(r.ok());
     CHECK(r.error().exit_code == 2);
