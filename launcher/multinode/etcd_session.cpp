@@ -210,6 +210,11 @@ void EtcdSession::start_lease() {
     ClientOptions options = client_->options();
     options.timeout = std::max(settings_.heartbeat_interval, milliseconds(500));
     EtcdClient client(options);
+    // The cross-check's calls get half a heartbeat each: a slow range (a loaded etcd) must not
+    // hold the next keepalive back (see the wait below).
+    ClientOptions check_options = options;
+    check_options.timeout = std::max(settings_.heartbeat_interval / 2, milliseconds(250));
+    EtcdClient check(check_options);
     // Fences as etcd's lease semantics say (etcd_lease_fence.hpp): when etcd says the lease is
     // gone, or no member answered for the TTL; time without a leader does not count.
     LeaseFence fence(lease_ttl_, Clock::now());
@@ -217,6 +222,8 @@ void EtcdSession::start_lease() {
     std::unique_lock lock(keepalive_mutex_);
     while (!keepalive_stop_) {
       lock.unlock();
+      // The next keepalive is due a heartbeat after this one, however long the rest takes.
+      const auto beat = Clock::now();
       LeaseFence::Outcome outcome = LeaseFence::Outcome::NoAnswer;
       std::string detail;
       try {
@@ -263,14 +270,14 @@ void EtcdSession::start_lease() {
           }
           // The watch's cross-check, once per heartbeat: a member whose alive key is gone is
           // lost even when the watch's member went silent without closing the stream.
-          (void)reread_round(client);
+          if (Clock::now() - beat < settings_.heartbeat_interval / 2) (void)reread_round(check);
         } catch (const std::exception&) {
           // The next heartbeat tries again; the fence above decides about etcd.
         }
       }
       lock.lock();
-      keepalive_wake_.wait_for(lock, settings_.heartbeat_interval,
-                               [this] { return keepalive_stop_; });
+      keepalive_wake_.wait_until(lock, beat + settings_.heartbeat_interval,
+                                 [this] { return keepalive_stop_; });
     }
   });
 }
@@ -284,16 +291,32 @@ std::int64_t EtcdSession::reread_round(EtcdClient& client) {
   if (!watched) return 0;
   const auto& [round, closed] = *watched;
   // Only the keys that decide (not the whole round: a stranger's huge values beside them would
-  // be read every heartbeat): the stop key, the done keys, then the alive keys.
+  // be read every heartbeat): the stop key, the done keys, then the alive keys. Of the done and
+  // alive keys only the names are read (keys_only: a stranger's 7 x 1.4 MB values inside
+  // done/ or alive/ read every heartbeat slowed etcd until healthy leases expired); a done key's
+  // value (its seal) is read only for a member's rank not yet seen done at that revision.
   const std::string alive_prefix = keys_.alive_prefix(round);
   const std::string done_prefix = keys_.done_prefix(round);
   const auto read = client.range(keys_.stop(round));
   WatchMessage now;
   for (const auto& kv : read.kvs) now.events.push_back(WatchEvent{WatchEvent::Type::Put, kv});
-  for (const auto& kv : client.range(done_prefix, prefix_end(done_prefix)).kvs)
-    now.events.push_back(WatchEvent{WatchEvent::Type::Put, kv});
+  for (const auto& kv : client.range(done_prefix, prefix_end(done_prefix), true).kvs) {
+    int rank = -1;
+    const char* end = kv.key.data() + kv.key.size();
+    auto [at, ec] = std::from_chars(kv.key.data() + done_prefix.size(), end, rank);
+    if (ec != std::errc{} || at != end || rank < 0 ||
+        rank >= static_cast<int>(closed.members.size()))
+      continue;  // not a member's done key: the watch's check ignores it too
+    {
+      std::lock_guard lock(watch_mutex_);
+      auto known = done_ranks_.find(rank);
+      if (known != done_ranks_.end() && known->second == kv.mod_revision) continue;
+    }
+    for (const auto& full : client.range(kv.key).kvs)
+      now.events.push_back(WatchEvent{WatchEvent::Type::Put, full});
+  }
   std::set<std::int64_t> alive;
-  for (const auto& kv : client.range(alive_prefix, prefix_end(alive_prefix)).kvs) {
+  for (const auto& kv : client.range(alive_prefix, prefix_end(alive_prefix), true).kvs) {
     if (auto lease = lease_of_alive_key(kv.key, alive_prefix)) alive.insert(*lease);
   }
   // After the puts: a member that finished (its done key) and left is no loss.

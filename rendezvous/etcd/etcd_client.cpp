@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/ip/address.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -11,6 +12,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
+#include <cctype>
 #include <charconv>
 #include <exception>
 #include <optional>
@@ -227,6 +229,21 @@ std::vector<Endpoint> parse_endpoints(std::string_view text) {
       }
     }
     if (part.empty()) throw std::invalid_argument(fmt::format("'{}' has an empty member", text));
+    // What is not that form is refused here (exit 2), not taken for a host name that never
+    // resolves: another scheme or HTTP:// in capitals, user@host, a path, an IPv6 address
+    // without brackets.
+    const auto refuse = [&](std::string_view why) {
+      return std::invalid_argument(fmt::format(
+          "'{}': {}; expected [http://|https://]host[:port] or [IPv6]:port, comma-separated", part,
+          why));
+    };
+    if (part.find("://") != std::string_view::npos)
+      throw refuse("the scheme must be http:// or https:// in lower case");
+    if (part.find('@') != std::string_view::npos)
+      throw refuse("no user@ in a member (give the user as etcd_user)");
+    if (part.find('/') != std::string_view::npos) throw refuse("a member has no path");
+    if (part.front() != '[' && part.find(':') != part.rfind(':'))
+      throw refuse("an IPv6 address must be in brackets");
     std::size_t colon = part.rfind(':');
     if (part.front() == '[') {  // [IPv6]:port
       const std::size_t close = part.find(']');
@@ -250,6 +267,12 @@ std::vector<Endpoint> parse_endpoints(std::string_view text) {
       e.port = static_cast<std::uint16_t>(port);
     }
     if (e.host.empty()) throw std::invalid_argument(fmt::format("'{}' has no host", part));
+    for (const char c : e.host) {
+      const bool ok = std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' ||
+                      c == '_' || (c == ':' && part.front() == '[') ||
+                      (c == '%' && part.front() == '[');
+      if (!ok) throw refuse(fmt::format("'{}' is not a host name or address", e.host));
+    }
     out.push_back(std::move(e));
     at = comma + 1;
   }
@@ -344,6 +367,8 @@ std::string EtcdClient::post_once(const char* path, const std::string& body,
   // loaded machine): the timeout would hide what the user must fix.
   std::string tls_error;
   bool etcd_answered = false;  // some member is etcd and said "not now" (no leader, busy)
+  std::string oversized;  // a member's reply was over kMaxReplyBytes: the line naming the bound
+  std::vector<bool> oversized_members(members);
   // Each member gets a share of the deadline, so that one that hangs (cut off from the leader,
   // or accepting and never answering) leaves time for the others; a round over every member is
   // followed by a short pause.
@@ -401,10 +426,20 @@ std::string EtcdClient::post_once(const char* path, const std::string& body,
     } catch (const boost::system::system_error& e) {
       c.close();
       if (e.code() == http::error::body_limit) {
-        // The member answered: too much (a stranger's huge values), not "did not answer".
-        throw EtcdProtocolError(fmt::format(
+        // The member answered: too much (a stranger's huge values, or a broken member or proxy
+        // announcing an absurd length). That member's failure: the next one is tried; when none
+        // answers within the bound, the call ends with this line.
+        oversized = fmt::format(
             "etcd member {} answered {} with more than the client's bound of {} MiB per reply",
-            at.name(), path, kMaxReplyBytes >> 20));
+            at.name(), path, kMaxReplyBytes >> 20);
+        last_error = fmt::format("{}: a reply over the client's bound of {} MiB", at.name(),
+                                 kMaxReplyBytes >> 20);
+        oversized_members[current_ % members] = true;
+        if (std::all_of(oversized_members.begin(), oversized_members.end(),
+                        [](bool o) { return o; }))
+          throw EtcdProtocolError(oversized);  // every member: no use asking again
+        ++current_;
+        continue;
       }
       const auto failed = std::current_exception();
       last_error = fmt::format("{}: {}", at.name(), reason_of(failed));
@@ -422,6 +457,7 @@ std::string EtcdClient::post_once(const char* path, const std::string& body,
     throw EtcdUnavailable(
         fmt::format("TLS with etcd at {} failed ({})", describe(options_.endpoints), tls_error));
   }
+  if (!oversized.empty()) throw EtcdProtocolError(oversized);
   throw EtcdUnavailable(
       fmt::format("etcd at {} did not answer within {:.3g} s ({})", describe(options_.endpoints),
                   options_.timeout.count() / 1000.0, last_error),
@@ -441,15 +477,17 @@ bool EtcdClient::any_member_answers() {
   }
 }
 
-RangeReply EtcdClient::range(const std::string& key, const std::string& range_end) {
-  if (range_end.empty()) return parse_range(post("/v3/kv/range", range_request(key)));
+RangeReply EtcdClient::range(const std::string& key, const std::string& range_end, bool keys_only) {
+  if (range_end.empty())
+    return parse_range(post("/v3/kv/range", range_request(key, {}, 0, 0, keys_only)));
   for (int attempt = 0;; ++attempt) {
     RangeReply all;
     std::string from = key;
     try {
       while (true) {
-        RangeReply page = parse_range(
-            post("/v3/kv/range", range_request(from, range_end, kRangePageKeys, all.revision)));
+        RangeReply page =
+            parse_range(post("/v3/kv/range", range_request(from, range_end, kRangePageKeys,
+                                                           all.revision, keys_only)));
         if (all.revision == 0) all.revision = page.revision;
         if (all.kvs.size() + page.kvs.size() > kMaxRangeKeys) {
           throw EtcdProtocolError(fmt::format(
@@ -572,6 +610,32 @@ EtcdWatch::~EtcdWatch() {
 void EtcdWatch::run() {
   const std::size_t members = options_.endpoints.size();
   std::size_t current = timing_.first_member % members;
+  // Each member gets a share of the give-up until it says "created" (at most the options'
+  // timeout): a member that accepts and never answers (SIGSTOPped, cut off) leaves time for
+  // the others, so every member is tried within the give-up.
+  const auto share = std::max<std::chrono::milliseconds>(
+      std::min<std::chrono::milliseconds>(
+          options_.timeout, timing_.give_up / static_cast<int>(std::max<std::size_t>(members, 1))),
+      std::chrono::milliseconds(200));
+  // Per member, when it last failed to serve (no "created", refused, unreachable): such a
+  // member is tried after every member that served last time, the oldest failure first.
+  std::vector<std::optional<Clock::time_point>> failed_at(members);
+  // The member after `left`: the members that did not fail first (round-robin from the one after
+  // it), then those that failed, the oldest failure first; `left` itself (silent or broken) last.
+  auto next_member = [&](std::size_t left) {
+    std::optional<std::size_t> best;
+    for (std::size_t i = 1; i < members; ++i) {
+      const std::size_t m = (left + i) % members;
+      if (!best) {
+        best = m;
+      } else if (failed_at[m] && failed_at[*best] && *failed_at[m] < *failed_at[*best]) {
+        best = m;
+      } else if (!failed_at[m] && failed_at[*best]) {
+        best = m;
+      }
+    }
+    return best.value_or(left);
+  };
   // When the stream broke (or the watch began): the give-up counts from here, not from the last
   // message, so that a quiet stretch before a member's loss is not counted against the others.
   auto broken_since = Clock::now();
@@ -601,7 +665,7 @@ void EtcdWatch::run() {
     auto call = [&]() -> asio::awaitable<void> {
       // Until "created", the options' timeout: a member that accepts and never answers is
       // left for the next one.
-      stream.tcp().expires_after(options_.timeout);
+      stream.tcp().expires_after(share);
       co_await connect(stream, at);
       auto req =
           make_request(at, "/v3/watch", watch_request(key_, range_end_, next_revision_), token);
@@ -665,14 +729,22 @@ void EtcdWatch::run() {
       broken_since = Clock::now();
       continue;
     }
-    if (created) broken_since = Clock::now();  // it served: the give-up counts from now
+    const std::size_t left = current % members;
+    if (created) {
+      broken_since = Clock::now();  // it served: the give-up counts from now
+      failed_at[left].reset();
+    } else {
+      failed_at[left] = Clock::now();
+    }
     if (Clock::now() - broken_since > timing_.give_up) {
       return fail(fmt::format("no member of etcd at {} served the watch for {:.3g} s ({})",
                               describe(options_.endpoints), timing_.give_up.count() / 1000.0,
                               last_error));
     }
-    ++current;
-    if (current % members == timing_.first_member % members)
+    current = next_member(left);
+    // Every member failed: a short pause before the next round over them.
+    if (std::all_of(failed_at.begin(), failed_at.end(),
+                    [](const auto& f) { return f.has_value(); }))
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
 }

@@ -92,7 +92,10 @@ class EtcdClient {
 
   // Read in pages of kRangePageKeys keys, every page at the first one's revision (one
   // snapshot; a compaction between pages restarts the read).
-  RangeReply range(const std::string& key, const std::string& range_end = {});
+  // `keys_only`: the keys, their revisions and leases, no values (a check of which keys exist
+  // does not read a stranger's huge values beside them).
+  RangeReply range(const std::string& key, const std::string& range_end = {},
+                   bool keys_only = false);
   std::int64_t put(const std::string& key, const std::string& value, std::int64_t lease = 0);
   std::int64_t erase(const std::string& key, const std::string& range_end = {});
   TxnReply txn(const std::vector<Compare>& compares, const std::vector<Op>& success,

@@ -196,11 +196,12 @@ Op delete_op(std::string key, std::string range_end) {
 }
 
 std::string range_request(std::string_view key, std::string_view range_end, std::int64_t limit,
-                          std::int64_t revision) {
+                          std::int64_t revision, bool keys_only) {
   json body{{"key", base64_encode(key)}};
   if (!range_end.empty()) body["range_end"] = base64_encode(range_end);
   if (limit > 0) body["limit"] = std::to_string(limit);
   if (revision > 0) body["revision"] = std::to_string(revision);
+  if (keys_only) body["keys_only"] = true;
   return body.dump();
 }
 

@@ -114,9 +114,10 @@ struct WatchMessage {
 
 // --- request bodies (JSON text) -------------------------------------------------------------
 // `limit` > 0: at most that many keys (a page); `revision` > 0: the store as it was then (the
-// later pages of one read).
+// later pages of one read); `keys_only`: the keys without their values.
 std::string range_request(std::string_view key, std::string_view range_end = {},
-                          std::int64_t limit = 0, std::int64_t revision = 0);
+                          std::int64_t limit = 0, std::int64_t revision = 0,
+                          bool keys_only = false);
 std::string put_request(std::string_view key, std::string_view value, std::int64_t lease = 0);
 std::string delete_request(std::string_view key, std::string_view range_end = {});
 std::string txn_request(const std::vector<Compare>& compares, const std::vector<Op>& success,

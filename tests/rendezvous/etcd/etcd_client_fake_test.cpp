@@ -5,6 +5,8 @@
 // silenced member is left, the give-up counts from the break, a compaction is re-read).
 #include <doctest/doctest.h>
 
+#include <fmt/format.h>
+
 #include <atomic>
 #include <mutex>
 #include <thread>
@@ -237,4 +239,58 @@ TEST_CASE("a compacted watch is re-read, never a lost job") {
   etcd.put("/w/after", "1");
   CHECK(eventually([&] { return seen.has("/w/after"); }));
   CHECK(seen.error_count() == 0);
+}
+
+TEST_CASE("a SIGSTOPped watched member is left for the others within the give-up") {
+  // As the session sets it: the options' timeout (read_timeout, heartbeat_timeout) is no less
+  // than the give-up (the lease's TTL), and a quiet healthy stream is left at `silence`, so the
+  // watch goes round the members. Member 0 stops: its stream goes silent, and a new connection
+  // is accepted by the kernel and never answered. The old code tried it again after the others
+  // with the whole options' timeout for "created": more than the give-up, a lost job.
+  FakeEtcd etcd(3);
+  Seen seen;
+  EtcdWatch watch(options_for(etcd, 3s), "/w/", prefix_end("/w/"), etcd.revision() + 1,
+                  EtcdWatch::Timing{1500ms, 700ms, 0}, seen.callbacks(&etcd));
+  REQUIRE(eventually([&] { return etcd.open_watches(0) == 1; }));
+  etcd.set_fault(0, Fault{Fault::Kind::BlackHole, 0, {}, /*silence_watches=*/true});
+  for (int i = 0; i < 8; ++i) {
+    std::this_thread::sleep_for(700ms);
+    etcd.put(fmt::format("/w/k{}", i), "1");
+  }
+  CHECK(eventually([&] { return seen.has("/w/k7"); }));
+  for (int i = 0; i < 8; ++i) CHECK(seen.has(fmt::format("/w/k{}", i)));
+  CHECK(seen.error_count() == 0);
+  CHECK(etcd.requests(0, "/v3/watch") <= 2);  // the stopped member: once at most after its stop
+}
+
+TEST_CASE("a member announcing a reply over the bound is left for the next one") {
+  FakeEtcd etcd(3);
+  etcd.put("/k", "v");
+  etcd.set_fault(0, Fault{Fault::Kind::HugeLength});
+  EtcdClient client(options_for(etcd, 3s));
+  CHECK(client.range("/k").kvs.size() == 1);
+  CHECK(client.put("/k2", "v") > 0);
+  // Every member over the bound: the line names the bound.
+  etcd.set_fault(1, Fault{Fault::Kind::HugeLength});
+  etcd.set_fault(2, Fault{Fault::Kind::HugeLength});
+  EtcdClient all_over(options_for(etcd, 3s));
+  try {
+    (void)all_over.range("/k");
+    FAIL("expected an error");
+  } catch (const EtcdProtocolError& e) {
+    CHECK(std::string(e.what()).find("64 MiB") != std::string::npos);
+  }
+}
+
+TEST_CASE("a keys-only range reads the names, not a stranger's huge values beside them") {
+  FakeEtcd etcd(1);
+  etcd.put("/r0/alive/1", "");
+  etcd.put("/r0/alive/zz", std::string(1400 * 1024, 'x'));
+  EtcdClient client(options_for(etcd));
+  const auto keys = client.range("/r0/alive/", prefix_end("/r0/alive/"), true);
+  REQUIRE(keys.kvs.size() == 2);
+  CHECK(keys.kvs[1].key == "/r0/alive/zz");
+  CHECK(keys.kvs[1].value.empty());
+  CHECK(keys.kvs[1].mod_revision > 0);
+  CHECK(client.range("/r0/alive/zz").kvs.at(0).value.size() == 1400 * 1024);
 }

@@ -143,6 +143,19 @@ TEST_CASE("endpoints: schemes, default port, and what is refused") {
   for (const char* bad : {"", "a:1,", "https://a:1,http://b:2", "a:0", "a:70000", ":1", "a:x"}) {
     CHECK_THROWS_AS_MESSAGE(parse_endpoints(bad), std::invalid_argument, bad);
   }
+  // Malformed members: refused at parse time with the form expected (they were taken for host
+  // names that never resolved: 69 after the timeout).
+  for (const char* bad :
+       {"::1", "::1:4", "HTTP://a:1", "etcd://a:1", "user@a:1", "a:1/", "http://a:1/v3", "a b:1"}) {
+    CAPTURE(bad);
+    try {
+      (void)parse_endpoints(bad);
+      FAIL("accepted");
+    } catch (const std::invalid_argument& e) {
+      CHECK(std::string(e.what()).find("expected [http://|https://]host[:port]") !=
+            std::string::npos);
+    }
+  }
   CHECK(tls_setup_error({true, "/nonexistent/ca.pem", "", ""})->find("CA file") !=
         std::string::npos);
   CHECK_FALSE(tls_setup_error({true, "", "", ""}));  // the system's CAs

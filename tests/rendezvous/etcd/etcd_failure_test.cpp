@@ -80,7 +80,7 @@ TEST_CASE("the fence follows etcd's lease semantics") {
 }
 
 TEST_CASE("members: IPv6 addresses in brackets") {
-  auto e = parse_endpoints("[::1]:2381,http://[fe80::1]:2,127.0.0.1:3,[::1],::1:4");
+  auto e = parse_endpoints("[::1]:2381,http://[fe80::1]:2,127.0.0.1:3,[::1],[::1]:4");
   REQUIRE(e.size() == 5);
   CHECK(e[0].host == "::1");
   CHECK(e[0].port == 2381);

@@ -161,7 +161,9 @@ struct FakeEtcd::State {
           out["more"] = true;
           continue;
         }
-        out["kvs"].push_back(kv_json(k, kv));
+        json one = kv_json(k, kv);
+        if (req.value("keys_only", false)) one.erase("value");
+        out["kvs"].push_back(std::move(one));
       }
       out["count"] = std::to_string(count);
       if (out["kvs"].empty()) out.erase("kvs");
@@ -324,6 +326,11 @@ struct FakeEtcd::State {
         case Fault::Kind::NotJson:
           co_await respond(200, "<html><body>It works!</body></html>");
           continue;
+        case Fault::Kind::HugeLength:
+          co_await write_raw(stream,
+                             "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                             "Content-Length: 99999999999999\r\n\r\n{");
+          co_return;
         case Fault::Kind::None:
           break;
       }

@@ -18,9 +18,10 @@ namespace ddp::rdzv::etcd::fake {
 struct Fault {
   enum class Kind {
     None,
-    BlackHole,  // accepts TCP, reads the request, never answers
-    Status,     // answers `status` with `body` (e.g. 503 with the gateway's code-14 body)
-    NotJson,    // answers 200 with an HTML page
+    BlackHole,   // accepts TCP, reads the request, never answers
+    Status,      // answers `status` with `body` (e.g. 503 with the gateway's code-14 body)
+    NotJson,     // answers 200 with an HTML page
+    HugeLength,  // answers 200 announcing a Content-Length of 99999999999999, then closes
   };
   Kind kind = Kind::None;
   unsigned status = 503;
