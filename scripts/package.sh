@@ -47,7 +47,12 @@ openssl_prefix() {  # ARCH -> a prefix with include/openssl and lib/lib{crypto,s
   if [[ ! -f "${debs[0]}" ]]; then
     log "fetching bullseye's libssl-dev for amd64 and arm64 into $OSSL_APT"
     mkdir -p "$OSSL_APT/lists/partial" "$OSSL_APT/cache" "$OSSL_APT/debs"
-    echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian bullseye main" \
+    # The archive this machine's apt already uses (its first non-security URI).
+    local mirror
+    mirror="$(sed -nE 's/^URIs:[[:space:]]*([^[:space:]]+).*/\1/p; s/^deb[[:space:]]+(\[[^]]*\][[:space:]]+)?([^[:space:]]+).*/\2/p' \
+      /etc/apt/sources.list.d/* /etc/apt/sources.list 2>/dev/null | grep -v security | head -1)"
+    [[ -n "$mirror" ]] || { log "no Debian archive in /etc/apt sources"; exit 1; }
+    echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $mirror bullseye main" \
       >"$OSSL_APT/sources.list"
     local o=(-o "Dir::Etc::SourceList=$OSSL_APT/sources.list" -o Dir::Etc::SourceParts=/dev/null
              -o "Dir::State::Lists=$OSSL_APT/lists" -o "Dir::Cache=$OSSL_APT/cache"

@@ -13,6 +13,7 @@
 
 #include <CLI/CLI.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 #include <cstdio>
 #include <memory>
 #include <stdexcept>
@@ -49,7 +50,7 @@ class HostedStore {
     thread_ = std::thread([this] { io_.run(); });
   }
   ~HostedStore() {
-    io_.post([this] { server_->stop(); });
+    boost::asio::post(io_, [this] { server_->stop(); });
     io_.stop();
     thread_.join();
   }

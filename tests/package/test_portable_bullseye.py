@@ -23,7 +23,27 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
 from portable_common import CACHE, VERSION, artifact, fail, read_port, run, skip, store_round_trip  # noqa: E402
 
-MIRROR = "http://deb.debian.org/debian"
+
+
+def debian_mirror():
+    """The Debian archive this machine's apt already uses (its first `URIs:`/`deb` line)."""
+    import glob
+    for path in sorted(glob.glob("/etc/apt/sources.list.d/*")) + ["/etc/apt/sources.list"]:
+        try:
+            lines = open(path).read().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            words = line.split()
+            if line.startswith("URIs:") and len(words) > 1 and "security" not in words[1]:
+                return words[1]
+            if words[:1] == ["deb"]:
+                uri = next((w for w in words[1:] if "://" in w), None)
+                if uri and "security" not in uri:
+                    return uri
+    skip("no Debian archive in /etc/apt sources for debootstrap")
+
+
 TOKEN = "portable-check-token"
 FAST = "heartbeat_interval=0.3,heartbeat_timeout=3,join_timeout=60,last_call_timeout=1"
 
@@ -41,7 +61,7 @@ def bullseye_tarball():
         try:
             root = os.path.join(work, "root")
             run(["debootstrap", "--variant=minbase", "--include=python3,python3-venv,procps",
-                 "bullseye", root, MIRROR], timeout=1500)
+                 "bullseye", root, debian_mirror()], timeout=1500)
             out = os.path.join(CACHE, f"bullseye-{datetime.date.today():%Y%m%d}.tar.zst")
             run(["tar", "-C", root, "--zstd", "-cf", out + ".part", "."], timeout=600)
             os.replace(out + ".part", out)
