@@ -116,13 +116,18 @@ struct StoreServer::Core : SessionHost, std::enable_shared_from_this<StoreServer
                                        options.port, os_reason(ec)));
     };
     boost::system::error_code ec;
-    if (acceptor.open(endpoint.protocol(), ec)) fail(ec);
+    // These return void under BOOST_ASIO_NO_DEPRECATED (CMakeLists.txt): ec is read after each.
+    acceptor.open(endpoint.protocol(), ec);
+    if (ec) fail(ec);
     // Lets a restarted server reuse a port whose old connections sit in TIME_WAIT; on Linux it
     // does not allow two listeners on one port, so "address already in use" is still reported.
-    if (acceptor.set_option(tcp::acceptor::reuse_address(true), ec)) fail(ec);
-    if (acceptor.bind(endpoint, ec)) fail(ec);
+    acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
+    if (ec) fail(ec);
+    acceptor.bind(endpoint, ec);
+    if (ec) fail(ec);
     set_connection_options(acceptor);
-    if (acceptor.listen(kListenBacklog, ec)) fail(ec);
+    acceptor.listen(kListenBacklog, ec);
+    if (ec) fail(ec);
     port = acceptor.local_endpoint().port();
   }
 
