@@ -11,6 +11,7 @@ import argparse
 import base64
 import hashlib
 import os
+import stat
 import sys
 import tomllib
 import zipfile
@@ -72,13 +73,15 @@ def main():
                     content = f.read()
             zi = zipfile.ZipInfo(arcname, date_time=(2020, 1, 1, 0, 0, 0))
             zi.compress_type = zipfile.ZIP_DEFLATED
-            zi.external_attr = (0o755 if executable else 0o644) << 16
+            # The file type too: pip marks a script executable only when the mode says S_IFREG
+            # (pip's zip_item_is_executable); 0o755 alone installs it without its x bits.
+            zi.external_attr = (stat.S_IFREG | (0o755 if executable else 0o644)) << 16
             z.writestr(zi, content)
             digest = base64.urlsafe_b64encode(hashlib.sha256(content).digest()).rstrip(b"=").decode()
             record.append(f"{arcname},sha256={digest},{len(content)}")
         record.append(f"{info}/RECORD,,")
         zi = zipfile.ZipInfo(f"{info}/RECORD", date_time=(2020, 1, 1, 0, 0, 0))
-        zi.external_attr = 0o644 << 16
+        zi.external_attr = (stat.S_IFREG | 0o644) << 16
         z.writestr(zi, "\n".join(record) + "\n")
     os.replace(out + ".part", out)
     print(out)

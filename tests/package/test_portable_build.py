@@ -14,6 +14,7 @@ and none is cached, or lacks ninja.
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import tarfile
@@ -49,8 +50,13 @@ def main():
         wheel = artifact("whl", arch)
         with zipfile.ZipFile(wheel) as z:
             names = set(z.namelist())
+            # pip installs a script executable only if its mode is a regular file's with x bits.
+            not_exec = [i.filename for i in z.infolist() if "/scripts/" in i.filename and not (
+                stat.S_ISREG(i.external_attr >> 16) and i.external_attr >> 16 & 0o111)]
             meta = z.read(f"ddprun-{VERSION}.dist-info/METADATA").decode()
             tag = z.read(f"ddprun-{VERSION}.dist-info/WHEEL").decode()
+        if not_exec:
+            fail(f"{wheel}: pip would install {not_exec} without execute permission")
         if f"Tag: py3-none-manylinux_2_28_{arch}" not in tag:
             fail(f"{wheel}: WHEEL says {tag!r}")
         if "Requires-Dist" in meta:
