@@ -222,10 +222,12 @@ constexpr HelpGroup kHelpGroups[] = {
      "--redirects --tee --log-line-prefix-template --local-ranks-filter --no-prefix --color "
      "--events --duplicate-stdout-filters --duplicate-stderr-filters --event-log-handler"},
     {"Workers",
-     "--python --preload --run-path --role --bind-gpu --virtual-local-rank --numa-binding "
+     "--python --preload --preload-timeout --run-path --role --bind-gpu --virtual-local-rank "
+     "--numa-binding "
      "--signals-to-handle --shutdown-timeout"},
     {"Health and views (ddprun top, ddprun report)",
-     "--status-port --status-addr --hang-timeout --hang-startup-timeout --no-progress-restarts "
+     "--status-port --status-addr --status-allow-host --status-linger --hang-timeout "
+     "--hang-startup-timeout --no-progress-restarts "
      "--straggler-ratio --file-timer"},
     {"The store", "--store-only --store-proxy --store-proxy-max-watched-keys"},
     {"torchrun compatibility and shell",
