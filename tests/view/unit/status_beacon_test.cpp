@@ -26,6 +26,13 @@ TEST_CASE("parse_beacon refuses junk") {
   CHECK_FALSE(parse_beacon("x"));
   CHECK_FALSE(parse_beacon(R"ev({"pid":1,"cwd":"/","address":"a","port":0})ev"));
   CHECK(parse_beacon(R"ev({"pid":1,"cwd":"/","address":"a","port":9})ev")->port == 9);
+  // Without --status-port: the Unix socket alone names the endpoint.
+  auto socket_only =
+      parse_beacon(R"ev({"pid":1,"cwd":"/","address":"a","port":0,"socket":"/r/status.sock"})ev");
+  REQUIRE(socket_only);
+  CHECK(socket_only->port == 0);
+  CHECK(socket_only->socket == "/r/status.sock");
+  CHECK_FALSE(parse_beacon(R"ev({"pid":1,"cwd":"/","address":"a","port":-1,"socket":"/s"})ev"));
 }
 
 TEST_CASE("a written beacon is found while its writer lives, and removed with it") {
