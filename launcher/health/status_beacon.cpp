@@ -13,6 +13,7 @@
 #include <climits>
 #include <cstdlib>
 #include <fstream>
+#include <tuple>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -127,14 +128,16 @@ std::optional<BeaconEntry> parse_beacon(const std::string& text) {
 
 std::optional<BeaconEntry> choose_beacon(const std::vector<BeaconEntry>& live,
                                          const std::string& cwd) {
-  const BeaconEntry* same_dir = nullptr;
-  const BeaconEntry* newest = nullptr;
+  // Started from here first; then one started with --status-port (meant to be watched: two
+  // nodes of a job on one machine, one of them serving the job's view); then the newest.
+  auto rank = [&](const BeaconEntry& e) {
+    return std::make_tuple(e.cwd == cwd, e.port > 0, e.started);
+  };
+  const BeaconEntry* best = nullptr;
   for (const auto& e : live) {
-    if (!newest || e.started > newest->started) newest = &e;
-    if (e.cwd == cwd && (!same_dir || e.started > same_dir->started)) same_dir = &e;
+    if (!best || rank(e) > rank(*best)) best = &e;
   }
-  if (same_dir) return *same_dir;
-  if (newest) return *newest;
+  if (best) return *best;
   return std::nullopt;
 }
 

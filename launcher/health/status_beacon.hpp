@@ -58,8 +58,8 @@ class StatusBeacon {
 
 /// Parses one beacon file's text; nullopt for anything else (and for one naming no endpoint).
 std::optional<BeaconEntry> parse_beacon(const std::string& text);
-/// Pure: among live beacons, the job started from `cwd` (the newest such), else the user's
-/// newest one.
+/// Pure: among live beacons, the job started from `cwd`, else any of the user's; among those, one
+/// with a TCP port (--status-port) first, then the newest.
 std::optional<BeaconEntry> choose_beacon(const std::vector<BeaconEntry>& live,
                                          const std::string& cwd);
 /// Reads `dir`'s beacons, drops those whose ddprun is gone, and chooses as above.
