@@ -39,13 +39,14 @@ constexpr auto kFetchTimeout = std::chrono::seconds(3);
 constexpr int kNoJob = 69;
 
 /// Where the job answers: HOST:PORT (--status-port), or its Unix socket (a local job found by
-/// its beacon without a TCP port).
+/// its beacon without a TCP port; shown by ddprun's pid: the path may be long).
 struct Endpoint {
   std::string host;
   int port = 0;
   std::string socket;
+  pid_t pid = 0;
   std::string text() const {
-    if (!socket.empty()) return "unix:" + socket;
+    if (!socket.empty()) return fmt::format("pid {} (unix socket)", pid);
     return host.find(':') == std::string::npos ? fmt::format("{}:{}", host, port)
                                                : fmt::format("[{}]:{}", host, port);
   }
@@ -424,9 +425,9 @@ int run_top(const std::vector<std::string>& args) {
       std::string host = found->address;
       if (host == "0.0.0.0") host = "127.0.0.1";
       if (host == "::") host = "::1";
-      endpoint = Endpoint{host, found->port, {}};
+      endpoint = Endpoint{host, found->port, {}, found->pid};
     } else {  // started without --status-port: its Unix socket
-      endpoint = Endpoint{{}, 0, found->socket};
+      endpoint = Endpoint{{}, 0, found->socket, found->pid};
     }
   }
   if (once) return print_once(*endpoint);

@@ -109,7 +109,7 @@ def test_top_finds_a_job_started_without_status_port(tmp):
             return r.returncode == 0 and "RANK" in r.stdout and r.stdout.count("running") >= 2
         wait_until(shows_ranks, 30, f"top --once showing both ranks: {out.get('r')}")
         print(out["r"].stdout, flush=True)
-        assert "unix:" in out["r"].stdout, out["r"].stdout
+        assert f"pid {proc.pid} (unix socket)" in out["r"].stdout, out["r"].stdout
         # The full-screen top under a real tmux (80x24) finds it the same way.
         if shutil.which("tmux"):
             subprocess.run(["tmux", "kill-session", "-t", tmux], capture_output=True)
@@ -123,7 +123,8 @@ def test_top_finds_a_job_started_without_status_port(tmp):
                                       capture_output=True, text=True).stdout
             subprocess.run(["tmux", "send-keys", "-t", tmux,
                             f"cd {tmp} && {DDPRUN} top; echo TOP-EXIT=$?", "Enter"], check=True)
-            wait_until(lambda: "RANK" in pane() and "unix:" in pane(), 30, f"top\n{pane()}")
+            wait_until(lambda: "RANK" in pane() and "(unix socket)" in pane(), 30, f"top\n{pane()}")
+            assert "q quits" in pane(), pane()  # the keys' line is not pushed off at 80 columns
             print(pane(), flush=True)
             subprocess.run(["tmux", "send-keys", "-t", tmux, "q"], check=True)
             wait_until(lambda: "TOP-EXIT=0" in pane(), 10, f"top quits on q\n{pane()}")
