@@ -236,7 +236,8 @@ constexpr HelpGroup kHelpGroups[] = {
 
 /// The commands that look at a job instead of running one (main() dispatches them).
 constexpr const char* kCommandsHelp[][2] = {
-    {"top [HOST:PORT]", "a running job's ranks in the terminal, like htop (needs --status-port)"},
+    {"top [HOST:PORT]",
+     "a running job's ranks in the terminal, like htop (this user's local job when omitted)"},
     {"report EVENTS", "what an --events file says happened, as HTML or Markdown"},
     {"help [COMMAND]", "this help, or a command's (ddprun help top)"},
 };

@@ -64,8 +64,16 @@ HealthMonitor::HealthMonitor(boost::asio::io_context& io, HealthSettings setting
 
 HealthMonitor::~HealthMonitor() {
   finish(false);
+  close_status_endpoint();
+}
+
+void HealthMonitor::close_status_endpoint() {
   if (status_server_) status_server_->close();
   beacon_.reset();
+  if (!own_socket_dir_.empty()) {  // empty now: the heartbeat and status sockets are removed
+    ::rmdir(own_socket_dir_.c_str());
+    own_socket_dir_.clear();
+  }
 }
 
 Result<Ok> HealthMonitor::open(const std::string& socket_dir, int nproc_per_node, int nnodes,
@@ -107,9 +115,11 @@ Result<Ok> HealthMonitor::open(const std::string& socket_dir, int nproc_per_node
     if (!opened) return opened.error();
     hooks_.emit("file_timer", {{"path", path}});
   }
+  // The status endpoint: always on a Unix socket next to the heartbeat ones (how `ddprun top`
+  // finds a local job), on TCP too with --status-port.
+  status_server_ = std::make_unique<StatusServer>(
+      io_, [this](const std::string& target) { return answer(target); });
   if (settings_.status_port) {
-    status_server_ = std::make_unique<StatusServer>(
-        io_, [this](const std::string& target) { return answer(target); });
     status_server_->allow_hosts(settings_.status_allow_hosts, host);
     auto port = status_server_->open(settings_.status_addr, *settings_.status_port);
     if (!port) return port.error();
@@ -123,8 +133,14 @@ Result<Ok> HealthMonitor::open(const std::string& socket_dir, int nproc_per_node
                                ? settings_.status_addr
                                : "[" + settings_.status_addr + "]",
                            status_port_));
-    beacon_ = StatusBeacon::write(status_beacon_dir(), settings_.status_addr, status_port_, host);
   }
+  // A view, never a reason to fail the job: without it `top` needs --status-port.
+  if (auto local = status_server_->open_local(dir + "/status.sock"); !local) {
+    hooks_.say(fmt::format("warning: {}; `ddprun top` finds this job only with --status-port",
+                           local.error().message));
+  }
+  beacon_ = StatusBeacon::write(status_beacon_dir(), settings_.status_addr, status_port_, host,
+                                status_server_->local_path());
   return Ok{};
 }
 
@@ -432,14 +448,7 @@ void HealthMonitor::finish(bool succeeded) {
   if (timer_server_) timer_server_->close();
   // The final state stays served for a viewer (linger()); nobody watching: closed now.
   lingering_ = status_server_ && viewed_ && settings_.status_linger.count() > 0;
-  if (!lingering_) {
-    if (status_server_) status_server_->close();
-    beacon_.reset();
-  }
-  if (!own_socket_dir_.empty()) {
-    ::rmdir(own_socket_dir_.c_str());
-    own_socket_dir_.clear();
-  }
+  if (!lingering_) close_status_endpoint();
 }
 
 void HealthMonitor::linger(std::function<void()> done) {
@@ -449,8 +458,7 @@ void HealthMonitor::linger(std::function<void()> done) {
     if (!done) return;
     linger_timer_->cancel();
     linger_signals_->cancel();
-    if (status_server_) status_server_->close();
-    beacon_.reset();
+    close_status_endpoint();
     auto then = std::move(done);
     done = nullptr;
     then();

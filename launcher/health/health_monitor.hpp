@@ -77,8 +77,9 @@ class HealthMonitor {
   HealthMonitor(const HealthMonitor&) = delete;
   HealthMonitor& operator=(const HealthMonitor&) = delete;
 
-  /// Before the first worker: the heartbeat sockets (one per local rank) in `socket_dir`, the
-  /// timer FIFO and the status endpoint. `nnodes` and `host` are for /status.
+  /// Before the first worker: the heartbeat sockets (one per local rank) and the status socket
+  /// in `socket_dir` (or a short directory when its paths would not fit in a socket address),
+  /// the timer FIFO and the status endpoint. `nnodes` and `host` are for /status.
   Result<Ok> open(const std::string& socket_dir, int nproc_per_node, int nnodes,
                   const std::string& host);
   /// The variables each worker gets: DDPRUN_HEARTBEAT_SOCKET, TORCHELASTIC_TIMER_FILE.
@@ -131,6 +132,8 @@ class HealthMonitor {
   int local_rank_of(pid_t pid) const;
   std::string status_json() const;
   std::string metrics_text() const;
+  /// Both transports closed, the beacon and the socket directory we made removed.
+  void close_status_endpoint();
 
   boost::asio::io_context& io_;
   HealthSettings settings_;

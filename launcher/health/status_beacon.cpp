@@ -13,6 +13,7 @@
 #include <climits>
 #include <cstdlib>
 #include <fstream>
+#include <tuple>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -77,12 +78,14 @@ std::string status_beacon_dir() {
 
 std::unique_ptr<StatusBeacon> StatusBeacon::write(const std::string& dir,
                                                   const std::string& address, int port,
-                                                  const std::string& host) {
-  if (dir.empty()) return nullptr;
+                                                  const std::string& host,
+                                                  const std::string& socket) {
+  if (dir.empty() || (port <= 0 && socket.empty())) return nullptr;
   const auto now = std::chrono::system_clock::now().time_since_epoch();
   nlohmann::json j{{"pid", ::getpid()},  {"cwd", current_dir()},
                    {"address", address}, {"port", port},
                    {"host", host},       {"started", std::chrono::duration<double>(now).count()}};
+  if (!socket.empty()) j["socket"] = socket;
   if (auto start = process_start_time(::getpid())) j["proc_start"] = *start;
   const std::string path = fmt::format("{}/status-{}.json", dir, ::getpid());
   const std::string tmp = path + ".tmp";
@@ -115,7 +118,8 @@ std::optional<BeaconEntry> parse_beacon(const std::string& text) {
     e.host = j.value("host", "");
     e.started = j.value("started", 0.0);
     e.proc_start = j.value("proc_start", 0ULL);
-    if (e.port <= 0 || e.port > 65535) return std::nullopt;
+    e.socket = j.value("socket", "");
+    if (e.port < 0 || e.port > 65535 || (e.port == 0 && e.socket.empty())) return std::nullopt;
     return e;
   } catch (const nlohmann::json::exception&) {
     return std::nullopt;
@@ -124,14 +128,16 @@ std::optional<BeaconEntry> parse_beacon(const std::string& text) {
 
 std::optional<BeaconEntry> choose_beacon(const std::vector<BeaconEntry>& live,
                                          const std::string& cwd) {
-  const BeaconEntry* same_dir = nullptr;
-  const BeaconEntry* newest = nullptr;
+  // Started from here first; then one started with --status-port (meant to be watched: two
+  // nodes of a job on one machine, one of them serving the job's view); then the newest.
+  auto rank = [&](const BeaconEntry& e) {
+    return std::make_tuple(e.cwd == cwd, e.port > 0, e.started);
+  };
+  const BeaconEntry* best = nullptr;
   for (const auto& e : live) {
-    if (!newest || e.started > newest->started) newest = &e;
-    if (e.cwd == cwd && (!same_dir || e.started > same_dir->started)) same_dir = &e;
+    if (!best || rank(e) > rank(*best)) best = &e;
   }
-  if (same_dir) return *same_dir;
-  if (newest) return *newest;
+  if (best) return *best;
   return std::nullopt;
 }
 

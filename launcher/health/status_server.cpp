@@ -6,8 +6,12 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
+#include <sys/stat.h>
+#include <sys/un.h>
+
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <map>
 
 namespace ddp::launcher::health {
@@ -95,14 +99,31 @@ bool host_header_allowed(std::string_view header, const std::string& hostname,
 
 /// The sessions waiting for a request, by the order they started waiting: when the server is full,
 /// the first is closed to make room.
-struct StatusServer::Waiting {
-  std::uint64_t next = 0;
-  std::map<std::uint64_t, std::weak_ptr<StatusServer::Session>> sessions;
+struct StatusServer::Evictable {
+  virtual ~Evictable() = default;
+  /// Closed to make room for a new connection (it waited longest for a request).
+  virtual void evict() = 0;
 };
 
-class StatusServer::Session : public std::enable_shared_from_this<StatusServer::Session> {
+struct StatusServer::Waiting {
+  std::uint64_t next = 0;
+  std::map<std::uint64_t, std::weak_ptr<StatusServer::Evictable>> sessions;
+};
+
+template <class Protocol>
+struct StatusServer::Listener {
+  explicit Listener(boost::asio::io_context& io) : acceptor(io), retry_timer(io) {}
+  typename Protocol::acceptor acceptor;
+  boost::asio::steady_timer retry_timer;  // accept failed (EMFILE): try again later
+  std::chrono::milliseconds accept_delay{0};
+};
+
+/// One connection, on TCP or on the Unix socket (`check_host`: TCP only, see the header).
+template <class Protocol>
+class StatusServer::Session : public StatusServer::Evictable,
+                              public std::enable_shared_from_this<StatusServer::Session<Protocol>> {
  public:
-  Session(tcp::socket socket, const StatusServer& server)
+  Session(typename Protocol::socket socket, const StatusServer& server, bool check_host)
       : stream_(std::move(socket)),
         buffer_(server.limits_.max_request_bytes),
         server_(server),
@@ -110,7 +131,8 @@ class StatusServer::Session : public std::enable_shared_from_this<StatusServer::
         limits_(server.limits_),
         active_(server.active_),
         closed_(server.closed_),
-        waiting_(server.waiting_) {
+        waiting_(server.waiting_),
+        check_host_(check_host) {
     ++*active_;
   }
   ~Session() {
@@ -118,13 +140,12 @@ class StatusServer::Session : public std::enable_shared_from_this<StatusServer::
     stop_waiting();
   }
 
-  /// Closed to make room for a new connection (it waited longest for a request).
-  void evict() { close(); }
+  void evict() override { close(); }
 
   void read() {
     stop_waiting();
     waiting_id_ = waiting_->next++;
-    waiting_->sessions.emplace(*waiting_id_, weak_from_this());
+    waiting_->sessions.emplace(*waiting_id_, std::weak_ptr<Evictable>(this->weak_from_this()));
     parser_.emplace();
     parser_->header_limit(static_cast<std::uint32_t>(limits_.max_request_bytes));
     parser_->body_limit(limits_.max_request_bytes);
@@ -139,7 +160,7 @@ class StatusServer::Session : public std::enable_shared_from_this<StatusServer::
   // counts against max_request_bytes, whatever part of the request it is.
   void read_more() {
     http::async_read_some(stream_, buffer_, *parser_,
-                          [self = shared_from_this()](beast::error_code ec, size_t bytes) {
+                          [self = this->shared_from_this()](beast::error_code ec, size_t bytes) {
                             self->request_bytes_ += bytes;
                             if (!ec && self->request_bytes_ > self->limits_.max_request_bytes)
                               ec = http::error::body_limit;
@@ -192,8 +213,8 @@ class StatusServer::Session : public std::enable_shared_from_this<StatusServer::
     auto allowed = [&](std::string_view name) {
       return host_header_allowed(name, server_.hostname_, server_.allowed_hosts_);
     };
-    if ((hosts == 1 && !allowed(std::string_view(host.data(), host.size()))) ||
-        (!raw_target.starts_with('/') && !allowed(target_host))) {
+    if (check_host_ && ((hosts == 1 && !allowed(std::string_view(host.data(), host.size()))) ||
+                        (!raw_target.starts_with('/') && !allowed(target_host)))) {
       // DNS rebinding: a page of another site whose name now resolves to this address.
       return respond(HttpAnswer{421, "text/plain; charset=utf-8",
                                 "misdirected request: this Host is not this status endpoint "
@@ -222,7 +243,7 @@ class StatusServer::Session : public std::enable_shared_from_this<StatusServer::
     if (head) response_->body().clear();
     stream_.expires_after(limits_.idle_timeout);
     http::async_write(stream_, *response_,
-                      [self = shared_from_this(), keep_alive](beast::error_code ec, size_t) {
+                      [self = this->shared_from_this(), keep_alive](beast::error_code ec, size_t) {
                         if (ec || *self->closed_) return self->close();
                         if (keep_alive) return self->read();
                         self->close();
@@ -231,11 +252,11 @@ class StatusServer::Session : public std::enable_shared_from_this<StatusServer::
 
   void close() {
     beast::error_code ignored;
-    stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
+    stream_.socket().shutdown(Protocol::socket::shutdown_both, ignored);
     stream_.close();
   }
 
-  beast::tcp_stream stream_;
+  beast::basic_stream<Protocol> stream_;
   beast::flat_buffer buffer_;  // at most max_request_bytes
   size_t request_bytes_ = 0;
   std::optional<http::request_parser<http::string_body>> parser_;
@@ -247,13 +268,12 @@ class StatusServer::Session : public std::enable_shared_from_this<StatusServer::
   std::shared_ptr<bool> closed_;
   std::shared_ptr<Waiting> waiting_;
   std::optional<std::uint64_t> waiting_id_;
+  bool check_host_;
 };
 
 StatusServer::StatusServer(boost::asio::io_context& io, Provider provider,
                            StatusServerLimits limits)
     : io_(io),
-      acceptor_(io),
-      retry_timer_(io),
       provider_(std::move(provider)),
       limits_(limits),
       waiting_(std::make_shared<Waiting>()) {}
@@ -270,49 +290,97 @@ Result<int> StatusServer::open(const std::string& address, int port) {
   auto ip = boost::asio::ip::make_address(address, ec);
   if (ec) return Error{2, fmt::format("--status-addr: '{}' is not an IP address", address)};
   tcp::endpoint endpoint(ip, static_cast<unsigned short>(port));
-  acceptor_.open(endpoint.protocol(), ec);
-  if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
-  if (!ec) acceptor_.bind(endpoint, ec);
-  if (!ec) acceptor_.listen(64, ec);
+  auto listener = std::make_unique<Listener<tcp>>(io_);
+  auto& acceptor = listener->acceptor;
+  acceptor.open(endpoint.protocol(), ec);
+  if (!ec) acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) acceptor.bind(endpoint, ec);
+  if (!ec) acceptor.listen(64, ec);
   if (ec) {
     boost::system::error_code ignored;
-    acceptor_.close(ignored);
+    acceptor.close(ignored);
     return Error{69, fmt::format("status endpoint: cannot listen on {}:{}: {}", address, port,
                                  ec.message())};
   }
+  tcp_ = std::move(listener);
   *closed_ = false;
-  accept();
-  return static_cast<int>(acceptor_.local_endpoint().port());
+  accept(*tcp_, /*check_host=*/true);
+  return static_cast<int>(tcp_->acceptor.local_endpoint().port());
+}
+
+Result<Ok> StatusServer::open_local(const std::string& path) {
+  using local = boost::asio::local::stream_protocol;
+  if (path.size() >= sizeof(sockaddr_un::sun_path)) {
+    return Error{70, fmt::format("status socket: the path is too long for a socket ({} bytes, "
+                                 "at most {}): {}",
+                                 path.size(), sizeof(sockaddr_un::sun_path) - 1, path)};
+  }
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) ::unlink(path.c_str());
+  auto listener = std::make_unique<Listener<local>>(io_);
+  auto& acceptor = listener->acceptor;
+  boost::system::error_code ec;
+  acceptor.open(local(), ec);
+  if (!ec) acceptor.bind(local::endpoint(path), ec);
+  const bool bound = !ec;
+  // This user only, before anyone can connect (listen comes after); the run directory is 0700
+  // too.
+  if (!ec && ::chmod(path.c_str(), 0600) != 0) ec.assign(errno, boost::system::system_category());
+  if (!ec) acceptor.listen(64, ec);
+  if (ec) {
+    boost::system::error_code ignored;
+    acceptor.close(ignored);
+    if (bound) ::unlink(path.c_str());
+    return Error{70, fmt::format("status socket: cannot listen on {}: {}", path, ec.message())};
+  }
+  local_ = std::move(listener);
+  local_path_ = path;
+  *closed_ = false;
+  accept(*local_, /*check_host=*/false);
+  return Ok{};
 }
 
 void StatusServer::close() {
   *closed_ = true;
   boost::system::error_code ignored;
-  if (acceptor_.is_open()) acceptor_.close(ignored);
-  retry_timer_.cancel();
+  if (tcp_) {
+    if (tcp_->acceptor.is_open()) tcp_->acceptor.close(ignored);
+    tcp_->retry_timer.cancel();
+  }
+  if (local_) {
+    if (local_->acceptor.is_open()) {
+      local_->acceptor.close(ignored);
+      ::unlink(local_path_.c_str());
+    }
+    local_->retry_timer.cancel();
+  }
 }
 
-void StatusServer::accept() {
-  acceptor_.async_accept(
-      [this, closed = closed_](boost::system::error_code ec, tcp::socket socket) {
+template <class Protocol>
+void StatusServer::accept(Listener<Protocol>& listener, bool check_host) {
+  listener.acceptor.async_accept(
+      [this, &listener, check_host, closed = closed_](boost::system::error_code ec,
+                                                      typename Protocol::socket socket) {
         if (*closed || ec == boost::asio::error::operation_aborted) return;
         if (ec) {
           // Out of descriptors (or memory): the pending connection stays queued and accept would
           // fail again at once. Back off as the store does instead of spinning a core.
-          accept_delay_ = std::clamp(accept_delay_ * 2, kAcceptRetryFirst, kAcceptRetryMax);
-          retry_timer_.expires_after(accept_delay_);
-          retry_timer_.async_wait([this, closed](const boost::system::error_code& wait_ec) {
-            if (!wait_ec && !*closed) accept();
-          });
+          listener.accept_delay =
+              std::clamp(listener.accept_delay * 2, kAcceptRetryFirst, kAcceptRetryMax);
+          listener.retry_timer.expires_after(listener.accept_delay);
+          listener.retry_timer.async_wait(
+              [this, &listener, check_host, closed](const boost::system::error_code& wait_ec) {
+                if (!wait_ec && !*closed) accept(listener, check_host);
+              });
           return;
         }
-        accept_delay_ = {};
+        listener.accept_delay = {};
         bool room = *active_ < limits_.max_connections;
         if (!room) {
           // Full: the connection that has waited longest for a request makes room (one client's
           // idle connections must not starve a liveness probe). When every connection is busy
           // answering, the new one is refused at once.
-          std::shared_ptr<Session> oldest;
+          std::shared_ptr<Evictable> oldest;
           while (!oldest && !waiting_->sessions.empty()) {
             oldest = waiting_->sessions.begin()->second.lock();
             waiting_->sessions.erase(waiting_->sessions.begin());
@@ -326,9 +394,9 @@ void StatusServer::accept() {
           boost::system::error_code ignored;
           socket.close(ignored);  // over the limit: refused at once
         } else {
-          std::make_shared<Session>(std::move(socket), *this)->read();
+          std::make_shared<Session<Protocol>>(std::move(socket), *this, check_host)->read();
         }
-        accept();
+        accept(listener, check_host);
       });
 }
 

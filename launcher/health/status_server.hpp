@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: MIT
 #pragma once
-/// StatusServer (--status-port): a small HTTP/1.1 server on the agent's loop (Boost.Beast) for
-/// GET /healthz, /status and /metrics. What each path answers is the owner's (a Provider); this
-/// file only speaks HTTP and keeps hostile clients from costing anything:
+/// StatusServer: a small HTTP/1.1 server on the agent's loop (Boost.Beast) for GET /healthz,
+/// /status and /metrics, on TCP (--status-port) and on a Unix socket in the run directory (always
+/// on, mode 0600: how `ddprun top` finds a local job started without --status-port). What each
+/// path answers is the owner's (a Provider); this file only speaks HTTP and keeps hostile clients
+/// from costing anything, the same on both transports (they share the limits below):
 ///   - at most `max_connections` at once (further ones are closed at accept);
 ///   - a whole request at most `max_request_bytes`: header, body, and a chunked body's chunk-size
 ///     lines and trailer (answered 431);
@@ -13,10 +15,12 @@
 ///     closed to make room: idle connections held open cannot starve a liveness probe;
 ///   - a request whose Host header names something else than this server (DNS rebinding: a
 ///     page at http://attacker.example:PORT/ resolved to 127.0.0.1) is answered 421 and nothing
-///     else (host_header_allowed below).
+///     else (host_header_allowed below). The Unix socket has no such check: no browser page can
+///     reach it, and a tool there (`curl --unix-socket`) may send any Host.
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <functional>
@@ -62,20 +66,31 @@ class StatusServer {
   /// Listens on address:port (0: a free port). Returns the port. Error: exit 2 for a bad
   /// address, 69 (EX_UNAVAILABLE) when the port cannot be bound.
   Result<int> open(const std::string& address, int port);
+  /// Listens on a Unix stream socket at `path` too (made 0600: this user only; a socket file
+  /// already there is replaced). The file is removed by close(). Error (exit 70): the path is
+  /// too long for a socket (sun_path: 107 bytes) or cannot be bound.
+  Result<Ok> open_local(const std::string& path);
   /// Names a Host header may carry besides the defaults (host_header_allowed); before open().
   void allow_hosts(std::vector<std::string> names, std::string hostname);
+  /// Stops listening on both transports and removes the Unix socket's file.
   void close();
   size_t connections() const { return *active_; }
+  const std::string& local_path() const { return local_path_; }
 
  private:
+  struct Evictable;
+  template <class Protocol>
   class Session;
   struct Waiting;  // the sessions waiting for a request, oldest first
-  void accept();
+  template <class Protocol>
+  struct Listener;  // an acceptor and its retry back-off
+  template <class Protocol>
+  void accept(Listener<Protocol>& listener, bool check_host);
 
   boost::asio::io_context& io_;
-  boost::asio::ip::tcp::acceptor acceptor_;
-  boost::asio::steady_timer retry_timer_;  // accept failed (EMFILE): try again later
-  std::chrono::milliseconds accept_delay_{0};
+  std::unique_ptr<Listener<boost::asio::ip::tcp>> tcp_;
+  std::unique_ptr<Listener<boost::asio::local::stream_protocol>> local_;
+  std::string local_path_;
   Provider provider_;
   StatusServerLimits limits_;
   std::shared_ptr<size_t> active_ = std::make_shared<size_t>(0);

@@ -342,11 +342,13 @@ void OutputSink::write_lines(const void* writer, std::string_view data, bool lin
     } else {
       held_.push_back(Held{writer, std::string(data), line_open});
     }
+    notify_waited();
     return;
   }
   if (!data.empty()) write_all(data);
   const bool released = line_owner_ == writer && !line_open;
   line_owner_ = line_open ? writer : nullptr;
+  if (!line_open) line_closed(writer);
   if (released) flush_held();
 }
 
@@ -360,12 +362,14 @@ void OutputSink::flush_held() {
     if (!behind && (line_owner_ == nullptr || line_owner_ == h.writer)) {
       if (!h.data.empty()) write_all(h.data);
       line_owner_ = h.line_open ? h.writer : nullptr;
+      if (!h.line_open) line_closed(h.writer);
     } else {
       if (!behind) blocked.push_back(h.writer);
       kept.push_back(std::move(h));
     }
   }
   held_ = std::move(kept);
+  notify_waited();  // a held line that owns the console now may have others behind it
   // Writers that hold nothing any more read again.
   auto waiting = std::move(release_waiters_);
   release_waiters_.clear();
@@ -376,6 +380,28 @@ void OutputSink::flush_held() {
       resume();
     }
   }
+}
+
+void OutputSink::when_waited_on(const void* owner, std::function<void()> notify) {
+  line_closed(owner);
+  on_waited_.emplace_back(owner, std::move(notify));
+  notify_waited();
+}
+
+void OutputSink::line_closed(const void* writer) {
+  std::erase_if(on_waited_, [&](const auto& entry) { return entry.first == writer; });
+}
+
+void OutputSink::notify_waited() {
+  if (line_owner_ == nullptr || on_waited_.empty()) return;
+  const bool waited_on = std::any_of(held_.begin(), held_.end(),
+                                     [&](const Held& h) { return h.writer != line_owner_; });
+  if (!waited_on) return;
+  auto it = std::find_if(on_waited_.begin(), on_waited_.end(),
+                         [&](const auto& entry) { return entry.first == line_owner_; });
+  if (it == on_waited_.end()) return;
+  boost::asio::post(io_, std::move(it->second));
+  on_waited_.erase(it);
 }
 
 bool OutputSink::holding(const void* writer) const {

@@ -53,6 +53,10 @@ class OutputSink {
   void write_lines(const void* writer, std::string_view data, bool line_open);
   /// Some of `writer`'s output waits behind another writer's open line.
   bool holding(const void* writer) const;
+  /// Calls `notify` once, on the loop, when another writer's output waits behind `owner`'s open
+  /// line (soon if some already does), now or once its line (held itself) owns the console.
+  /// One registration per owner (a new one replaces it); dropped when its line closes.
+  void when_waited_on(const void* owner, std::function<void()> notify);
   /// Calls `resume` once (on the loop) when `writer` holds nothing any more (at once if so now).
   void when_released(const void* writer, std::function<void()> resume);
   /// True while the queue is over kHighWater: producers should stop reading for a while.
@@ -113,6 +117,10 @@ class OutputSink {
   const void* line_owner_ = nullptr;  // whose open line holds the console
   std::vector<Held> held_;            // other writers' output meanwhile, in order
   std::vector<std::pair<const void*, std::function<void()>>> release_waiters_;
+  std::vector<std::pair<const void*, std::function<void()>>> on_waited_;  // when_waited_on's
+  /// Posts the console owner's when_waited_on callback when another writer waits behind it.
+  void notify_waited();
+  void line_closed(const void* writer);
   ErrorHandler on_error_;
   std::shared_ptr<Shared> shared_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);

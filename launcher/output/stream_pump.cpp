@@ -104,27 +104,45 @@ bool StreamPump::read_some(int max_reads) {
 void StreamPump::to_console(std::string_view chunk) {
   std::string& out = framed();
   out.clear();
+  // A newline: this stream writes lines after all; its next long line gets the full hold again.
+  if (chunk.find('\n') != std::string_view::npos) cut_since_newline_ = false;
   framer_.frame(chunk, out);
   route_.console->write_lines(this, out, framer_.line_open());
-  if (framer_.line_open()) watch_long_line();
+  if (framer_.line_open()) {
+    watch_long_line();
+  } else if (long_line_watched_) {  // the line ended by itself
+    long_line_watched_ = false;
+    ++long_line_;
+    long_line_timer_.cancel();
+  }
 }
 
 void StreamPump::watch_long_line() {
   if (long_line_watched_) return;
   long_line_watched_ = true;
-  long_line_timer_.expires_after(kLongLineHold);
-  long_line_timer_.async_wait([weak = weak_from_this()](const boost::system::error_code& ec) {
+  const auto line = ++long_line_;
+  // Nobody waits: the line holds the console as long as it takes (it is passed on as it comes,
+  // nothing grows). The hold bound starts when another writer's output first waits behind it.
+  route_.console->when_waited_on(this, [weak = weak_from_this(), line] {
     auto self = weak.lock();
-    if (!self) return;
-    self->long_line_watched_ = false;
-    if (ec || self->closed_ || !self->route_.console || !self->framer_.line_open()) return;
-    // No newline in time: cut here, and the others' lines go out.
-    std::string& out = framed();
-    out.clear();
-    const bool first = self->framer_.cuts() == 0;
-    self->framer_.cut(out);
-    self->route_.console->write_lines(self.get(), out, false);
-    if (first && self->route_.on_first_cut) self->route_.on_first_cut();
+    if (!self || self->long_line_ != line || self->closed_) return;
+    self->long_line_timer_.expires_after(self->cut_since_newline_ ? kLongLineHoldAgain
+                                                                  : kLongLineHold);
+    self->long_line_timer_.async_wait([weak, line](const boost::system::error_code& ec) {
+      auto self = weak.lock();
+      if (!self || ec || self->long_line_ != line) return;
+      self->long_line_watched_ = false;
+      ++self->long_line_;
+      if (self->closed_ || !self->route_.console || !self->framer_.line_open()) return;
+      // No newline in time: cut here, and the others' lines go out.
+      std::string& out = framed();
+      out.clear();
+      const bool first = self->framer_.cuts() == 0;
+      self->framer_.cut(out);
+      self->cut_since_newline_ = true;
+      self->route_.console->write_lines(self.get(), out, false);
+      if (first && self->route_.on_first_cut) self->route_.on_first_cut();
+    });
   });
 }
 

@@ -12,6 +12,7 @@
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -49,10 +50,14 @@ struct StreamRoute {
 
 class StreamPump : public std::enable_shared_from_this<StreamPump> {
  public:
-  /// A line over 1 MiB holds the console (other ranks' lines wait) at most this long for its
-  /// newline; then it is cut there, so that a rank writing without newlines (a progress bar with
-  /// \r) cannot stop the others' output, nor, through their full pipes, the others.
+  /// A line over 1 MiB holds the console while nobody else has output for it; once another
+  /// writer's output waits behind it, it gets at most this long for its newline; then it is cut
+  /// there, so that a rank writing without newlines (a progress bar with \r, binary junk) cannot
+  /// stop the others' output, nor, through their full pipes, the others.
   static constexpr std::chrono::seconds kLongLineHold{3};
+  /// The same bound for the next long lines of a stream that was cut, until it writes a newline:
+  /// none. An endless line would otherwise stall the others kLongLineHold for every MiB.
+  static constexpr std::chrono::milliseconds kLongLineHoldAgain{0};
 
   /// `plain_prefix`: the prefix's text without color (a line starting with it gets no prefix).
   StreamPump(boost::asio::io_context& io, int read_fd, StreamRoute route, std::string prefix,
@@ -83,12 +88,15 @@ class StreamPump : public std::enable_shared_from_this<StreamPump> {
   /// The first congested sink, or nullptr.
   OutputSink* congested_sink() const;
 
-  /// The console line is open (over 1 MiB): cut it if its newline does not come in time.
+  /// The console line is open (over 1 MiB): cut it if its newline does not come in time once
+  /// another writer waits behind it.
   void watch_long_line();
 
   boost::asio::posix::stream_descriptor pipe_;
   boost::asio::steady_timer long_line_timer_;
   bool long_line_watched_ = false;
+  std::uint64_t long_line_ = 0;     // which open line the timer and the wait callback are for
+  bool cut_since_newline_ = false;  // a line was cut, and no newline came since
   StreamRoute route_;
   LineFramer framer_;
   LineFramer duplicate_framer_;  // no prefix: needles are matched against the worker's own text

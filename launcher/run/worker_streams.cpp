@@ -114,9 +114,10 @@ WorkerStreams::Pumps WorkerStreams::start(boost::asio::io_context& io, const Lin
     if (sink && notices_) {
       route_[s].on_first_cut = [notices = notices_, rank = fields.rank, s] {
         notices->write_all(fmt::format(
-            "ddprun: rank {}: a {} line longer than 1 MiB had no newline {} s on and was cut "
-            "there on the console, to let the other ranks' lines out (its log file, with --tee "
-            "or --redirects, has it whole)\n",
+            "ddprun: rank {}: a {} line longer than 1 MiB kept the other ranks' lines waiting "
+            "{} s without a newline and was cut there on the console; until its next newline, "
+            "its long lines are cut as soon as another rank's line waits (its log file, with "
+            "--tee or --redirects, has it whole)\n",
             rank, s == 0 ? "stdout" : "stderr", StreamPump::kLongLineHold.count()));
       };
     }

@@ -1,9 +1,13 @@
 // SPDX-License-Identifier: MIT
 #include "launcher/view/http_get.hpp"
 
+#include <sys/un.h>
+
 #include <fmt/format.h>
 
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <memory>
@@ -16,14 +20,15 @@ namespace {
 namespace beast = boost::beast;
 namespace http = boost::beast::http;
 using tcp = boost::asio::ip::tcp;
+using local = boost::asio::local::stream_protocol;
 
 constexpr size_t kMaxBody = 16u << 20;
 
-struct Get : std::enable_shared_from_this<Get> {
+template <class Protocol>
+struct Get : std::enable_shared_from_this<Get<Protocol>> {
   Get(boost::asio::io_context& io, std::function<void(Result<std::string>)> done)
-      : resolver(io), stream(io), done(std::move(done)) {}
-  tcp::resolver resolver;
-  beast::tcp_stream stream;
+      : stream(io), done(std::move(done)) {}
+  beast::basic_stream<Protocol> stream;
   beast::flat_buffer buffer;
   http::request<http::empty_body> request;
   std::optional<http::response_parser<http::string_body>> parser;
@@ -37,46 +42,78 @@ struct Get : std::enable_shared_from_this<Get> {
     d(Error{69, fmt::format("cannot read {}: {}{}", where, what,
                             ec ? ": " + ec.message() : std::string())});
   }
+
+  /// Connected: the request, then the answer.
+  void exchange() {
+    http::async_write(
+        stream, request, [g = this->shared_from_this()](beast::error_code ec, size_t) {
+          if (ec) return g->fail("cannot send the request", ec);
+          http::async_read(g->stream, g->buffer, *g->parser, [g](beast::error_code ec, size_t) {
+            if (ec) return g->fail("no complete answer", ec);
+            beast::error_code ignored;
+            g->stream.socket().shutdown(Protocol::socket::shutdown_both, ignored);
+            auto& response = g->parser->get();
+            if (response.result() != http::status::ok) {
+              return g->fail(fmt::format("HTTP {}", response.result_int()), {});
+            }
+            auto d = std::move(g->done);
+            g->done = nullptr;
+            if (d) d(std::move(response.body()));
+          });
+        });
+  }
 };
+
+template <class Protocol>
+std::shared_ptr<Get<Protocol>> make_get(boost::asio::io_context& io, std::string where,
+                                        const std::string& host_header, const std::string& path,
+                                        std::chrono::milliseconds timeout,
+                                        std::function<void(Result<std::string>)> done) {
+  auto g = std::make_shared<Get<Protocol>>(io, std::move(done));
+  g->where = std::move(where);
+  g->request = {http::verb::get, path, 11};
+  g->request.set(http::field::host, host_header);
+  g->request.set(http::field::user_agent, "ddprun-top");
+  g->request.keep_alive(false);
+  g->parser.emplace();
+  g->parser->body_limit(kMaxBody);
+  g->stream.expires_after(timeout);
+  return g;
+}
 
 }  // namespace
 
 void async_http_get(boost::asio::io_context& io, const std::string& host, int port,
                     const std::string& path, std::chrono::milliseconds timeout,
                     std::function<void(Result<std::string>)> done) {
-  auto g = std::make_shared<Get>(io, std::move(done));
   const bool v6 = host.find(':') != std::string::npos;
-  g->where = fmt::format("http://{}:{}{}", v6 ? "[" + host + "]" : host, port, path);
-  g->request = {http::verb::get, path, 11};
-  g->request.set(http::field::host, fmt::format("{}:{}", v6 ? "[" + host + "]" : host, port));
-  g->request.set(http::field::user_agent, "ddprun-top");
-  g->request.keep_alive(false);
-  g->parser.emplace();
-  g->parser->body_limit(kMaxBody);
-  g->stream.expires_after(timeout);
-  g->resolver.async_resolve(
+  const std::string authority = fmt::format("{}:{}", v6 ? "[" + host + "]" : host, port);
+  auto g = make_get<tcp>(io, fmt::format("http://{}{}", authority, path), authority, path, timeout,
+                         std::move(done));
+  auto resolver = std::make_shared<tcp::resolver>(io);
+  resolver->async_resolve(
       host, std::to_string(port),
-      [g](beast::error_code ec, const tcp::resolver::results_type& results) {
+      [g, resolver](beast::error_code ec, const tcp::resolver::results_type& results) {
         if (ec) return g->fail("cannot resolve the host", ec);
         g->stream.async_connect(results, [g](beast::error_code ec, const tcp::endpoint&) {
           if (ec) return g->fail("cannot connect", ec);
-          http::async_write(g->stream, g->request, [g](beast::error_code ec, size_t) {
-            if (ec) return g->fail("cannot send the request", ec);
-            http::async_read(g->stream, g->buffer, *g->parser, [g](beast::error_code ec, size_t) {
-              if (ec) return g->fail("no complete answer", ec);
-              beast::error_code ignored;
-              g->stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
-              auto& response = g->parser->get();
-              if (response.result() != http::status::ok) {
-                return g->fail(fmt::format("HTTP {}", response.result_int()), {});
-              }
-              auto d = std::move(g->done);
-              g->done = nullptr;
-              if (d) d(std::move(response.body()));
-            });
-          });
+          g->exchange();
         });
       });
+}
+
+void async_http_get_local(boost::asio::io_context& io, const std::string& socket_path,
+                          const std::string& path, std::chrono::milliseconds timeout,
+                          std::function<void(Result<std::string>)> done) {
+  auto g = make_get<local>(io, fmt::format("{} ({})", socket_path, path), "localhost", path,
+                           timeout, std::move(done));
+  if (socket_path.size() >= sizeof(sockaddr_un::sun_path)) {
+    return boost::asio::post(io, [g] { g->fail("the path is too long for a socket", {}); });
+  }
+  g->stream.async_connect(local::endpoint(socket_path), [g](beast::error_code ec) {
+    if (ec) return g->fail("cannot connect", ec);
+    g->exchange();
+  });
 }
 
 }  // namespace ddp::launcher::view

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 #pragma once
 /// One bounded HTTP/1.1 GET on the caller's loop (Boost.Beast), for `ddprun top`: connect,
-/// request, read, all within `timeout`; the body at most 16 MiB.
+/// request, read, all within `timeout`; the body at most 16 MiB. Over TCP, or over the Unix
+/// socket a job serves in its run directory.
 
 #include <boost/asio/io_context.hpp>
 #include <chrono>
@@ -16,5 +17,9 @@ namespace ddp::launcher::view {
 void async_http_get(boost::asio::io_context& io, const std::string& host, int port,
                     const std::string& path, std::chrono::milliseconds timeout,
                     std::function<void(Result<std::string>)> done);
+/// The same over the Unix stream socket at `socket_path` (Host: localhost).
+void async_http_get_local(boost::asio::io_context& io, const std::string& socket_path,
+                          const std::string& path, std::chrono::milliseconds timeout,
+                          std::function<void(Result<std::string>)> done);
 
 }  // namespace ddp::launcher::view

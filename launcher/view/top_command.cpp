@@ -38,14 +38,25 @@ constexpr auto kFetchTimeout = std::chrono::seconds(3);
 /// own "store unavailable"; 2 stays for a bad command line.
 constexpr int kNoJob = 69;
 
+/// Where the job answers: HOST:PORT (--status-port), or its Unix socket (a local job found by
+/// its beacon without a TCP port; shown by ddprun's pid: the path may be long).
 struct Endpoint {
   std::string host;
   int port = 0;
+  std::string socket;
+  pid_t pid = 0;
   std::string text() const {
+    if (!socket.empty()) return fmt::format("pid {} (unix socket)", pid);
     return host.find(':') == std::string::npos ? fmt::format("{}:{}", host, port)
                                                : fmt::format("[{}]:{}", host, port);
   }
 };
+
+void fetch_status(boost::asio::io_context& io, const Endpoint& e,
+                  std::function<void(Result<std::string>)> done) {
+  if (!e.socket.empty()) return async_http_get_local(io, e.socket, "/status", kFetchTimeout, done);
+  async_http_get(io, e.host, e.port, "/status", kFetchTimeout, std::move(done));
+}
 
 int top_fail(int code, const std::string& line) { return subcommand_fail("top", code, line); }
 
@@ -281,33 +292,32 @@ class TopLoop {
     }
   }
   void fetch() {
-    async_http_get(io_, endpoint_.host, endpoint_.port, "/status", kFetchTimeout,
-                   [this](Result<std::string> body) {
-                     if (body) {
-                       auto model = parse_status(*body);
-                       if (model) {
-                         model_ = std::move(*model);
-                         rates_.note(*model_, now_seconds());
-                         remember_failures(*model_);
-                         notice_.clear();
-                       } else {
-                         notice_ = model.error().message;
-                       }
-                     } else {
-                       notice_ = body.error().message + "; retrying";
-                     }
-                     if (model_ && model_->ended()) {
-                       // The final state: nothing more will come (the endpoint closes soon).
-                       notice_.clear();
-                       draw();
-                       return;
-                     }
-                     draw();
-                     timer_.expires_after(interval_);
-                     timer_.async_wait([this](const boost::system::error_code& ec) {
-                       if (!ec) fetch();
-                     });
-                   });
+    fetch_status(io_, endpoint_, [this](Result<std::string> body) {
+      if (body) {
+        auto model = parse_status(*body);
+        if (model) {
+          model_ = std::move(*model);
+          rates_.note(*model_, now_seconds());
+          remember_failures(*model_);
+          notice_.clear();
+        } else {
+          notice_ = model.error().message;
+        }
+      } else {
+        notice_ = body.error().message + "; retrying";
+      }
+      if (model_ && model_->ended()) {
+        // The final state: nothing more will come (the endpoint closes soon).
+        notice_.clear();
+        draw();
+        return;
+      }
+      draw();
+      timer_.expires_after(interval_);
+      timer_.async_wait([this](const boost::system::error_code& ec) {
+        if (!ec) fetch();
+      });
+    });
   }
   /// Failures stay listed across restarts and beyond the server's ring (bounded, by seq).
   void remember_failures(const StatusModel& m) {
@@ -365,8 +375,7 @@ class TopLoop {
 int print_once(const Endpoint& endpoint) {
   boost::asio::io_context io;
   Result<std::string> body = Error{kNoJob, "no answer"};
-  async_http_get(io, endpoint.host, endpoint.port, "/status", kFetchTimeout,
-                 [&](Result<std::string> r) { body = std::move(r); });
+  fetch_status(io, endpoint, [&](Result<std::string> r) { body = std::move(r); });
   io.run();
   if (!body) return top_fail(body.error().exit_code, body.error().message);
   auto model = parse_status(*body);
@@ -392,7 +401,10 @@ int run_top(const std::vector<std::string>& args) {
   std::string where;
   bool once = false;
   double interval = 1.0;
-  app.add_option("endpoint", where, "HOST:PORT of the job's --status-port (found when omitted)");
+  app.add_option(
+      "endpoint", where,
+      "HOST:PORT of the job's --status-port; omitted: this user's local job, found by its beacon "
+      "(exit 69 when there is none)");
   app.add_flag("--once", once, "print one frame and exit");
   app.add_option("--interval", interval, "seconds between refreshes")
       ->check(CLI::Range(0.1, 3600.0));
@@ -405,15 +417,18 @@ int run_top(const std::vector<std::string>& args) {
     const std::string dir = health::status_beacon_dir();
     auto found = health::find_status_beacon(dir, current_dir());
     if (!found) {  // nothing to look at: unavailable (69) as when the job does not answer
-      return top_fail(
-          kNoJob, fmt::format("no running ddprun with --status-port found for this user{}; pass "
-                              "HOST:PORT (its \"status endpoint\" line)",
-                              dir.empty() ? "" : " in " + dir));
+      return top_fail(kNoJob, fmt::format("no running ddprun found for this user{}; for a job on "
+                                          "another machine pass HOST:PORT (its --status-port)",
+                                          dir.empty() ? "" : " in " + dir));
     }
-    std::string host = found->address;
-    if (host == "0.0.0.0") host = "127.0.0.1";
-    if (host == "::") host = "::1";
-    endpoint = Endpoint{host, found->port};
+    if (found->port > 0) {
+      std::string host = found->address;
+      if (host == "0.0.0.0") host = "127.0.0.1";
+      if (host == "::") host = "::1";
+      endpoint = Endpoint{host, found->port, {}, found->pid};
+    } else {  // started without --status-port: its Unix socket
+      endpoint = Endpoint{{}, 0, found->socket, found->pid};
+    }
   }
   if (once) return print_once(*endpoint);
   if (!::isatty(STDIN_FILENO) || !::isatty(STDOUT_FILENO)) {

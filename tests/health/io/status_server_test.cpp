@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: MIT
-// StatusServer with real TCP clients on 127.0.0.1: answers, errors, and hostile clients (too
-// large, too many, too slow) that must cost the loop nothing.
+// StatusServer with real TCP clients on 127.0.0.1 (and one on its Unix socket): answers, errors,
+// and hostile clients (too large, too many, too slow) that must cost the loop nothing.
 #include <doctest/doctest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -225,4 +227,49 @@ TEST_CASE("a bad address is a usage error; a taken port is 69") {
   auto taken = second.open("127.0.0.1", *port);
   REQUIRE_FALSE(taken);
   CHECK(taken.error().exit_code == 69);
+}
+
+TEST_CASE("the Unix socket: 0600, no Host check, removed by close(); a path too long is refused") {
+  boost::asio::io_context io;
+  char dir[] = "/tmp/ddprun_status_sock_XXXXXX";
+  REQUIRE(::mkdtemp(dir) != nullptr);
+  const std::string path = std::string(dir) + "/status.sock";
+  {
+    StatusServer server(io, provider);
+    REQUIRE(server.open_local(path));
+    struct stat st {};
+    REQUIRE(::lstat(path.c_str(), &st) == 0);
+    CHECK(S_ISSOCK(st.st_mode));
+    CHECK((st.st_mode & 0777) == 0600);
+    std::string reply;
+    std::atomic<bool> done{false};
+    std::thread client([&] {
+      int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+      sockaddr_un addr{};
+      addr.sun_family = AF_UNIX;
+      std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+      if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+        // A name no TCP endpoint would answer: no page can reach a Unix socket.
+        const std::string request =
+            "GET /healthz HTTP/1.1\r\nHost: attacker.example\r\nConnection: close\r\n\r\n";
+        ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+        char buf[4096];
+        ssize_t n;
+        while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) reply.append(buf, static_cast<size_t>(n));
+      }
+      ::close(fd);
+      done = true;
+    });
+    run_until(io, [&] { return done.load(); });
+    client.join();
+    CHECK(reply.find("200 OK") != std::string::npos);
+    server.close();
+    CHECK(::access(path.c_str(), F_OK) != 0);
+  }
+  StatusServer server(io, provider);
+  auto too_long = server.open_local(std::string(dir) + "/" + std::string(120, 'd') + ".sock");
+  REQUIRE_FALSE(too_long);
+  CHECK(too_long.error().exit_code == 70);
+  CHECK(too_long.error().message.find("too long") != std::string::npos);
+  ::rmdir(dir);
 }

@@ -13,6 +13,8 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 
 from harness import DDPRUN, Skip, clean_env, ddprun_lines, main, run, start, stop, wait_until
 
@@ -302,6 +304,76 @@ def test_lines_over_1_mib_reach_the_console_whole(tmp):
                 if f == "stdout.log" and os.sep + "0" + os.sep in os.path.join(d, f)]
         with open(logs[0]) as f:
             assert f.read() == big + "\nshort 0\n"
+
+
+ENDLESS = """
+    import os, sys, time
+    rank = int(os.environ["RANK"])
+    out = sys.stdout.buffer
+    start = time.time()
+    if rank == 0:
+        # An endless line (binary junk, a progress bar with \\r): 1 MiB, then 256 KiB every 0.1 s,
+        # never a newline.
+        out.write(b"x" * (1 << 20))
+        out.flush()
+        while time.time() - start < 10:
+            out.write(b"x" * (1 << 18))
+            out.flush()
+            time.sleep(0.1)
+    else:
+        for i in range(100):
+            out.write(f"tick {i} {time.time():.3f}\\n".encode())
+            out.flush()
+            time.sleep(0.1)
+    """
+
+
+def test_an_endless_line_stalls_the_others_once_not_every_mib(tmp):
+    """issue 36 item 7: a rank writing without newlines holds the console; the first time other
+    ranks wait behind it they wait kLongLineHold (3 s) and it is cut; after that its long lines
+    are cut as soon as another rank's line waits, until it writes a newline. Before, the others
+    waited 3 s again for every MiB it wrote (here: ticks written 5 s on waited ~3 s)."""
+    script = write_script(tmp, "endless.py", ENDLESS)
+    proc = start(["--nproc-per-node", "2", script], env=clean_env())
+    arrivals = []  # (arrival time, line)
+    xs = [0]
+
+    def reader():
+        fd = proc.stdout.fileno()
+        rest = b""
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            now = time.time()
+            rest += chunk
+            *lines, rest = rest.split(b"\n")
+            for line in lines:
+                if line.startswith(b"[rank1]:tick "):
+                    arrivals.append((now, line.decode()))
+                else:
+                    xs[0] += line.count(b"x")
+        xs[0] += rest.count(b"x")
+    t = threading.Thread(target=reader, daemon=True)
+    t.start()
+    try:
+        proc.wait(timeout=60)
+        t.join(timeout=30)
+        err = proc.stderr.read()
+    finally:
+        stop(proc)
+    assert proc.returncode == 0, (proc.returncode, err[-2000:])
+    ticks = [(now, int(line.split()[1]), float(line.split()[2])) for now, line in arrivals]
+    assert [i for _, i, _ in ticks] == list(range(100)), [i for _, i, _ in ticks][:10]
+    assert xs[0] > (1 << 20) and xs[0] % (1 << 18) == 0, xs[0]  # every byte of the line came
+    first = ticks[0][2]
+    late = [(now - wrote, i) for now, i, wrote in ticks if wrote - first >= 5]
+    worst = max(late)
+    print(f"  worst wait of a tick written 5 s on or later: {worst[0]:.2f} s (tick {worst[1]}); "
+          f"all ticks: {max(now - wrote for now, _, wrote in ticks):.2f} s", flush=True)
+    assert worst[0] < 1.5, worst
+    notices = [l for l in ddprun_lines(err) if "longer than 1 MiB" in l]
+    assert len(notices) == 1 and "waiting 3 s" in notices[0], err[-2000:]
 
 
 if __name__ == "__main__":

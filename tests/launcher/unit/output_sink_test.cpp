@@ -72,6 +72,52 @@ TEST_CASE(
   ::close(fds[1]);
 }
 
+TEST_CASE("when_waited_on: told once another writer waits behind an open line, not before") {
+  boost::asio::io_context io;
+  int fds[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) == 0);
+  {
+    OutputSink sink(io, fds[0]);
+    int a = 0, b = 0, c = 0;  // three writers
+    int told_a = 0, told_b = 0;
+    auto run = [&] {  // what is posted now (poll() stops the context once it runs out)
+      io.restart();
+      io.poll();
+    };
+    sink.write_lines(&a, "aaaa", /*line_open=*/true);
+    sink.when_waited_on(&a, [&] { ++told_a; });
+    run();
+    CHECK(told_a == 0);  // nobody waits: the open line may hold the console
+    sink.write_lines(&a, "aa", true);
+    run();
+    CHECK(told_a == 0);                  // the owner's own output is no waiter
+    sink.write_lines(&b, "bbbb", true);  // b's own long line, held behind a's
+    sink.when_waited_on(&b, [&] { ++told_b; });
+    run();
+    CHECK(told_a == 1);                  // b waits
+    CHECK(told_b == 0);                  // b does not own the console yet
+    sink.write_lines(&c, "c\n", false);  // c waits behind a, then behind b
+    sink.write_lines(&a, "\n", false);   // a's line ends: b's goes out and owns the console
+    run();
+    CHECK(told_a == 1);
+    CHECK(told_b == 1);                  // c still waits, behind b now
+    sink.write_lines(&b, "b\n", false);  // b's line ends: c's goes out
+    run();
+    CHECK(read_available(fds[1]) == "aaaaaa\nbbbbb\nc\n");
+    // A registration for a line that ended is dropped: a later waiter does not call it.
+    int told_again = 0;
+    sink.write_lines(&a, "x", true);
+    sink.when_waited_on(&a, [&] { ++told_again; });
+    sink.write_lines(&a, "\n", false);
+    sink.write_lines(&b, "y", true);
+    sink.write_lines(&c, "z\n", false);
+    run();
+    CHECK(told_again == 0);
+  }
+  ::close(fds[0]);
+  ::close(fds[1]);
+}
+
 TEST_CASE("a regular file is written by the writer thread; drain_all waits for it") {
   boost::asio::io_context io;
   const std::string dir = temp_dir();

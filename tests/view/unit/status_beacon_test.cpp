@@ -20,12 +20,28 @@ TEST_CASE("choose_beacon: the newest started here, else the newest of the user's
   CHECK(choose_beacon(live, "/a")->port == 300);
   CHECK(choose_beacon(live, "/c")->port == 200);
   CHECK_FALSE(choose_beacon({}, "/a"));
+  // Every ddprun has a beacon now (its local socket): in the same directory, the one started
+  // with --status-port wins over a newer socket-only one (two nodes of a job on one machine).
+  std::vector<BeaconEntry> nodes = {{4, "/a", "127.0.0.1", 0, "h", 50.0, 0, "/r1/status.sock"},
+                                    {5, "/a", "127.0.0.1", 400, "h", 40.0, 0, "/r2/status.sock"},
+                                    {6, "/b", "127.0.0.1", 500, "h", 60.0}};
+  CHECK(choose_beacon(nodes, "/a")->pid == 5);
+  CHECK(choose_beacon(nodes, "/c")->pid == 6);
+  nodes.pop_back();
+  CHECK(choose_beacon(nodes, "/c")->pid == 5);
 }
 
 TEST_CASE("parse_beacon refuses junk") {
   CHECK_FALSE(parse_beacon("x"));
   CHECK_FALSE(parse_beacon(R"ev({"pid":1,"cwd":"/","address":"a","port":0})ev"));
   CHECK(parse_beacon(R"ev({"pid":1,"cwd":"/","address":"a","port":9})ev")->port == 9);
+  // Without --status-port: the Unix socket alone names the endpoint.
+  auto socket_only =
+      parse_beacon(R"ev({"pid":1,"cwd":"/","address":"a","port":0,"socket":"/r/status.sock"})ev");
+  REQUIRE(socket_only);
+  CHECK(socket_only->port == 0);
+  CHECK(socket_only->socket == "/r/status.sock");
+  CHECK_FALSE(parse_beacon(R"ev({"pid":1,"cwd":"/","address":"a","port":-1,"socket":"/s"})ev"));
 }
 
 TEST_CASE("a written beacon is found while its writer lives, and removed with it") {

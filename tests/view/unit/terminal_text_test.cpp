@@ -5,6 +5,7 @@
 #include <string>
 
 #include "launcher/common/terminal_text.hpp"
+#include "rendezvous/json_text.hpp"
 
 using ddp::launcher::display_width;
 using ddp::launcher::fit_columns;
@@ -70,4 +71,20 @@ TEST_CASE("fit_columns cuts and pads in columns, never splitting a wide characte
   CHECK(display_width(fit_columns("\xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E", 5)) == 5);
   // The escape's visible form is what is cut.
   CHECK(fit_columns("\x1b[2J", 3) == "^[[");
+}
+
+TEST_CASE("dump_json escapes DEL, C1 and bidi controls: the same JSON value, nothing raw") {
+  // ESC (C0) nlohmann escapes itself; DEL, a C1 CSI, RLO, LRI, PDI and U+2028 it would not.
+  const std::string text =
+      "a\x1b[2J\x7f\xC2\x9B"
+      "31m\xE2\x80\xAE"
+      "evil\xE2\x81\xA6x\xE2\x81\xA9\xE2\x80\xA8z";
+  const std::string dumped = ddp::dump_json(nlohmann::json{{"message", text}});
+  CHECK(dumped == R"({"message":"a\u001b[2J\u007f\u009b31m\u202eevil\u2066x\u2069\u2028z"})");
+  CHECK(nlohmann::json::parse(dumped)["message"] == text);  // the same content
+  // Other text is untouched: é, 日, ▁ (E2 96 81), the U+2030 per-mille sign (E2 80 B0).
+  const std::string kept = "caf\xC3\xA9 \xE6\x97\xA5 \xE2\x96\x81 \xE2\x80\xB0";
+  CHECK(ddp::dump_json(kept) == "\"" + kept + "\"");
+  // Invalid UTF-8 still becomes U+FFFD, and a C1 byte that is not UTF-8 is no C1 character.
+  CHECK(ddp::dump_json(std::string("\x9b")) == "\"\xEF\xBF\xBD\"");
 }
