@@ -27,6 +27,10 @@ CODES_BY_FAULT = {
     "etcd_compact": set(),  # a compaction ends no job
     "etcd_black_hole": set(),  # nor does one sick member of three
     "etcd_5xx": set(),
+    # A killed or stopped zygote ends no job: the workers of that start are exec'd
+    # (docs/warm-start.md: never a failed job, never exit 70).
+    "zygote_kill": set(),
+    "zygote_stop": set(),
 }
 # What the "Root cause" block must mention for each code.
 ROOT_CAUSE_WORDS = {74: ("lost",), 75: ("hang", "hung", "no progress"), 137: ("SIGKILL",),

@@ -4,7 +4,7 @@
 torch 2.x (python3 on PATH) and gloo. Prints a Markdown table.
 
   bench/launcher/preload_bench.py [--build build] [--runs 3] [--failures abrupt,exit,exception]
-                                  [--restart-only]
+                                  [--restart-only] [--baseline OTHER_DDPRUN]
 
 1. restart: rank 1 fails at step 5 (2 ranks, --max-restarts 1); time from its failure to every
    rank's first all-reduce of the next attempt, once per failure kind: `abrupt` (os._exit(1), as a
@@ -32,13 +32,16 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 WORKER = os.path.join(HERE, "preload_worker.py")
 
 
-def launchers(build):
+def launchers(build, baseline=None):
     ddprun = os.path.join(build, "bin", "ddprun")
     if not os.path.exists(ddprun):
         ddprun = os.path.join(build, "launcher", "ddprun")
-    return [("ddprun --preload torch", [ddprun, "--preload", "torch"]),
-            ("ddprun", [ddprun]),
-            ("torchrun 2.x", [sys.executable, "-m", "torch.distributed.run"])]
+    out = [("ddprun --preload torch", [ddprun, "--preload", "torch"])]
+    if baseline:  # another ddprun binary (an earlier commit's), side by side in the same run
+        out.append((f"ddprun --preload torch ({os.path.basename(baseline)})",
+                    [baseline, "--preload", "torch"]))
+    return out + [("ddprun", [ddprun]),
+                  ("torchrun 2.x", [sys.executable, "-m", "torch.distributed.run"])]
 
 
 def run_once(prefix, nproc, mode, extra=(), fail="abrupt", check=True):
@@ -102,9 +105,11 @@ def main():
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--failures", default="abrupt,exit,exception")
     parser.add_argument("--restart-only", action="store_true")
+    parser.add_argument("--baseline", help="another ddprun binary to run with --preload torch "
+                        "beside this build's (e.g. the commit before a change)")
     args = parser.parse_args()
     failures = args.failures.split(",")
-    all_launchers = launchers(args.build)
+    all_launchers = launchers(args.build, args.baseline)
     restarts = {name: {f: [] for f in failures} for name, _ in all_launchers}
     others = {}
     # Side by side: every launcher and failure kind once per round, so that the load of a shared

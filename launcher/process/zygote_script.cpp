@@ -414,6 +414,16 @@ _DISPOSITIONS = {s: h for s, h in _DISPOSITIONS.items() if h is not None}
 if _why_not is not None:
     _send(_sock, {'refused': _why_not})
     os._exit(0)
+# Everything the imports created goes to the collector's permanent generation, as pre-fork
+# servers do (gc.freeze's documented use): the workers' collections, and above all the final one
+# of their interpreter's exit (sys.exit, an exception), no longer walk the preloaded heap, which
+# in a forked worker also means copying every page of it (copy-on-write). That walk was most of a
+# failing forked rank's exit, and so of a restart (issue 35, item 15). Garbage of the imports goes
+# first, so that nothing unreachable is kept for good; the objects themselves, their refcounts
+# and their teardown at exit are unchanged.
+import gc
+gc.collect()
+gc.freeze()
 _send(_sock, {'ready': True, 'seconds': round(time.monotonic() - _started, 3)})
 _request = _serve(_sock)
 if _request is None:

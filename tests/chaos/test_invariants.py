@@ -58,6 +58,18 @@ class ExitCodes(unittest.TestCase):
         self.assertEqual(len(inv.check_exit("n", 137, sigkill, LOSS_FAULTS, False, [74])), 1)
         self.assertEqual(inv.check_exit("n", 143, "", LOSS_FAULTS, True, [74]), [])
 
+    def test_every_fault_type_has_its_codes(self):
+        # A type without them made the harness itself crash (KeyError) at the end of the first
+        # episode with a zygote fault (seed 35, --types zygote_kill,zygote_stop,worker_kill).
+        self.assertEqual(set(inv.CODES_BY_FAULT), set(sched.FAULT_TYPES))
+
+    def test_a_zygote_fault_ends_no_job(self):
+        sigkill = "Root cause: rank 1 failed with signal SIGKILL (9)\n"
+        faults = ["zygote_kill", "worker_kill", "zygote_stop"]
+        self.assertEqual(inv.check_exit("n", 137, sigkill, faults, False), [])
+        for code in (70, 1):
+            self.assertEqual(len(inv.check_exit("n", code, "FAILED\n", faults[::2], False)), 1)
+
     def test_no_fault_no_failure(self):
         self.assertEqual(len(inv.check_exit("n", 75, "hung: no progress", [], False)), 1)
         self.assertEqual(len(inv.check_exit("n", None, "", [], False)), 1)

@@ -236,6 +236,66 @@ def test_argv_at_import_with_arguments(tmp):
         assert at_import == argv == [script, "--lr", "0.1", "x y"], (preload, at_import, argv)
 
 
+# Item 15: a failing forked worker's exit does not walk the preloaded heap ----------------------
+
+HEAPMOD = """\
+import atexit, os
+TABLE = [[i, str(i)] for i in range(20000)]  # a preloaded heap (lists: all tracked)
+def _written_at_exit():
+    with open(os.path.join(os.environ['OUT'], 'atexit%s' % os.environ['RANK']), 'w') as f:
+        f.write('ran')
+atexit.register(_written_at_exit)
+"""
+
+HEAP_SCRIPT = """\
+import gc, json, os, sys, weakref
+import heapmod
+class Node:
+    pass
+a, b = Node(), Node()
+a.other, b.other = b, a  # a cycle of the script's own: the collector still frees it
+gone = weakref.ref(a)
+del a, b
+gc.collect()
+out = open(os.path.join(os.environ['OUT'], 'buffered%s' % os.environ['RANK']), 'w')
+out.write('flushed by the exit')  # left open and unflushed: the interpreter's exit writes it
+print('HEAP', json.dumps({'frozen': gc.get_freeze_count(), 'enabled': gc.isenabled(),
+                          'collected': gone() is None, 'table': len(heapmod.TABLE)}))
+if os.environ['FAIL'] == 'exit':
+    sys.exit(3)
+raise RuntimeError('the script fails')
+"""
+
+
+def test_preloaded_heap_is_frozen_and_exits_match_exec(tmp):
+    """The zygote freezes what the imports created (gc.freeze), so that a forked worker's
+    collections, and its interpreter's exit, skip it; the exits are those of an exec'd worker:
+    the code, the traceback, the atexit handlers, a file left open flushed."""
+    write(os.path.join(tmp, "heapmod.py"), HEAPMOD)
+    script = write(os.path.join(tmp, "heap.py"), HEAP_SCRIPT)
+    for fail, code in (("exit", 3), ("raise", 1)):
+        both = run_both(tmp, f"heap-{fail}", script, "heapmod", env={"FAIL": fail}, nproc=1)
+        seen = {}
+        for kind, (run, events, out) in both.items():
+            assert run.rc == code, f"{kind} {fail}: {run}"
+            lines = [l for l in run.out.splitlines() if "HEAP" in l]
+            assert len(lines) == 1, f"{kind} {fail}: {run}"
+            seen[kind] = json.loads(lines[0].split("HEAP", 1)[1])
+            exits = [e.get("exit_code") for e in events if e["event"] == "worker_exit"]
+            assert exits == [code], f"{kind} {fail}: {exits}"
+            if fail == "raise":
+                assert "RuntimeError: the script fails" in run.err, f"{kind}: {run}"
+            with open(os.path.join(out, "atexit0")) as f:
+                assert f.read() == "ran", f"{kind} {fail}: the atexit handler"
+            with open(os.path.join(out, "buffered0")) as f:
+                assert f.read() == "flushed by the exit", f"{kind} {fail}: the open file"
+            assert not [e for e in events if e["event"] == "preload_disabled"], f"{kind}: {events}"
+        e, f = seen["exec"], seen["fork"]
+        assert e["frozen"] == 0 and f["frozen"] > 20000, (fail, e, f)
+        assert e["enabled"] and f["enabled"] and e["collected"] and f["collected"], (e, f)
+        assert e["table"] == f["table"] == 20000, (e, f)
+
+
 # 3. Large requests -----------------------------------------------------------------------------
 
 def test_large_argument_and_environment_are_forked(tmp):
