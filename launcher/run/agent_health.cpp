@@ -25,6 +25,9 @@ std::unique_ptr<health::HealthMonitor> Agent::make_health_monitor() {
     hooks.on_progress = [this](long long events, std::optional<long long> best_step) {
       if (session_) session_->note_progress(events, best_step);
     };
+    hooks.publish_view = [this](std::string record) {
+      if (session_) session_->note_view(std::move(record));
+    };
   }
   hooks.extra_metrics = [this](health::PrometheusText& metrics) {
     // The job's store when this agent hosts it; a store thread too busy to answer within the budget
