@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <algorithm>
 #include <boost/asio/post.hpp>
+#include <charconv>
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -26,6 +27,9 @@ namespace {
 
 constexpr auto kStragglerTick = std::chrono::seconds(5);
 constexpr auto kViewTick = std::chrono::seconds(1);
+// GET /log/<rank>: the last lines of its stderr, each cut.
+constexpr size_t kLogTailLines = 40;
+constexpr size_t kLogTailLineBytes = 1024;
 // The summary names at most this many suspects.
 constexpr size_t kSuspectsNamed = 4;
 
@@ -418,6 +422,8 @@ void HealthMonitor::node_records(const std::vector<NodeRecord>& others) {
   remote_ = std::move(next);
 }
 
+void HealthMonitor::rank_failed(RankFailure failure) { failures_.add(std::move(failure)); }
+
 std::vector<RemoteNodeView> HealthMonitor::remote_views(Clock::time_point now) const {
   std::vector<RemoteNodeView> out;
   out.reserve(remote_.size());
@@ -562,6 +568,7 @@ HttpAnswer HealthMonitor::answer(const std::string& target) const {
     viewed_ = true;
     return {200, "application/json", status_json()};
   }
+  if (target.starts_with("/log/")) return log_answer(target.substr(5));
   if (target == "/history") {
     const double now_s = std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
     return {200, "application/json", dump_json(steps_.json(now_s)) + "\n"};
@@ -573,6 +580,31 @@ HttpAnswer HealthMonitor::answer(const std::string& target) const {
     return {200, "text/html; charset=utf-8", std::string(view::dashboard_page())};
   }
   return {404, "text/plain; charset=utf-8", "not found\n"};
+}
+
+HttpAnswer HealthMonitor::log_answer(std::string_view rank_text) const {
+  int rank = -1;
+  auto [end, ec] = std::from_chars(rank_text.data(), rank_text.data() + rank_text.size(), rank);
+  const auto& tr = tracker_.ranks();
+  for (size_t i = 0; ec == std::errc{} && end == rank_text.data() + rank_text.size() &&
+                     i < workers_.size() && i < tr.size();
+       ++i) {
+    if (workers_[i].rank != rank) continue;
+    nlohmann::json lines = nlohmann::json::array();
+    if (hooks_.stderr_tail) {
+      for (auto& line : hooks_.stderr_tail(static_cast<int>(i), kLogTailLines)) {
+        if (line.size() > kLogTailLineBytes) line.resize(kLogTailLineBytes);
+        lines.push_back(std::move(line));
+      }
+    }
+    nlohmann::json j{{"rank", rank},
+                     {"local_rank", i},
+                     {"attempt", attempt_},
+                     {"stream", "stderr"},
+                     {"lines", std::move(lines)}};
+    return {200, "application/json", dump_json(j) + "\n"};
+  }
+  return {404, "text/plain; charset=utf-8", "no such rank on this node\n"};
 }
 
 std::string HealthMonitor::status_json() const {
@@ -616,6 +648,13 @@ std::string HealthMonitor::status_json() const {
       // Other nodes' pages point at node 0's only when every node was given the same port.
       {"status_port_fixed", settings_.status_port.value_or(0) != 0},
       {"ranks", ranks}};
+  nlohmann::json failures = failures_.json();
+  for (auto& f : failures) {
+    f["node_rank"] = here;
+    f["host"] = host_;
+  }
+  j["failures"] = std::move(failures);
+  j["failures_dropped"] = failures_.dropped();
   if (nnodes_ > 1 || !remote.empty()) {
     j["job_nodes"] = job_nodes_json(here, host_, local_count, remote);
   }

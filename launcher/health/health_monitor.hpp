@@ -22,6 +22,7 @@
 
 #include <nlohmann/json.hpp>
 #include "launcher/common/result.hpp"
+#include "launcher/health/failure_log.hpp"
 #include "launcher/health/file_timer_server.hpp"
 #include "launcher/health/hang_verdict.hpp"
 #include "launcher/health/health_settings.hpp"
@@ -74,6 +75,8 @@ class HealthMonitor {
     /// Multi-node: this node's record for the other nodes' job-wide view (job_view.hpp), every
     /// second while the run lasts. Unset on a single node.
     std::function<void(std::string record)> publish_view;
+    /// The last `lines` lines a local rank wrote on stderr (GET /log/<rank>); optional.
+    std::function<std::vector<std::string>(int local_rank, size_t lines)> stderr_tail;
   };
 
   HealthMonitor(boost::asio::io_context& io, HealthSettings settings, Hooks hooks,
@@ -105,6 +108,9 @@ class HealthMonitor {
     bool lost = false;
   };
   void node_records(const std::vector<NodeRecord>& others);
+  /// A local rank failed in this attempt (its error file and stderr read): kept for /status
+  /// ("failures") across restarts, bounded (failure_log.hpp).
+  void rank_failed(RankFailure failure);
   /// The Agent is stopping the workers (failure, signal); /healthz answers 503 from now on.
   void stopping();
   /// Multi-node: another node judged the job hung. Saves the local stacks (as for a local
@@ -144,6 +150,7 @@ class HealthMonitor {
                    const std::function<void(std::vector<std::string>)>& then);
   int local_rank_of(pid_t pid) const;
   std::string status_json() const;
+  HttpAnswer log_answer(std::string_view rank_text) const;  // GET /log/<rank>
   /// Once a second: this node's record for the others, and a steps sample of every rank.
   void schedule_view_tick();
   PublishedNode local_record() const;
@@ -181,7 +188,8 @@ class HealthMonitor {
     Clock::time_point received{};
   };
   std::vector<ReceivedNode> remote_;
-  StepHistory steps_;  // every rank's step, sampled each second (/history, "steps_per_s")
+  StepHistory steps_;    // every rank's step, sampled each second (/history, "steps_per_s")
+  FailureLog failures_;  // how ranks failed, every attempt (/status "failures")
   int status_port_ = 0;
   std::string own_socket_dir_;       // made for the sockets (deep --log-dir); removed at the end
   bool stack_dump_started_ = false;  // one dump per attempt

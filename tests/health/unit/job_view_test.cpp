@@ -134,3 +134,32 @@ TEST_CASE("steps history: rates from samples, a restart starts again, bounded") 
   h.note(1, 3, 1, 1.0);  // beyond max_ranks: not kept
   CHECK(h.ranks() == 2);
 }
+
+#include "launcher/health/failure_log.hpp"
+
+TEST_CASE("failures: kept across attempts, the last ones, each cut to its bounds") {
+  FailureLog log(2);
+  RankFailure f{0,
+                1,
+                1,
+                "1",
+                std::string(5000, 'm'),
+                "head" + std::string(20000, 't') + "END",
+                std::vector<std::string>(30, std::string(600, 'e'))};
+  log.add(f);
+  json j = log.json();
+  REQUIRE(j.size() == 1);
+  CHECK(j[0]["message"].get<std::string>().size() == kMaxFailureMessage);
+  const auto tb = j[0]["traceback"].get<std::string>();
+  CHECK(tb.size() == kMaxFailureTraceback);
+  CHECK(tb.ends_with("END"));  // the raising frame is kept
+  CHECK(j[0]["stderr_tail"].size() == kMaxFailureTailLines);
+  CHECK(j[0]["stderr_tail"][0].get<std::string>().size() == kMaxFailureTailLine);
+  log.add({1, 2, 0, "SIGSEGV", "second", "", {}});
+  log.add({2, 3, 1, "7", "third", "", {}});
+  j = log.json();
+  REQUIRE(j.size() == 2);
+  CHECK(j[0]["attempt"] == 1);
+  CHECK(j[1]["message"] == "third");
+  CHECK(log.dropped() == 1);
+}

@@ -11,6 +11,7 @@ import os
 import shutil
 import sys
 import time
+import urllib.error
 import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -157,6 +158,63 @@ def test_every_node_shows_every_rank_and_a_lost_node(tmp):
             browser.close()
         open(stop, "w").close()
         mn.finish(nodes)
+
+
+def test_failures_with_message_traceback_and_log_tail_on_the_view(tmp):
+    """One node, 2 ranks, --max_restarts 1: rank 1 fails in attempt 0 with an error file. The
+    restarted job's /status keeps that failure (message, traceback, stderr tail), GET /log/<rank>
+    gives a running rank's stderr, and the page draws the failure as text."""
+    stop = os.path.join(tmp, "stop")
+    message = "ValueError: bad batch <img src=x onerror=alert(1)> \x1b]0;pwned\x07"
+    env = clean_env(STOP_FILE=stop, FAIL_ONCE_RANK=1, FAIL_MESSAGE=message)
+    node = mn.Node(tmp, "single", ["--nproc_per_node", 2, "--max_restarts", 1, "--status-port", 0,
+                                   os.path.join(HERE, "stepper.py")], env=env)
+    browser = None
+    try:
+        wait_until(lambda: node.started_workers() == 4, 60, f"the restart\n{node}")
+        port = status_port(node)
+        s = get(port, "status")
+        assert [(f["attempt"], f["rank"], f["exit"]) for f in s["failures"]] == [(0, 1, "3")], s
+        f = s["failures"][0]
+        assert f["message"] == message, f
+        assert f["traceback"].startswith("Traceback (most recent call last):"), f
+        assert f["traceback"].endswith(message), f
+        assert any("about to fail at step 10" in line for line in f["stderr_tail"]), f
+        assert f["node_rank"] == 0 and f["host"], f
+        assert s["failures_dropped"] == 0, s
+        log = get(port, "log/1")
+        assert log["rank"] == 1 and log["stream"] == "stderr" and log["attempt"] == 1, log
+        assert isinstance(log["lines"], list), log
+        try:
+            get(port, "log/99")
+            raise AssertionError("a rank not on this node has no log")
+        except urllib.error.HTTPError as e:
+            assert e.code == 404, e
+        if cdp.find_chromium():
+            browser = cdp.Browser(1280, 900)
+            browser.navigate(f"http://127.0.0.1:{port}/")
+            browser.wait_for("(window.ddprunRenders || 0) >= 1", 30, "the first render")
+            page = browser.evaluate("""(() => ({
+              failures: [...document.querySelectorAll('.failure')].map(f => ({
+                what: f.querySelector('.what').textContent,
+                traceback: (f.querySelector('pre.traceback') || {}).textContent,
+                stderr: (f.querySelector('pre.stderr') || {}).textContent})),
+              hidden: document.getElementById('failures-box').hidden,
+              imgs: document.querySelectorAll('img').length}))()""")
+            browser.screenshot(os.path.join(ARTEFACTS, "dashboard-failures.png"))
+            assert not page["hidden"] and len(page["failures"]) == 1, page
+            shown = page["failures"][0]
+            assert "attempt 0 · rank 1" in shown["what"] and message in shown["what"], shown
+            assert shown["traceback"] == f["traceback"], shown
+            assert "about to fail" in shown["stderr"], shown
+            assert page["imgs"] == 0, page  # the job's text stays text
+        open(stop, "w").close()
+        assert node.wait(60) == 0, node
+    finally:
+        if browser:
+            browser.close()
+        open(stop, "w").close()
+        mn.finish([node])
 
 
 if __name__ == "__main__":
