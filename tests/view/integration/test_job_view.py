@@ -19,6 +19,8 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "launcher", "integration"))
 from harness import Skip, clean_env, main, read_events, wait_until  # noqa: E402
 import test_multinode as mn  # noqa: E402
 import cdp  # noqa: E402
+sys.path.insert(0, os.path.join(HERE, "..", "..", "support"))
+from etcd_cluster import ETCD, EtcdCluster  # noqa: E402
 
 ARTEFACTS = os.environ.get("VIEW_ARTEFACTS", os.getcwd())
 
@@ -36,16 +38,21 @@ def status_port(node):
     return found[0]["port"] if found else None
 
 
-def start_job(tmp):
+def start_job(tmp, etcd=None):
     endpoint = mn.free_port()
     stop = os.path.join(tmp, "stop")
     env = clean_env(STOP_FILE=stop)
     worker = os.path.join(HERE, "stepper.py")
     nodes = []
     for name in ("a", "b"):
-        args = ["--rdzv_backend", "c10d", "--rdzv_endpoint", f"127.0.0.1:{endpoint}",
-                "--rdzv_id", "jobview", "--nnodes", 2, "--nproc_per_node", 2, "--rdzv_conf",
-                mn.FAST, "--status-port", 0, worker]
+        if etcd:  # node ranks on arrival; node 0 hosts the workers' store
+            where = ["--rdzv_backend", "etcd", "--rdzv_endpoint", etcd.endpoints, "--rdzv_id",
+                     "jobview", "--local_addr", "127.0.0.1", "--master_port", 0]
+        else:
+            where = ["--rdzv_backend", "c10d", "--rdzv_endpoint", f"127.0.0.1:{endpoint}",
+                     "--rdzv_id", "jobview"]
+        args = [*where, "--nnodes", 2, "--nproc_per_node", 2, "--rdzv_conf", mn.FAST,
+                "--status-port", 0, worker]
         nodes.append(mn.Node(tmp, name, args, env=env))
         if name == "a":  # the first binds the endpoint and hosts the store: node 0
             wait_until(lambda: status_port(nodes[0]), 30, "node a's status endpoint")
@@ -57,8 +64,8 @@ def others(status, here):
     return [r for r in status["ranks"] if r.get("node_rank", here) != here]
 
 
-def test_every_node_shows_every_rank_and_a_lost_node(tmp):
-    nodes, stop = start_job(tmp)
+def test_every_node_shows_every_rank_and_a_lost_node(tmp, etcd=None):
+    nodes, stop = start_job(tmp, etcd)
     a, b = nodes
     browser = None
     try:
@@ -158,6 +165,14 @@ def test_every_node_shows_every_rank_and_a_lost_node(tmp):
             browser.close()
         open(stop, "w").close()
         mn.finish(nodes)
+
+
+def test_etcd_every_node_shows_every_rank_and_a_lost_node(tmp):
+    """The same on --rdzv_backend etcd (a real 1-member etcd): the records travel as etcd keys."""
+    if not os.path.exists(ETCD):
+        raise Skip("etcd is not installed (Debian: etcd-server)")
+    with EtcdCluster(1) as cluster:
+        test_every_node_shows_every_rank_and_a_lost_node(tmp, cluster)
 
 
 def test_failures_with_message_traceback_and_log_tail_on_the_view(tmp):
