@@ -31,6 +31,8 @@ using namespace std::chrono_literals;
 //   .../ack/<seq>                            "1": this arrival read why the leader failed the round
 //   .../hb/<node_rank>                       heartbeat counters
 //   .../progress/<node_rank>                 NodeProgress, "0" until the node's ranks progress
+//   .../view/<node_rank>                     the node's record for the job-wide view (JSON,
+//                                            launcher/health/job_view.hpp), "" until published
 //   .../stop                                 first stop reason (COMPARE_SET from "")
 //   .../done                                 ADD counter: nodes whose workers finished
 //   .../end                                  "done" (all finished) or "stop", first writer wins;
@@ -54,6 +56,10 @@ std::string key_prefix(const NodeRendezvousOptions& o) { return round_prefix(o.r
 
 std::string progress_key(const std::string& prefix, int node_rank) {
   return prefix + "progress/" + std::to_string(node_rank);
+}
+
+std::string view_key(const std::string& prefix, int node_rank) {
+  return prefix + "view/" + std::to_string(node_rank);
 }
 
 std::string host_name() {
@@ -385,6 +391,8 @@ Assignment lead(StoreClient& client, const std::string& prefix, const NodeRendez
     values.push_back("0");
     keys.push_back(progress_key(prefix, n.node_rank));  // MULTI_GET waits for missing keys
     values.push_back(encode_node_progress({}));
+    keys.push_back(view_key(prefix, n.node_rank));
+    values.push_back("");
   }
   client.multi_set(keys, values);
   keys.clear();
@@ -734,6 +742,14 @@ void NodeMonitor::run() {
   const std::string my_progress_key = progress_key(prefix_, joined_.node_rank);
   std::map<int, Seen> seen;
   const std::string my_key = prefix_ + "hb/" + std::to_string(joined_.node_rank);
+  // The job-wide view: this node's record as last published; the others' as last read. A round
+  // formed by an older leader has no view keys until their nodes publish: each is CHECKed until
+  // it exists (MULTI_GET would wait for it).
+  const std::string my_view_key = view_key(prefix_, joined_.node_rank);
+  std::optional<std::string> published_view;
+  std::vector<char> view_exists(nodes.size(), 0);
+  std::vector<NodeView> views_seen;
+  bool views_reported = false;
   bool stop_reported = false;
   bool store_lost_reported = false;
   auto store_answered = RdzvClock::now();
@@ -764,6 +780,13 @@ void NodeMonitor::run() {
           published = mine;
         }
       }
+      if (callbacks_.local_view) {
+        std::string mine = callbacks_.local_view();
+        if (mine.size() <= kMaxViewBytes && mine != published_view) {
+          client_.set(my_view_key, mine);
+          published_view = std::move(mine);
+        }
+      }
       const auto values = client_.multi_get(keys);
       if (watch_progress) {
         bool changed = false;
@@ -780,6 +803,7 @@ void NodeMonitor::run() {
         }
         if (changed) callbacks_.on_progress_elsewhere(best);
       }
+      std::vector<NodeAssignment> newly_lost;  // reported after the views that show them lost
       for (std::size_t i = 0; i < nodes.size(); ++i) {
         const auto& node = joined_.assignment.nodes[i];
         auto [it, fresh] = seen.try_emplace(node.node_rank, Seen{values[i], now});
@@ -788,9 +812,53 @@ void NodeMonitor::run() {
         } else if (!it->second.reported && node.node_rank != joined_.node_rank &&
                    now - it->second.changed > options_.heartbeat_timeout) {
           it->second.reported = true;
-          if (callbacks_.on_node_lost) callbacks_.on_node_lost(node);
+          newly_lost.push_back(node);
         }
       }
+      auto report_lost = [&] {
+        for (const auto& node : newly_lost) {
+          if (callbacks_.on_node_lost) callbacks_.on_node_lost(node);
+        }
+      };
+      try {
+        if (callbacks_.on_views) {
+          std::vector<std::string> view_keys;
+          std::vector<NodeView> views;
+          for (std::size_t i = 0; i < nodes.size(); ++i) {
+            if (nodes[i].node_rank == joined_.node_rank) continue;
+            const std::string key = view_key(prefix_, nodes[i].node_rank);
+            if (!view_exists[i]) view_exists[i] = client_.check({key}) ? 1 : 0;
+            if (view_exists[i]) view_keys.push_back(key);
+            views.push_back(
+                NodeView{nodes[i].node_rank, nodes[i].name, {}, seen[nodes[i].node_rank].reported});
+          }
+          const auto records =
+              view_keys.empty() ? std::vector<std::string>{} : client_.multi_get(view_keys);
+          std::size_t r = 0;
+          for (std::size_t i = 0, v = 0; i < nodes.size(); ++i) {
+            if (nodes[i].node_rank == joined_.node_rank) continue;
+            if (view_exists[i] && r < records.size()) {
+              const std::string& record = records[r++];
+              if (record.size() <= kMaxViewBytes) views[v].record = record;
+            }
+            ++v;
+          }
+          const bool changed = !views_reported || views.size() != views_seen.size() ||
+                               !std::equal(views.begin(), views.end(), views_seen.begin(),
+                                           [](const NodeView& a, const NodeView& b) {
+                                             return a.record == b.record && a.lost == b.lost;
+                                           });
+          if (changed) {
+            views_reported = true;
+            views_seen = views;
+            callbacks_.on_views(views);
+          }
+        }
+      } catch (const StoreError&) {
+        report_lost();  // the loss found above is not forgotten with the store
+        throw;
+      }
+      report_lost();
       if (callbacks_.on_pending) {
         const std::int64_t arrived = client_.add(pending + "next", 0);
         std::vector<JoinRequest> live;

@@ -147,6 +147,17 @@ struct NodeProgress {
 std::string encode_node_progress(const NodeProgress& progress);
 std::optional<NodeProgress> decode_node_progress(std::string_view text);
 
+// Another node's record for the job-wide view (launcher/health/job_view.hpp), as the monitor
+// read it under .../view/<node_rank>: opaque here, at most kMaxViewBytes (a longer one reads as
+// empty). `lost`: its heartbeat stopped (on_node_lost was called for it).
+inline constexpr std::size_t kMaxViewBytes = 16384;
+struct NodeView {
+  int node_rank = 0;
+  std::string name;
+  std::string record;
+  bool lost = false;
+};
+
 // Heartbeats and job-wide stop after a successful join. Runs one background thread with its own
 // store connection; callbacks run on that thread (each at most once per node / once for stop).
 class NodeMonitor {
@@ -169,6 +180,12 @@ class NodeMonitor {
     // changed, with the highest step any other node published (nullopt: none).
     std::function<NodeProgress()> local_progress;
     std::function<void(std::optional<std::int64_t> best_step_elsewhere)> on_progress_elsewhere;
+    // The job-wide view (both optional). local_view is asked once per heartbeat and published
+    // under view/<node_rank> when it changed (at most kMaxViewBytes); on_views is called with
+    // every other node of the round whenever a record or a node's lost state changed (a node
+    // whose key is missing, e.g. an older agent's, has an empty record).
+    std::function<std::string()> local_view;
+    std::function<void(const std::vector<NodeView>& others)> on_views;
   };
 
   NodeMonitor(const StoreClientOptions& store, const NodeRendezvousOptions& rendezvous,

@@ -10,6 +10,8 @@
 #include <fmt/format.h>
 #include <algorithm>
 #include <boost/asio/post.hpp>
+#include <charconv>
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <utility>
@@ -24,6 +26,10 @@ namespace ddp::launcher::health {
 namespace {
 
 constexpr auto kStragglerTick = std::chrono::seconds(5);
+constexpr auto kViewTick = std::chrono::seconds(1);
+// GET /log/<rank>: the last lines of its stderr, each cut.
+constexpr size_t kLogTailLines = 40;
+constexpr size_t kLogTailLineBytes = 1024;
 // The summary names at most this many suspects.
 constexpr size_t kSuspectsNamed = 4;
 
@@ -60,7 +66,8 @@ HealthMonitor::HealthMonitor(boost::asio::io_context& io, HealthSettings setting
       stragglers_(settings_.straggler_ratio, settings_.straggler_window),
       restarts_policy_(settings_.no_progress_restarts),
       hang_timer_(io),
-      straggler_timer_(io) {}
+      straggler_timer_(io),
+      view_timer_(io) {}
 
 HealthMonitor::~HealthMonitor() {
   finish(false);
@@ -141,6 +148,7 @@ Result<Ok> HealthMonitor::open(const std::string& socket_dir, int nproc_per_node
   }
   beacon_ = StatusBeacon::write(status_beacon_dir(), settings_.status_addr, status_port_, host,
                                 status_server_->local_path());
+  if (status_server_ || hooks_.publish_view) schedule_view_tick();
   return Ok{};
 }
 
@@ -411,6 +419,86 @@ void HealthMonitor::worker_exited(int local_rank, const ExitStatus& status,
   }
 }
 
+void HealthMonitor::node_records(const std::vector<NodeRecord>& others) {
+  const auto now = Clock::now();
+  std::vector<ReceivedNode> next;
+  next.reserve(others.size());
+  for (const auto& o : others) {
+    auto before = std::find_if(remote_.begin(), remote_.end(), [&](const ReceivedNode& r) {
+      return r.raw.node_rank == o.node_rank && r.raw.name == o.name;
+    });
+    if (before != remote_.end() && before->raw.record == o.record) {
+      ReceivedNode same = *before;  // the same text: its ages go on growing from when it came
+      same.raw.lost = o.lost;
+      next.push_back(std::move(same));
+      continue;
+    }
+    next.push_back(ReceivedNode{o, decode_published_node(o.record), now});
+  }
+  remote_ = std::move(next);
+}
+
+void HealthMonitor::rank_failed(RankFailure failure) { failures_.add(std::move(failure)); }
+
+std::vector<RemoteNodeView> HealthMonitor::remote_views(Clock::time_point now) const {
+  std::vector<RemoteNodeView> out;
+  out.reserve(remote_.size());
+  for (const auto& r : remote_) {
+    out.push_back(RemoteNodeView{r.raw.node_rank, r.raw.name, r.raw.lost, r.published,
+                                 seconds_between(r.received, now)});
+  }
+  return out;
+}
+
+PublishedNode HealthMonitor::local_record() const {
+  const auto now = Clock::now();
+  PublishedNode node;
+  node.host = host_;
+  node.attempt = attempt_;
+  const auto& tr = tracker_.ranks();
+  for (size_t i = 0; i < workers_.size() && i < tr.size(); ++i) {
+    node.ranks.push_back(PublishedRank{tr[i].rank, static_cast<int>(i), workers_[i].pid,
+                                       tr[i].alive ? "running" : "exited", tr[i].step,
+                                       seconds_between(tracker_.last_progress(i), now),
+                                       i < exits_.size() ? exits_[i] : std::string()});
+  }
+  return node;
+}
+
+void HealthMonitor::schedule_view_tick() {
+  view_timer_.expires_after(kViewTick);
+  view_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec) return;
+    if (hooks_.publish_view && !workers_.empty()) {
+      hooks_.publish_view(encode_published_node(local_record()));
+    }
+    if (status_server_) {
+      const auto now = Clock::now();
+      const double now_s = std::chrono::duration<double>(now.time_since_epoch()).count();
+      const int here = node_rank();
+      const auto& tr = tracker_.ranks();
+      for (const auto& r : tr) {
+        if (r.step) steps_.note(here, r.rank, *r.step, now_s);
+      }
+      for (const auto& n : remote_) {
+        if (!n.published || n.raw.lost) continue;
+        for (const auto& r : n.published->ranks) {
+          if (r.step) steps_.note(n.raw.node_rank, r.rank, *r.step, now_s);
+        }
+      }
+    }
+    schedule_view_tick();
+  });
+}
+
+int HealthMonitor::node_rank() const {
+  const RecentEvents* history = hooks_.history ? hooks_.history() : nullptr;
+  if (!history) return 0;
+  const auto job = history->job_json();
+  auto it = job.find("node_rank");
+  return it != job.end() && it->is_number_integer() ? it->get<int>() : 0;
+}
+
 void HealthMonitor::stopping() {
   if (phase_ == Phase::Running) phase_ = Phase::Stopping;
   hang_timer_.cancel();
@@ -442,6 +530,11 @@ void HealthMonitor::finish(bool succeeded) {
   }
   hang_timer_.cancel();
   straggler_timer_.cancel();
+  view_timer_.cancel();
+  // The other nodes see how this one's ranks ended (published on the session's next heartbeat).
+  if (hooks_.publish_view && !workers_.empty()) {
+    hooks_.publish_view(encode_published_node(local_record()));
+  }
   stacks_.cancel();
   dump_waiters_.clear();
   for (auto& h : heartbeats_) h->close();
@@ -483,6 +576,11 @@ HttpAnswer HealthMonitor::answer(const std::string& target) const {
     viewed_ = true;
     return {200, "application/json", status_json()};
   }
+  if (target.starts_with("/log/")) return log_answer(target.substr(5));
+  if (target == "/history") {
+    const double now_s = std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
+    return {200, "application/json", dump_json(steps_.json(now_s)) + "\n"};
+  }
   if (target == "/metrics")
     return {200, "text/plain; version=0.0.4; charset=utf-8", metrics_text()};
   if (target == "/" || target == "/index.html") {
@@ -490,6 +588,31 @@ HttpAnswer HealthMonitor::answer(const std::string& target) const {
     return {200, "text/html; charset=utf-8", std::string(view::dashboard_page())};
   }
   return {404, "text/plain; charset=utf-8", "not found\n"};
+}
+
+HttpAnswer HealthMonitor::log_answer(std::string_view rank_text) const {
+  int rank = -1;
+  auto [end, ec] = std::from_chars(rank_text.data(), rank_text.data() + rank_text.size(), rank);
+  const auto& tr = tracker_.ranks();
+  for (size_t i = 0; ec == std::errc{} && end == rank_text.data() + rank_text.size() &&
+                     i < workers_.size() && i < tr.size();
+       ++i) {
+    if (workers_[i].rank != rank) continue;
+    nlohmann::json lines = nlohmann::json::array();
+    if (hooks_.stderr_tail) {
+      for (auto& line : hooks_.stderr_tail(static_cast<int>(i), kLogTailLines)) {
+        if (line.size() > kLogTailLineBytes) line.resize(kLogTailLineBytes);
+        lines.push_back(std::move(line));
+      }
+    }
+    nlohmann::json j{{"rank", rank},
+                     {"local_rank", i},
+                     {"attempt", attempt_},
+                     {"stream", "stderr"},
+                     {"lines", std::move(lines)}};
+    return {200, "application/json", dump_json(j) + "\n"};
+  }
+  return {404, "text/plain; charset=utf-8", "no such rank on this node\n"};
 }
 
 std::string HealthMonitor::status_json() const {
@@ -509,6 +632,15 @@ std::string HealthMonitor::status_json() const {
         i < exits_.size() && !exits_[i].empty() ? nlohmann::json(exits_[i]) : nlohmann::json();
     ranks.push_back(r);
   }
+  // Every node's ranks (job_view.hpp): this node's, then what the others published.
+  const int here = node_rank();
+  const auto remote = remote_views(now);
+  const size_t local_count = ranks.size();
+  ranks = merge_job_ranks(std::move(ranks), here, host_, remote);
+  for (auto& r : ranks) {
+    const auto rate = steps_.rate(r.value("node_rank", here), r.value("rank", 0));
+    r["steps_per_s"] = rate ? nlohmann::json(std::round(*rate * 100) / 100) : nlohmann::json();
+  }
   const auto source = tracker_.active_source();
   nlohmann::json j{
       {"phase", phase_name(phase_)},
@@ -524,6 +656,16 @@ std::string HealthMonitor::status_json() const {
       // Other nodes' pages point at node 0's only when every node was given the same port.
       {"status_port_fixed", settings_.status_port.value_or(0) != 0},
       {"ranks", ranks}};
+  nlohmann::json failures = failures_.json();
+  for (auto& f : failures) {
+    f["node_rank"] = here;
+    f["host"] = host_;
+  }
+  j["failures"] = std::move(failures);
+  j["failures_dropped"] = failures_.dropped();
+  if (nnodes_ > 1 || !remote.empty()) {
+    j["job_nodes"] = job_nodes_json(here, host_, local_count, remote);
+  }
   if (const RecentEvents* history = hooks_.history ? hooks_.history() : nullptr) {
     j["job"] = history->job_json();
     auto events = history->events_json();

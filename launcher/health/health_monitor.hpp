@@ -22,10 +22,12 @@
 
 #include <nlohmann/json.hpp>
 #include "launcher/common/result.hpp"
+#include "launcher/health/failure_log.hpp"
 #include "launcher/health/file_timer_server.hpp"
 #include "launcher/health/hang_verdict.hpp"
 #include "launcher/health/health_settings.hpp"
 #include "launcher/health/heartbeat_socket.hpp"
+#include "launcher/health/job_view.hpp"
 #include "launcher/health/no_progress_restarts.hpp"
 #include "launcher/health/progress_tracker.hpp"
 #include "launcher/health/prometheus_text.hpp"
@@ -33,6 +35,7 @@
 #include "launcher/health/stack_dumper.hpp"
 #include "launcher/health/status_beacon.hpp"
 #include "launcher/health/status_server.hpp"
+#include "launcher/health/step_history.hpp"
 #include "launcher/health/straggler_detector.hpp"
 #include "launcher/status/exit_status.hpp"
 
@@ -69,6 +72,11 @@ class HealthMonitor {
     std::function<void(PrometheusText&)> extra_metrics;
     /// The job's digest and recent events for /status ("job", "events": RecentEvents).
     std::function<const RecentEvents*()> history;
+    /// Multi-node: this node's record for the other nodes' job-wide view (job_view.hpp), every
+    /// second while the run lasts. Unset on a single node.
+    std::function<void(std::string record)> publish_view;
+    /// The last `lines` lines a local rank wrote on stderr (GET /log/<rank>); optional.
+    std::function<std::vector<std::string>(int local_rank, size_t lines)> stderr_tail;
   };
 
   HealthMonitor(boost::asio::io_context& io, HealthSettings settings, Hooks hooks,
@@ -92,6 +100,18 @@ class HealthMonitor {
   /// Multi-node: another node's ranks made progress (its published count changed); `best_step`:
   /// the highest step any other node published in this attempt. Makes the verdict job-wide.
   void progress_elsewhere(std::optional<long long> best_step);
+  /// Multi-node: the other nodes of the round, their records as read from the store and whether
+  /// each is lost (the whole list each time). /status merges them with this node's ranks.
+  struct NodeRecord {
+    int node_rank = 0;
+    std::string name;
+    std::string record;
+    bool lost = false;
+  };
+  void node_records(const std::vector<NodeRecord>& others);
+  /// A local rank failed in this attempt (its error file and stderr read): kept for /status
+  /// ("failures") across restarts, bounded (failure_log.hpp).
+  void rank_failed(RankFailure failure);
   /// The Agent is stopping the workers (failure, signal); /healthz answers 503 from now on.
   void stopping();
   /// Multi-node: another node judged the job hung. Saves the local stacks (as for a local
@@ -131,6 +151,12 @@ class HealthMonitor {
                    const std::function<void(std::vector<std::string>)>& then);
   int local_rank_of(pid_t pid) const;
   std::string status_json() const;
+  HttpAnswer log_answer(std::string_view rank_text) const;  // GET /log/<rank>
+  /// Once a second: this node's record for the others, and a steps sample of every rank.
+  void schedule_view_tick();
+  PublishedNode local_record() const;
+  std::vector<RemoteNodeView> remote_views(Clock::time_point now) const;
+  int node_rank() const;  // this node's in the round (the events' digest; 0 on a single node)
   std::string metrics_text() const;
   /// Both transports closed, the beacon and the socket directory we made removed.
   void close_status_endpoint();
@@ -157,6 +183,16 @@ class HealthMonitor {
   NoProgressRestarts restarts_policy_;
   boost::asio::steady_timer hang_timer_;
   boost::asio::steady_timer straggler_timer_;
+  boost::asio::steady_timer view_timer_;
+  /// The other nodes' records as last read: each with when its text last changed (by this clock).
+  struct ReceivedNode {
+    NodeRecord raw;
+    std::optional<PublishedNode> published;
+    Clock::time_point received{};
+  };
+  std::vector<ReceivedNode> remote_;
+  StepHistory steps_;    // every rank's step, sampled each second (/history, "steps_per_s")
+  FailureLog failures_;  // how ranks failed, every attempt (/status "failures")
   int status_port_ = 0;
   std::string own_socket_dir_;       // made for the sockets (deep --log-dir); removed at the end
   bool stack_dump_started_ = false;  // one dump per attempt

@@ -219,6 +219,7 @@ void EtcdSession::start_lease() {
     // gone, or no member answered for the TTL; time without a leader does not count.
     LeaseFence fence(lease_ttl_, Clock::now());
     std::optional<std::tuple<int, int, rdzv::NodeProgress>> published;
+    std::optional<std::tuple<int, int, std::string>> published_view;
     std::unique_lock lock(keepalive_mutex_);
     while (!keepalive_stop_) {
       lock.unlock();
@@ -266,6 +267,17 @@ void EtcdSession::start_lease() {
               const std::string key = keys_.progress(round, rank);
               client.put(key, seal(settings_.token, key, rdzv::encode_node_progress(mine)), lease_);
               published = now;
+            }
+            std::string view;
+            {
+              std::lock_guard view_lock(view_mutex_);
+              view = view_record_;
+            }
+            if (!view.empty() && view.size() <= rdzv::kMaxViewBytes &&
+                published_view != std::tuple{round, rank, view}) {
+              const std::string key = keys_.view(round, rank);
+              client.put(key, seal(settings_.token, key, view), lease_);
+              published_view = std::tuple{round, rank, std::move(view)};
             }
           }
           // The watch's cross-check, once per heartbeat: a member whose alive key is gone is
@@ -366,6 +378,7 @@ void EtcdSession::stop_round() {
   lost_ranks_.clear();
   left_ranks_.clear();
   progress_seen_.clear();
+  views_seen_.clear();
   stop_seen_ = false;
 }
 
@@ -837,6 +850,7 @@ void EtcdSession::on_watch(int round, const RoundRecord& closed, const WatchMess
   const std::string left_prefix = keys_.left_prefix(round);
   const std::string pending_prefix = keys_.pending_prefix();
   const std::string progress_prefix = keys_.progress_prefix(round);
+  const std::string view_prefix = keys_.view_prefix(round);
   const auto my_rank = node_rank_of(closed, lease_);
   bool pending_changed = false;
   for (const auto& e : message.events) {
@@ -873,6 +887,19 @@ void EtcdSession::on_watch(int round, const RoundRecord& closed, const WatchMess
       on_loop([this, best] {
         if (events_.on_progress_elsewhere) events_.on_progress_elsewhere(best);
       });
+    } else if (e.type == WatchEvent::Type::Put && key.starts_with(view_prefix)) {
+      int rank = -1;
+      auto [end, ec] =
+          std::from_chars(key.data() + view_prefix.size(), key.data() + key.size(), rank);
+      if (ec != std::errc{} || end != key.data() + key.size() || !my_rank || rank == *my_rank ||
+          rank < 0 || rank >= static_cast<int>(closed.members.size())) {
+        continue;
+      }
+      auto payload = unseal(settings_.token, key, e.kv.value);
+      if (!payload || payload->size() > rdzv::kMaxViewBytes) continue;
+      std::lock_guard lock(watch_mutex_);
+      views_seen_[rank] = std::move(*payload);
+      report_views(closed, *my_rank);
     } else if (e.type == WatchEvent::Type::Put && key == keys_.stop(round)) {
       auto payload = unseal(settings_.token, key, e.kv.value);
       if (!payload) continue;  // a stranger's stop is no stop
@@ -908,6 +935,7 @@ void EtcdSession::on_watch(int round, const RoundRecord& closed, const WatchMess
         std::lock_guard lock(watch_mutex_);
         // A node that finished its workers and left is no loss.
         if (done_ranks_.count(*rank) || !lost_ranks_.insert(*rank).second) continue;
+        if (my_rank) report_views(closed, *my_rank);  // before the loss: the view shows it lost
       }
       bool left = false;
       {
@@ -1007,6 +1035,26 @@ void EtcdSession::settle_stop(const StopReason& reason, std::function<void(StopR
   boost::asio::post(io_, [this, reason, done = std::move(done)] {
     StopReason winner = offer_stop(reason);
     on_loop([done, winner] { done(winner); });
+  });
+}
+
+void EtcdSession::note_view(std::string record) {
+  std::lock_guard lock(view_mutex_);
+  view_record_ = std::move(record);
+}
+
+void EtcdSession::report_views(const RoundRecord& closed, int my_rank) {
+  if (!events_.on_node_views) return;
+  std::vector<rdzv::NodeView> views;
+  for (int r = 0; r < static_cast<int>(closed.members.size()); ++r) {
+    if (r == my_rank) continue;
+    auto seen = views_seen_.find(r);
+    views.push_back(rdzv::NodeView{r, closed.members[r].name,
+                                   seen == views_seen_.end() ? std::string() : seen->second,
+                                   lost_ranks_.count(r) > 0});
+  }
+  on_loop([this, views = std::move(views)] {
+    if (events_.on_node_views) events_.on_node_views(views);
   });
 }
 

@@ -47,6 +47,8 @@ class EtcdSession final : public JobRendezvous {
   void settle_stop(const StopReason& reason, std::function<void(StopReason)> done) override;
   void answer_pending(const PendingAnswer& answer) override;
   void note_progress(long long events, std::optional<long long> best_step) override;
+  /// Kept for the keepalive thread, which puts it under the round's view key when it changed.
+  void note_view(std::string record) override;
   void exit_barrier(std::function<void(BarrierResult)> done) override;
   void leave(bool wait_for_others, std::function<void()> then) override;
   bool detach_if_blocked() override;
@@ -152,6 +154,11 @@ class EtcdSession final : public JobRendezvous {
   rdzv::etcd::PendingBoard pending_;
   std::vector<std::int64_t> reported_pending_;
   std::map<int, rdzv::NodeProgress> progress_seen_;  // the other members' last progress
+  std::map<int, std::string> views_seen_;            // the other members' view records
+  /// Tells the Agent every other member's view record and lost state (under watch_mutex_).
+  void report_views(const rdzv::etcd::RoundRecord& closed, int my_rank);
+  std::mutex view_mutex_;
+  std::string view_record_;  // note_view's, guarded by view_mutex_
   std::atomic<bool> busy_{false};
   std::atomic<bool> cancel_{false};
   std::thread thread_;

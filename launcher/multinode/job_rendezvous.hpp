@@ -101,6 +101,9 @@ class JobRendezvous {
     /// Another node's ranks made progress (optional; for the job-wide hang verdict). `best_step`:
     /// the highest step any other node reported in this round.
     std::function<void(std::optional<long long> best_step)> on_progress_elsewhere;
+    /// The other nodes' records for the job-wide view and whether each is lost (optional: set
+    /// only where someone may look, i.e. --status-port; see launcher/health/job_view.hpp).
+    std::function<void(const std::vector<rdzv::NodeView>& others)> on_node_views;
     /// One line for the user about the rendezvous itself (optional): e.g. this node joined again
     /// with a new etcd lease, a re-run job began a new generation, etcd granted another TTL.
     std::function<void(const std::string& line)> on_note;
@@ -136,6 +139,9 @@ class JobRendezvous {
   /// step), for the other nodes; published on the next heartbeat. Called on every progress event,
   /// so it only records. A new round starts again from none.
   virtual void note_progress(long long /*events*/, std::optional<long long> /*best_step*/) {}
+  /// This node's record for the other nodes' job-wide view (launcher/health/job_view.hpp),
+  /// published on the next heartbeat when it changed. A new round starts again from none.
+  virtual void note_view(std::string /*record*/) {}
   /// Waits until every node of the round finished its workers, a stop arrived, or the store
   /// went away.
   virtual void exit_barrier(std::function<void(BarrierResult)> done) = 0;

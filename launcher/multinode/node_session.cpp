@@ -158,6 +158,18 @@ void NodeSession::start_monitor() {
       if (events_.on_progress_elsewhere) events_.on_progress_elsewhere(best);
     });
   };
+  callbacks.local_view = [this] {
+    std::lock_guard lock(view_mutex_);
+    return view_record_;
+  };
+  if (events_.on_node_views) {
+    callbacks.on_views =
+        [this, generation = monitor_generation_](const std::vector<rdzv::NodeView>& others) {
+          on_loop([this, generation, others] {
+            if (generation == generation_ && events_.on_node_views) events_.on_node_views(others);
+          });
+        };
+  }
   callbacks.on_store_lost =
       [this, where = fmt::format("{}:{}", store_.host, store_.port)](const std::string& error) {
         NodeLoss loss{fmt::format("lost the store at {} (node 0 gone?): {}", where, error),
@@ -177,6 +189,7 @@ void NodeSession::start_monitor() {
 
 void NodeSession::join(int round, const RoundPlan& plan, std::function<void(JoinResult)> done) {
   note_progress(0, std::nullopt);  // every round's progress key starts from none
+  note_view({});
   const int generation = ++generation_;
   boost::asio::post(io_, [this, round, plan, generation, done = std::move(done)] {
     busy_ = true;
@@ -325,6 +338,11 @@ void NodeSession::note_progress(long long events, std::optional<long long> best_
   progress_events_.store(events, std::memory_order_relaxed);
   if (best_step) best_step_.store(*best_step, std::memory_order_relaxed);
   has_best_step_.store(best_step.has_value(), std::memory_order_relaxed);
+}
+
+void NodeSession::note_view(std::string record) {
+  std::lock_guard lock(view_mutex_);
+  view_record_ = std::move(record);
 }
 
 void NodeSession::exit_barrier(std::function<void(BarrierResult)> done) {

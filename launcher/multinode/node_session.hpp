@@ -9,6 +9,7 @@
 #include <boost/asio/io_context.hpp>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -51,6 +52,8 @@ class NodeSession final : public JobRendezvous {
   void answer_pending(const PendingAnswer& answer) override;
   /// Recorded for the monitor's next heartbeat (atomics: the monitor runs on its own thread).
   void note_progress(long long events, std::optional<long long> best_step) override;
+  /// Kept for the monitor's next heartbeat (under a mutex: the monitor runs on its own thread).
+  void note_view(std::string record) override;
   /// Waits until every node of the round finished its workers, or a stop arrived.
   void exit_barrier(std::function<void(BarrierResult)> done) override;
   /// The store host waits (bounded by the heartbeat timeout) until every other node has left,
@@ -86,6 +89,8 @@ class NodeSession final : public JobRendezvous {
   std::atomic<long long> progress_events_{0};
   std::atomic<bool> has_best_step_{false};
   std::atomic<long long> best_step_{0};
+  std::mutex view_mutex_;
+  std::string view_record_;  // note_view's, guarded by view_mutex_
   std::thread thread_;
 };
 

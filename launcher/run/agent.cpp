@@ -681,6 +681,23 @@ void Agent::finish_attempt() {
       say(fmt::format("rank {}: ignoring its error file {}: {}", w.outcome.rank,
                       w.outcome.error_file, why));
     }
+    // The view's failures (/status): a rank that failed on its own, with its message.
+    const auto& st = w.outcome.status;
+    if (health_ && st && !st->success() && !w.outcome.terminated_by_ddprun) {
+      health::RankFailure f{attempt_,
+                            w.outcome.rank,
+                            w.outcome.local_rank,
+                            st->kind == ExitStatus::Kind::Signaled ? signal_name(st->signal)
+                                                                   : std::to_string(st->code),
+                            {},
+                            {},
+                            w.outcome.stderr_tail};
+      if (w.outcome.error_info) {
+        f.message = w.outcome.error_info->message;
+        f.traceback = w.outcome.error_info->traceback;
+      }
+      health_->rank_failed(std::move(f));
+    }
     outcome.workers.push_back(w.outcome);
   }
   history_.push_back(std::move(outcome));

@@ -25,6 +25,9 @@ std::unique_ptr<health::HealthMonitor> Agent::make_health_monitor() {
     hooks.on_progress = [this](long long events, std::optional<long long> best_step) {
       if (session_) session_->note_progress(events, best_step);
     };
+    hooks.publish_view = [this](std::string record) {
+      if (session_) session_->note_view(std::move(record));
+    };
   }
   hooks.extra_metrics = [this](health::PrometheusText& metrics) {
     // The job's store when this agent hosts it; a store thread too busy to answer within the budget
@@ -35,6 +38,11 @@ std::unique_ptr<health::HealthMonitor> Agent::make_health_monitor() {
     }
   };
   hooks.history = [this] { return &events_.recent(); };
+  hooks.stderr_tail = [this](int local_rank, size_t lines) -> std::vector<std::string> {
+    if (local_rank < 0 || static_cast<size_t>(local_rank) >= workers_.size()) return {};
+    const auto& err = workers_[static_cast<size_t>(local_rank)].err;
+    return err ? err->tail_lines(lines) : std::vector<std::string>{};
+  };
   auto path = setup_.parent_env.find("PATH");
   const std::string path_variable =
       path == setup_.parent_env.end() ? "/usr/bin:/bin" : path->second;

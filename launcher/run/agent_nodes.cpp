@@ -89,6 +89,15 @@ JobRendezvous::Events Agent::rendezvous_events() {
   events.on_progress_elsewhere = [this](std::optional<long long> best_step) {
     if (health_) health_->progress_elsewhere(best_step);  // the job-wide hang verdict
   };
+  if (setup_.config.health.status_port) {  // someone may look: the other nodes' ranks too
+    events.on_node_views = [this](const std::vector<rdzv::NodeView>& others) {
+      if (!health_) return;
+      std::vector<health::HealthMonitor::NodeRecord> records;
+      records.reserve(others.size());
+      for (const auto& o : others) records.push_back({o.node_rank, o.name, o.record, o.lost});
+      health_->node_records(records);
+    };
+  }
   events.on_note = [this](const std::string& line) { say(line); };
   return events;
 }

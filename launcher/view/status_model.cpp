@@ -165,6 +165,7 @@ Result<StatusModel> parse_status_json(const json& j) {
     rank.exit = field_text(r, "exit");
     m.ranks.push_back(std::move(rank));
   }
+  m.job_wide = j.contains("job_nodes");
   if (m.world_size == 0) m.world_size = static_cast<int>(m.ranks.size());
   for (const auto& e : j.value("events", json::array())) {
     if (!e.is_object()) continue;

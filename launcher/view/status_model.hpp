@@ -58,7 +58,8 @@ struct StatusModel {
   std::string host;
   double hang_timeout_s = 0;
   std::vector<NodeStatus> nodes;
-  std::vector<RankStatus> ranks;    // this node's
+  std::vector<RankStatus> ranks;    // this node's, then the other nodes' as they published them
+  bool job_wide = false;            // the server lists every node's ranks ("job_nodes")
   std::vector<EventLine> events;    // oldest first
   std::vector<EventLine> failures;  // those of `events` that is_failure_event, oldest first
   std::optional<int> exit_code;     // the job's, once it ended

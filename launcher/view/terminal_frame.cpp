@@ -127,7 +127,7 @@ std::vector<std::string> render_frame(const StatusModel& m, const RateHistory& r
     return n.state == "lost" || n.state == "excluded";
   });
   head.push_back(paint(node_trouble ? kRed : "", fit(nodes, width)));
-  if (m.node_rank != 0 && m.num_nodes > 1) {
+  if (m.node_rank != 0 && m.num_nodes > 1 && !m.job_wide) {
     head.push_back(fit(" this node's ranks only: node 0's endpoint shows every node", width));
   }
   if (!o.notice.empty()) head.push_back(paint(kYellow, fit(" " + o.notice, width)));

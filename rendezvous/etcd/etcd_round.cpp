@@ -54,6 +54,10 @@ std::string JobKeys::progress(int r, int node_rank) const {
   return fmt::format("{}{}", progress_prefix(r), node_rank);
 }
 std::string JobKeys::progress_prefix(int r) const { return round(r) + "progress/"; }
+std::string JobKeys::view(int r, int node_rank) const {
+  return fmt::format("{}{}", view_prefix(r), node_rank);
+}
+std::string JobKeys::view_prefix(int r) const { return round(r) + "view/"; }
 std::string JobKeys::pending_prefix() const { return root_ + "pending/"; }
 std::string JobKeys::pending(std::int64_t lease) const {
   return fmt::format("{}{:x}", pending_prefix(), lease);

@@ -49,6 +49,9 @@ class JobKeys {
   // A member's progress (rdzv::NodeProgress, for the job-wide hang verdict), on its lease.
   std::string progress(int round, int node_rank) const;
   std::string progress_prefix(int round) const;
+  // A member's record for the job-wide view (launcher/health/job_view.hpp), on its lease.
+  std::string view(int round, int node_rank) const;
+  std::string view_prefix(int round) const;
   // Nodes that arrived after their round closed (job-wide, not per round): the request
   // "pending/<lease hex>" on the node's own lease, and the running nodes' answer under it.
   std::string pending_prefix() const;

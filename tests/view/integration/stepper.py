@@ -1,7 +1,10 @@
 # SPDX-License-Identifier: MIT
 """Worker for the dashboard/top tests: reports a step on ddprun's heartbeat socket every 0.1 s
 (the rank named by SLOW_RANK every 1 s) until the file STOP_FILE exists (at most 120 s), then
-exits 0."""
+exits 0. The rank named by FAIL_ONCE_RANK fails in the first attempt after 10 steps: a line on
+stderr, torch's error file (message and traceback from FAIL_MESSAGE), exit 3."""
+import json
+import sys
 import os
 import socket
 import time
@@ -23,3 +26,13 @@ while time.monotonic() < deadline and not os.path.exists(env["STOP_FILE"]):
         except OSError:
             pass
     time.sleep(period)
+    if (step == 10 and str(rank) == env.get("FAIL_ONCE_RANK")
+            and env.get("TORCHELASTIC_RESTART_COUNT") == "0"):
+        message = env.get("FAIL_MESSAGE", "ValueError: bad batch")
+        print(f"stepper rank={rank} about to fail at step {step}", file=sys.stderr, flush=True)
+        with open(env["TORCHELASTIC_ERROR_FILE"], "w") as f:
+            json.dump({"message": {"message": message, "extraInfo": {
+                "py_callstack": f"Traceback (most recent call last):\n  File \"stepper.py\", "
+                                f"line 1, in <module>\n{message}",
+                "timestamp": "0"}}}, f)
+        sys.exit(3)

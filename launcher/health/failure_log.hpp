@@ -1,0 +1,49 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+/// FailureLog: how each attempt's ranks failed, for /status ("failures"; docs/health.md, "Every
+/// node's ranks"): the rank, how it ended, its error file's message and traceback and the last
+/// lines of its stderr, kept across restarts so a viewer sees why the job restarted. Pure and
+/// bounded: the last `keep` failures; a message of at most 2 KiB, a traceback's last 16 KiB,
+/// 20 stderr lines of at most 512 bytes each. The text is the job's: viewers render it as text.
+
+#include <cstddef>
+#include <deque>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace ddp::launcher::health {
+
+inline constexpr size_t kMaxFailureMessage = 2048;
+inline constexpr size_t kMaxFailureTraceback = 16384;
+inline constexpr size_t kMaxFailureTailLines = 20;
+inline constexpr size_t kMaxFailureTailLine = 512;
+
+struct RankFailure {
+  int attempt = 0;
+  int rank = 0;
+  int local_rank = 0;
+  std::string exit;  // the code, or the signal's name
+  std::string message;
+  std::string traceback;
+  std::vector<std::string> stderr_tail;
+};
+
+class FailureLog {
+ public:
+  explicit FailureLog(size_t keep = 16) : keep_(keep) {}
+  /// Adds `failure`, cut to the bounds above (the traceback keeps its end: the raising frame).
+  void add(RankFailure failure);
+  /// [{"attempt", "rank", "local_rank", "exit", "message", "traceback", "stderr_tail"}...],
+  /// oldest first; `dropped` counts those no longer kept.
+  nlohmann::json json() const;
+  long long dropped() const { return dropped_; }
+  size_t size() const { return kept_.size(); }
+
+ private:
+  size_t keep_;
+  std::deque<RankFailure> kept_;
+  long long dropped_ = 0;
+};
+
+}  // namespace ddp::launcher::health

@@ -1,0 +1,77 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+/// The job-wide view (docs/health.md, "Every node's ranks"): what each node publishes about its
+/// ranks in the rendezvous store (the record below, under .../view/<node_rank>, on its
+/// heartbeat), and the merge of this node's ranks with the records of the others into the one
+/// "ranks" list of /status. Pure: the store I/O is rdzv::NodeMonitor's, the clock the caller's.
+///
+/// The record is job-controlled text (another node wrote it): it is bounded when written and
+/// when read (anything too large, not JSON or of another shape is ignored, field by field),
+/// carries ages rather than times (the hosts' clocks need not agree), and every string in it is
+/// rendered through the terminal sanitiser by `top` and as text (never HTML) by the dashboard.
+
+#include <cstddef>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ddp::launcher::health {
+
+/// Bounds of a published record.
+inline constexpr size_t kMaxPublishedRanks = 64;     // per node; the rest are counted
+inline constexpr size_t kMaxPublishedText = 64;      // bytes of a state or exit text
+inline constexpr size_t kMaxPublishedHost = 255;     // bytes of a host name
+inline constexpr size_t kMaxPublishedBytes = 16384;  // a whole record, as read
+
+/// One rank as its node publishes it.
+struct PublishedRank {
+  int rank = 0;
+  int local_rank = 0;
+  long long pid = 0;
+  std::string state;  // running, exited
+  std::optional<long long> step;
+  std::optional<double> age_s;  // since its last progress, by its node's clock
+  std::string exit;             // "" while running, else the code or the signal's name
+  bool operator==(const PublishedRank&) const = default;
+};
+
+/// A node's record.
+struct PublishedNode {
+  std::string host;
+  int attempt = 0;
+  std::vector<PublishedRank> ranks;  // at most kMaxPublishedRanks
+  long long ranks_left_out = 0;      // ranks beyond the bound
+  bool operator==(const PublishedNode&) const = default;
+};
+
+/// The record as one line of JSON, within kMaxPublishedBytes (ranks beyond the bound counted).
+std::string encode_published_node(const PublishedNode& node);
+/// The record read back; nullopt for anything too large, not JSON or not an object. Unknown
+/// fields are ignored, a rank with a wrong-typed field is skipped: a newer or older agent's
+/// record reads as far as it can.
+std::optional<PublishedNode> decode_published_node(std::string_view text);
+
+/// Another node as this one sees it.
+struct RemoteNodeView {
+  int node_rank = 0;
+  std::string name;                        // its host name in the assignment
+  bool lost = false;                       // its heartbeat stopped
+  std::optional<PublishedNode> published;  // nullopt: nothing yet (or an older agent)
+  double received_age_s = 0;               // since this node read the record, by this clock
+};
+
+/// This node's "ranks" of /status (each gets "node_rank" and "host") followed by the other
+/// nodes' published ranks, by node rank ("remote": true; the age is the published age plus the
+/// time since it was read; a lost node's running ranks are "lost"). A node that published
+/// nothing contributes no rows (the dashboard lists its ranks from the round's assignment).
+nlohmann::json merge_job_ranks(nlohmann::json local_ranks, int node_rank, const std::string& host,
+                               const std::vector<RemoteNodeView>& remote);
+
+/// "job_nodes" of /status: this node and each other one with "up" or "lost", its host, when its
+/// record was read and how many ranks it published.
+nlohmann::json job_nodes_json(int node_rank, const std::string& host, size_t local_ranks,
+                              const std::vector<RemoteNodeView>& remote);
+
+}  // namespace ddp::launcher::health

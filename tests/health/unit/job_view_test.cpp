@@ -1,0 +1,165 @@
+// SPDX-License-Identifier: MIT
+// The job-wide view: the record each node publishes, read back whatever another agent wrote,
+// merged with this node's ranks; the steps history against a fake clock.
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "launcher/health/job_view.hpp"
+#include "launcher/health/step_history.hpp"
+
+using namespace ddp::launcher::health;
+using nlohmann::json;
+
+namespace {
+PublishedNode two_ranks() {
+  PublishedNode n;
+  n.host = "host-b";
+  n.attempt = 1;
+  n.ranks.push_back({2, 0, 4242, "running", 17, 0.25, ""});
+  n.ranks.push_back({3, 1, 4243, "exited", std::nullopt, std::nullopt, "SIGKILL"});
+  return n;
+}
+}  // namespace
+
+TEST_CASE("a published record reads back as written (ages in tenths)") {
+  auto n = two_ranks();
+  auto back = decode_published_node(encode_published_node(n));
+  REQUIRE(back);
+  CHECK(back->host == "host-b");
+  CHECK(back->attempt == 1);
+  REQUIRE(back->ranks.size() == 2);
+  CHECK(back->ranks[0].step == 17);
+  CHECK(back->ranks[0].age_s == doctest::Approx(0.3));
+  CHECK(back->ranks[1].exit == "SIGKILL");
+  CHECK_FALSE(back->ranks[1].step);
+}
+
+TEST_CASE("the record is bounded when written: ranks, texts, bytes") {
+  PublishedNode n;
+  n.host = std::string(10000, 'h');
+  for (int i = 0; i < 500; ++i) {
+    n.ranks.push_back({i, i, 1, std::string(1000, 's'), i, 1.0, std::string(1000, 'x')});
+  }
+  const std::string text = encode_published_node(n);
+  CHECK(text.size() <= kMaxPublishedBytes);
+  auto back = decode_published_node(text);
+  REQUIRE(back);
+  CHECK(back->host.size() == kMaxPublishedHost);
+  CHECK(back->ranks.size() <= kMaxPublishedRanks);
+  CHECK(back->ranks.size() + static_cast<size_t>(back->ranks_left_out) == 500);
+  CHECK(back->ranks[0].state.size() == kMaxPublishedText);
+}
+
+TEST_CASE("a record that is not ddprun's, or too large, is ignored; odd fields are skipped") {
+  CHECK_FALSE(decode_published_node(""));
+  CHECK_FALSE(decode_published_node("0"));  // an older agent's placeholder, or junk
+  CHECK_FALSE(decode_published_node("not json"));
+  CHECK_FALSE(decode_published_node("[1,2]"));
+  CHECK_FALSE(decode_published_node(std::string(kMaxPublishedBytes + 1, ' ')));
+  CHECK_FALSE(decode_published_node(std::string(kMaxPublishedBytes, '[')));
+  // A newer agent's extra fields and an older one's missing ones; wrong-typed rows dropped.
+  auto back = decode_published_node(
+      R"({"v":9,"host":7,"new":{"x":1},"ranks":[{"rank":"0"},{"rank":1,"step":"5","age_s":-3,
+         "state":["x"]},5,{"rank":2,"step":1.5,"pid":9}]})");
+  REQUIRE(back);
+  CHECK(back->host.empty());
+  REQUIRE(back->ranks.size() == 2);
+  CHECK(back->ranks[0].rank == 1);
+  CHECK_FALSE(back->ranks[0].step);
+  CHECK_FALSE(back->ranks[0].age_s);
+  CHECK(back->ranks[0].state.empty());
+  CHECK(back->ranks[1].pid == 9);
+  CHECK_FALSE(back->ranks[1].step);  // not a step number
+}
+
+TEST_CASE("merge: this node's ranks, then the others' by node rank, ages as seen here") {
+  json local = json::array({{{"rank", 0}, {"local_rank", 0}, {"state", "running"}}});
+  std::vector<RemoteNodeView> remote;
+  remote.push_back({2, "host-c", false, std::nullopt, 0});  // published nothing (older agent)
+  remote.push_back({1, "b", false, two_ranks(), 1.5});
+  json ranks = merge_job_ranks(local, 0, "host-a", remote);
+  REQUIRE(ranks.size() == 3);
+  CHECK(ranks[0]["node_rank"] == 0);
+  CHECK(ranks[0]["host"] == "host-a");
+  CHECK_FALSE(ranks[0].contains("remote"));
+  CHECK(ranks[1]["node_rank"] == 1);
+  CHECK(ranks[1]["host"] == "host-b");  // as the node published it
+  CHECK(ranks[1]["rank"] == 2);
+  CHECK(ranks[1]["last_step"] == 17);
+  CHECK(ranks[1]["last_progress_age_s"].get<double>() == doctest::Approx(1.75));
+  CHECK(ranks[1]["remote"] == true);
+  CHECK(ranks[2]["exit"] == "SIGKILL");
+  CHECK(ranks[2]["last_progress_age_s"].is_null());
+
+  json nodes = job_nodes_json(0, "host-a", 1, remote);
+  REQUIRE(nodes.size() == 3);
+  CHECK(nodes[0]["state"] == "up");
+  CHECK(nodes[1]["node_rank"] == 1);
+  CHECK(nodes[1]["ranks"] == 2);
+  CHECK(nodes[2]["node_rank"] == 2);
+  CHECK(nodes[2]["ranks"].is_null());
+}
+
+TEST_CASE("merge: a lost node's running ranks are lost, its ended ones keep their exit") {
+  std::vector<RemoteNodeView> remote{{1, "b", true, two_ranks(), 7}};
+  json ranks = merge_job_ranks(json::array(), 0, "a", remote);
+  REQUIRE(ranks.size() == 2);
+  CHECK(ranks[0]["state"] == "lost");
+  CHECK(ranks[0]["last_progress_age_s"].get<double>() == doctest::Approx(7.25));
+  CHECK(ranks[1]["state"] == "exited");
+  CHECK(job_nodes_json(0, "a", 0, remote)[1]["state"] == "lost");
+  // Its own record is never merged twice.
+  std::vector<RemoteNodeView> self{{0, "a", false, two_ranks(), 0}};
+  CHECK(merge_job_ranks(json::array(), 0, "a", self).empty());
+}
+
+TEST_CASE("steps history: rates from samples, a restart starts again, bounded") {
+  StepHistory h(5, 2);
+  CHECK_FALSE(h.rate(0, 0));
+  h.note(0, 0, 10, 100.0);
+  CHECK_FALSE(h.rate(0, 0));
+  h.note(0, 0, 30, 102.0);
+  CHECK(*h.rate(0, 0) == doctest::Approx(10.0));
+  h.note(0, 0, 5, 103.0);  // a restart
+  CHECK_FALSE(h.rate(0, 0));
+  for (int i = 0; i < 20; ++i) h.note(0, 0, 5 + i, 104.0 + i);
+  json j = h.json(124.0);
+  CHECK(j["keep"] == 5);
+  REQUIRE(j["ranks"].size() == 1);
+  CHECK(j["ranks"][0]["samples"].size() == 5);
+  CHECK(j["ranks"][0]["samples"][4][0] == doctest::Approx(1.0));  // age of the newest
+  CHECK(j["ranks"][0]["samples"][4][1] == 24);
+  h.note(1, 2, 1, 1.0);
+  h.note(1, 3, 1, 1.0);  // beyond max_ranks: not kept
+  CHECK(h.ranks() == 2);
+}
+
+#include "launcher/health/failure_log.hpp"
+
+TEST_CASE("failures: kept across attempts, the last ones, each cut to its bounds") {
+  FailureLog log(2);
+  RankFailure f{0,
+                1,
+                1,
+                "1",
+                std::string(5000, 'm'),
+                "head" + std::string(20000, 't') + "END",
+                std::vector<std::string>(30, std::string(600, 'e'))};
+  log.add(f);
+  json j = log.json();
+  REQUIRE(j.size() == 1);
+  CHECK(j[0]["message"].get<std::string>().size() == kMaxFailureMessage);
+  const auto tb = j[0]["traceback"].get<std::string>();
+  CHECK(tb.size() == kMaxFailureTraceback);
+  CHECK(tb.ends_with("END"));  // the raising frame is kept
+  CHECK(j[0]["stderr_tail"].size() == kMaxFailureTailLines);
+  CHECK(j[0]["stderr_tail"][0].get<std::string>().size() == kMaxFailureTailLine);
+  log.add({1, 2, 0, "SIGSEGV", "second", "", {}});
+  log.add({2, 3, 1, "7", "third", "", {}});
+  j = log.json();
+  REQUIRE(j.size() == 2);
+  CHECK(j[0]["attempt"] == 1);
+  CHECK(j[1]["message"] == "third");
+  CHECK(log.dropped() == 1);
+}
