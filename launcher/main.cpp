@@ -10,7 +10,7 @@
 #include <random>
 #include <thread>
 
-#include "launcher/common/exit_codes.hpp"
+#include "common/exit_codes.hpp"
 #include "launcher/config/cli.hpp"
 #include "launcher/config/cuda_devices.hpp"
 #include "launcher/config/node_plan.hpp"
@@ -30,6 +30,7 @@
 namespace {
 
 using namespace ddp::launcher;
+namespace exit_codes = ddp::exit_codes;
 
 int fail(const Error& error) {
   write_fully(STDERR_FILENO, fmt::format("ddprun: {}\n", error.message));
@@ -197,6 +198,6 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     // Only programmer errors and resource exhaustion get here (style R7).
     write_fully(STDERR_FILENO, fmt::format("ddprun: internal error: {}\n", e.what()));
-    return ddp::launcher::exit_codes::kInternal;
+    return exit_codes::kInternal;
   }
 }

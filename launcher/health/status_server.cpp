@@ -10,6 +10,8 @@
 #include <cctype>
 #include <map>
 
+#include "common/exit_codes.hpp"
+
 namespace ddp::launcher::health {
 
 namespace beast = boost::beast;
@@ -268,7 +270,9 @@ StatusServer::~StatusServer() { close(); }
 Result<int> StatusServer::open(const std::string& address, int port) {
   boost::system::error_code ec;
   auto ip = boost::asio::ip::make_address(address, ec);
-  if (ec) return Error{2, fmt::format("--status-addr: '{}' is not an IP address", address)};
+  if (ec)
+    return Error{exit_codes::kUsage,
+                 fmt::format("--status-addr: '{}' is not an IP address", address)};
   tcp::endpoint endpoint(ip, static_cast<unsigned short>(port));
   acceptor_.open(endpoint.protocol(), ec);
   if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
@@ -277,8 +281,9 @@ Result<int> StatusServer::open(const std::string& address, int port) {
   if (ec) {
     boost::system::error_code ignored;
     acceptor_.close(ignored);
-    return Error{69, fmt::format("status endpoint: cannot listen on {}:{}: {}", address, port,
-                                 ec.message())};
+    return Error{
+        exit_codes::kUnavailable,
+        fmt::format("status endpoint: cannot listen on {}:{}: {}", address, port, ec.message())};
   }
   *closed_ = false;
   accept();

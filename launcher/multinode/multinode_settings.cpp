@@ -11,7 +11,7 @@
 #include <set>
 #include <stdexcept>
 
-#include "launcher/common/exit_codes.hpp"
+#include "common/exit_codes.hpp"
 #include "launcher/config/rdzv_conf_keys.hpp"
 #include "launcher/config/value_parsers.hpp"
 #include "rendezvous/etcd/etcd_client.hpp"
@@ -281,7 +281,7 @@ Result<MultiNodeSettings> multinode_settings(const LaunchConfig& c,
   }
   s.excluded_hosts = c.exclude_hosts;
   if (auto excluded = rdzv::exclusion(s.excluded_hosts, s.node_name)) {
-    return Error{multinode_exit_codes::kRendezvous, *excluded};
+    return Error{exit_codes::kUnavailable, *excluded};
   }
   s.must_agree = settings_that_must_agree(c, s);
   if (c.rdzv_backend == "c10d" && !c.run_id_given) s.default_id_command = command_fingerprint(c);

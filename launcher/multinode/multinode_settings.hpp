@@ -15,15 +15,6 @@
 
 namespace ddp::launcher {
 
-/// ddprun's exit codes for the store and the rendezvous (documented in docs/launcher.md).
-namespace multinode_exit_codes {
-/// The store could not be opened (port in use) or the nodes never met (join timeout, refused
-/// join, unreachable store): sysexits' EX_UNAVAILABLE.
-inline constexpr int kRendezvous = 69;
-/// A node (or the store's host) vanished while the job ran: sysexits' EX_IOERR.
-inline constexpr int kNodeLost = 74;
-}  // namespace multinode_exit_codes
-
 /// How this agent relates to the store.
 enum class StoreRole {
   Host,     // bind bind_address:port and serve (single node, static node rank 0)

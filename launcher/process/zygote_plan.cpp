@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 
-#include "launcher/common/exit_codes.hpp"
+#include "common/exit_codes.hpp"
 #include "launcher/process/zygote_script.hpp"
 
 namespace ddp::launcher {

@@ -9,6 +9,8 @@
 #include <memory>
 #include <optional>
 
+#include "common/exit_codes.hpp"
+
 namespace ddp::launcher::view {
 
 namespace {
@@ -34,8 +36,8 @@ struct Get : std::enable_shared_from_this<Get> {
     if (!done) return;
     auto d = std::move(done);
     done = nullptr;
-    d(Error{69, fmt::format("cannot read {}: {}{}", where, what,
-                            ec ? ": " + ec.message() : std::string())});
+    d(Error{exit_codes::kUnavailable, fmt::format("cannot read {}: {}{}", where, what,
+                                                  ec ? ": " + ec.message() : std::string())});
   }
 };
 
