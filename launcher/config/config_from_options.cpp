@@ -13,7 +13,6 @@
 #include "launcher/config/node_plan.hpp"
 #include "launcher/config/rdzv_conf.hpp"
 #include "launcher/config/usage_error.hpp"
-#include "launcher/process/zygote_plan.hpp"
 
 namespace ddp::launcher {
 namespace {
