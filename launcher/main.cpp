@@ -10,7 +10,8 @@
 #include <random>
 #include <thread>
 
-#include "launcher/common/exit_codes.hpp"
+#include "common/exit_codes.hpp"
+#include "common/host_name.hpp"
 #include "launcher/config/cli.hpp"
 #include "launcher/config/cuda_devices.hpp"
 #include "launcher/config/node_plan.hpp"
@@ -30,6 +31,7 @@
 namespace {
 
 using namespace ddp::launcher;
+namespace exit_codes = ddp::exit_codes;
 
 int fail(const Error& error) {
   write_fully(STDERR_FILENO, fmt::format("ddprun: {}\n", error.message));
@@ -44,12 +46,6 @@ std::optional<std::string> env_value(const char* name) {
 std::string fresh_run_id() {
   std::random_device rd;
   return fmt::format("{:08x}-{:04x}-{:04x}", rd(), rd() & 0xffff, rd() & 0xffff);
-}
-
-std::string host_name() {
-  char buf[256] = {};
-  if (::gethostname(buf, sizeof buf - 1) != 0) return "localhost";
-  return buf;
 }
 
 /// --print-env-detect: the report only (no program needed, nothing started). When resolution
@@ -159,8 +155,9 @@ int run_main(int argc, char** argv) {
   std::optional<MultiNodeSettings> multinode;
   if (needs_rendezvous(config)) {
     // The node's name in the rendezvous (messages, --exclude-hosts): --local_addr when given.
-    auto settings = multinode_settings(config, env_value("DDPRUN_RDZV_TOKEN"),
-                                       config.local_addr.empty() ? host_name() : config.local_addr);
+    auto settings =
+        multinode_settings(config, env_value("DDPRUN_RDZV_TOKEN"),
+                           config.local_addr.empty() ? ddp::host_name() : config.local_addr);
     if (!settings) return fail(settings.error());
     multinode = *settings;
   }
@@ -185,7 +182,7 @@ int run_main(int argc, char** argv) {
   }
 
   Agent agent(AgentSetup{config, executable.value(), worker_args, std::move(parent_env),
-                         host_name(), master_port, plan_store(config), multinode});
+                         ddp::host_name(), master_port, plan_store(config), multinode});
   return agent.run();
 }
 
@@ -197,6 +194,6 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     // Only programmer errors and resource exhaustion get here (style R7).
     write_fully(STDERR_FILENO, fmt::format("ddprun: internal error: {}\n", e.what()));
-    return ddp::launcher::exit_codes::kInternal;
+    return exit_codes::kInternal;
   }
 }

@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "common/host_name.hpp"
 #include "rendezvous/log.hpp"
 #include "rendezvous/token_auth.hpp"
 
@@ -60,12 +61,6 @@ std::string progress_key(const std::string& prefix, int node_rank) {
 
 std::string view_key(const std::string& prefix, int node_rank) {
   return prefix + "view/" + std::to_string(node_rank);
-}
-
-std::string host_name() {
-  char buf[256] = {};
-  if (::gethostname(buf, sizeof buf - 1) != 0) return "unknown-host";
-  return buf;
 }
 
 constexpr auto kPollSlice = 100ms;

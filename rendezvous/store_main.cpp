@@ -9,6 +9,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "common/exit_codes.hpp"
 #include "rendezvous/store_runner.hpp"
 #include "rendezvous/token_auth.hpp"
 
@@ -71,13 +72,13 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
     std::cout << app.help();
-    return 0;
+    return ddp::exit_codes::kSuccess;
   } catch (const CLI::CallForVersion&) {
     std::cout << "ddprun-store " DDPRUN_VERSION "\n";
-    return 0;
+    return ddp::exit_codes::kSuccess;
   } catch (const CLI::ParseError& e) {
     std::cerr << "ddprun-store: " << e.what() << "\n";
-    return 2;
+    return ddp::exit_codes::kUsage;
   }
   opts.limits.idle_timeout =
       std::chrono::milliseconds(static_cast<long long>(idle_timeout_s * 1000));

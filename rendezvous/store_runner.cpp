@@ -8,6 +8,8 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
 
+#include "common/exit_codes.hpp"
+
 namespace ddp::rdzv {
 
 std::optional<rlim_t> raise_fd_limit() {
@@ -39,9 +41,9 @@ int run_store_until_signal(const StoreServerOptions& opts, std::ostream& out) {
     std::cerr << "ddprun-store: " << e.what();
     if (opts.port != 0) std::cerr << " (use --port 0 to let the system pick a free port)";
     std::cerr << '\n';
-    return 1;
+    return exit_codes::kFailure;
   }
-  return 0;
+  return exit_codes::kSuccess;
 }
 
 }  // namespace ddp::rdzv

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Style checks: clang-format (.clang-format) must leave every C++ file unchanged, and clang-tidy
-# (.clang-tidy) must report nothing. Changes nothing.
+# Style checks: no include points up (the layers in docs/design.md), clang-format (.clang-format)
+# must leave every C++ file unchanged, and clang-tidy (.clang-tidy) must report nothing. Changes
+# nothing.
 #   scripts/lint.sh                 all tracked C++ files
 #   scripts/lint.sh FILE...         just these files
 #   scripts/lint.sh --format-only   skip clang-tidy (fast; no build needed)
@@ -25,12 +26,54 @@ if ((${#files[@]} == 0)); then
   mapfile -t files < <(git ls-files '*.cpp' '*.hpp' '*.h' '*.cc')
 fi
 
+status=0
+# Includes point one way (docs/design.md#layout): common/ includes nothing of ours, rendezvous/
+# nothing but common/, and inside launcher/ a folder only its own and the layers before it, in the
+# order design.md's "Layers of launcher/" line gives. Needs no build and no clang tool.
+layers=$(sed -n 's/^Layers of launcher\/, lowest first: `\([^`]*\)`$/\1/p' docs/design.md)
+[[ -n $layers ]] || { echo "lint: docs/design.md has no 'Layers of launcher/' line" >&2; exit 2; }
+# FILE>HEADER includes that still point up, to be removed (health/ reads config, run and view).
+upward_allowed=(
+  launcher/health/health_options.cpp\>launcher/config/value_parsers.hpp
+  launcher/health/health_monitor.cpp\>launcher/run/failure_report.hpp
+  launcher/health/health_monitor.cpp\>launcher/view/dashboard_page.hpp
+  launcher/health/stack_dumper.cpp\>launcher/run/failure_report.hpp
+)
+python3 - "$layers" "${upward_allowed[*]}" <<'PY' || status=1
+import re, subprocess, sys
+layers, allowed = sys.argv[1].split(), set(sys.argv[2].split())
+include = re.compile(r'^\s*#\s*include\s+"([^"/]+)/([^"]*)"')
+files = subprocess.run(["git", "ls-files", "common", "rendezvous", "launcher"], check=True,
+                       capture_output=True, text=True).stdout.split()
+problems = []
+for f in (f for f in files if f.endswith((".cpp", ".hpp", ".h"))):
+    part = f.split("/")
+    for n, line in enumerate(open(f, encoding="utf-8", errors="replace"), 1):
+        m = include.match(line)
+        if not m or f"{f}>{m[1]}/{m[2]}" in allowed:
+            continue
+        target = [m[1]] + m[2].split("/")
+        why = None
+        if part[0] == "common" and target[0] in ("launcher", "rendezvous", "worker"):
+            why = "common/ includes nothing of ours"
+        elif part[0] == "rendezvous" and target[0] in ("launcher", "worker"):
+            why = "rendezvous/ includes nothing of ours but common/"
+        elif part[0] == "launcher" and target[0] == "launcher" and len(part) > 2 and len(target) > 2:
+            mine, theirs = part[1], target[1]
+            if mine not in layers or theirs not in layers:
+                why = f"launcher/{mine if mine not in layers else theirs}/ is in no layer"
+            elif layers.index(theirs) > layers.index(mine):
+                why = f"launcher/{mine}/ is below launcher/{theirs}/"
+        if why:
+            problems.append(f"lint: {f}:{n}: includes {m[1]}/{m[2]}: {why}")
+print("\n".join(problems) or "lint: includes point one way")
+sys.exit(1 if problems else 0)
+PY
+
 for tool in clang-format clang-tidy; do
   if [[ $tool == clang-tidy && $tidy == 0 ]]; then continue; fi
   command -v "$tool" >/dev/null || { echo "lint: $tool not found (apt-get install clang-format clang-tidy)" >&2; exit 2; }
 done
-
-status=0
 echo "lint: clang-format on ${#files[@]} files"
 clang-format --dry-run -Werror "${files[@]}" || status=1
 

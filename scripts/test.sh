@@ -14,7 +14,7 @@ scripts/setup.sh
 if command -v ninja >/dev/null; then export CMAKE_GENERATOR="${CMAKE_GENERATOR:-Ninja}"; fi
 # Style first (seconds): a file clang-format would change fails the run before anything is built.
 # clang-tidy is not run here; see docs/testing.md#style-checks for why and when to run it.
-scripts/lint.sh --format-only || { echo "test: clang-format check failed (run clang-format -i on the files above)" >&2; exit 1; }
+scripts/lint.sh --format-only || { echo "test: lint failed (an include that points up, or a file clang-format would change: see above)" >&2; exit 1; }
 scripts/build.sh
 
 # Second LibTorch: the CUDA build inside torch 2.x from PyPI. The worker compiles and links its NCCL path

@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "launcher/config/did_you_mean.hpp"
+#include "launcher/config/rdzv_conf.hpp"
 #include "launcher/config/usage_error.hpp"
 
 namespace ddp::launcher {
@@ -399,7 +400,12 @@ void add_launch_options(CLI::App& app, RawOptions& raw) {
         std::string& target =
             spec->text != nullptr ? raw.*(spec->text) : raw.health.*(spec->health_text);
         // Like argparse (torchrun), a repeated option takes its last value.
-        option = app.add_option(spec->names, target, spec->help)
+        // --rdzv_conf's keys come from their table (rdzv_conf.hpp), so the list is never short.
+        const std::string help =
+            std::string_view(spec->names).find("--rdzv_conf") != std::string_view::npos
+                ? fmt::format("{}. Keys: {}", spec->help, rdzv_conf_key_names())
+                : std::string(spec->help);
+        option = app.add_option(spec->names, target, help)
                      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)
                      ->type_name(spec->metavar);
       } else {

@@ -2,7 +2,7 @@
 // Shell completions generated from launch_option_table(), so they cannot drift from the CLI.
 #include <fmt/format.h>
 
-#include "launcher/common/exit_codes.hpp"
+#include "common/exit_codes.hpp"
 #include "launcher/config/cli.hpp"
 
 namespace ddp::launcher {

@@ -11,9 +11,8 @@
 #include "launcher/config/cuda_devices.hpp"
 #include "launcher/config/did_you_mean.hpp"
 #include "launcher/config/node_plan.hpp"
-#include "launcher/config/rdzv_conf_keys.hpp"
+#include "launcher/config/rdzv_conf.hpp"
 #include "launcher/config/usage_error.hpp"
-#include "launcher/process/zygote_plan.hpp"
 
 namespace ddp::launcher {
 namespace {
@@ -198,10 +197,11 @@ Result<ConfiguredLaunch> config_from_options(const RawOptions& raw, const HostFa
   auto conf = parse_key_values("--rdzv_conf", unquoted(raw.rdzv_conf));
   if (!conf) return conf.error();
   for (auto& [key, value] : *conf) {
-    if (!known_rdzv_conf_keys().count(key)) {
+    if (find_rdzv_conf_key(key) == nullptr) {
       // torchrun ignores keys it does not read; a typo ignored in silence is worse: a warning,
       // naming the key it probably meant.
-      std::vector<std::string> known(known_rdzv_conf_keys().begin(), known_rdzv_conf_keys().end());
+      std::vector<std::string> known;
+      for (const auto& entry : rdzv_conf_keys()) known.emplace_back(entry.key);
       const auto close = closest_spelling(key, known);
       out.notices.push_back(fmt::format("warning: --rdzv_conf: unknown key '{}' ignored{}", key,
                                         close ? fmt::format(" (did you mean {}?)", *close) : ""));
@@ -209,14 +209,16 @@ Result<ConfiguredLaunch> config_from_options(const RawOptions& raw, const HostFa
     }
     c.rdzv_conf[key] = unquoted(value);
   }
-  // The elastic flags are spellings of their --rdzv_conf keys (the flag wins): one parser for both.
+  // The elastic flags are spellings of their --rdzv_conf keys (the flag wins), checked here by
+  // their key's own parser (a bad value is an error on one node too); multinode_settings() reads
+  // them from rdzv_conf like the keys.
   for (const auto& [flag, key, value] :
        {std::tuple{"--max-rescales", "max_rescales", &raw.max_rescales},
         std::tuple{"--node-failure-limit", "node_failure_limit", &raw.node_failure_limit}}) {
     if (value->empty()) continue;
-    auto n = parse_integer(flag, *value, 0, 1'000'000);
-    if (!n) return n.error();
-    c.rdzv_conf[key] = std::to_string(*n);
+    MultiNodeSettings checked;
+    if (auto ok = find_rdzv_conf_key(key)->apply(flag, *value, checked); !ok) return ok.error();
+    c.rdzv_conf[key] = *value;
   }
   for (size_t at = 0; at < raw.exclude_hosts.size();) {
     const size_t comma = std::min(raw.exclude_hosts.find(',', at), raw.exclude_hosts.size());

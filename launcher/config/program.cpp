@@ -8,7 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "launcher/common/exit_codes.hpp"
+#include "common/exit_codes.hpp"
 
 namespace ddp::launcher {
 namespace {

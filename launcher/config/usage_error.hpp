@@ -5,7 +5,7 @@
 #include <string>
 #include <utility>
 
-#include "launcher/common/exit_codes.hpp"
+#include "common/exit_codes.hpp"
 #include "launcher/common/result.hpp"
 
 namespace ddp::launcher {

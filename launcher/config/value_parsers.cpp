@@ -2,6 +2,7 @@
 #include "launcher/config/value_parsers.hpp"
 
 #include <fmt/format.h>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <vector>
@@ -36,6 +37,25 @@ std::string_view trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
   while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
   return s;
+}
+
+bool is_python_identifier(const std::string& part) {
+  if (part.empty() || std::isdigit(static_cast<unsigned char>(part[0]))) return false;
+  for (char ch : part) {
+    if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '_') return false;
+  }
+  return true;
+}
+
+bool is_python_module_name(const std::string& name) {
+  size_t start = 0;
+  while (true) {
+    size_t dot = name.find('.', start);
+    if (!is_python_identifier(name.substr(start, dot == std::string::npos ? dot : dot - start)))
+      return false;
+    if (dot == std::string::npos) return true;
+    start = dot + 1;
+  }
 }
 
 }  // namespace
@@ -176,6 +196,25 @@ Result<HostPort> parse_host_port(std::string_view flag, std::string_view text) {
     hp.port = static_cast<int>(*port);
   }
   return hp;
+}
+
+Result<std::vector<std::string>> parse_preload_modules(const std::string& list) {
+  std::vector<std::string> modules;
+  size_t start = 0;
+  while (start <= list.size()) {
+    size_t comma = list.find(',', start);
+    std::string name = list.substr(start, comma == std::string::npos ? comma : comma - start);
+    if (!is_python_module_name(name)) {
+      return usage_error(
+          fmt::format("--preload: '{}' is not a module name (expected a comma list such "
+                      "as torch,numpy)",
+                      name));
+    }
+    modules.push_back(name);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return modules;
 }
 
 }  // namespace ddp::launcher

@@ -8,6 +8,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "launcher/common/result.hpp"
 
@@ -57,5 +58,9 @@ struct HostPort {
   int port = 0;
 };
 Result<HostPort> parse_host_port(std::string_view flag, std::string_view text);
+
+/// --preload's value: a comma list of module names (dotted identifiers). Errors are usage errors
+/// (exit 2), one line.
+Result<std::vector<std::string>> parse_preload_modules(const std::string& list);
 
 }  // namespace ddp::launcher

@@ -11,7 +11,7 @@
 #include <chrono>
 #include <cstring>
 
-#include "launcher/common/exit_codes.hpp"
+#include "common/exit_codes.hpp"
 
 namespace ddp::launcher::health {
 namespace {

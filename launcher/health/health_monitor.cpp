@@ -16,6 +16,8 @@
 #include <set>
 #include <utility>
 
+#include "common/exit_codes.hpp"
+
 #include "launcher/run/failure_report.hpp"
 
 #include "launcher/health/prometheus_text.hpp"
@@ -92,8 +94,9 @@ Result<Ok> HealthMonitor::open(const std::string& socket_dir, int nproc_per_node
     // A deep --log-dir: socket paths must fit in sun_path, so they go to a short directory.
     std::string tmpl = "/tmp/ddprun-hb-XXXXXX";
     if (::mkdtemp(tmpl.data()) == nullptr) {
-      return Error{70, fmt::format("cannot create a directory for the heartbeat sockets: {}",
-                                   std::strerror(errno))};
+      return Error{exit_codes::kInternal,
+                   fmt::format("cannot create a directory for the heartbeat sockets: {}",
+                               std::strerror(errno))};
     }
     own_socket_dir_ = dir = tmpl;
   }

@@ -3,7 +3,7 @@
 
 #include <fmt/format.h>
 
-#include "launcher/common/exit_codes.hpp"
+#include "common/exit_codes.hpp"
 #include "launcher/config/value_parsers.hpp"
 
 namespace ddp::launcher::health {

@@ -10,7 +10,7 @@
 #include <charconv>
 #include <cstring>
 
-#include "launcher/common/exit_codes.hpp"
+#include "common/exit_codes.hpp"
 
 namespace ddp::launcher::health {
 namespace {

@@ -19,6 +19,7 @@
 #include <sstream>
 #include <utility>
 
+#include "common/exit_codes.hpp"
 #include "launcher/run/failure_report.hpp"
 
 extern char** environ;
@@ -69,10 +70,10 @@ pid_t start_tool(std::vector<std::string>& argv, const std::string& output, int&
     const int in = ::open("/dev/null", O_RDONLY);
     const int out = ::open(output.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
     if (in < 0 || out < 0 || ::dup2(in, 0) < 0 || ::dup2(out, 1) < 0 || ::dup2(out, 2) < 0)
-      ::_exit(126);
+      ::_exit(exit_codes::kCannotInvoke);
     ::sigprocmask(SIG_SETMASK, &old, nullptr);
     ::execve(args[0], args.data(), environ);
-    ::_exit(127);
+    ::_exit(exit_codes::kNotExecutable);
   }
   const int clone_errno = errno;
   ::pthread_sigmask(SIG_SETMASK, &old, nullptr);

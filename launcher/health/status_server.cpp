@@ -14,6 +14,8 @@
 #include <cerrno>
 #include <map>
 
+#include "common/exit_codes.hpp"
+
 namespace ddp::launcher::health {
 
 namespace beast = boost::beast;
@@ -288,7 +290,9 @@ StatusServer::~StatusServer() { close(); }
 Result<int> StatusServer::open(const std::string& address, int port) {
   boost::system::error_code ec;
   auto ip = boost::asio::ip::make_address(address, ec);
-  if (ec) return Error{2, fmt::format("--status-addr: '{}' is not an IP address", address)};
+  if (ec)
+    return Error{exit_codes::kUsage,
+                 fmt::format("--status-addr: '{}' is not an IP address", address)};
   tcp::endpoint endpoint(ip, static_cast<unsigned short>(port));
   auto listener = std::make_unique<Listener<tcp>>(io_);
   auto& acceptor = listener->acceptor;
@@ -299,8 +303,9 @@ Result<int> StatusServer::open(const std::string& address, int port) {
   if (ec) {
     boost::system::error_code ignored;
     acceptor.close(ignored);
-    return Error{69, fmt::format("status endpoint: cannot listen on {}:{}: {}", address, port,
-                                 ec.message())};
+    return Error{
+        exit_codes::kUnavailable,
+        fmt::format("status endpoint: cannot listen on {}:{}: {}", address, port, ec.message())};
   }
   tcp_ = std::move(listener);
   *closed_ = false;
@@ -311,9 +316,10 @@ Result<int> StatusServer::open(const std::string& address, int port) {
 Result<Ok> StatusServer::open_local(const std::string& path) {
   using local = boost::asio::local::stream_protocol;
   if (path.size() >= sizeof(sockaddr_un::sun_path)) {
-    return Error{70, fmt::format("status socket: the path is too long for a socket ({} bytes, "
-                                 "at most {}): {}",
-                                 path.size(), sizeof(sockaddr_un::sun_path) - 1, path)};
+    return Error{exit_codes::kInternal,
+                 fmt::format("status socket: the path is too long for a socket ({} bytes, "
+                             "at most {}): {}",
+                             path.size(), sizeof(sockaddr_un::sun_path) - 1, path)};
   }
   struct stat st {};
   if (::lstat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) ::unlink(path.c_str());
@@ -331,7 +337,8 @@ Result<Ok> StatusServer::open_local(const std::string& path) {
     boost::system::error_code ignored;
     acceptor.close(ignored);
     if (bound) ::unlink(path.c_str());
-    return Error{70, fmt::format("status socket: cannot listen on {}: {}", path, ec.message())};
+    return Error{exit_codes::kInternal,
+                 fmt::format("status socket: cannot listen on {}: {}", path, ec.message())};
   }
   local_ = std::move(listener);
   local_path_ = path;

@@ -9,8 +9,8 @@
 #include <cmath>
 #include <tuple>
 
+#include "launcher/multinode/hosted_store.hpp"
 #include "launcher/multinode/node_session.hpp"  // encode_stop_reason / decode_stop_reason
-#include "launcher/run/hosted_store.hpp"
 #include "rendezvous/etcd/etcd_failure.hpp"
 #include "rendezvous/etcd/etcd_lease_fence.hpp"
 

@@ -3,49 +3,16 @@
 
 #include <fmt/format.h>
 
-#include <cctype>
-#include <cerrno>
 #include <cstdint>
-#include <cstring>
 #include <fstream>
-#include <set>
 #include <stdexcept>
 
-#include "launcher/common/exit_codes.hpp"
-#include "launcher/config/rdzv_conf_keys.hpp"
+#include "common/exit_codes.hpp"
+#include "launcher/config/rdzv_conf.hpp"
 #include "launcher/config/value_parsers.hpp"
 #include "rendezvous/etcd/etcd_client.hpp"
 
 namespace ddp::launcher {
-
-namespace {
-
-/// --rdzv_conf token_file=PATH: the token without appearing in any argv or environment. Its
-/// first line, trailing whitespace removed; at most 4 KiB.
-// The first line of a secret's file (the token, etcd's password), trailing spaces removed.
-Result<std::string> read_secret_file(const std::string& key, const std::string& path) {
-  constexpr size_t kMaxTokenBytes = 4096;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return Error{exit_codes::kUsage, fmt::format("--rdzv_conf {}: cannot read '{}': {}", key, path,
-                                                 std::strerror(errno))};
-  }
-  std::string token(kMaxTokenBytes + 1, '\0');
-  in.read(token.data(), static_cast<std::streamsize>(token.size()));
-  token.resize(static_cast<size_t>(in.gcount()));
-  if (token.size() > kMaxTokenBytes) {
-    return Error{exit_codes::kUsage,
-                 fmt::format("--rdzv_conf {}: '{}' is larger than 4 KiB", key, path)};
-  }
-  token = token.substr(0, token.find('\n'));
-  while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back()))) token.pop_back();
-  if (token.empty()) {
-    return Error{exit_codes::kUsage, fmt::format("--rdzv_conf {}: '{}' is empty", key, path)};
-  }
-  return token;
-}
-
-}  // namespace
 
 bool is_etcd_backend(const std::string& backend) {
   return backend == "etcd" || backend == "etcd-v2";
@@ -148,106 +115,15 @@ Result<MultiNodeSettings> multinode_settings(const LaunchConfig& c,
                     s.min_nodes, s.max_nodes));
   }
   for (const auto& [key, value] : c.rdzv_conf) {
-    if (!known_rdzv_conf_keys().count(key)) {  // config_from_options() already dropped these
-      return usage(fmt::format(
-          "--rdzv_conf: unknown key '{}' (known: join_timeout, "
-          "last_call_timeout, close_timeout, read_timeout, token, token_file, "
-          "heartbeat_interval, heartbeat_timeout, store_bind, refused_timeout, max_rescales, "
-          "node_failure_limit, admit, spares, etcd_prefix)",
-          key));
-    }
-    if (key == "token") {
-      if (c.rdzv_conf.count("token_file"))
-        return usage("--rdzv_conf: token and token_file both given; use one");
-      s.token = value;
-      continue;
-    }
-    if (key == "token_file") {
-      auto token = read_secret_file(key, value);
-      if (!token) return token.error();
-      s.token = *token;
-      continue;
-    }
-    if (key == "is_host") continue;  // torchrun's hint; ddprun decides by binding the endpoint
-    if (key == "store_bind") {       // read by plan_store; on etcd, where node 0 serves
-      s.etcd.store_bind = value;
-      continue;
-    }
-    if (key == "etcd_prefix") {
-      if (value.empty() || value.front() != '/')
-        return usage(fmt::format("--rdzv_conf etcd_prefix: '{}' must start with '/'", value));
-      s.etcd.prefix = value;
-      continue;
-    }
-    if (key == "etcd_user") {
-      if (value.empty()) return usage("--rdzv_conf etcd_user: empty");
-      s.etcd.user = value;
-      continue;
-    }
-    if (key == "etcd_password_file") {
-      auto password = read_secret_file(key, value);
-      if (!password) return password.error();
-      s.etcd.password = *password;
-      continue;
-    }
-    if (key == "etcd_password") {
+    const RdzvConfKey* entry = find_rdzv_conf_key(key);
+    if (entry == nullptr) {  // config_from_options() already dropped these
       return usage(
-          "--rdzv_conf etcd_password: a password on the command line is readable by every local "
-          "user; put it in a file only you can read and pass etcd_password_file=PATH");
+          fmt::format("--rdzv_conf: unknown key '{}' (known: {})", key, rdzv_conf_key_names()));
     }
-    if (key == "etcd_cacert" || key == "cacert") {
-      s.etcd.tls_ca = value;
-      continue;
-    }
-    if (key == "etcd_cert" || key == "cert") {
-      s.etcd.tls_cert = value;
-      continue;
-    }
-    if (key == "etcd_key" || key == "key") {
-      s.etcd.tls_key = value;
-      continue;
-    }
-    if (key == "protocol") {
-      if (value != "http" && value != "https")
-        return usage(fmt::format("--rdzv_conf protocol: '{}' is not one of http, https", value));
-      s.etcd.tls = s.etcd.tls || value == "https";
-      continue;
-    }
-    if (key == "max_rescales") {
-      auto n = parse_integer("--rdzv_conf max_rescales", value, 0, 1'000'000);
-      if (!n) return n.error();
-      s.max_rescales = static_cast<int>(*n);
-      continue;
-    }
-    if (key == "admit") {
-      if (value != "now" && value != "restart")
-        return usage(fmt::format("--rdzv_conf admit: '{}' is not one of now, restart", value));
-      s.admit_at_once = value == "now";
-      continue;
-    }
-    if (key == "spares") {
-      auto n = parse_integer("--rdzv_conf spares", value, 0, 1);
-      if (!n) return n.error();
-      s.spares = *n == 1;
-      continue;
-    }
-    if (key == "node_failure_limit") {
-      auto n = parse_integer("--rdzv_conf node_failure_limit", value, 0, 1'000'000);
-      if (!n) return n.error();
-      s.node_failure_limit = static_cast<int>(*n);
-      continue;
-    }
-    auto seconds = parse_seconds("--rdzv_conf " + key, value);
-    if (!seconds) return seconds.error();
-    if (*seconds <= 0) return usage(fmt::format("--rdzv_conf {}: must be positive", key));
-    auto ms = std::chrono::milliseconds(static_cast<long long>(*seconds * 1000.0));
-    if (key == "join_timeout" || key == "timeout") s.join_timeout = ms;
-    if (key == "last_call_timeout") s.last_call_timeout = ms;
-    if (key == "read_timeout") s.read_timeout = ms;
-    if (key == "heartbeat_interval") s.heartbeat_interval = ms;
-    if (key == "heartbeat_timeout") s.heartbeat_timeout = ms;
-    if (key == "refused_timeout") s.refused_timeout = ms;
-    // close_timeout: accepted; the round closes when the leader publishes the assignment.
+    if (key == "token" && c.rdzv_conf.count("token_file"))
+      return usage("--rdzv_conf: token and token_file both given; use one");
+    if (auto applied = entry->apply("--rdzv_conf " + key, value, s); !applied)
+      return applied.error();
   }
   if (s.etcd.on) {
     if (s.etcd.tls_cert.empty() != s.etcd.tls_key.empty()) {
@@ -281,7 +157,7 @@ Result<MultiNodeSettings> multinode_settings(const LaunchConfig& c,
   }
   s.excluded_hosts = c.exclude_hosts;
   if (auto excluded = rdzv::exclusion(s.excluded_hosts, s.node_name)) {
-    return Error{multinode_exit_codes::kRendezvous, *excluded};
+    return Error{exit_codes::kUnavailable, *excluded};
   }
   s.must_agree = settings_that_must_agree(c, s);
   if (c.rdzv_backend == "c10d" && !c.run_id_given) s.default_id_command = command_fingerprint(c);

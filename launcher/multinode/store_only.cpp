@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <iostream>
 
-#include "launcher/common/exit_codes.hpp"
+#include "common/exit_codes.hpp"
 #include "launcher/multinode/multinode_settings.hpp"
 #include "launcher/output/output_sink.hpp"
 #include "rendezvous/store_runner.hpp"
@@ -46,7 +46,7 @@ int run_store_only(const RawOptions& raw) {
     options.access_policy = std::make_shared<rdzv::TokenAccessPolicy>(token);
   }
   const int code = rdzv::run_store_until_signal(options, std::cout);
-  return code == 1 ? multinode_exit_codes::kRendezvous : code;
+  return code == exit_codes::kFailure ? exit_codes::kUnavailable : code;
 }
 
 }  // namespace ddp::launcher

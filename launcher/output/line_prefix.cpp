@@ -3,7 +3,7 @@
 
 #include <fmt/format.h>
 
-#include "launcher/common/exit_codes.hpp"
+#include "common/exit_codes.hpp"
 
 namespace ddp::launcher {
 namespace {

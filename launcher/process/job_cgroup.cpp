@@ -13,6 +13,8 @@
 #include <random>
 #include <sstream>
 
+#include "launcher/process/process_table.hpp"
+
 namespace ddp::launcher {
 namespace {
 
@@ -90,25 +92,13 @@ void nested_cgroups(const std::string& path, std::vector<std::string>& out, int 
   }
 }
 
-/// /proc/PID/stat, or "" when the process is gone. A plain read(2): the process may exit between
-/// open and read (ESRCH), and istreambuf_iterator would throw that out of the event loop.
-std::string read_proc_stat(pid_t pid) {
-  const int fd = ::open(fmt::format("/proc/{}/stat", pid).c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return {};
-  char buffer[1024];
-  const ssize_t got = ::read(fd, buffer, sizeof buffer);
-  ::close(fd);
-  return got > 0 ? std::string(buffer, static_cast<size_t>(got)) : std::string();
-}
-
 void read_members(const std::string& path, std::vector<pid_t>& pids) {
   std::ifstream procs(path + "/cgroup.procs");
   long pid = 0;
   while (procs >> pid) {
-    const std::string text = read_proc_stat(static_cast<pid_t>(pid));
-    const size_t close = text.rfind(") ");
+    ProcStat stat;
     // A zombie is dead already; it only waits for its parent.
-    if (close != std::string::npos && close + 2 < text.size() && text[close + 2] != 'Z') {
+    if (read_proc_stat(static_cast<pid_t>(pid), stat) && stat.state != 'Z') {
       pids.push_back(static_cast<pid_t>(pid));
     }
   }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cerrno>
 
+#include "common/exit_codes.hpp"
 #include "launcher/process/process_control.hpp"
 
 namespace ddp::launcher {
@@ -50,7 +51,8 @@ Result<StartedProcess> PosixProcessControl::start(const SpawnRequest& request) {
     in_cgroup.cgroup_dir_fd = cgroup_->dir_fd();
     in_cgroup.cgroup_procs_fd = cgroup_->procs_fd();
     if (in_cgroup.cgroup_procs_fd < 0) {
-      return Error{70, "cannot create this attempt's job cgroup in " + cgroup_->path()};
+      return Error{exit_codes::kInternal,
+                   "cannot create this attempt's job cgroup in " + cgroup_->path()};
     }
   }
   std::optional<Result<StartedProcess>> forked;

@@ -16,7 +16,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "launcher/common/exit_codes.hpp"
+#include "common/exit_codes.hpp"
 #include "launcher/process/spawn.hpp"
 
 #ifndef CLOSE_RANGE_CLOEXEC

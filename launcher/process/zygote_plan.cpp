@@ -4,34 +4,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 
-#include "launcher/common/exit_codes.hpp"
 #include "launcher/process/zygote_script.hpp"
 
 namespace ddp::launcher {
 namespace {
-
-bool is_python_identifier(const std::string& part) {
-  if (part.empty() || std::isdigit(static_cast<unsigned char>(part[0]))) return false;
-  for (char ch : part) {
-    if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '_') return false;
-  }
-  return true;
-}
-
-bool is_python_module_name(const std::string& name) {
-  size_t start = 0;
-  while (true) {
-    size_t dot = name.find('.', start);
-    if (!is_python_identifier(name.substr(start, dot == std::string::npos ? dot : dot - start)))
-      return false;
-    if (dot == std::string::npos) return true;
-    start = dot + 1;
-  }
-}
 
 /// Interpreter flags that take no value (python3 --help); anything else is not served.
 bool is_python_plain_flag(const std::string& arg) {
@@ -66,25 +45,6 @@ std::optional<PythonInvocation> parse_python_invocation(const std::vector<std::s
   }
   out.args.assign(argv.begin() + static_cast<long>(i), argv.end());
   return out;
-}
-
-Result<std::vector<std::string>> parse_preload_modules(const std::string& list) {
-  std::vector<std::string> modules;
-  size_t start = 0;
-  while (start <= list.size()) {
-    size_t comma = list.find(',', start);
-    std::string name = list.substr(start, comma == std::string::npos ? comma : comma - start);
-    if (!is_python_module_name(name)) {
-      return Error{exit_codes::kUsage,
-                   fmt::format("--preload: '{}' is not a module name (expected a comma list such "
-                               "as torch,numpy)",
-                               name)};
-    }
-    modules.push_back(name);
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
-  return modules;
 }
 
 std::vector<std::string> zygote_argv(const PythonInvocation& workers, int socket_fd,

@@ -25,10 +25,6 @@ struct PythonInvocation {
 /// taking a value, such as -W or -X, are not ddprun's and make it nullopt too).
 std::optional<PythonInvocation> parse_python_invocation(const std::vector<std::string>& argv);
 
-/// --preload's value: a comma list of module names (dotted identifiers). Errors are usage errors
-/// (exit 2), one line.
-Result<std::vector<std::string>> parse_preload_modules(const std::string& list);
-
 /// The zygote's argv: the workers' interpreter and flags, the bootstrap, its socket's descriptor,
 /// the workers' program (to set sys.path[0] as theirs before importing) and the modules.
 std::vector<std::string> zygote_argv(const PythonInvocation& workers, int socket_fd,

@@ -12,7 +12,7 @@
 #include <fstream>
 #include <random>
 
-#include "launcher/common/exit_codes.hpp"
+#include "common/exit_codes.hpp"
 #include "launcher/common/terminal_text.hpp"
 #include "launcher/run/agent_events.hpp"
 #include "launcher/run/error_file.hpp"
@@ -774,7 +774,7 @@ void Agent::after_attempt() {
 int Agent::exit_code() const {
   if (end_) return end_->exit_code;
   // The job succeeded, but output the user asked to keep in a file is not all there.
-  if (!log_errors_.empty()) return exit_codes::kLogWriteFailed;
+  if (!log_errors_.empty()) return exit_codes::kCannotWrite;
   return exit_codes::kSuccess;
 }
 

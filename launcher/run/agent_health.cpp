@@ -5,7 +5,7 @@
 #include <fmt/format.h>
 #include <signal.h>
 
-#include "launcher/common/exit_codes.hpp"
+#include "common/exit_codes.hpp"
 #include "launcher/health/store_metrics.hpp"
 #include "launcher/run/agent.hpp"
 

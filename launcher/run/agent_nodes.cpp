@@ -8,7 +8,7 @@
 #include <signal.h>
 #include <algorithm>
 
-#include "launcher/common/exit_codes.hpp"
+#include "common/exit_codes.hpp"
 #include "launcher/multinode/etcd_session.hpp"
 #include "launcher/multinode/node_session.hpp"
 #include "launcher/run/agent.hpp"
@@ -32,7 +32,7 @@ Result<Ok> Agent::open_store() {
       setup_.master_port = store_->port();
     } catch (const rdzv::StoreBindError& e) {
       if (plan.role == StoreRole::Host) {
-        return Error{multinode_exit_codes::kRendezvous,
+        return Error{exit_codes::kUnavailable,
                      fmt::format("{} (another job or torchrun may be using port {}: pass a free "
                                  "--master_port, or --standalone to let the system pick one)",
                                  e.what(), plan.port)};
@@ -50,7 +50,7 @@ Result<Ok> Agent::open_store() {
                                                 static_cast<std::uint16_t>(setup_.master_port),
                                                 setup_.config.store_proxy_max_watched_keys);
     } catch (const std::runtime_error& e) {
-      return Error{multinode_exit_codes::kRendezvous, fmt::format("--store-proxy: {}", e.what())};
+      return Error{exit_codes::kUnavailable, fmt::format("--store-proxy: {}", e.what())};
     }
   }
   if (!setup_.multinode) return Ok{};

@@ -10,7 +10,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
-#include "launcher/common/exit_codes.hpp"
+#include "common/exit_codes.hpp"
 #include "launcher/output/output_sink.hpp"
 #include "rendezvous/json_text.hpp"
 

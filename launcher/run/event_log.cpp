@@ -10,7 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "launcher/common/exit_codes.hpp"
+#include "common/exit_codes.hpp"
 #include "launcher/output/output_sink.hpp"
 #include "rendezvous/json_text.hpp"
 

@@ -14,7 +14,7 @@
 #include <filesystem>
 #include <vector>
 
-#include "launcher/common/exit_codes.hpp"
+#include "common/exit_codes.hpp"
 
 namespace ddp::launcher {
 namespace fs = std::filesystem;

@@ -3,7 +3,7 @@
 
 #include <fmt/format.h>
 
-#include "launcher/common/exit_codes.hpp"
+#include "common/exit_codes.hpp"
 #include "launcher/multinode/multinode_settings.hpp"
 
 namespace ddp::launcher {
@@ -51,19 +51,18 @@ RunEnd job_stopped(const StopReason& reason) {
 
 RunEnd rescale(const std::string& text, std::vector<int> survivors, int node_rank,
                std::vector<std::int64_t> admitted) {
-  RunEnd end = make(RunEndKind::Rescale, multinode_exit_codes::kNodeLost, text, node_rank);
+  RunEnd end = make(RunEndKind::Rescale, exit_codes::kNodeLost, text, node_rank);
   end.survivors = std::move(survivors);
   end.admitted = std::move(admitted);
   return end;
 }
 
 RunEnd node_lost(const NodeLoss& loss) {
-  return make(RunEndKind::NodeLost, multinode_exit_codes::kNodeLost, loss.text,
-              loss.node_rank.value_or(-1));
+  return make(RunEndKind::NodeLost, exit_codes::kNodeLost, loss.text, loss.node_rank.value_or(-1));
 }
 
 RunEnd rendezvous_failed(const std::string& error) {
-  return make(RunEndKind::Rendezvous, multinode_exit_codes::kRendezvous,
+  return make(RunEndKind::Rendezvous, exit_codes::kUnavailable,
               fmt::format("rendezvous failed: {}", error), -1);
 }
 

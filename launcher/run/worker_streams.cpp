@@ -9,7 +9,7 @@
 #include <cstring>
 #include <utility>
 
-#include "launcher/common/exit_codes.hpp"
+#include "common/exit_codes.hpp"
 
 namespace ddp::launcher {
 namespace {

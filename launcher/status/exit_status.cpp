@@ -6,7 +6,7 @@
 
 #include <csignal>
 
-#include "launcher/common/exit_codes.hpp"
+#include "common/exit_codes.hpp"
 
 namespace ddp::launcher {
 

@@ -17,13 +17,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/exit_codes.hpp"
 #include "launcher/common/result.hpp"
 
 namespace ddp::launcher::view {
 
-inline constexpr int kReportDataError = 65;   // EX_DATAERR: a line that is not an event
-inline constexpr int kReportNoInput = 66;     // EX_NOINPUT: no such file, unreadable
-inline constexpr int kReportCantCreate = 73;  // EX_CANTCREAT: the output cannot be written
+inline constexpr int kReportDataError = exit_codes::kDataError;     // a line that is not an event
+inline constexpr int kReportNoInput = exit_codes::kNoInput;         // no such file, unreadable
+inline constexpr int kReportCantCreate = exit_codes::kCannotWrite;  // output not writable
 
 /// Of each list, the first and the last this many are kept.
 inline constexpr size_t kReportKeep = 1000;

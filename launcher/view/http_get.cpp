@@ -13,6 +13,8 @@
 #include <memory>
 #include <optional>
 
+#include "common/exit_codes.hpp"
+
 namespace ddp::launcher::view {
 
 namespace {
@@ -39,8 +41,8 @@ struct Get : std::enable_shared_from_this<Get<Protocol>> {
     if (!done) return;
     auto d = std::move(done);
     done = nullptr;
-    d(Error{69, fmt::format("cannot read {}: {}{}", where, what,
-                            ec ? ": " + ec.message() : std::string())});
+    d(Error{exit_codes::kUnavailable, fmt::format("cannot read {}: {}{}", where, what,
+                                                  ec ? ": " + ec.message() : std::string())});
   }
 
   /// Connected: the request, then the answer.

@@ -11,7 +11,7 @@
 
 #include <fmt/format.h>
 
-#include "launcher/common/exit_codes.hpp"
+#include "common/exit_codes.hpp"
 #include "launcher/output/output_sink.hpp"
 #include "launcher/view/commands.hpp"
 #include "launcher/view/event_report.hpp"

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
 #include "launcher/view/status_model.hpp"
+#include "common/exit_codes.hpp"
 #include "rendezvous/json_text.hpp"
 
 #include <fmt/format.h>
@@ -119,14 +120,14 @@ Result<StatusModel> parse_status(const std::string& text) {
   try {
     return parse_status_json(j);
   } catch (const json::exception&) {  // a field of another type: not ddprun's status
-    return Error{69, "the endpoint's /status is not ddprun's status JSON"};
+    return Error{exit_codes::kUnavailable, "the endpoint's /status is not ddprun's status JSON"};
   }
 }
 
 namespace {
 Result<StatusModel> parse_status_json(const json& j) {
   if (!j.is_object() || !j.contains("ranks")) {
-    return Error{69, "the endpoint's /status is not ddprun's status JSON"};
+    return Error{exit_codes::kUnavailable, "the endpoint's /status is not ddprun's status JSON"};
   }
   StatusModel m;
   m.phase = field_text(j, "phase");

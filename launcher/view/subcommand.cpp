@@ -5,7 +5,7 @@
 
 #include <fmt/format.h>
 
-#include "launcher/common/exit_codes.hpp"
+#include "common/exit_codes.hpp"
 #include "launcher/output/output_sink.hpp"
 
 namespace ddp::launcher::view {

@@ -20,7 +20,7 @@
 
 #include <fmt/format.h>
 
-#include "launcher/common/exit_codes.hpp"
+#include "common/exit_codes.hpp"
 #include "launcher/common/terminal_text.hpp"
 #include "launcher/health/status_beacon.hpp"
 #include "launcher/output/output_sink.hpp"
@@ -36,7 +36,7 @@ namespace {
 constexpr auto kFetchTimeout = std::chrono::seconds(3);
 /// No job to look at (none found, or it does not answer): sysexits' EX_UNAVAILABLE, as ddprun's
 /// own "store unavailable"; 2 stays for a bad command line.
-constexpr int kNoJob = 69;
+constexpr int kNoJob = exit_codes::kUnavailable;
 
 /// Where the job answers: HOST:PORT (--status-port), or its Unix socket (a local job found by
 /// its beacon without a TCP port; shown by ddprun's pid: the path may be long).

@@ -15,6 +15,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
 
+#include "common/exit_codes.hpp"
 #include "rendezvous/proxy/store_proxy.hpp"
 
 int main(int argc, char** argv) {
@@ -54,7 +55,7 @@ int main(int argc, char** argv) {
   const auto colon = upstream.rfind(':');
   if (colon == std::string::npos || colon == 0) {
     std::cerr << "ddprun-store-proxy: --upstream must be HOST:PORT, got '" << upstream << "'\n";
-    return 2;
+    return ddp::exit_codes::kUsage;
   }
   opts.upstream_host = upstream.substr(0, colon);
   try {
@@ -63,7 +64,7 @@ int main(int argc, char** argv) {
     opts.upstream_port = static_cast<std::uint16_t>(port);
   } catch (const std::exception&) {
     std::cerr << "ddprun-store-proxy: bad port in --upstream '" << upstream << "'\n";
-    return 2;
+    return ddp::exit_codes::kUsage;
   }
   try {
     if (auto why = ddp::rdzv::proxy::tagged_mode_refusal(opts.upstream_host, opts.upstream_port,
@@ -72,11 +73,11 @@ int main(int argc, char** argv) {
           "ddprun-store-proxy: the root store {} does not take ddprun's tagged mode ({}): "
           "connect the workers to it directly\n",
           upstream, *why);
-      return 69;
+      return ddp::exit_codes::kUnavailable;
     }
   } catch (const std::runtime_error& e) {
     std::cerr << "ddprun-store-proxy: " << e.what() << '\n';
-    return 69;
+    return ddp::exit_codes::kUnavailable;
   }
   rlimit lim{};
   if (::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
@@ -106,7 +107,7 @@ int main(int argc, char** argv) {
     io.run();
   } catch (const std::runtime_error& e) {
     std::cerr << "ddprun-store-proxy: " << e.what() << '\n';
-    return 1;
+    return ddp::exit_codes::kFailure;
   }
-  return 0;
+  return ddp::exit_codes::kSuccess;
 }

@@ -4,11 +4,13 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <ctime>
 #include <string>
 
+#include "common/host_name.hpp"
 #include "launcher/output/line_framer.hpp"
 #include "launcher/process/process_table.hpp"
 #include "launcher/run/dry_run.hpp"
@@ -154,6 +156,49 @@ TEST_CASE("/proc/<pid>/stat parsing copes with odd command names") {
   CHECK(st.session == 1234);
   CHECK_FALSE(parse_proc_stat("garbage", st));
   CHECK_FALSE(parse_proc_stat("1 (short) S 1 1", st));
+}
+
+TEST_CASE("/proc/<pid>/stat: a command name that looks like the fields after it") {
+  // The kernel writes comm as the process named itself (15 bytes, any of them): a name holding
+  // ") Z 1 2 3" must not be read as a zombie whose parent is 1 (a parser taking the first ')'
+  // or splitting at spaces would). The one reader ddprun keeps takes the last ')'.
+  ProcStat st;
+  REQUIRE(parse_proc_stat("42 (a) Z 1 2 3) R 7 8 9 0 -1 4194560\n", st));
+  CHECK(st.pid == 42);
+  CHECK(st.state == 'R');
+  CHECK(st.ppid == 7);
+  CHECK(st.pgrp == 8);
+  CHECK(st.session == 9);
+  REQUIRE(parse_proc_stat("5 (two words) Z 1 5 5 0", st));  // a zombie with a space in its name
+  CHECK(st.state == 'Z');
+  REQUIRE(parse_proc_stat("6 () S 1 6 6 0", st));  // an empty name
+  CHECK(st.ppid == 1);
+  CHECK_FALSE(parse_proc_stat("7 (no close S 1 7 7 0", st));
+  CHECK_FALSE(parse_proc_stat("", st));
+}
+
+TEST_CASE("read_proc_stat reads a live process and says false for one that is gone") {
+  ProcStat self;
+  REQUIRE(read_proc_stat(::getpid(), self));
+  CHECK(self.pid == ::getpid());
+  CHECK(self.state == 'R');
+  CHECK(self.ppid == ::getppid());
+  CHECK(self.pgrp == ::getpgrp());
+  CHECK(self.session == ::getsid(0));
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  REQUIRE(child > 0);
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);  // reaped: its pid names nothing now
+  ProcStat gone;
+  CHECK_FALSE(read_proc_stat(child, gone));
+}
+
+TEST_CASE("host_name: gethostname's answer, never empty") {
+  char name[256] = {};
+  REQUIRE(::gethostname(name, sizeof name - 1) == 0);
+  CHECK(ddp::host_name() == (name[0] != '\0' ? std::string(name) : std::string("localhost")));
+  CHECK_FALSE(ddp::host_name().empty());
 }
 
 TEST_CASE("error files in torch's @record format") {

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-#include "launcher/run/hosted_store.hpp"
+#include "launcher/multinode/hosted_store.hpp"
 
 #include <signal.h>
 
