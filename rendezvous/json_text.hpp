@@ -8,7 +8,8 @@
 /// The text is also inert wherever it lands (`--events -` on a terminal, `curl /status`, a
 /// page): nlohmann escapes the C0 controls (ESC as \u001b) but leaves DEL, the C1 controls
 /// (U+0080..U+009F, an 8-bit CSI as U+009B), the line and paragraph separators U+2028/9 and the
-/// bidi overrides and isolates (U+202A..U+202E, U+2066..U+2069) raw; here they are written as
+/// bidi controls (the overrides and isolates U+202A..U+202E, U+2066..U+2069, and the marks
+/// U+200E/F and U+061C, which reorder neutral text around them) raw; here they are written as
 /// \uXXXX escapes too: the same JSON value, nothing a terminal or a bidi renderer acts on. The set
 /// is launcher/common/terminal_text's (docs/health.md, "Job text on a terminal").
 
@@ -21,7 +22,7 @@ namespace json_text_detail {
 /// `dumped` (nlohmann's output: valid UTF-8, ASCII outside strings) with the characters above
 /// escaped. Every such character is inside a string, so the result is the same JSON value.
 inline std::string escape_inert(std::string dumped) {
-  if (dumped.find_first_of("\x7f\xc2\xe2") == std::string::npos) return dumped;
+  if (dumped.find_first_of("\x7f\xc2\xd8\xe2") == std::string::npos) return dumped;
   static constexpr char kHex[] = "0123456789abcdef";
   std::string out;
   out.reserve(dumped.size() + 16);
@@ -45,12 +46,18 @@ inline std::string escape_inert(std::string dumped) {
         continue;
       }
     }
+    if (b0 == 0xD8 && i + 1 < n && static_cast<unsigned char>(dumped[i + 1]) == 0x9C) {
+      escape(0x061C);  // ARABIC LETTER MARK
+      i += 2;
+      continue;
+    }
     if (b0 == 0xE2 && i + 2 < n) {
       const auto b1 = static_cast<unsigned char>(dumped[i + 1]);
       const auto b2 = static_cast<unsigned char>(dumped[i + 2]);
       const unsigned cp = 0x2000u | ((b1 & 0x3Fu) << 6) | (b2 & 0x3Fu);
       if ((b1 & 0xC0) == 0x80 && (b2 & 0xC0) == 0x80 &&
-          ((cp >= 0x2028 && cp <= 0x202E) || (cp >= 0x2066 && cp <= 0x2069))) {
+          (cp == 0x200E || cp == 0x200F || (cp >= 0x2028 && cp <= 0x202E) ||
+           (cp >= 0x2066 && cp <= 0x2069))) {
         escape(cp);
         i += 3;
         continue;

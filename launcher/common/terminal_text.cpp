@@ -42,7 +42,7 @@ std::optional<Decoded> decode(std::string_view s, size_t i) {
 
 bool bidi_control(char32_t cp) {
   return (cp >= 0x202A && cp <= 0x202E) || (cp >= 0x2066 && cp <= 0x2069) || cp == 0x2028 ||
-         cp == 0x2029;
+         cp == 0x2029 || cp == 0x200E || cp == 0x200F || cp == 0x061C;
 }
 
 std::string hex_byte(unsigned char b) {

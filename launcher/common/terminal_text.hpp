@@ -11,7 +11,8 @@
 ///   - C0 controls and DEL in caret notation, as `cat -v`: ESC `^[`, BEL `^G`, CR `^M`, DEL `^?`
 ///     (tab and, in a block, newline are kept; in a line, tab is a space and newline `^J`);
 ///   - C1 controls (U+0080..U+009F, a CSI as U+009B included) and the bidirectional overrides and
-///     isolates (U+202A..U+202E, U+2066..U+2069, the "Trojan Source" characters) as `\u009b`;
+///     isolates (U+202A..U+202E, U+2066..U+2069, the "Trojan Source" characters), the marks
+///     U+200E/F and U+061C, and U+2028/9 as `\u009b`;
 ///   - bytes that are not UTF-8 as `\xNN`.
 /// Pure: no locale, no terminal.
 

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: MIT
 #include "launcher/view/http_get.hpp"
 
+#include <sys/socket.h>
 #include <sys/un.h>
+#include <unistd.h>
 
 #include <fmt/format.h>
 
@@ -105,15 +107,31 @@ void async_http_get(boost::asio::io_context& io, const std::string& host, int po
 }
 
 void async_http_get_local(boost::asio::io_context& io, const std::string& socket_path,
-                          const std::string& path, std::chrono::milliseconds timeout,
+                          pid_t server_pid, const std::string& path,
+                          std::chrono::milliseconds timeout,
                           std::function<void(Result<std::string>)> done) {
   auto g = make_get<local>(io, fmt::format("{} ({})", socket_path, path), "localhost", path,
                            timeout, std::move(done));
   if (socket_path.size() >= sizeof(sockaddr_un::sun_path)) {
     return boost::asio::post(io, [g] { g->fail("the path is too long for a socket", {}); });
   }
-  g->stream.async_connect(local::endpoint(socket_path), [g](beast::error_code ec) {
+  g->stream.async_connect(local::endpoint(socket_path), [g, server_pid](beast::error_code ec) {
     if (ec) return g->fail("cannot connect", ec);
+    // Whoever holds the path answers: a run directory removed under a running job can be
+    // re-created by someone else. Only this user's ddprun, the beacon's pid, is believed.
+    ucred peer{};
+    socklen_t size = sizeof peer;
+    if (::getsockopt(g->stream.socket().native_handle(), SOL_SOCKET, SO_PEERCRED, &peer, &size) !=
+        0) {
+      return g->fail("cannot tell who serves the socket",
+                     beast::error_code(errno, boost::system::system_category()));
+    }
+    if (peer.uid != ::geteuid() || (server_pid > 0 && peer.pid != server_pid)) {
+      return g->fail(fmt::format("the socket is served by pid {} of uid {}, not by this user's "
+                                 "ddprun (pid {}); not read",
+                                 peer.pid, peer.uid, server_pid),
+                     {});
+    }
     g->exchange();
   });
 }

@@ -4,6 +4,8 @@
 /// request, read, all within `timeout`; the body at most 16 MiB. Over TCP, or over the Unix
 /// socket a job serves in its run directory.
 
+#include <sys/types.h>
+
 #include <boost/asio/io_context.hpp>
 #include <chrono>
 #include <functional>
@@ -17,9 +19,11 @@ namespace ddp::launcher::view {
 void async_http_get(boost::asio::io_context& io, const std::string& host, int port,
                     const std::string& path, std::chrono::milliseconds timeout,
                     std::function<void(Result<std::string>)> done);
-/// The same over the Unix stream socket at `socket_path` (Host: localhost).
+/// The same over the Unix stream socket at `socket_path` (Host: localhost), answered only if the
+/// process serving it is this user's and, when `server_pid` > 0, that process (SO_PEERCRED).
 void async_http_get_local(boost::asio::io_context& io, const std::string& socket_path,
-                          const std::string& path, std::chrono::milliseconds timeout,
+                          pid_t server_pid, const std::string& path,
+                          std::chrono::milliseconds timeout,
                           std::function<void(Result<std::string>)> done);
 
 }  // namespace ddp::launcher::view

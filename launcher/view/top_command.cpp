@@ -54,7 +54,8 @@ struct Endpoint {
 
 void fetch_status(boost::asio::io_context& io, const Endpoint& e,
                   std::function<void(Result<std::string>)> done) {
-  if (!e.socket.empty()) return async_http_get_local(io, e.socket, "/status", kFetchTimeout, done);
+  if (!e.socket.empty())
+    return async_http_get_local(io, e.socket, e.pid, "/status", kFetchTimeout, done);
   async_http_get(io, e.host, e.port, "/status", kFetchTimeout, std::move(done));
 }
 

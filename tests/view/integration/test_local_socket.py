@@ -190,6 +190,45 @@ def test_a_killed_ddprun_leaves_nothing_that_confuses_top(tmp):
         stop(proc2)
 
 
+def test_top_believes_only_the_beacons_ddprun_at_the_socket(tmp):
+    """A run directory removed under a running job (a tmp cleaner) can be re-created by someone
+    else with a socket of their own at the same path: `top` must not show that process's text as
+    the job. Same user, another pid: refused (SO_PEERCRED), one line, exit 69."""
+    env = private_env(tmp)
+    proc, marker = start_job(tmp, env)
+    impostor = None
+    try:
+        wait_until(lambda: beacons(tmp), 30, "the job's beacon")
+        path = beacons(tmp)[0]["socket"]
+        wait_until(lambda: top_once(tmp, env).returncode == 0, 30, "top on the real job")
+        os.unlink(path)  # the real ddprun still runs and still has its beacon
+        served = os.path.join(tmp, "served")
+        impostor = subprocess.Popen([sys.executable, "-c", f"""
+import os, socket
+s = socket.socket(socket.AF_UNIX); s.bind({path!r}); s.listen(4)
+body = b'{{"state":"succeeded","exit_code":42,"ranks":[]}}'
+while True:
+    c, _ = s.accept()
+    if c.recv(65536): open({served!r}, "a").write("x")  # a request came
+    c.sendall(b"HTTP/1.1 200 OK\\r\\nContent-Type: application/json\\r\\nContent-Length: "
+              + str(len(body)).encode() + b"\\r\\nConnection: close\\r\\n\\r\\n" + body)
+    c.close()
+"""])
+        wait_until(lambda: os.path.exists(path), 30, "the impostor's socket")
+        r = top_once(tmp, env)
+        assert r.returncode == 69, r
+        assert "not by this user's ddprun" in r.stderr and r.stderr.count("\n") == 1, r
+        assert "42" not in r.stdout, r
+        assert not os.path.exists(served), "the request reached the impostor"
+        open(marker, "w").close()
+        proc.wait(timeout=30)
+    finally:
+        if impostor:
+            impostor.kill()
+            impostor.wait()
+        stop(proc)
+
+
 def test_a_run_directory_too_deep_for_a_socket_path(tmp):
     env = private_env(tmp)
     deep = os.path.join(tmp, *(["d" * 40] * 3))  # the run directory's paths: well over 107 bytes

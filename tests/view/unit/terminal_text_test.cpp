@@ -41,7 +41,10 @@ TEST_CASE("C1 controls, bidi overrides and bytes that are not UTF-8 are shown vi
   CHECK(visible_line("x\xC2\x9B"
                      "2Jy") == "x\\u009b2Jy");  // an 8-bit CSI
   CHECK(visible_line("a\xE2\x80\xAE"
-                     "b") == "a\\u202eb");                   // RIGHT-TO-LEFT OVERRIDE
+                     "b") == "a\\u202eb");  // RIGHT-TO-LEFT OVERRIDE
+  // The bidi marks reorder neutral text around them as the overrides do: RLM, LRM, ALM.
+  CHECK(visible_line("a\xE2\x80\x8F\xE2\x80\x8E\xD8\x9C"
+                     "b") == "a\\u200f\\u200e\\u061cb");
   CHECK(visible_line("bad\xFF\xC3") == "bad\\xff\\xc3");     // invalid, then cut short
   CHECK(visible_line("\xC0\xAF") == "\\xc0\\xaf");           // overlong '/'
   CHECK(visible_line("\xED\xA0\x80") == "\\xed\\xa0\\x80");  // a surrogate
@@ -82,6 +85,10 @@ TEST_CASE("dump_json escapes DEL, C1 and bidi controls: the same JSON value, not
   const std::string dumped = ddp::dump_json(nlohmann::json{{"message", text}});
   CHECK(dumped == R"({"message":"a\u001b[2J\u007f\u009b31m\u202eevil\u2066x\u2069\u2028z"})");
   CHECK(nlohmann::json::parse(dumped)["message"] == text);  // the same content
+  // The bidi marks RLM, LRM and ALM too (the breaker saw them raw in /status and top).
+  const std::string marks = "\xE2\x80\x8F|\xE2\x80\x8E|\xD8\x9C";
+  CHECK(ddp::dump_json(marks) == R"("\u200f|\u200e|\u061c")");
+  CHECK(nlohmann::json::parse(ddp::dump_json(marks)) == marks);
   // Other text is untouched: é, 日, ▁ (E2 96 81), the U+2030 per-mille sign (E2 80 B0).
   const std::string kept = "caf\xC3\xA9 \xE6\x97\xA5 \xE2\x96\x81 \xE2\x80\xB0";
   CHECK(ddp::dump_json(kept) == "\"" + kept + "\"");
