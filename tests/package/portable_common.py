@@ -13,7 +13,17 @@ import sys
 
 SOURCE = os.environ.get("DDPRUN_SOURCE_DIR") or os.path.abspath(
     os.path.join(os.path.dirname(__file__), "..", ".."))
-VERSION = os.environ.get("DDPRUN_VERSION", "")
+
+
+def _project_version():
+    """DDPRUN_VERSION (CTest sets it), else the `project(ddprun VERSION x.y.z)` of CMakeLists.txt."""
+    import re
+    with open(os.path.join(SOURCE, "CMakeLists.txt")) as f:
+        m = re.search(r"^project\(ddprun VERSION ([0-9]+\.[0-9]+\.[0-9]+)", f.read(), re.M)
+    return m.group(1) if m else ""
+
+
+VERSION = os.environ.get("DDPRUN_VERSION") or _project_version()
 CACHE = os.environ.get("DDPRUN_CACHE", "/var/cache/ddprun")
 DIST = os.path.join(SOURCE, "dist")
 
