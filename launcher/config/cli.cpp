@@ -198,7 +198,8 @@ constexpr OptionSpec kOptions[] = {
      &health::RawHealthOptions::status_allow_host},
     {"--status-linger,--status_linger", "SECONDS", nullptr, nullptr, nullptr, nullptr,
      "After the job ends, keep serving its final state this long if a viewer asked for /status "
-     "during the run (default 5; 0: off; SIGINT/SIGTERM cut it)",
+     "during the run (default 5; 0: off; none when a signal to ddprun ended the job; a signal "
+     "cuts it)",
      &health::RawHealthOptions::status_linger},
     {"--file-timer,--file_timer", nullptr, nullptr, nullptr, nullptr, nullptr,
      "Serve torchrun's watchdog timers (as TORCHELASTIC_ENABLE_FILE_TIMER=1)", nullptr,

@@ -547,9 +547,17 @@ void HealthMonitor::finish(bool succeeded) {
   if (!lingering_) close_status_endpoint();
 }
 
-void HealthMonitor::linger(std::function<void()> done) {
+void HealthMonitor::linger(std::function<void()> done, bool ended_by_signal) {
   if (!lingering_) return done();
   lingering_ = false;
+  if (ended_by_signal) {
+    close_status_endpoint();
+    return done();
+  }
+  hooks_.say(
+      fmt::format("serving the final state to the status endpoint's viewer for {:g} s "
+                  "(--status-linger; Ctrl-C or SIGTERM ends it now)",
+                  std::chrono::duration<double>(settings_.status_linger).count()));
   auto end = std::make_shared<std::function<void()>>([this, done = std::move(done)]() mutable {
     if (!done) return;
     linger_timer_->cancel();

@@ -123,8 +123,10 @@ class HealthMonitor {
   /// to linger (a viewer asked for /status during the run, --status-linger is not 0).
   void finish(bool succeeded);
   /// After the summary: calls `done` once the status endpoint has served the final state for
-  /// --status-linger (at once when it does not linger); SIGINT, SIGTERM or SIGHUP cut it short.
-  void linger(std::function<void()> done);
+  /// --status-linger (at once when it does not linger, or when `ended_by_signal`: the operator
+  /// who stopped ddprun, or a pod's grace period, does not wait for a viewer); SIGINT, SIGTERM
+  /// or SIGHUP cut it short. Says one line when it lingers.
+  void linger(std::function<void()> done, bool ended_by_signal = false);
   /// The stack tools still running: ddprun's children, but not the workers' leftovers.
   std::vector<pid_t> stack_tools() const;
 

@@ -676,8 +676,10 @@ void Agent::finish_attempt() {
     }
     std::string why;
     if (auto error_json = read_error_file(w.outcome.error_file, &why)) {
-      w.outcome.error_info = parse_error_file(*error_json);
+      w.outcome.error_info = parse_error_file(*error_json, &why);
+      if (!w.outcome.error_info) w.outcome.error_file_unread = why;
     } else if (!why.empty()) {
+      w.outcome.error_file_unread = why;
       say(fmt::format("rank {}: ignoring its error file {}: {}", w.outcome.rank,
                       w.outcome.error_file, why));
     }
@@ -846,8 +848,9 @@ void Agent::finish_run() {
 }
 
 void Agent::end_loop() {
-  // A viewer of the status endpoint sees the end (--status-linger), then the loop ends.
-  if (health_) return health_->linger([this] { io_.stop(); });
+  // A viewer of the status endpoint sees the end (--status-linger), then the loop ends; not
+  // when a signal to ddprun ended the job (whoever sent it waits for us to exit).
+  if (health_) return health_->linger([this] { io_.stop(); }, interrupted_);
   io_.stop();
 }
 

@@ -12,6 +12,7 @@
 
 #include "common/exit_codes.hpp"
 #include "launcher/output/output_sink.hpp"
+#include "launcher/run/failure_report.hpp"
 #include "rendezvous/json_text.hpp"
 
 namespace ddp::launcher {
@@ -50,7 +51,7 @@ std::optional<std::string> read_error_file(const std::string& path, std::string*
 }
 
 Result<Ok> copy_error_file(const std::string& text, int exit_code, const std::string& destination) {
-  auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  auto j = nlohmann::json::parse(lenient_json_text(text), nullptr, /*allow_exceptions=*/false);
   // As torch's ErrorHandler.dump_error_file: the child cannot know its code when a signal
   // ended it, so the launcher sets it (only in the structured message format).
   if (exit_code != 0 && j.is_object() && j.contains("message") && j["message"].is_object()) {

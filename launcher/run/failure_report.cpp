@@ -46,12 +46,86 @@ std::string outcome_text(const WorkerOutcome& w) {
 
 }  // namespace
 
-std::optional<ErrorFileInfo> parse_error_file(const std::string& json_text) {
-  auto j = nlohmann::json::parse(json_text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) return std::nullopt;
+std::string lenient_json_text(const std::string& json_text) {
+  const auto* b = reinterpret_cast<const unsigned char*>(json_text.data());
+  const size_t n = json_text.size();
+  auto in = [&](size_t i, unsigned lo, unsigned hi) { return i < n && b[i] >= lo && b[i] <= hi; };
+  auto hex4 = [&](size_t i) -> int {  // the value of 4 hex digits at i, or -1
+    if (i + 4 > n) return -1;
+    int v = 0;
+    for (size_t k = i; k < i + 4; ++k) {
+      const char c = static_cast<char>(b[k]);
+      int d = c >= '0' && c <= '9'   ? c - '0'
+              : c >= 'a' && c <= 'f' ? c - 'a' + 10
+              : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                     : -1;
+      if (d < 0) return -1;
+      v = v * 16 + d;
+    }
+    return v;
+  };
+  std::string out;
+  out.reserve(n);
+  size_t i = 0;
+  while (i < n) {
+    const unsigned c = b[i];
+    if (c == '\\' && i + 1 < n) {
+      const int unit = b[i + 1] == 'u' ? hex4(i + 2) : -1;
+      if (unit >= 0xD800 && unit <= 0xDBFF && i + 7 < n && b[i + 6] == '\\' && b[i + 7] == 'u') {
+        const int low = hex4(i + 8);
+        if (low >= 0xDC00 && low <= 0xDFFF) {  // a proper pair: one code point beyond U+FFFF
+          out.append(json_text, i, 12);
+          i += 12;
+          continue;
+        }
+      }
+      if (unit >= 0xD800 && unit <= 0xDFFF) {  // lone: strict parsers refuse the whole text
+        out += "\\ufffd";
+        i += 6;
+        continue;
+      }
+      out.append(json_text, i, 2);  // any other escape, kept (and "\\" is not read as a start)
+      i += 2;
+      continue;
+    }
+    size_t len = 0;  // the length of the well-formed UTF-8 sequence at i, 0 if none
+    if (c < 0x80) {
+      len = 1;
+    } else if (c >= 0xC2 && c <= 0xDF) {
+      len = in(i + 1, 0x80, 0xBF) ? 2 : 0;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      const bool second = c == 0xE0   ? in(i + 1, 0xA0, 0xBF)  // not overlong
+                          : c == 0xED ? in(i + 1, 0x80, 0x9F)  // not a surrogate
+                                      : in(i + 1, 0x80, 0xBF);
+      len = second && in(i + 2, 0x80, 0xBF) ? 3 : 0;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      const bool second = c == 0xF0   ? in(i + 1, 0x90, 0xBF)  // not overlong
+                          : c == 0xF4 ? in(i + 1, 0x80, 0x8F)  // not beyond U+10FFFF
+                                      : in(i + 1, 0x80, 0xBF);
+      len = second && in(i + 2, 0x80, 0xBF) && in(i + 3, 0x80, 0xBF) ? 4 : 0;
+    }
+    if (len == 0) {
+      out += "\xEF\xBF\xBD";  // U+FFFD for this byte; the next one is looked at afresh
+      i += 1;
+    } else {
+      out.append(json_text, i, len);
+      i += len;
+    }
+  }
+  return out;
+}
+
+std::optional<ErrorFileInfo> parse_error_file(const std::string& json_text, std::string* why) {
+  auto skip = [&](const char* reason) -> std::optional<ErrorFileInfo> {
+    if (why) *why = reason;
+    return std::nullopt;
+  };
+  auto j = nlohmann::json::parse(lenient_json_text(json_text), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return skip("not JSON");
+  if (!j.is_object()) return skip("not a JSON object");
   ErrorFileInfo info;
   auto message = j.find("message");
-  if (message == j.end()) return std::nullopt;
+  if (message == j.end()) return skip("no \"message\" in it");
   if (message->is_object()) {  // torch's @record: {"message": {"message", "extraInfo": {...}}}
     info.message = string_field(*message, "message");
     auto extra = message->find("extraInfo");
@@ -130,6 +204,8 @@ std::string format_failure_summary(const RunSummaryInput& in) {
         out += "  traceback  :\n";
         append_indented(out, w.error_info->traceback, "    ");
       }
+    } else if (!w.error_file_unread.empty()) {
+      out += fmt::format("  error_file : {} (not read: {})\n", w.error_file, w.error_file_unread);
     } else {
       out += "  error_file : <none written>\n";
     }

@@ -20,8 +20,15 @@ struct ErrorFileInfo {
   std::string traceback;
   std::string timestamp;
 };
-/// Parses the JSON text of an error file; nullopt when it is not JSON or has no message.
-std::optional<ErrorFileInfo> parse_error_file(const std::string& json_text);
+/// `json_text` made acceptable to a strict JSON parser without losing the rest: each byte that
+/// is not part of well-formed UTF-8 (a stray 0xFF, an overlong form, an encoded surrogate, a
+/// sequence cut short) and each lone surrogate escape ("\udcff", which Python's json.dump writes
+/// for a surrogateescape'd file name) becomes U+FFFD. Same length or at most 3x (stays bounded).
+std::string lenient_json_text(const std::string& json_text);
+/// Parses the JSON text of an error file (leniently, as above); nullopt when it is not JSON or
+/// has no message, and then `why` (when given) says which, in a few words.
+std::optional<ErrorFileInfo> parse_error_file(const std::string& json_text,
+                                              std::string* why = nullptr);
 
 struct WorkerOutcome {
   int rank = 0;
@@ -35,6 +42,7 @@ struct WorkerOutcome {
   std::vector<std::string> stderr_tail;
   std::string error_file;
   std::optional<ErrorFileInfo> error_info;
+  std::string error_file_unread;  // why an error file that exists was not read; empty if none
 };
 
 struct AttemptOutcome {

@@ -39,6 +39,31 @@ def test_error_file_contents_in_summary(tmp):
     assert "Traceback (most recent call last):" in r.err, r
 
 
+def test_error_file_with_a_surrogateescaped_name_is_read(tmp):
+    # A real Python worker whose message names a non-UTF-8 file (os.fsdecode gives "\udcff"):
+    # json.dump writes a lone surrogate escape, which a strict parser refuses whole.
+    data = os.path.join(tmp, "data")
+    os.mkdir(data)
+    open(os.path.join(os.fsencode(data), b"shard_\xff.bin"), "w").close()
+    script = os.path.join(tmp, "w.py")
+    with open(script, "w") as f:
+        f.write(f"""import json, os, sys, traceback
+name = os.listdir({data!r})[0]
+try:
+    raise ValueError("cannot decode shard " + name)
+except ValueError as e:
+    with open(os.environ["TORCHELASTIC_ERROR_FILE"], "w") as f:
+        json.dump({{"message": {{"message": f"ValueError: {{e}}", "extraInfo": {{
+            "py_callstack": traceback.format_exc(), "timestamp": "1700000000"}}}}}}, f)
+    sys.exit(3)
+""")
+    r = run(["--nproc_per_node", "1", script], timeout=30)
+    assert r.rc == 3, r
+    assert "<none written>" not in r.err, r
+    assert "ValueError: cannot decode shard shard_\ufffd.bin" in r.err, r
+    assert "Traceback (most recent call last):" in r.err, r
+
+
 def test_sigterm_ignoring_workers_die_after_the_grace(tmp):
     # Rank 0 fails; ranks 1-2 ignore SIGTERM and must be SIGKILLed after --shutdown-timeout 1.
     script = os.path.join(tmp, "w.sh")

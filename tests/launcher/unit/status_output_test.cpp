@@ -213,6 +213,48 @@ TEST_CASE("error files in torch's @record format") {
   CHECK(plain->message == "plain text");
   CHECK_FALSE(parse_error_file("not json"));
   CHECK_FALSE(parse_error_file("{}"));
+  std::string why;
+  CHECK_FALSE(parse_error_file("not json", &why));
+  CHECK(why == "not JSON");
+  CHECK_FALSE(parse_error_file("{}", &why));
+  CHECK(why == "no \"message\" in it");
+}
+
+TEST_CASE("error files: bad UTF-8 and lone surrogates become U+FFFD, the rest is kept") {
+  const std::string fffd = "\xEF\xBF\xBD";
+  // Python's json.dump of a surrogateescape'd name: a lone low surrogate escape.
+  auto lone_low = parse_error_file(R"({"message": "cannot open shard_\udcff.bin"})");
+  REQUIRE(lone_low);
+  CHECK(lone_low->message == "cannot open shard_" + fffd + ".bin");
+  auto lone_high = parse_error_file(R"({"message": "a\ud800\ud800b"})");
+  REQUIRE(lone_high);
+  CHECK(lone_high->message == "a" + fffd + fffd + "b");
+  auto high_then_other = parse_error_file(R"({"message": "\ud800\u0041"})");
+  REQUIRE(high_then_other);
+  CHECK(high_then_other->message == fffd + "A");
+  auto pair = parse_error_file(R"({"message": "\ud83d\ude00"})");
+  REQUIRE(pair);
+  CHECK(pair->message == "\xF0\x9F\x98\x80");
+  // An escaped backslash followed by "ud800" is text, not an escape.
+  CHECK(lenient_json_text(R"("\\ud800")") == R"("\\ud800")");
+  CHECK(lenient_json_text(R"("\udcff")") == R"("\ufffd")");
+  // Raw bytes: a stray 0xFF, an overlong C0 9B, an encoded surrogate ED A0 80, a multi-byte
+  // sequence cut short at the end; well-formed C2 9B and E2 80 AE stay as they are.
+  CHECK(lenient_json_text("a\xFF"
+                          "b") == "a" + fffd + "b");
+  CHECK(lenient_json_text("\xC0\x9B") == fffd + fffd);
+  CHECK(lenient_json_text("\xE0\x82\x9B") == fffd + fffd + fffd);
+  CHECK(lenient_json_text("\xED\xA0\x80") == fffd + fffd + fffd);
+  CHECK(lenient_json_text("x\xE2\x80") == "x" + fffd + fffd);
+  CHECK(lenient_json_text("\xF4\x90\x80\x80") == fffd + fffd + fffd + fffd);
+  CHECK(lenient_json_text("\xC2\x9B\xE2\x80\xAE\xF0\x9F\x98\x80") ==
+        "\xC2\x9B\xE2\x80\xAE\xF0\x9F\x98\x80");
+  auto raw = parse_error_file("{\"message\": \"bad \xFF name\xE2\x80\"}");
+  REQUIRE(raw);
+  CHECK(raw->message == "bad " + fffd + " name" + fffd + fffd);
+  std::string why;
+  CHECK_FALSE(parse_error_file("{\"message\": \"cut", &why));
+  CHECK(why == "not JSON");
 }
 
 TEST_CASE("failure summary names the root cause and the ranks ddprun terminated") {

@@ -141,6 +141,7 @@ def test_job_text_never_reaches_a_terminal_raw_and_the_end_stays_served(tmp):
     assert "boom ^[]0;pwned^G" in err and "Traceback ^[]0;pwned^G" in err, err[-3000:]
     assert "scope ^[]0;pwned^G" in err, err[-3000:]
     assert raw_controls(err) == [], repr(err[-3000:])
+    assert "serving the final state to the status endpoint's viewer for 60 s" in err, err[-3000:]
     # The worker's own output line is byte-identical (the output contract).
     assert f"[rank1]:raw {HOSTILE}\n" in out, repr(out)
     for fmt in ("md", "html"):
@@ -149,6 +150,36 @@ def test_job_text_never_reaches_a_terminal_raw_and_the_end_stays_served(tmp):
         assert rep.returncode == 0, rep
         assert "^[]0;pwned^G" in rep.stdout, rep.stdout[-2000:]
         assert raw_controls(rep.stdout) == [], fmt
+
+
+def test_a_signal_to_ddprun_skips_the_linger(tmp):
+    """A viewer asked for /status, then the operator (or Kubernetes) sends SIGTERM: ddprun stops
+    the workers and exits 143 without serving the end for --status-linger 30."""
+    job = os.path.join(tmp, "sleep.py")
+    with open(job, "w") as f:
+        f.write("import time\ntime.sleep(60)\n")
+    events = os.path.join(tmp, "events.jsonl")
+    proc = start(["--nproc-per-node", "1", "--status-port", "0", "--status-linger", "30",
+                  "--events", events, job], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        port = []
+
+        def ready():
+            if os.path.exists(events):
+                port[:] = [e["port"] for e in read_events(events) if e["event"] == "status"]
+            return bool(port)
+        wait_until(ready, 30, "the status event")
+        assert get(f"http://127.0.0.1:{port[0]}/status")[0] == 200  # a viewer: linger armed
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=40)
+        took = time.monotonic() - t0
+        print(f"  exit {proc.returncode} {took:.2f} s after SIGTERM", flush=True)
+        assert proc.returncode == 143, (proc.returncode, err[-2000:])
+        assert took < 10, took  # far under the 30 s linger (about 0.1 s when idle)
+        assert "serving the final state" not in err, err[-2000:]
+    finally:
+        stop(proc)
 
 
 def test_no_viewer_no_linger(tmp):
