@@ -647,7 +647,10 @@ std::string HealthMonitor::status_json() const {
   const int here = node_rank();
   const auto remote = remote_views(now);
   const size_t local_count = ranks.size();
-  ranks = merge_job_ranks(std::move(ranks), here, host_, remote);
+  const JobEnd end = phase_ == Phase::Succeeded ? JobEnd::Succeeded
+                     : phase_ == Phase::Failed  ? JobEnd::Failed
+                                                : JobEnd::No;
+  ranks = merge_job_ranks(std::move(ranks), here, host_, remote, end);
   for (auto& r : ranks) {
     const auto rate = steps_.rate(r.value("node_rank", here), r.value("rank", 0));
     r["steps_per_s"] = rate ? nlohmann::json(std::round(*rate * 100) / 100) : nlohmann::json();

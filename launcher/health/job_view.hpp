@@ -49,7 +49,8 @@ struct PublishedNode {
 /// The record as one line of JSON, within kMaxPublishedBytes (ranks beyond the bound counted).
 std::string encode_published_node(const PublishedNode& node);
 /// The record read back; nullopt for anything too large, not JSON or not an object. Unknown
-/// fields are ignored, a rank with a wrong-typed field is skipped: a newer or older agent's
+/// fields are ignored; a row whose rank is missing, wrong-typed, out of range or repeated is
+/// skipped; another wrong-typed or out-of-range number reads as absent: a newer or older agent's
 /// record reads as far as it can.
 std::optional<PublishedNode> decode_published_node(std::string_view text);
 
@@ -62,12 +63,24 @@ struct RemoteNodeView {
   double received_age_s = 0;               // since this node read the record, by this clock
 };
 
+/// How this node's view of the job ended, if it did.
+enum class JobEnd { No, Succeeded, Failed };
+/// A record that has not changed for this long is stale: each node rewrites its own every second
+/// (its ranks' ages change), so its node or this node's reading has stopped.
+inline constexpr double kStaleRecordS = 10;
+/// What a remote rank published as its state, as this node may show it: a "running" rank is
+/// "lost" with its node, "exited" after the job succeeded, "unknown" after a failure or from a
+/// stale record (never "running" on a guess).
+std::string shown_remote_state(const std::string& published, bool node_lost, double record_age_s,
+                               JobEnd end);
+
 /// This node's "ranks" of /status (each gets "node_rank" and "host") followed by the other
 /// nodes' published ranks, by node rank ("remote": true; the age is the published age plus the
-/// time since it was read; a lost node's running ranks are "lost"). A node that published
-/// nothing contributes no rows (the dashboard lists its ranks from the round's assignment).
+/// time since it was read; the state as shown_remote_state says; a rank already listed, by this
+/// node or an earlier one, is not listed again). A node that published nothing contributes no
+/// rows (the dashboard lists its ranks from the round's assignment).
 nlohmann::json merge_job_ranks(nlohmann::json local_ranks, int node_rank, const std::string& host,
-                               const std::vector<RemoteNodeView>& remote);
+                               const std::vector<RemoteNodeView>& remote, JobEnd end = JobEnd::No);
 
 /// "job_nodes" of /status: this node and each other one with "up" or "lost", its host, when its
 /// record was read and how many ranks it published.

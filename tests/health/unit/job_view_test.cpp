@@ -114,6 +114,65 @@ TEST_CASE("merge: a lost node's running ranks are lost, its ended ones keep thei
   CHECK(merge_job_ranks(json::array(), 0, "a", self).empty());
 }
 
+TEST_CASE("a record's numbers out of range are wrong, not narrowed; a repeated rank is dropped") {
+  auto back = decode_published_node(
+      R"({"ranks_left_out":9223372036854775807,"ranks":[{"rank":4294967298},
+         {"rank":1,"pid":18446744073709551615,"step":18446744073709551615,"local_rank":-4294967297},
+         {"rank":1,"pid":5},{"rank":2147483648}]})");
+  REQUIRE(back);
+  REQUIRE(back->ranks.size() == 1);  // 2^32 + 2 is not rank 2; rank 1 twice: the first stands
+  CHECK(back->ranks[0].rank == 1);
+  CHECK(back->ranks[0].pid == 0);    // out of range: absent
+  CHECK_FALSE(back->ranks[0].step);  // not -1
+  CHECK(back->ranks[0].local_rank == 0);
+  CHECK(back->ranks_left_out > 0);
+  CHECK(back->ranks_left_out <= (1LL << 40));  // a sum that cannot overflow
+  // 65 rows past the bound on top of the largest count: still bounded, never negative.
+  std::string many = R"({"ranks_left_out":9223372036854775807,"ranks":[)";
+  for (int i = 0; i < 70; ++i)
+    many += (i ? "," : "") + std::string(R"({"rank":)") + std::to_string(i) + "}";
+  many += "]}";
+  auto bounded = decode_published_node(many);
+  REQUIRE(bounded);
+  CHECK(bounded->ranks_left_out == (1LL << 40));
+}
+
+TEST_CASE("a text cut to its bound never ends inside a UTF-8 character") {
+  PublishedNode n;
+  n.host = std::string(kMaxPublishedHost - 1, 'h') + "\xC3\xA9";  // é across the bound
+  n.ranks.push_back({0, 0, 1, std::string(kMaxPublishedText - 1, 's') + "\xE6\x97\xA5", 1, 0, ""});
+  auto back = decode_published_node(encode_published_node(n));
+  REQUIRE(back);
+  CHECK(back->host == std::string(kMaxPublishedHost - 1, 'h'));
+  CHECK(back->ranks[0].state == std::string(kMaxPublishedText - 1, 's'));
+}
+
+TEST_CASE("merge: a remote rank is never shown running on a guess") {
+  // After a success every rank exited; after a failure, or from a record that stopped changing
+  // (its node, or the store this node reads it from, gone), nobody knows.
+  CHECK(shown_remote_state("running", false, 0.5, JobEnd::No) == "running");
+  CHECK(shown_remote_state("running", true, 0.5, JobEnd::No) == "lost");
+  CHECK(shown_remote_state("running", false, 0.5, JobEnd::Succeeded) == "exited");
+  CHECK(shown_remote_state("running", false, 0.5, JobEnd::Failed) == "unknown");
+  CHECK(shown_remote_state("running", false, kStaleRecordS + 1, JobEnd::No) == "unknown");
+  CHECK(shown_remote_state("exited", false, kStaleRecordS + 1, JobEnd::Failed) == "exited");
+  std::vector<RemoteNodeView> stale{{1, "b", false, two_ranks(), kStaleRecordS + 1}};
+  CHECK(merge_job_ranks(json::array(), 0, "a", stale)[0]["state"] == "unknown");
+  CHECK(job_nodes_json(0, "a", 0, stale)[1]["state"] == "unknown");
+  std::vector<RemoteNodeView> fresh{{1, "b", false, two_ranks(), 1}};
+  CHECK(merge_job_ranks(json::array(), 0, "a", fresh, JobEnd::Succeeded)[0]["state"] == "exited");
+  CHECK(job_nodes_json(0, "a", 0, fresh)[1]["state"] == "up");
+  // Node 1 claiming rank 0, which this node runs: listed once, as this node says.
+  PublishedNode claims = two_ranks();
+  claims.ranks[0].rank = 0;
+  std::vector<RemoteNodeView> clash{{1, "b", false, claims, 1}};
+  json local = json::array({{{"rank", 0}, {"local_rank", 0}, {"state", "running"}}});
+  json merged = merge_job_ranks(local, 0, "a", clash);
+  REQUIRE(merged.size() == 2);
+  CHECK(merged[0]["host"] == "a");
+  CHECK(merged[1]["rank"] == 3);
+}
+
 TEST_CASE("steps history: rates from samples, a restart starts again, bounded") {
   StepHistory h(5, 2);
   CHECK_FALSE(h.rate(0, 0));

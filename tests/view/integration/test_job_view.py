@@ -219,8 +219,12 @@ def test_failures_with_message_traceback_and_log_tail_on_the_view(tmp):
             browser.screenshot(os.path.join(ARTEFACTS, "dashboard-failures.png"))
             assert not page["hidden"] and len(page["failures"]) == 1, page
             shown = page["failures"][0]
-            assert "attempt 0 · rank 1" in shown["what"] and message in shown["what"], shown
-            assert shown["traceback"] == f["traceback"], shown
+            # The page shows the job's control characters as \uXXXX text (asText), never raw.
+            visible = message.replace("\x1b", "\\u001b").replace("\x07", "\\u0007")
+            assert "attempt 0 · rank 1" in shown["what"] and visible in shown["what"], shown
+            assert "\x1b" not in shown["what"] + shown["traceback"], shown
+            assert shown["traceback"] == f["traceback"].replace("\x1b", "\\u001b").replace(
+                "\x07", "\\u0007"), shown
             assert "about to fail" in shown["stderr"], shown
             assert page["imgs"] == 0, page  # the job's text stays text
         open(stop, "w").close()
