@@ -420,7 +420,14 @@ void HealthMonitor::schedule_straggler_tick() {
 void HealthMonitor::worker_exited(int local_rank, const ExitStatus& status,
                                   bool terminated_by_ddprun) {
   if (local_rank < 0 || static_cast<size_t>(local_rank) >= tracker_.ranks().size()) return;
+  const bool starting = !tracker_.job_started();
+  const bool local_starting = !tracker_.local_ranks_started();
   tracker_.record_exit(static_cast<size_t>(local_rank), Clock::now());
+  // A rank that exits before its first progress no longer holds the startup timeout.
+  if (local_starting && tracker_.local_ranks_started() && hooks_.on_progress) {
+    hooks_.on_progress(progress_events_, tracker_.best_step(), true);
+  }
+  if (starting && tracker_.job_started()) schedule_hang_check();
   std::string cause = status.success()                            ? "success"
                       : terminated_by_ddprun                      ? "stopped_by_ddprun"
                       : status.kind == ExitStatus::Kind::Signaled ? "signal"
