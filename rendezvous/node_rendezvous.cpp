@@ -437,10 +437,15 @@ std::optional<std::string> default_id_mismatch(StoreClient& client, const StoreC
 namespace {}  // namespace
 
 std::string encode_node_progress(const NodeProgress& p) {
-  return p.best_step ? fmt::format("{} {}", p.events, *p.best_step) : std::to_string(p.events);
+  std::string text =
+      p.best_step ? fmt::format("{} {}", p.events, *p.best_step) : std::to_string(p.events);
+  if (!p.all_started && p.events > 0) text += kNodeStartingMarker;
+  return text;
 }
 
 std::optional<NodeProgress> decode_node_progress(std::string_view text) {
+  const bool starting = text.ends_with(kNodeStartingMarker);
+  if (starting) text.remove_suffix(kNodeStartingMarker.size());
   auto parse = [](std::string_view t, std::int64_t& v) {
     auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
     return ec == std::errc{} && end == t.data() + t.size() && !t.empty();
@@ -453,6 +458,7 @@ std::optional<NodeProgress> decode_node_progress(std::string_view text) {
     if (!parse(text.substr(space + 1), step)) return std::nullopt;
     p.best_step = step;
   }
+  p.all_started = !starting && p.events > 0;
   return p;
 }
 
@@ -785,18 +791,20 @@ void NodeMonitor::run() {
       const auto values = client_.multi_get(keys);
       if (watch_progress) {
         bool changed = false;
+        bool others_started = true;
         std::optional<std::int64_t> best;
         for (std::size_t i = 0; i < nodes.size(); ++i) {
           if (nodes[i].node_rank == joined_.node_rank) continue;
           const auto p = decode_node_progress(values[nodes.size() + i]);
           if (!p) continue;  // not ddprun's record: ignored
+          if (!p->all_started) others_started = false;
           if (*p != progress_seen[i]) {
             changed = true;
             progress_seen[i] = *p;
           }
           if (p->best_step && (!best || *p->best_step > *best)) best = p->best_step;
         }
-        if (changed) callbacks_.on_progress_elsewhere(best);
+        if (changed) callbacks_.on_progress_elsewhere(best, others_started);
       }
       std::vector<NodeAssignment> newly_lost;  // reported after the views that show them lost
       for (std::size_t i = 0; i < nodes.size(); ++i) {

@@ -138,12 +138,20 @@ RendezvousResult join_rendezvous(const StoreClientOptions& store,
 // progress/<node_rank>): how many progress events its ranks made (monotonic within the round) and
 // the highest step they reported. Counters, never wall-clock times, so the hosts' clocks need not
 // agree: each node notes, by its own clock, when it saw another node's count change.
+// `all_started`: every live rank of the node has shown progress in the round (the others' startup
+// timeout lasts until every node says so: docs/health.md).
 struct NodeProgress {
   std::int64_t events = 0;
   std::optional<std::int64_t> best_step;
+  bool all_started = false;
   bool operator==(const NodeProgress&) const = default;
 };
-// "<events>" or "<events> <best_step>"; decode gives nullopt for anything else.
+// "<events>" or "<events> <best_step>", then " starting" while some rank has not started (only
+// when events > 0: "0" is not started anyway). A record without the marker is started once its
+// events are above 0 (what a node older than the marker writes). decode gives nullopt for
+// anything else. An older node cannot read a record with the marker and ignores it (it sees
+// that node's progress once all of its ranks started).
+inline constexpr std::string_view kNodeStartingMarker = " starting";
 std::string encode_node_progress(const NodeProgress& progress);
 std::optional<NodeProgress> decode_node_progress(std::string_view text);
 
@@ -179,7 +187,9 @@ class NodeMonitor {
     // when it changed; on_progress_elsewhere is called when another node's published progress
     // changed, with the highest step any other node published (nullopt: none).
     std::function<NodeProgress()> local_progress;
-    std::function<void(std::optional<std::int64_t> best_step_elsewhere)> on_progress_elsewhere;
+    // `others_started`: every other node's record says all its ranks started.
+    std::function<void(std::optional<std::int64_t> best_step_elsewhere, bool others_started)>
+        on_progress_elsewhere;
     // The job-wide view (both optional). local_view is asked once per heartbeat and published
     // under view/<node_rank> when it changed (at most kMaxViewBytes); on_views is called with
     // every other node of the round whenever a record or a node's lost state changed (a node

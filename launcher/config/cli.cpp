@@ -178,7 +178,8 @@ constexpr OptionSpec kOptions[] = {
      "after which the job is hung: stacks saved, stopped, exit 75 (default 0: off)",
      &health::RawHealthOptions::hang_timeout},
     {"--hang-startup-timeout,--hang_startup_timeout", "SECONDS", nullptr, nullptr, nullptr, nullptr,
-     "The hang timeout until an attempt's first progress, if longer (default 60)",
+     "The hang timeout until every rank of an attempt has shown progress (at most this long "
+     "after its start), if longer (default 60)",
      &health::RawHealthOptions::hang_startup_timeout},
     {"--no-progress-restarts,--no_progress_restarts", "K", nullptr, nullptr, nullptr, nullptr,
      "Stop restarting after K restarts in a row that reached no new step (default 2; 0: off)",

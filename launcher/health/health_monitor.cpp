@@ -170,7 +170,8 @@ std::function<void()> HealthMonitor::output_hook(int local_rank) {
   };
 }
 
-void HealthMonitor::attempt_started(int attempt, const std::vector<MonitoredWorker>& workers) {
+void HealthMonitor::attempt_started(int attempt, const std::vector<MonitoredWorker>& workers,
+                                    bool other_nodes) {
   attempt_ = attempt;
   workers_ = workers;
   phase_ = Phase::Running;
@@ -180,7 +181,7 @@ void HealthMonitor::attempt_started(int attempt, const std::vector<MonitoredWork
   std::vector<int> ranks;
   ranks.reserve(workers.size());
   for (const auto& w : workers) ranks.push_back(w.rank);
-  tracker_.start_attempt(ranks, Clock::now());
+  tracker_.start_attempt(ranks, Clock::now(), other_nodes);
   exits_.assign(workers.size(), "");
   stragglers_.reset();
   if (timer_server_) timer_server_->forget_all();
@@ -196,21 +197,24 @@ void HealthMonitor::on_heartbeat(int local_rank, size_t count, std::optional<lon
 
 void HealthMonitor::record_progress(int local_rank, ProgressSource source,
                                     std::optional<long long> step) {
-  const bool first = !tracker_.job_progressed();
+  const bool starting = !tracker_.job_started();
+  const bool local_starting = !tracker_.local_ranks_started();
   tracker_.record(static_cast<size_t>(local_rank), source, Clock::now(), step);
   // Only what counts here is published: a chatty logging thread does not hide stuck heartbeats.
-  if (hooks_.on_progress && tracker_.active_source() == source) {
-    hooks_.on_progress(++progress_events_, tracker_.best_step());
+  // The first progress of the last local rank is published too (all_started, for the others).
+  const bool local_started_now = local_starting && tracker_.local_ranks_started();
+  if (hooks_.on_progress && (tracker_.active_source() == source || local_started_now)) {
+    hooks_.on_progress(++progress_events_, tracker_.best_step(), tracker_.local_ranks_started());
   }
-  // The first progress ends the startup timeout: the verdict may now come much sooner.
-  if (first) schedule_hang_check();
+  // The whole job started: the startup timeout ends, the verdict may now come much sooner.
+  if (starting && tracker_.job_started()) schedule_hang_check();
 }
 
-void HealthMonitor::progress_elsewhere(std::optional<long long> best_step) {
+void HealthMonitor::progress_elsewhere(std::optional<long long> best_step, bool others_started) {
   if (phase_ != Phase::Running) return;
-  const bool first = !tracker_.job_progressed();
-  tracker_.record_elsewhere(Clock::now(), best_step);
-  if (first) schedule_hang_check();
+  const bool starting = !tracker_.job_started();
+  tracker_.record_elsewhere(Clock::now(), best_step, others_started);
+  if (starting && tracker_.job_started()) schedule_hang_check();
 }
 
 int HealthMonitor::local_rank_of(pid_t pid) const {
@@ -286,13 +290,22 @@ void HealthMonitor::check_hang() {
   const auto source = tracker_.active_source();
   const bool progressed = tracker_.job_progressed();
   HealthStop stop;
-  stop.text = fmt::format("hung: no progress ({}) from any rank{} for {:.1f} s ({} {:.3g})",
-                          source       ? source_name(*source)
-                          : progressed ? "none here, some on another node"
-                                       : "none since the start",
-                          nnodes_ > 1 ? " of the job" : "", verdict->idle.count() / 1000.0,
-                          progressed ? "--hang-timeout" : "--hang-startup-timeout",
-                          hang_timeouts().applying(tracker_).count() / 1000.0);
+  stop.text =
+      fmt::format("hung: no progress ({}) from any rank{} for {:.1f} s ({} {:.3g})",
+                  source       ? source_name(*source)
+                  : progressed ? "none here, some on another node"
+                               : "none since the start",
+                  nnodes_ > 1 ? " of the job" : "", verdict->idle.count() / 1000.0,
+                  progressed ? "--hang-timeout" : "--hang-startup-timeout",
+                  (progressed ? settings_.hang_timeout
+                              : std::max(settings_.hang_timeout, settings_.hang_startup_timeout))
+                          .count() /
+                      1000.0);
+  if (progressed && verdict->before_all_started) {
+    stop.text +=
+        fmt::format("; not every rank had shown progress within --hang-startup-timeout {:.3g} s",
+                    settings_.hang_startup_timeout.count() / 1000.0);
+  }
   nlohmann::json suspects = nlohmann::json::array();
   for (size_t i = 0; i < verdict->oldest_first.size(); ++i) {
     const size_t local = verdict->oldest_first[i];
@@ -407,7 +420,14 @@ void HealthMonitor::schedule_straggler_tick() {
 void HealthMonitor::worker_exited(int local_rank, const ExitStatus& status,
                                   bool terminated_by_ddprun) {
   if (local_rank < 0 || static_cast<size_t>(local_rank) >= tracker_.ranks().size()) return;
+  const bool starting = !tracker_.job_started();
+  const bool local_starting = !tracker_.local_ranks_started();
   tracker_.record_exit(static_cast<size_t>(local_rank), Clock::now());
+  // A rank that exits before its first progress no longer holds the startup timeout.
+  if (local_starting && tracker_.local_ranks_started() && hooks_.on_progress) {
+    hooks_.on_progress(progress_events_, tracker_.best_step(), true);
+  }
+  if (starting && tracker_.job_started()) schedule_hang_check();
   std::string cause = status.success()                            ? "success"
                       : terminated_by_ddprun                      ? "stopped_by_ddprun"
                       : status.kind == ExitStatus::Kind::Signaled ? "signal"

@@ -65,9 +65,11 @@ class HealthMonitor {
     /// A watchdog timer of `pid` expired; stacks are saved. Signal it with `sig`, as torchrun.
     std::function<void(pid_t pid, int sig, const HealthStop&)> on_timer_expired;
     /// Multi-node: this node's progress in the attempt changed (`events`: progress events that
-    /// counted so far, `best_step`: the highest step of the local ranks), for the other nodes.
+    /// counted so far, `best_step`: the highest step of the local ranks, `all_started`: every
+    /// live local rank has shown progress), for the other nodes.
     /// Called on every such event: keep it cheap. Unset on a single node.
-    std::function<void(long long events, std::optional<long long> best_step)> on_progress;
+    std::function<void(long long events, std::optional<long long> best_step, bool all_started)>
+        on_progress;
     /// More families for /metrics, appended at the end (the hosted store's counters).
     std::function<void(PrometheusText&)> extra_metrics;
     /// The job's digest and recent events for /status ("job", "events": RecentEvents).
@@ -95,11 +97,15 @@ class HealthMonitor {
   /// Called by a worker's output pump for each chunk that ends one line or more.
   std::function<void()> output_hook(int local_rank);
 
-  void attempt_started(int attempt, const std::vector<MonitoredWorker>& workers);
+  /// `other_nodes`: the attempt's round has other nodes (their ranks start when they say so).
+  void attempt_started(int attempt, const std::vector<MonitoredWorker>& workers,
+                       bool other_nodes = false);
   void worker_exited(int local_rank, const ExitStatus& status, bool terminated_by_ddprun);
   /// Multi-node: another node's ranks made progress (its published count changed); `best_step`:
-  /// the highest step any other node published in this attempt. Makes the verdict job-wide.
-  void progress_elsewhere(std::optional<long long> best_step);
+  /// the highest step any other node published in this attempt; `others_started`: every other
+  /// node said all its ranks have started (ends the startup timeout with ours). Makes the verdict
+  /// job-wide.
+  void progress_elsewhere(std::optional<long long> best_step, bool others_started = true);
   /// Multi-node: the other nodes of the round, their records as read from the store and whether
   /// each is lost (the whole list each time). /status merges them with this node's ranks.
   struct NodeRecord {

@@ -16,7 +16,8 @@ struct HealthSettings {
   std::string timer_file;
   /// --hang-timeout; zero: no hang verdict.
   std::chrono::milliseconds hang_timeout{0};
-  /// --hang-startup-timeout: the hang timeout until an attempt's first progress.
+  /// --hang-startup-timeout: the hang timeout until every rank of an attempt has shown progress
+  /// (and at most this long after the attempt's start).
   std::chrono::milliseconds hang_startup_timeout{60'000};
   /// --no-progress-restarts K (0: off).
   int no_progress_restarts = 2;

@@ -17,7 +17,10 @@ const char* source_name(ProgressSource source) {
   return "?";
 }
 
-void ProgressTracker::start_attempt(const std::vector<int>& global_ranks, Clock::time_point now) {
+void ProgressTracker::start_attempt(const std::vector<int>& global_ranks, Clock::time_point now,
+                                    bool other_nodes) {
+  attempt_start_ = now;
+  others_started_ = !other_nodes;
   ranks_.assign(global_ranks.size(), Rank{});
   for (size_t i = 0; i < global_ranks.size(); ++i) {
     ranks_[i].rank = global_ranks[i];
@@ -50,8 +53,10 @@ void ProgressTracker::record_exit(size_t local_rank, Clock::time_point now) {
   ranks_[local_rank].exited = now;
 }
 
-void ProgressTracker::record_elsewhere(Clock::time_point now, std::optional<long long> best_step) {
+void ProgressTracker::record_elsewhere(Clock::time_point now, std::optional<long long> best_step,
+                                       bool others_started) {
   elsewhere_ = now;
+  others_started_ = others_started;
   if (best_step && (!elsewhere_best_step_ || *best_step > *elsewhere_best_step_)) {
     elsewhere_best_step_ = best_step;
   }
@@ -81,6 +86,13 @@ Clock::time_point ProgressTracker::job_last_progress() const {
   for (size_t i = 0; i < ranks_.size(); ++i) latest = std::max(latest, last_progress(i));
   if (elsewhere_) latest = std::max(latest, *elsewhere_);
   return latest;
+}
+
+bool ProgressTracker::local_ranks_started() const {
+  return std::all_of(ranks_.begin(), ranks_.end(), [](const Rank& r) {
+    return !r.alive || std::any_of(std::begin(r.last), std::end(r.last),
+                                   [](const auto& t) { return t.has_value(); });
+  });
 }
 
 std::optional<long long> ProgressTracker::best_step() const {

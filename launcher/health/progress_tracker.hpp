@@ -14,6 +14,11 @@
 /// noticed it: no other host's clock is involved) counts as progress of the job, so that the
 /// verdict is job-wide: a node whose ranks print nothing is not hung while another node's ranks
 /// progress.
+///
+/// Started: a local rank has started once it showed its first progress (any source) in the
+/// attempt; the other nodes' ranks have started once every other node said so in its published
+/// progress (rdzv::NodeProgress::all_started; a node too old to say counts as started on its
+/// first progress). The startup timeout of the hang verdict lasts until the whole job started.
 
 #include <chrono>
 #include <optional>
@@ -39,14 +44,18 @@ class ProgressTracker {
     long long heartbeats = 0;
   };
 
-  /// A new attempt: one entry per local rank (its global rank), all starting now.
-  void start_attempt(const std::vector<int>& global_ranks, Clock::time_point now);
+  /// A new attempt: one entry per local rank (its global rank), all starting now. `other_nodes`:
+  /// the job has ranks on other nodes too (they have not started until record_elsewhere says so).
+  void start_attempt(const std::vector<int>& global_ranks, Clock::time_point now,
+                     bool other_nodes = false);
   void record(size_t local_rank, ProgressSource source, Clock::time_point now,
               std::optional<long long> step = std::nullopt);
   void record_exit(size_t local_rank, Clock::time_point now);
   /// Another node's ranks progressed (noticed `now`); `best_step`: the highest step any other node
-  /// reported in this attempt (nullopt: none).
-  void record_elsewhere(Clock::time_point now, std::optional<long long> best_step);
+  /// reported in this attempt (nullopt: none); `others_started`: every other node said all its
+  /// ranks have started.
+  void record_elsewhere(Clock::time_point now, std::optional<long long> best_step,
+                        bool others_started = true);
 
   /// The best source seen in this attempt (nullopt: none yet).
   std::optional<ProgressSource> active_source() const;
@@ -56,6 +65,13 @@ class ProgressTracker {
   Clock::time_point job_last_progress() const;
   /// Whether any rank of the job made progress in this attempt (the start and exits aside).
   bool job_progressed() const { return active_source() || elsewhere_; }
+  /// When this attempt started.
+  Clock::time_point attempt_start() const { return attempt_start_; }
+  /// Whether every live local rank showed progress in this attempt (exited ones aside).
+  bool local_ranks_started() const;
+  /// Whether every live rank of the job showed progress, as far as this node knows: its own
+  /// ranks, and every other node by its published flag.
+  bool job_started() const { return others_started_ && local_ranks_started(); }
   /// The highest step any local rank reached in this attempt (nullopt: no step numbers).
   std::optional<long long> best_step() const;
   /// The same over every node of the job (local ranks and what the other nodes reported).
@@ -72,6 +88,8 @@ class ProgressTracker {
   bool seen_[3] = {false, false, false};
   std::optional<Clock::time_point> elsewhere_;
   std::optional<long long> elsewhere_best_step_;
+  Clock::time_point attempt_start_{};
+  bool others_started_ = true;
 };
 
 }  // namespace ddp::launcher::health

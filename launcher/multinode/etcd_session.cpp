@@ -260,7 +260,7 @@ void EtcdSession::start_lease() {
           const int round = publish_round_.load();
           const int rank = publish_rank_.load();
           if (round >= 0 && rank >= 0) {
-            rdzv::NodeProgress mine{progress_events_.load(), std::nullopt};
+            rdzv::NodeProgress mine{progress_events_.load(), std::nullopt, all_started_.load()};
             if (has_best_step_.load()) mine.best_step = best_step_.load();
             const auto now = std::tuple{round, rank, mine};
             if (published != now) {
@@ -348,7 +348,7 @@ std::int64_t EtcdSession::reread_round(EtcdClient& client) {
 }
 
 void EtcdSession::join(int round, const RoundPlan& plan, std::function<void(JoinResult)> done) {
-  note_progress(0, std::nullopt);  // every round's progress starts from none
+  note_progress(0, std::nullopt, false);  // every round's progress starts from none
   boost::asio::post(io_, [this, round, plan, done = std::move(done)] {
     busy_ = true;
     JoinResult result;
@@ -382,7 +382,9 @@ void EtcdSession::stop_round() {
   stop_seen_ = false;
 }
 
-void EtcdSession::note_progress(long long events, std::optional<long long> best_step) {
+void EtcdSession::note_progress(long long events, std::optional<long long> best_step,
+                                bool all_started) {
+  all_started_.store(all_started);
   progress_events_.store(events);
   if (best_step) best_step_.store(*best_step);
   has_best_step_.store(best_step.has_value());
@@ -874,18 +876,23 @@ void EtcdSession::on_watch(int round, const RoundRecord& closed, const WatchMess
       const auto progress = payload ? rdzv::decode_node_progress(*payload) : std::nullopt;
       if (!progress) continue;
       std::optional<long long> best;
+      bool others_started = true;
       {
         std::lock_guard lock(watch_mutex_);
         // From none (as each round starts) to something is progress; the same value is not.
         rdzv::NodeProgress& seen = progress_seen_[rank];
         if (seen == *progress) continue;
         seen = *progress;
+        std::size_t started = 0;
         for (const auto& [r, p] : progress_seen_) {
           if (p.best_step && (!best || *p.best_step > *best)) best = *p.best_step;
+          if (p.all_started) ++started;
         }
+        // A member that published nothing yet has not started.
+        others_started = started + 1 >= closed.members.size();
       }
-      on_loop([this, best] {
-        if (events_.on_progress_elsewhere) events_.on_progress_elsewhere(best);
+      on_loop([this, best, others_started] {
+        if (events_.on_progress_elsewhere) events_.on_progress_elsewhere(best, others_started);
       });
     } else if (e.type == WatchEvent::Type::Put && key.starts_with(view_prefix)) {
       int rank = -1;

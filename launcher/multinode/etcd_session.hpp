@@ -46,7 +46,8 @@ class EtcdSession final : public JobRendezvous {
   void broadcast_stop(const StopReason& reason) override;
   void settle_stop(const StopReason& reason, std::function<void(StopReason)> done) override;
   void answer_pending(const PendingAnswer& answer) override;
-  void note_progress(long long events, std::optional<long long> best_step) override;
+  void note_progress(long long events, std::optional<long long> best_step,
+                     bool all_started) override;
   /// Kept for the keepalive thread, which puts it under the round's view key when it changed.
   void note_view(std::string record) override;
   void exit_barrier(std::function<void(BarrierResult)> done) override;
@@ -140,6 +141,7 @@ class EtcdSession final : public JobRendezvous {
   // This node's progress (note_progress, on the agent's loop), published by the keepalive thread
   // under the round's progress key when it changed; round -1: not in a round.
   std::atomic<long long> progress_events_{0};
+  std::atomic<bool> all_started_{false};
   std::atomic<long long> best_step_{0};
   std::atomic<bool> has_best_step_{false};
   std::atomic<int> publish_round_{-1};

@@ -99,8 +99,10 @@ class JobRendezvous {
     std::function<void(std::chrono::milliseconds waited, const std::string& status)>
         on_join_progress;
     /// Another node's ranks made progress (optional; for the job-wide hang verdict). `best_step`:
-    /// the highest step any other node reported in this round.
-    std::function<void(std::optional<long long> best_step)> on_progress_elsewhere;
+    /// the highest step any other node reported in this round; `others_started`: every other
+    /// node said all its ranks have started (docs/health.md, the hang verdict).
+    std::function<void(std::optional<long long> best_step, bool others_started)>
+        on_progress_elsewhere;
     /// The other nodes' records for the job-wide view and whether each is lost (optional: set
     /// only where someone may look, i.e. --status-port; see launcher/health/job_view.hpp).
     std::function<void(const std::vector<rdzv::NodeView>& others)> on_node_views;
@@ -136,9 +138,11 @@ class JobRendezvous {
   /// Answers a pending node. Fire and forget.
   virtual void answer_pending(const PendingAnswer& answer) = 0;
   /// This node's progress in the current round (progress events so far, the local ranks' highest
-  /// step), for the other nodes; published on the next heartbeat. Called on every progress event,
-  /// so it only records. A new round starts again from none.
-  virtual void note_progress(long long /*events*/, std::optional<long long> /*best_step*/) {}
+  /// step, whether every live local rank has shown progress), for the other nodes; published on
+  /// the next heartbeat. Called on every progress event, so it only records. A new round starts
+  /// again from none.
+  virtual void note_progress(long long /*events*/, std::optional<long long> /*best_step*/,
+                             bool /*all_started*/) {}
   /// This node's record for the other nodes' job-wide view (launcher/health/job_view.hpp),
   /// published on the next heartbeat when it changed. A new round starts again from none.
   virtual void note_view(std::string /*record*/) {}

@@ -148,14 +148,15 @@ void NodeSession::start_monitor() {
         });
       };
   callbacks.local_progress = [this] {
-    rdzv::NodeProgress p{progress_events_.load(std::memory_order_relaxed), std::nullopt};
+    rdzv::NodeProgress p{progress_events_.load(std::memory_order_relaxed), std::nullopt,
+                         all_started_.load(std::memory_order_relaxed)};
     if (has_best_step_.load(std::memory_order_relaxed))
       p.best_step = best_step_.load(std::memory_order_relaxed);
     return p;
   };
-  callbacks.on_progress_elsewhere = [this](std::optional<std::int64_t> best) {
-    on_loop([this, best] {
-      if (events_.on_progress_elsewhere) events_.on_progress_elsewhere(best);
+  callbacks.on_progress_elsewhere = [this](std::optional<std::int64_t> best, bool started) {
+    on_loop([this, best, started] {
+      if (events_.on_progress_elsewhere) events_.on_progress_elsewhere(best, started);
     });
   };
   callbacks.local_view = [this] {
@@ -188,7 +189,7 @@ void NodeSession::start_monitor() {
 }
 
 void NodeSession::join(int round, const RoundPlan& plan, std::function<void(JoinResult)> done) {
-  note_progress(0, std::nullopt);  // every round's progress key starts from none
+  note_progress(0, std::nullopt, false);  // every round's progress key starts from none
   note_view({});
   const int generation = ++generation_;
   boost::asio::post(io_, [this, round, plan, generation, done = std::move(done)] {
@@ -334,7 +335,9 @@ void NodeSession::answer_pending(const PendingAnswer& answer) {
   });
 }
 
-void NodeSession::note_progress(long long events, std::optional<long long> best_step) {
+void NodeSession::note_progress(long long events, std::optional<long long> best_step,
+                                bool all_started) {
+  all_started_.store(all_started, std::memory_order_relaxed);
   progress_events_.store(events, std::memory_order_relaxed);
   if (best_step) best_step_.store(*best_step, std::memory_order_relaxed);
   has_best_step_.store(best_step.has_value(), std::memory_order_relaxed);

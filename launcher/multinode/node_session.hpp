@@ -51,7 +51,8 @@ class NodeSession final : public JobRendezvous {
   void settle_stop(const StopReason& reason, std::function<void(StopReason)> done) override;
   void answer_pending(const PendingAnswer& answer) override;
   /// Recorded for the monitor's next heartbeat (atomics: the monitor runs on its own thread).
-  void note_progress(long long events, std::optional<long long> best_step) override;
+  void note_progress(long long events, std::optional<long long> best_step,
+                     bool all_started) override;
   /// Kept for the monitor's next heartbeat (under a mutex: the monitor runs on its own thread).
   void note_view(std::string record) override;
   /// Waits until every node of the round finished its workers, or a stop arrived.
@@ -87,6 +88,7 @@ class NodeSession final : public JobRendezvous {
   int generation_ = 0;
   // This round's progress (note_progress, from the loop), read by the monitor's thread.
   std::atomic<long long> progress_events_{0};
+  std::atomic<bool> all_started_{false};
   std::atomic<bool> has_best_step_{false};
   std::atomic<long long> best_step_{0};
   std::mutex view_mutex_;

@@ -370,7 +370,7 @@ void Agent::launch_workers(int attempt) {
       monitored.push_back({w.outcome.rank, w.outcome.local_rank, w.outcome.pid,
                            run_dir_->rank_dir(attempt, w.outcome.local_rank)});
     }
-    health_->attempt_started(attempt, monitored);
+    health_->attempt_started(attempt, monitored, layout_ && layout_->num_nodes > 1);
   }
   after_worker_exit();  // every worker may already be gone (start failures)
 }

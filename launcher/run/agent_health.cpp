@@ -22,8 +22,9 @@ std::unique_ptr<health::HealthMonitor> Agent::make_health_monitor() {
     on_timer_expired(pid, sig, stop);
   };
   if (session_) {  // multi-node: the verdict is job-wide; the other nodes learn of our progress
-    hooks.on_progress = [this](long long events, std::optional<long long> best_step) {
-      if (session_) session_->note_progress(events, best_step);
+    hooks.on_progress = [this](long long events, std::optional<long long> best_step,
+                               bool all_started) {
+      if (session_) session_->note_progress(events, best_step, all_started);
     };
     hooks.publish_view = [this](std::string record) {
       if (session_) session_->note_view(std::move(record));

@@ -86,8 +86,9 @@ JobRendezvous::Events Agent::rendezvous_events() {
   events.on_join_progress = [this](std::chrono::milliseconds waited, const std::string& status) {
     join_progress_.show(waited, status);
   };
-  events.on_progress_elsewhere = [this](std::optional<long long> best_step) {
-    if (health_) health_->progress_elsewhere(best_step);  // the job-wide hang verdict
+  events.on_progress_elsewhere = [this](std::optional<long long> best_step, bool others_started) {
+    // The job-wide hang verdict.
+    if (health_) health_->progress_elsewhere(best_step, others_started);
   };
   if (setup_.config.health.status_port) {  // someone may look: the other nodes' ranks too
     events.on_node_views = [this](const std::vector<rdzv::NodeView>& others) {

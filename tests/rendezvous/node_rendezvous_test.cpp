@@ -227,12 +227,26 @@ TEST_CASE("heartbeats: a node that stops is reported; a stop broadcast reaches e
 
 TEST_CASE("node progress: the record's format, and junk is not a record") {
   CHECK(encode_node_progress({}) == "0");
-  CHECK(encode_node_progress({12, 345}) == "12 345");
-  CHECK(encode_node_progress({3, -1}) == "3 -1");
-  CHECK(decode_node_progress("12 345") == NodeProgress{12, 345});
+  CHECK(encode_node_progress({12, 345, true}) == "12 345");
+  CHECK(encode_node_progress({3, -1, true}) == "3 -1");
+  CHECK(decode_node_progress("12 345") == NodeProgress{12, 345, true});
   CHECK(decode_node_progress("0") == NodeProgress{});
-  for (const char* junk : {"", " ", "x", "1 ", "1 x", "1 2 3", "12abc", " 1"})
+  for (const char* junk : {"", " ", "x", "1 ", "1 x", "1 2 3", "12abc", " 1", "1 2 started",
+                           "starting", " starting", "1 starting starting"})
     CHECK_FALSE(decode_node_progress(junk));
+}
+
+TEST_CASE("node progress: a node whose ranks have not all started says so") {
+  // Until every live rank of a node showed progress, its record carries " starting"; the others
+  // keep the startup timeout until no record does (docs/health.md, the hang verdict).
+  CHECK(encode_node_progress({12, 345, false}) == "12 345 starting");
+  CHECK(encode_node_progress({5, std::nullopt, false}) == "5 starting");
+  CHECK(encode_node_progress({0, std::nullopt, false}) == "0");  // no progress: not started
+  CHECK(decode_node_progress("12 345 starting") == NodeProgress{12, 345, false});
+  CHECK(decode_node_progress("5 starting") == NodeProgress{5, std::nullopt, false});
+  // An older node's record has no marker: started on its first progress, as before.
+  CHECK(decode_node_progress("5") == NodeProgress{5, std::nullopt, true});
+  CHECK(decode_node_progress("0")->all_started == false);
 }
 
 TEST_CASE("heartbeats carry each node's progress: a change elsewhere is reported, own is not") {
@@ -247,15 +261,20 @@ TEST_CASE("heartbeats carry each node's progress: a change elsewhere is reported
   std::atomic<int> b_heard{0};
   NodeMonitor::Callbacks cba;
   cba.local_progress = [&] { return NodeProgress{a_events.load(), std::nullopt}; };
-  cba.on_progress_elsewhere = [&](std::optional<std::int64_t> best) {
+  std::atomic<bool> a_heard_started{false};  // b's all_started, as a last heard it
+  cba.on_progress_elsewhere = [&](std::optional<std::int64_t> best, bool others_started) {
     std::lock_guard lock(m);
+    a_heard_started = others_started;
     a_heard.push_back(best);
   };
   std::atomic<std::int64_t> b_events{0};
   std::atomic<std::int64_t> b_step{0};
   NodeMonitor::Callbacks cbb;
-  cbb.local_progress = [&] { return NodeProgress{b_events.load(), b_step.load()}; };
-  cbb.on_progress_elsewhere = [&](std::optional<std::int64_t>) { ++b_heard; };
+  std::atomic<bool> b_started{false};
+  cbb.local_progress = [&] {
+    return NodeProgress{b_events.load(), b_step.load(), b_started.load()};
+  };
+  cbb.on_progress_elsewhere = [&](std::optional<std::int64_t>, bool) { ++b_heard; };
   NodeMonitor ma(server.client_options(), node("a", 1, 0, 2, 2), ra, mo, cba);
   NodeMonitor mb(server.client_options(), node("b", 1, 1, 2, 2), rb, mo, cbb);
   auto heard_by_a = [&] {
@@ -279,6 +298,10 @@ TEST_CASE("heartbeats carry each node's progress: a change elsewhere is reported
   std::this_thread::sleep_for(200ms);
   CHECK(heard_by_a().size() == count);
   CHECK(b_heard == 0);
+  CHECK_FALSE(a_heard_started);  // "5 17 starting": b's slow ranks have not started
+  b_events = 6;
+  b_started = true;
+  REQUIRE(until([&] { return a_heard_started.load(); }));
   a_events = 1;
   REQUIRE(until([&] { return b_heard == 1; }));
 }

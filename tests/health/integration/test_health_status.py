@@ -194,6 +194,24 @@ def test_healthz_turns_503_once_hung(tmp):
         stop(proc)
 
 
+def test_a_slow_starting_rank_is_not_a_hang(tmp):
+    # docs/reliability.md "Zygote faults": rank 0 prints at once and then waits (as in a
+    # collective) for rank 1, which takes 8 s to print its first line. The startup timeout lasts
+    # until every rank progressed; before the fix rank 0's line ended it and --hang-timeout 4 later
+    # the job was judged hung (75) while it was only starting.
+    script = os.path.join(tmp, "slow_start.py")
+    with open(script, "w") as f:
+        f.write("import os, time\n"
+                "if os.environ['LOCAL_RANK'] == '1':\n    time.sleep(8)\n"
+                "print('started', flush=True)\n"
+                "if os.environ['LOCAL_RANK'] == '0':\n    time.sleep(8.5)\n")
+    events = os.path.join(tmp, "events.jsonl")
+    r = run(["--nproc_per_node", "2", "--hang-timeout", "4", "--hang-startup-timeout", "30",
+             "--events", events, script], timeout=60)
+    assert r.rc == 0, r
+    assert not [e for e in read_events(events) if e["event"] == "hang"], r
+
+
 def test_restarts_stop_when_they_reach_no_new_step(tmp):
     events = os.path.join(tmp, "events.jsonl")
     r = run(["--max-restarts", "10", "--no-progress-restarts", "2", "--events", events,

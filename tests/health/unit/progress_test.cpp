@@ -25,7 +25,7 @@ TEST_CASE("nothing but the start: hung exactly at the timeout, every rank a susp
   CHECK(next_hang_check(p, {5s, 0s}) == t0 + 5s);
 }
 
-TEST_CASE("the startup timeout applies until the attempt's first progress") {
+TEST_CASE("the startup timeout applies until every rank's first progress") {
   ProgressTracker p;
   p.start_attempt({0, 1}, t0);
   const HangTimeouts t{5s, 60s};
@@ -33,6 +33,8 @@ TEST_CASE("the startup timeout applies until the attempt's first progress") {
   CHECK(next_hang_check(p, t) == t0 + 60s);
   CHECK(judge_hang(p, t, t0 + 60s));
   p.record(1, ProgressSource::Output, t0 + 10s);
+  p.record(0, ProgressSource::Output, t0 + 10s);
+  CHECK(p.job_started());
   CHECK(next_hang_check(p, t) == t0 + 15s);
   CHECK(judge_hang(p, t, t0 + 15s));
   // A steady timeout longer than the startup one wins.
@@ -196,12 +198,14 @@ TEST_CASE("multi-node: progress on another node keeps a silent node from a verdi
   CHECK(v->oldest_first == std::vector<size_t>{0, 1});  // the suspects are local ranks
 }
 
-TEST_CASE("multi-node: progress elsewhere ends the startup timeout, local progress still counts") {
+TEST_CASE("multi-node: once all started, progress elsewhere and local progress both count") {
   ProgressTracker p;
-  p.start_attempt({0}, t0);
+  p.start_attempt({0}, t0, /*other_nodes=*/true);
   const HangTimeouts t{5s, 60s};
   CHECK(next_hang_check(p, t) == t0 + 60s);
-  p.record_elsewhere(t0 + 2s, std::nullopt);
+  p.record(0, ProgressSource::Output, t0 + 1s);
+  CHECK(next_hang_check(p, t) == t0 + 60s);  // the other node's ranks have not started
+  p.record_elsewhere(t0 + 2s, std::nullopt, /*others_started=*/true);
   CHECK(next_hang_check(p, t) == t0 + 7s);  // the job progressed: --hang-timeout applies
   p.record(0, ProgressSource::Heartbeat, t0 + 6s, 3);
   CHECK(next_hang_check(p, t) == t0 + 11s);  // the later of the two
@@ -227,4 +231,95 @@ TEST_CASE("multi-node: the job's best step includes the other nodes'; a new atte
   p.record_elsewhere(t0 + 11s, 12);
   CHECK_FALSE(policy.attempt_failed(p.job_best_step()));  // 12: a new best somewhere
   CHECK(policy.attempt_failed(p.job_best_step()));        // still 12: did not help
+}
+
+// docs/reliability.md "Zygote faults": ranks that start at very different speeds. Before the
+// fix the startup timeout ended at the attempt's first progress anywhere: (a), (b) and (c) fail
+// on that rule (a verdict at t0 + 21 s / 22 s); (d) passes on both (the steady rule is unchanged).
+TEST_CASE("startup: a slow rank keeps the startup timeout until its first progress (a)") {
+  ProgressTracker p;
+  p.start_attempt({0, 1}, t0);
+  const HangTimeouts t{20s, 60s};
+  p.record(0, ProgressSource::Output, t0 + 1s);  // then blocks in a collective, waiting for 1
+  CHECK_FALSE(p.job_started());
+  CHECK(next_hang_check(p, t) == t0 + 60s);
+  CHECK_FALSE(judge_hang(p, t, t0 + 21s));
+  CHECK_FALSE(judge_hang(p, t, t0 + 24900ms));
+  p.record(1, ProgressSource::Output, t0 + 25s);  // torch imported at last
+  CHECK(p.job_started());
+  CHECK(next_hang_check(p, t) == t0 + 45s);
+  CHECK_FALSE(judge_hang(p, t, t0 + 44s));
+  CHECK(judge_hang(p, t, t0 + 45s));
+}
+
+TEST_CASE("startup: a rank that never progresses is judged at the startup timeout (b)") {
+  ProgressTracker p;
+  p.start_attempt({0, 1}, t0);
+  const HangTimeouts t{20s, 60s};
+  p.record(0, ProgressSource::Output, t0 + 1s);
+  CHECK_FALSE(judge_hang(p, t, t0 + 30s));
+  CHECK_FALSE(judge_hang(p, t, t0 + 59900ms));
+  CHECK(next_hang_check(p, t) == t0 + 60s);
+  auto v = judge_hang(p, t, t0 + 60s);
+  REQUIRE(v);
+  CHECK(v->before_all_started);
+  CHECK(v->idle == 59s);
+  CHECK(v->oldest_first.front() == 1);  // the one that never started is the first suspect
+  // A rank that prints nothing while another one logs on: never "started", never hung, the
+  // steady timeout judges the job after the startup timeout.
+  ProgressTracker q;
+  q.start_attempt({0, 1}, t0);
+  for (int i = 1; i <= 30; ++i) {
+    q.record(0, ProgressSource::Output, t0 + i * 5s);
+    CHECK_FALSE(judge_hang(q, t, t0 + i * 5s + 4s));
+  }
+  CHECK(judge_hang(q, t, t0 + 170s));
+}
+
+TEST_CASE("startup: multi-node, the others' published all_started flag (c)") {
+  ProgressTracker p;
+  p.start_attempt({0, 1}, t0, /*other_nodes=*/true);
+  const HangTimeouts t{20s, 60s};
+  p.record(0, ProgressSource::Output, t0 + 1s);
+  p.record(1, ProgressSource::Output, t0 + 1s);
+  CHECK(p.local_ranks_started());
+  CHECK_FALSE(p.job_started());  // nothing heard from the other node yet
+  // The other node's fast ranks progress; its slow ones (exec'd after a zygote fault) have not.
+  p.record_elsewhere(t0 + 2s, std::nullopt, /*others_started=*/false);
+  CHECK_FALSE(judge_hang(p, t, t0 + 22s));
+  CHECK_FALSE(judge_hang(p, t, t0 + 40s));
+  CHECK(next_hang_check(p, t) == t0 + 60s);
+  p.record_elsewhere(t0 + 41s, std::nullopt, /*others_started=*/true);  // the slow ones too
+  CHECK(p.job_started());
+  CHECK(next_hang_check(p, t) == t0 + 61s);
+  CHECK_FALSE(judge_hang(p, t, t0 + 60s));
+  CHECK(judge_hang(p, t, t0 + 61s));
+  // A node that never says so is bounded by the startup timeout like a local rank.
+  ProgressTracker q;
+  q.start_attempt({0}, t0, true);
+  q.record(0, ProgressSource::Output, t0 + 1s);
+  q.record_elsewhere(t0 + 2s, std::nullopt, false);
+  CHECK_FALSE(judge_hang(q, t, t0 + 59s));
+  CHECK(judge_hang(q, t, t0 + 60s));
+}
+
+TEST_CASE("startup: once every rank started, the normal timeout applies (d)") {
+  ProgressTracker p;
+  p.start_attempt({0, 1}, t0);
+  const HangTimeouts t{20s, 60s};
+  p.record(0, ProgressSource::Output, t0 + 1s);
+  p.record(1, ProgressSource::Output, t0 + 2s);
+  CHECK(p.job_started());
+  CHECK(next_hang_check(p, t) == t0 + 22s);
+  CHECK_FALSE(judge_hang(p, t, t0 + 21s));
+  auto v = judge_hang(p, t, t0 + 22s);
+  REQUIRE(v);
+  CHECK_FALSE(v->before_all_started);
+  // A rank that exited counts as started (the live ones are what matters).
+  ProgressTracker q;
+  q.start_attempt({0, 1}, t0);
+  q.record(0, ProgressSource::Output, t0 + 1s);
+  q.record_exit(1, t0 + 2s);
+  CHECK(q.job_started());
+  CHECK(judge_hang(q, t, t0 + 22s));
 }
