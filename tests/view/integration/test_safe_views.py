@@ -32,13 +32,15 @@ marker = sys.argv[1]
 if rank == 1:
     sys.stdout.write("raw " + H + "\n")  # the worker's own line: passed on byte for byte
     sys.stdout.flush()
+    open(marker + ".rank1", "w").close()  # rank 0 fails only after this line is out
     time.sleep(60)
     sys.exit(0)
 with open(os.environ["TORCHELASTIC_ERROR_FILE"], "w") as f:
     json.dump({"message": {"message": "boom " + H,
                            "extraInfo": {"py_callstack": "Traceback " + H, "timestamp": "1"}}}, f)
 deadline = time.monotonic() + 60
-while not os.path.exists(marker) and time.monotonic() < deadline:
+while not (os.path.exists(marker) and os.path.exists(marker + ".rank1")) and \
+        time.monotonic() < deadline:
     time.sleep(0.05)
 with open(os.environ["TORCHELASTIC_TIMER_FILE"], "w") as pipe:
     pipe.write(json.dumps({"version": 1, "pid": os.getpid(), "scope_id": "scope " + H,
