@@ -367,6 +367,10 @@ std::string EtcdClient::post_once(const char* path, const std::string& body,
   // loaded machine): the timeout would hide what the user must fix.
   std::string tls_error;
   bool etcd_answered = false;  // some member is etcd and said "not now" (no leader, busy)
+  // Each member's last answer that was a failure (HTTP 503, not a gateway...): the deadline can
+  // cut the last try short on a loaded machine, and "no answer in time" alone would hide what
+  // the members said before.
+  std::vector<std::string> answered(members);
   std::string oversized;  // a member's reply was over kMaxReplyBytes: the line naming the bound
   std::vector<bool> oversized_members(members);
   // Each member gets a share of the deadline, so that one that hangs (cut off from the leader,
@@ -420,6 +424,7 @@ std::string EtcdClient::post_once(const char* path, const std::string& body,
       }
       etcd_answered = etcd_answered || verdict.etcd_answered;
       last_error = fmt::format("{}: {}", at.name(), verdict.line);
+      answered[current_ % members] = last_error;
       c.close();  // the next try goes to another member, on a connection of its own
     } catch (const EtcdProtocolError&) {
       throw;
@@ -458,6 +463,9 @@ std::string EtcdClient::post_once(const char* path, const std::string& body,
         fmt::format("TLS with etcd at {} failed ({})", describe(options_.endpoints), tls_error));
   }
   if (!oversized.empty()) throw EtcdProtocolError(oversized);
+  for (const auto& line : answered) {
+    if (!line.empty() && line != last_error) last_error += "; before: " + line;
+  }
   throw EtcdUnavailable(
       fmt::format("etcd at {} did not answer within {:.3g} s ({})", describe(options_.endpoints),
                   options_.timeout.count() / 1000.0, last_error),
