@@ -60,6 +60,18 @@ def get(url, host=None, timeout=5):
         return e.code, e.read().decode()
 
 
+def status_port(events):
+    """The status endpoint's port, from the job's `status` event (waited for, 30 s)."""
+    port = []
+
+    def ready():
+        if os.path.exists(events):
+            port[:] = [e["port"] for e in read_events(events) if e["event"] == "status"]
+        return bool(port)
+    wait_until(ready, 30, "the status event")
+    return port[0]
+
+
 def raw_controls(text):
     return [c for c in set(text) if c in "\x1b\x07\x9b"]
 
@@ -74,13 +86,7 @@ def test_job_text_never_reaches_a_terminal_raw_and_the_end_stays_served(tmp):
                   "--status-linger", "60", "--events", events, job, marker],
                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        port = []
-
-        def ready():
-            if os.path.exists(events):
-                port[:] = [e["port"] for e in read_events(events) if e["event"] == "status"]
-            return bool(port)
-        wait_until(ready, 30, "the status event")
+        port = [status_port(events)]
         base = f"http://127.0.0.1:{port[0]}"
         # DNS rebinding: a page of another name resolved to 127.0.0.1 gets nothing.
         code, body = get(base + "/status", host=f"attacker.example:{port[0]}")
@@ -164,13 +170,7 @@ def test_a_signal_to_ddprun_skips_the_linger(tmp):
     proc = start(["--nproc-per-node", "1", "--status-port", "0", "--status-linger", "30",
                   "--events", events, job], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        port = []
-
-        def ready():
-            if os.path.exists(events):
-                port[:] = [e["port"] for e in read_events(events) if e["event"] == "status"]
-            return bool(port)
-        wait_until(ready, 30, "the status event")
+        port = [status_port(events)]
         assert get(f"http://127.0.0.1:{port[0]}/status")[0] == 200  # a viewer: linger armed
         t0 = time.monotonic()
         proc.send_signal(signal.SIGTERM)
@@ -209,13 +209,7 @@ def test_top_suspended_with_ctrl_z_gives_the_terminal_back(tmp):
                   "--events", events, job])
     tmux = f"ddprun-safe-{os.getpid()}"
     try:
-        port = []
-
-        def ready():
-            if os.path.exists(events):
-                port[:] = [e["port"] for e in read_events(events) if e["event"] == "status"]
-            return bool(port)
-        wait_until(ready, 30, "the status event")
+        port = [status_port(events)]
         subprocess.run(["tmux", "kill-session", "-t", tmux], capture_output=True)
         subprocess.run(["tmux", "new-session", "-d", "-s", tmux, "-x", "200", "-y", "50",
                         "env -i PATH=/usr/bin:/bin TERM=xterm HOME=/tmp bash --norc --noprofile"],
