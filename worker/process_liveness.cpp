@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 #include "ddprun/worker/process_liveness.hpp"
 
+#include "common/host_name.hpp"
+
 #include <signal.h>
 #include <unistd.h>
 
@@ -22,11 +24,7 @@ bool process_is_dead(int pid) {
   return state == 'Z' || state == 'X';
 }
 
-std::string this_host_name() {
-  char name[256] = {};
-  if (::gethostname(name, sizeof name - 1) != 0 || name[0] == '\0') return "localhost";
-  return name;
-}
+std::string this_host_name() { return ddp::host_name(); }
 
 std::string pid_scope() {
   char link[128] = {};

@@ -10,9 +10,9 @@
 #include <stdexcept>
 #include <string_view>
 
+#include "launcher/common/usage_error.hpp"
 #include "launcher/config/did_you_mean.hpp"
 #include "launcher/config/rdzv_conf.hpp"
-#include "launcher/config/usage_error.hpp"
 
 namespace ddp::launcher {
 namespace {

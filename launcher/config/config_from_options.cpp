@@ -7,12 +7,12 @@
 #include <algorithm>
 
 #include <tuple>
+#include "launcher/common/usage_error.hpp"
 #include "launcher/config/cli.hpp"
 #include "launcher/config/cuda_devices.hpp"
 #include "launcher/config/did_you_mean.hpp"
 #include "launcher/config/node_plan.hpp"
 #include "launcher/config/rdzv_conf.hpp"
-#include "launcher/config/usage_error.hpp"
 
 namespace ddp::launcher {
 namespace {

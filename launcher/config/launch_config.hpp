@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "launcher/common/result.hpp"
+#include "launcher/common/value_parsers.hpp"
 #include "launcher/config/numa_binding.hpp"
 #include "launcher/config/raw_options.hpp"
-#include "launcher/config/value_parsers.hpp"
 #include "launcher/health/health_settings.hpp"
 #include "launcher/output/line_prefix.hpp"
 #include "launcher/scheduler/plan.hpp"

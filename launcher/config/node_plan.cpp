@@ -3,8 +3,8 @@
 
 #include <fmt/format.h>
 
-#include "launcher/config/usage_error.hpp"
-#include "launcher/config/value_parsers.hpp"
+#include "launcher/common/usage_error.hpp"
+#include "launcher/common/value_parsers.hpp"
 
 namespace ddp::launcher {
 std::string scheduler_choice(const RawOptions& raw) {

@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <charconv>
 
-#include "launcher/config/usage_error.hpp"
+#include "launcher/common/usage_error.hpp"
 
 namespace ddp::launcher {
 Result<std::vector<NumaPlacement>> plan_numa_binding(std::string_view mode,

@@ -10,7 +10,7 @@
 #include <fstream>
 
 #include "common/exit_codes.hpp"
-#include "launcher/config/value_parsers.hpp"
+#include "launcher/common/value_parsers.hpp"
 
 namespace ddp::launcher {
 

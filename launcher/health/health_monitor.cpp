@@ -18,10 +18,10 @@
 
 #include "common/exit_codes.hpp"
 
-#include "launcher/run/failure_report.hpp"
+#include "launcher/common/utc_time.hpp"
 
+#include "launcher/health/dashboard_page.hpp"
 #include "launcher/health/prometheus_text.hpp"
-#include "launcher/view/dashboard_page.hpp"
 #include "rendezvous/json_text.hpp"
 
 namespace ddp::launcher::health {
@@ -616,7 +616,7 @@ HttpAnswer HealthMonitor::answer(const std::string& target) const {
     return {200, "text/plain; version=0.0.4; charset=utf-8", metrics_text()};
   if (target == "/" || target == "/index.html") {
     viewed_ = true;
-    return {200, "text/html; charset=utf-8", std::string(view::dashboard_page())};
+    return {200, "text/html; charset=utf-8", std::string(dashboard_page())};
   }
   return {404, "text/plain; charset=utf-8", "not found\n"};
 }

@@ -4,7 +4,7 @@
 #include <fmt/format.h>
 
 #include "common/exit_codes.hpp"
-#include "launcher/config/value_parsers.hpp"
+#include "launcher/common/value_parsers.hpp"
 
 namespace ddp::launcher::health {
 

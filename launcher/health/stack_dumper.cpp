@@ -20,7 +20,7 @@
 #include <utility>
 
 #include "common/exit_codes.hpp"
-#include "launcher/run/failure_report.hpp"
+#include "launcher/common/utc_time.hpp"
 
 extern char** environ;
 

@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "launcher/health/status_beacon.hpp"
+
+#include "launcher/common/proc_stat.hpp"
 #include "rendezvous/json_text.hpp"
 
 #include <dirent.h>
@@ -12,7 +14,6 @@
 #include <chrono>
 #include <climits>
 #include <cstdlib>
-#include <fstream>
 #include <tuple>
 
 #include <fmt/format.h>
@@ -40,31 +41,13 @@ bool alive(pid_t pid) { return pid > 0 && (::kill(pid, 0) == 0 || errno == EPERM
 }  // namespace
 
 std::optional<unsigned long long> proc_start_time(const std::string& stat) {
-  const auto close = stat.rfind(')');
-  if (close == std::string::npos) return std::nullopt;
-  // After "(comm)": field 3 (state) onwards; starttime is field 22, the 20th of these.
-  size_t at = close + 1;
-  for (int field = 3; field <= 22; ++field) {
-    while (at < stat.size() && stat[at] == ' ') ++at;
-    const size_t end = stat.find(' ', at);
-    if (at >= stat.size()) return std::nullopt;
-    if (field == 22) {
-      const std::string word = stat.substr(at, end == std::string::npos ? end : end - at);
-      if (word.empty() || word.find_first_not_of("0123456789") != std::string::npos)
-        return std::nullopt;
-      return std::stoull(word);
-    }
-    if (end == std::string::npos) return std::nullopt;
-    at = end;
-  }
-  return std::nullopt;
+  ProcStat parsed;
+  return parse_proc_stat(stat.c_str(), parsed) ? parsed.start_time : std::nullopt;
 }
 
 std::optional<unsigned long long> process_start_time(pid_t pid) {
-  std::ifstream in(fmt::format("/proc/{}/stat", pid));
-  std::string text;
-  if (!in || !std::getline(in, text)) return std::nullopt;
-  return proc_start_time(text);
+  ProcStat stat;
+  return read_proc_stat(pid, stat) ? stat.start_time : std::nullopt;
 }
 
 std::string status_beacon_dir() {

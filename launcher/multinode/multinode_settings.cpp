@@ -8,8 +8,8 @@
 #include <stdexcept>
 
 #include "common/exit_codes.hpp"
+#include "launcher/common/value_parsers.hpp"
 #include "launcher/config/rdzv_conf.hpp"
-#include "launcher/config/value_parsers.hpp"
 #include "rendezvous/etcd/etcd_client.hpp"
 
 namespace ddp::launcher {

@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "launcher/common/result.hpp"
+#include "launcher/common/value_parsers.hpp"
 #include "launcher/config/launch_config.hpp"
 #include "launcher/config/rdzv_settings.hpp"
-#include "launcher/config/value_parsers.hpp"
 #include "rendezvous/rank_assignment.hpp"
 
 namespace ddp::launcher {

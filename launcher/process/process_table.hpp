@@ -8,6 +8,8 @@
 
 #include <vector>
 
+#include "launcher/common/proc_stat.hpp"  // ProcStat, read_proc_stat: the /proc reader they use
+
 namespace ddp::launcher {
 
 /// PR_SET_CHILD_SUBREAPER: orphaned descendants are re-parented to ddprun instead of init, so
@@ -28,18 +30,5 @@ std::vector<pid_t> list_children();
 
 /// Sends `sig` to process group `pgid`; falls back to the process itself if the group is gone.
 void signal_group(pid_t pgid, int sig);
-
-/// /proc/<pid>/stat fields ddprun needs; parsed from the text so that it can be unit-tested.
-struct ProcStat {
-  pid_t pid = 0;
-  char state = '?';
-  pid_t ppid = 0;
-  pid_t pgrp = 0;
-  pid_t session = 0;
-};
-/// Parses one /proc/<pid>/stat line (the command name may contain spaces and parentheses).
-bool parse_proc_stat(const char* text, ProcStat& out);
-/// Reads /proc/<pid>/stat; false when the process is gone.
-bool read_proc_stat(pid_t pid, ProcStat& out);
 
 }  // namespace ddp::launcher

@@ -16,19 +16,6 @@
 
 namespace ddp::launcher {
 
-bool read_proc_stat(pid_t pid, ProcStat& out) {
-  char path[64];
-  std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
-  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  char buf[1024];
-  ssize_t n = ::read(fd, buf, sizeof buf - 1);
-  ::close(fd);
-  if (n <= 0) return false;
-  buf[n] = '\0';
-  return parse_proc_stat(buf, out);
-}
-
 bool become_child_subreaper() { return ::prctl(PR_SET_CHILD_SUBREAPER, 1) == 0; }
 
 std::vector<ReapedChild> reap_exited_children() {
@@ -44,21 +31,6 @@ std::vector<ReapedChild> reap_exited_children() {
     break;  // 0: children left but none exited; ECHILD: no children
   }
   return out;
-}
-
-bool parse_proc_stat(const char* text, ProcStat& out) {
-  // "pid (comm) S ppid pgrp ..."; comm may contain ") ", so take the last ')'.
-  const char* close = std::strrchr(text, ')');
-  if (!close) return false;
-  out.pid = static_cast<pid_t>(std::strtol(text, nullptr, 10));
-  int ppid = 0, pgrp = 0, session = 0;
-  char state = '?';
-  if (std::sscanf(close + 1, " %c %d %d %d", &state, &ppid, &pgrp, &session) != 4) return false;
-  out.state = state;
-  out.ppid = ppid;
-  out.pgrp = pgrp;
-  out.session = session;
-  return true;
 }
 
 namespace {

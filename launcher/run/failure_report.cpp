@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "launcher/run/failure_report.hpp"
 #include "launcher/common/terminal_text.hpp"
+#include "launcher/common/utc_time.hpp"
 #include "rendezvous/json_text.hpp"
 
 #include <fmt/format.h>
@@ -138,17 +139,6 @@ std::optional<ErrorFileInfo> parse_error_file(const std::string& json_text, std:
   }
   if (info.timestamp.empty()) info.timestamp = string_field(j, "timestamp");
   return info;
-}
-
-std::string format_utc(std::chrono::system_clock::time_point t) {
-  auto secs = std::chrono::system_clock::to_time_t(t);
-  auto ms =
-      std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count() % 1000;
-  std::tm tm{};
-  gmtime_r(&secs, &tm);
-  char buf[64];
-  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", &tm);
-  return fmt::format("{}.{:03d} UTC", buf, static_cast<int>(ms));
 }
 
 std::string format_error_time(const std::string& timestamp) {

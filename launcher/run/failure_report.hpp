@@ -76,7 +76,4 @@ std::string format_failure_summary(const RunSummaryInput& input);
 /// time, "2026-11-30T10:01:02+0100"; anything else as it is.
 std::string format_error_time(const std::string& timestamp);
 
-/// "2026-11-30 10:01:02.345 UTC".
-std::string format_utc(std::chrono::system_clock::time_point t);
-
 }  // namespace ddp::launcher

@@ -6,8 +6,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "launcher/common/value_parsers.hpp"
 #include "launcher/config/cuda_devices.hpp"
-#include "launcher/config/value_parsers.hpp"
 
 using namespace ddp::launcher;
 

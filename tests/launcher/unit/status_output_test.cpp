@@ -177,6 +177,23 @@ TEST_CASE("/proc/<pid>/stat: a command name that looks like the fields after it"
   CHECK_FALSE(parse_proc_stat("", st));
 }
 
+TEST_CASE("/proc/<pid>/stat: the start time (field 22) names one process; a short line has none") {
+  // The status beacon tells a live ddprun from a reused pid by it: the same reader as supervision.
+  ProcStat st;
+  REQUIRE(
+      parse_proc_stat("4242 (a) b) c) S 1 4242 4242 0 -1 4194560 1 2 3 4 5 6 7 8 20 0 1 0 "
+                      "987654 1000 10\n",
+                      st));
+  CHECK(st.state == 'S');
+  REQUIRE(st.start_time.has_value());
+  CHECK(*st.start_time == 987654ULL);
+  REQUIRE(parse_proc_stat("1234 (x) S 77 1234 1234 0 -1", st));
+  CHECK_FALSE(st.start_time.has_value());
+  ProcStat self;
+  REQUIRE(read_proc_stat(::getpid(), self));
+  CHECK(self.start_time.value_or(0) > 0);
+}
+
 TEST_CASE("read_proc_stat reads a live process and says false for one that is gone") {
   ProcStat self;
   REQUIRE(read_proc_stat(::getpid(), self));

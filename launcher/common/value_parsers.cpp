@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-#include "launcher/config/value_parsers.hpp"
+#include "launcher/common/value_parsers.hpp"
 
 #include <fmt/format.h>
 #include <cctype>
@@ -7,7 +7,7 @@
 #include <cmath>
 #include <vector>
 
-#include "launcher/config/usage_error.hpp"
+#include "launcher/common/usage_error.hpp"
 
 namespace ddp::launcher {
 namespace {
