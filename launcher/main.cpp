@@ -7,8 +7,12 @@
 
 #include <cstdlib>
 #include <exception>
+#include <optional>
 #include <random>
+#include <string>
+#include <string_view>
 #include <thread>
+#include <vector>
 
 #include "common/exit_codes.hpp"
 #include "common/host_name.hpp"
@@ -70,58 +74,37 @@ int print_env_detect(const RawOptions& raw) {
   return exit_codes::kSuccess;
 }
 
-int run_main(int argc, char** argv) {
-  // A closed stdout (ddprun ... | head) must not kill the supervisor; writes report EPIPE instead.
-  ::signal(SIGPIPE, SIG_IGN);
-  // The hosted store, the status port and the workers' pipes need descriptors; the workers keep
-  // the limit they would have had.
-  if (auto before = ddp::rdzv::raise_fd_limit()) set_worker_fd_soft_limit(*before);
-
-  // `ddprun top` and `ddprun report` look at a job instead of running one (docs/health.md).
-  if (argc > 1) {
-    const std::string_view first = argv[1];
-    const std::vector<std::string> rest(argv + 2, argv + argc);
-    if (first == "top") return view::run_top(rest);
-    if (first == "report") return view::run_report(rest);
-    // `ddprun help [top|report]`: what `--help` prints (git's and pip's habit).
-    if (first == "help") {
-      if (!rest.empty() && rest.front() == "top") return view::run_top({"--help"});
-      if (!rest.empty() && rest.front() == "report") return view::run_report({"--help"});
-      if (!rest.empty()) {
-        return fail(Error{exit_codes::kUsage,
-                          fmt::format("help: no command '{}' (try: ddprun help, ddprun help top, "
-                                      "ddprun help report)",
-                                      rest.front())});
-      }
-      auto help = parse_command_line({"--help"});
-      return help ? help->exit_code : fail(help.error());
-    }
+/// `ddprun top`, `ddprun report` and `ddprun help`, which look at a job instead of running one
+/// (docs/health.md); nothing when argv names none of them.
+std::optional<int> run_subcommand(int argc, char** argv) {
+  if (argc <= 1) return std::nullopt;
+  const std::string_view first = argv[1];
+  const std::vector<std::string> rest(argv + 2, argv + argc);
+  if (first == "top") return view::run_top(rest);
+  if (first == "report") return view::run_report(rest);
+  // `ddprun help [top|report]`: what `--help` prints (git's and pip's habit).
+  if (first != "help") return std::nullopt;
+  if (!rest.empty() && rest.front() == "top") return view::run_top({"--help"});
+  if (!rest.empty() && rest.front() == "report") return view::run_report({"--help"});
+  if (!rest.empty()) {
+    return fail(Error{exit_codes::kUsage,
+                      fmt::format("help: no command '{}' (try: ddprun help, ddprun help top, "
+                                  "ddprun help report)",
+                                  rest.front())});
   }
+  auto help = parse_command_line({"--help"});
+  return help ? help->exit_code : fail(help.error());
+}
 
-  auto parsed = parse_command_line(std::vector<std::string>(argv + 1, argv + argc));
-  if (!parsed) return fail(parsed.error());
-  scrub_secrets_from_proc(argc, argv, argc - 1 - parsed->raw.program_and_args.size());
-  if (parsed->exit_now) return parsed->exit_code;
-  if (parsed->raw.store_only) {
-    if (!parsed->raw.program_and_args.empty()) {
-      const std::string& first = parsed->raw.program_and_args.front();
-      if (first.size() > 1 && first[0] == '-') {  // e.g. the retired --follow
-        return fail(Error{exit_codes::kUsage, "--store-only: " + unknown_option_message(first)});
-      }
-      return fail(Error{exit_codes::kUsage, "--store-only takes no program"});
-    }
-    return run_store_only(parsed->raw);
-  }
-  if (parsed->raw.print_env_detect) return print_env_detect(parsed->raw);
-
+/// What config_from_options needs to know about this machine and environment.
+HostFacts host_facts(const RawOptions& raw) {
   HostFacts host;
   host.cuda_visible_devices = env_value("CUDA_VISIBLE_DEVICES");
   // Listing /dev costs milliseconds; only gpu/auto, --bind-gpu, --virtual-local-rank and
   // --numa-binding need the driver's count.
-  const auto& nproc = parsed->raw.nproc_per_node;
-  if (!host.cuda_visible_devices &&
-      (nproc == "gpu" || nproc == "auto" || parsed->raw.bind_gpu ||
-       parsed->raw.virtual_local_rank || !parsed->raw.numa_binding.empty())) {
+  const auto& nproc = raw.nproc_per_node;
+  if (!host.cuda_visible_devices && (nproc == "gpu" || nproc == "auto" || raw.bind_gpu ||
+                                     raw.virtual_local_rank || !raw.numa_binding.empty())) {
     host.driver_gpu_count = count_driver_gpus();
   }
   host.cpu_count = static_cast<int>(std::thread::hardware_concurrency());
@@ -133,7 +116,12 @@ int run_main(int argc, char** argv) {
   host.omp_num_threads_set = env_value("OMP_NUM_THREADS").has_value();
   host.fresh_run_id = fresh_run_id();
   host.environment = current_environment();
-  auto configured = config_from_options(parsed->raw, host);
+  return host;
+}
+
+/// Validates the flags against this machine, then runs the job (or prints the dry run).
+int run_job(const RawOptions& raw) {
+  auto configured = config_from_options(raw, host_facts(raw));
   if (!configured) return fail(configured.error());
   LaunchConfig& config = configured->config;
   if (configured->master_needs_resolving) {  // a scheduler's node name: DNS, else Slurm NodeAddr
@@ -184,6 +172,33 @@ int run_main(int argc, char** argv) {
   Agent agent(AgentSetup{config, executable.value(), worker_args, std::move(parent_env),
                          ddp::host_name(), master_port, plan_store(config), multinode});
   return agent.run();
+}
+
+int run_main(int argc, char** argv) {
+  // A closed stdout (ddprun ... | head) must not kill the supervisor; writes report EPIPE instead.
+  ::signal(SIGPIPE, SIG_IGN);
+  // The hosted store, the status port and the workers' pipes need descriptors; the workers keep
+  // the limit they would have had.
+  if (auto before = ddp::rdzv::raise_fd_limit()) set_worker_fd_soft_limit(*before);
+  if (auto code = run_subcommand(argc, argv)) return *code;
+
+  auto parsed = parse_command_line(std::vector<std::string>(argv + 1, argv + argc));
+  if (!parsed) return fail(parsed.error());
+  scrub_secrets_from_proc(argc, argv, argc - 1 - parsed->raw.program_and_args.size());
+  if (parsed->exit_now) return parsed->exit_code;
+  if (parsed->raw.store_only) {
+    if (!parsed->raw.program_and_args.empty()) {
+      const std::string& first = parsed->raw.program_and_args.front();
+      if (first.size() > 1 && first[0] == '-') {  // e.g. the retired --follow
+        return fail(Error{exit_codes::kUsage, "--store-only: " + unknown_option_message(first)});
+      }
+      return fail(Error{exit_codes::kUsage, "--store-only takes no program"});
+    }
+    return run_store_only(parsed->raw);
+  }
+  if (parsed->raw.print_env_detect) return print_env_detect(parsed->raw);
+
+  return run_job(parsed->raw);
 }
 
 }  // namespace

@@ -124,12 +124,8 @@ Result<ProgramKind> resolve_program_kind(const RawOptions& raw) {
   return ends_with(program, ".py") ? ProgramKind::PythonScript : ProgramKind::Executable;
 }
 
-}  // namespace
-
-Result<ConfiguredLaunch> config_from_options(const RawOptions& raw, const HostFacts& host) {
-  ConfiguredLaunch out;
-  LaunchConfig& c = out.config;
-
+/// The program and how to start it: kind, arguments, interpreter, --preload.
+Result<Ok> configure_program(const RawOptions& raw, const HostFacts& host, LaunchConfig& c) {
   // The program: with a prefix command, an unknown option lands here as the "program".
   if (raw.program_and_args.empty())
     return usage_error("no program given (usage: ddprun [options] PROGRAM [ARGS...])");
@@ -163,14 +159,12 @@ Result<ConfiguredLaunch> config_from_options(const RawOptions& raw, const HostFa
     c.preload_timeout = std::chrono::milliseconds(static_cast<long long>(*seconds * 1000.0));
   }
 
-  // Nodes: typed flags > PET_* > the scheduler's environment > ddprun's defaults.
-  auto plan = plan_launch_nodes(raw, host.environment);
-  if (!plan) return plan.error();
-  const scheduler::NodeSettings& nodes = plan->settings;
-  if (nodes.nnodes) c.nnodes = NodeRange{nodes.nnodes->value.min, nodes.nnodes->value.max};
-  if (nodes.node_rank) c.node_rank = nodes.node_rank->value;
-  for (const auto& note : nodes.notes) out.notices.push_back(fmt::format("note: {}", note));
+  return Ok{};
+}
 
+/// Processes per node against the visible GPUs.
+Result<Ok> configure_gpus(const RawOptions& raw, const HostFacts& host, ConfiguredLaunch& out) {
+  LaunchConfig& c = out.config;
   c.gpus = visible_gpus(host.cuda_visible_devices, host.driver_gpu_count);
   auto nproc = resolve_nproc(raw.nproc_per_node, c.gpus, host);
   if (!nproc) return nproc.error();
@@ -187,7 +181,13 @@ Result<ConfiguredLaunch> config_from_options(const RawOptions& raw, const HostFa
   c.bind_gpu = raw.bind_gpu;
   if (c.bind_gpu && c.gpus.empty()) return usage_error("--bind-gpu: no GPU is visible");
 
-  // Rendezvous and the master address.
+  return Ok{};
+}
+
+/// The rendezvous backend, --rdzv_conf (one table: rdzv_conf.hpp), the elastic flags that spell its
+/// keys, --exclude-hosts.
+Result<Ok> configure_rdzv_conf(const RawOptions& raw, ConfiguredLaunch& out) {
+  LaunchConfig& c = out.config;
   c.rdzv_backend = raw.rdzv_backend;
   static const std::set<std::string> kBackends{"static", "c10d", "etcd", "etcd-v2"};
   if (!kBackends.count(c.rdzv_backend)) {
@@ -228,6 +228,13 @@ Result<ConfiguredLaunch> config_from_options(const RawOptions& raw, const HostFa
     c.exclude_hosts.push_back(std::move(host));
     at = comma + 1;
   }
+  return Ok{};
+}
+
+/// The job id, the endpoint, the master address and port, the store proxy and --standalone.
+Result<Ok> configure_rendezvous(const RawOptions& raw, const HostFacts& host,
+                                const scheduler::NodeSettings& nodes, ConfiguredLaunch& out) {
+  LaunchConfig& c = out.config;
   c.run_id = nodes.rdzv_id ? nodes.rdzv_id->value : "none";
   c.run_id_given = nodes.rdzv_id.has_value();
   c.rdzv_endpoint = raw.rdzv_endpoint;
@@ -294,8 +301,11 @@ Result<ConfiguredLaunch> config_from_options(const RawOptions& raw, const HostFa
   }
   out.master_needs_resolving =
       c.multi_node() && scheduler_master && c.master_addr == nodes.master_addr->value;
-  out.node_plan = std::move(*plan);
+  return Ok{};
+}
 
+/// Restarts, grace, signals.
+Result<Ok> configure_supervision(const RawOptions& raw, const HostFacts& host, LaunchConfig& c) {
   // Supervision.
   auto restarts = parse_integer("--max_restarts", raw.max_restarts, 0, 1'000'000);
   if (!restarts) return restarts.error();
@@ -325,6 +335,11 @@ Result<ConfiguredLaunch> config_from_options(const RawOptions& raw, const HostFa
   if (!stop_signals) return stop_signals.error();
   c.stop_signals = *stop_signals;
 
+  return Ok{};
+}
+
+/// torchrun's plugin flags (defaults only), NUMA binding, virtual local ranks.
+Result<Ok> configure_placement(const RawOptions& raw, const HostFacts& host, LaunchConfig& c) {
   // torchrun's Python plugins: ddprun has no plugin loader, so only their defaults are accepted.
   if (!raw.logs_specs.empty() && raw.logs_specs != "default") {
     return usage_error(
@@ -358,6 +373,12 @@ Result<ConfiguredLaunch> config_from_options(const RawOptions& raw, const HostFa
                     c.nproc_per_node, *host.cuda_visible_devices, c.gpus.size()));
   }
 
+  return Ok{};
+}
+
+/// Logs, console filters, events, line prefixes, colour, health, OMP_NUM_THREADS.
+Result<Ok> configure_output(const RawOptions& raw, const HostFacts& host, ConfiguredLaunch& out) {
+  LaunchConfig& c = out.config;
   // Output.
   c.log_dir = raw.log_dir;
   auto redirects = parse_stream_spec("--redirects", raw.redirects);
@@ -413,6 +434,29 @@ Result<ConfiguredLaunch> config_from_options(const RawOptions& raw, const HostFa
         "setting OMP_NUM_THREADS=1 for each worker (it was unset and nproc_per_node > 1); "
         "set it yourself to tune");
   }
+  return Ok{};
+}
+
+}  // namespace
+
+Result<ConfiguredLaunch> config_from_options(const RawOptions& raw, const HostFacts& host) {
+  ConfiguredLaunch out;
+  if (auto ok = configure_program(raw, host, out.config); !ok) return ok.error();
+  // Nodes: typed flags > PET_* > the scheduler's environment > ddprun's defaults.
+  auto plan = plan_launch_nodes(raw, host.environment);
+  if (!plan) return plan.error();
+  const scheduler::NodeSettings& nodes = plan->settings;
+  if (nodes.nnodes) out.config.nnodes = NodeRange{nodes.nnodes->value.min, nodes.nnodes->value.max};
+  if (nodes.node_rank) out.config.node_rank = nodes.node_rank->value;
+  for (const auto& note : nodes.notes) out.notices.push_back(fmt::format("note: {}", note));
+
+  if (auto ok = configure_gpus(raw, host, out); !ok) return ok.error();
+  if (auto ok = configure_rdzv_conf(raw, out); !ok) return ok.error();
+  if (auto ok = configure_rendezvous(raw, host, nodes, out); !ok) return ok.error();
+  out.node_plan = std::move(*plan);
+  if (auto ok = configure_supervision(raw, host, out.config); !ok) return ok.error();
+  if (auto ok = configure_placement(raw, host, out.config); !ok) return ok.error();
+  if (auto ok = configure_output(raw, host, out); !ok) return ok.error();
   return out;
 }
 
