@@ -9,6 +9,13 @@ JOBS="${DDPRUN_JOBS:-$(nproc)}"
 # units of several targets better than make (docs/packaging.md#the-first-run).
 if command -v ninja >/dev/null; then export CMAKE_GENERATOR="${CMAKE_GENERATOR:-Ninja}"; fi
 # Given on every run: a build/ that scripts/demo.sh configured without tests gets them here.
+# Through ccache when it is installed (scripts/setup.sh installs it): the packaging tests' builds
+# take the same launcher, and a machine that keeps its cache (CI's, a developer's) recompiles
+# only what changed, whatever the build directory.
+launcher=()
+if command -v ccache >/dev/null; then
+  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
+fi
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DCMAKE_EXPORT_COMPILE_COMMANDS=ON \
-  -DBUILD_TESTING=ON -DDDPRUN_BUILD_BENCH=ON -DDDPRUN_INSTALL_DOCS=ON >/dev/null
+  -DBUILD_TESTING=ON -DDDPRUN_BUILD_BENCH=ON -DDDPRUN_INSTALL_DOCS=ON "${launcher[@]}" >/dev/null
 cmake --build build -j"$JOBS" "$@"

@@ -19,6 +19,7 @@ esac
 # HMAC, TLS to etcd), Debian's LibTorch 1.13 (CPU, Gloo) and the Fashion-MNIST data.
 MINIMAL_DEB_PACKAGES=(
   build-essential cmake ninja-build pkg-config zlib1g-dev
+  ccache  # every build goes through it: a machine that keeps ~/.cache/ccache rebuilds in seconds
   libboost1.81-dev libcli11-dev libfmt-dev nlohmann-json3-dev libssl-dev
   libtorch-dev libgloo-dev
   dataset-fashion-mnist

@@ -25,7 +25,8 @@ if [[ -n "$TORCH2_DIR" && -d "$TORCH2_DIR/Torch" && "${DDPRUN_SKIP_TORCH2:-0}" !
   # skips the GPU probe that fails on a machine without one.
   cmake -S . -B build-torch2 -DCMAKE_BUILD_TYPE=Release -DDDPRUN_TORCH_ONLY=ON \
     -DTorch_DIR="$TORCH2_DIR/Torch" -DCMAKE_PREFIX_PATH="$TORCH2_DIR/../..;$TORCH2_DIR" \
-    -DTORCH_CUDA_ARCH_LIST=9.0 -DDDPRUN_TEST_LAUNCHER="$ROOT/build/bin/ddprun" >/dev/null
+    -DTORCH_CUDA_ARCH_LIST=9.0 -DDDPRUN_TEST_LAUNCHER="$ROOT/build/bin/ddprun" \
+    $(command -v ccache >/dev/null && echo -DCMAKE_CXX_COMPILER_LAUNCHER=ccache) >/dev/null
   cmake --build build-torch2 -j"$JOBS"
 fi
 
