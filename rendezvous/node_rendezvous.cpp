@@ -545,7 +545,13 @@ RendezvousResult join_rendezvous(const StoreClientOptions& store,
       invited.join_timeout = std::max<std::chrono::milliseconds>(
           std::chrono::duration_cast<std::chrono::milliseconds>(deadline - RdzvClock::now()),
           options.last_call_timeout);
-      return join_once(store, invited);
+      // The budgets this node counted include the restart whose round went on without it (the
+      // running nodes counted that one as a membership change): publishing them would overwrite
+      // the job's figures for the round (the last writer wins), so this node only reads them.
+      invited.restarts_used = invited.rescales_used = -1;
+      RendezvousResult result = join_once(store, invited);
+      result.was_pending = true;
+      return result;
     }
   } catch (const StoreAuthError& e) {
     throw RendezvousError(fmt::format("rendezvous '{}': {}", options.run_id, e.what()));

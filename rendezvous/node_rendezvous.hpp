@@ -105,6 +105,10 @@ struct RendezvousResult {
   Assignment assignment;   // every node, in node-rank order
   int restarts_used = -1;  // the job's budgets as published for this round (-1: none were)
   int rescales_used = -1;
+  // Joined by invitation after waiting as pending: the job ran without this node meanwhile, so
+  // the figures above (the running nodes') are the job's, not the ones this node had counted
+  // (it published none for the round it was invited to).
+  bool was_pending = false;
   // The workers' store of this round when the rendezvous chose it (--rdzv_backend etcd: node 0
   // hosts one per attempt); port 0: the job's store as configured.
   std::string master_addr{};

@@ -21,10 +21,14 @@ void ProgressTracker::start_attempt(const std::vector<int>& global_ranks, Clock:
                                     bool other_nodes) {
   attempt_start_ = now;
   others_started_ = !other_nodes;
+  std::vector<std::optional<ProgressSource>> shown(global_ranks.size());
+  for (size_t i = 0; i < global_ranks.size() && i < ranks_.size(); ++i)
+    shown[i] = best_of(ranks_[i]);
   ranks_.assign(global_ranks.size(), Rank{});
   for (size_t i = 0; i < global_ranks.size(); ++i) {
     ranks_[i].rank = global_ranks[i];
     ranks_[i].started = now;
+    ranks_[i].expected = shown[i];
   }
   std::fill(std::begin(seen_), std::end(seen_), false);
   elsewhere_.reset();
@@ -88,10 +92,19 @@ Clock::time_point ProgressTracker::job_last_progress() const {
   return latest;
 }
 
+std::optional<ProgressSource> ProgressTracker::best_of(const Rank& r) {
+  for (size_t s = 0; s < 3; ++s) {
+    if (r.last[s]) return static_cast<ProgressSource>(s);
+  }
+  return std::nullopt;
+}
+
 bool ProgressTracker::local_ranks_started() const {
   return std::all_of(ranks_.begin(), ranks_.end(), [](const Rank& r) {
-    return !r.alive || std::any_of(std::begin(r.last), std::end(r.last),
-                                   [](const auto& t) { return t.has_value(); });
+    if (!r.alive) return true;
+    const auto best = best_of(r);
+    // Sources are ordered best first: the expected one or a better one.
+    return best && (!r.expected || *best <= *r.expected);
   });
 }
 

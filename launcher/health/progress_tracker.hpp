@@ -15,10 +15,15 @@
 /// verdict is job-wide: a node whose ranks print nothing is not hung while another node's ranks
 /// progress.
 ///
-/// Started: a local rank has started once it showed its first progress (any source) in the
-/// attempt; the other nodes' ranks have started once every other node said so in its published
-/// progress (rdzv::NodeProgress::all_started; a node too old to say counts as started on its
-/// first progress). The startup timeout of the hang verdict lasts until the whole job started.
+/// Started: a local rank has started once it showed its first progress in the attempt, of the
+/// best source that local rank showed in the attempt before (any source in a first attempt, or
+/// when it showed none): a rank that sent heartbeats last time has started at its first
+/// heartbeat, not at torch's own warning from init_process_group, which an exec'd rank prints
+/// before its longest quiet phase (importing torch._dynamo on the optimizer's construction, 20+ s
+/// on a loaded machine; seed 36 in docs/reliability.md). The other nodes' ranks have started once
+/// every other node said so in its published progress (rdzv::NodeProgress::all_started; a node
+/// too old to say counts as started on its first progress). The startup timeout of the hang
+/// verdict lasts until the whole job started.
 
 #include <chrono>
 #include <optional>
@@ -42,10 +47,15 @@ class ProgressTracker {
     std::optional<long long> step;       // the last step number a heartbeat carried
     std::optional<long long> best_step;  // the highest
     long long heartbeats = 0;
+    /// The best source this local rank showed in the attempt before (nullopt: none, or the first
+    /// attempt): the source its first progress must have for the rank to count as started.
+    std::optional<ProgressSource> expected;
   };
 
   /// A new attempt: one entry per local rank (its global rank), all starting now. `other_nodes`:
   /// the job has ranks on other nodes too (they have not started until record_elsewhere says so).
+  /// Each local rank keeps, as what its start must show, the best source it showed in the attempt
+  /// that ends here.
   void start_attempt(const std::vector<int>& global_ranks, Clock::time_point now,
                      bool other_nodes = false);
   void record(size_t local_rank, ProgressSource source, Clock::time_point now,
@@ -84,6 +94,9 @@ class ProgressTracker {
   const std::vector<Rank>& ranks() const { return ranks_; }
 
  private:
+  /// The best source a rank showed (nullopt: none).
+  static std::optional<ProgressSource> best_of(const Rank& r);
+
   std::vector<Rank> ranks_;
   bool seen_[3] = {false, false, false};
   std::optional<Clock::time_point> elsewhere_;

@@ -147,8 +147,20 @@ void Agent::on_joined(int attempt, const JobRendezvous::JoinResult& result) {
   attempt = joined.round;
   // The job's budgets, as the nodes that were there before published them: a node that joins
   // later (or rejoins fast after a crash) cannot start them afresh.
-  restarts_used_ = std::max(restarts_used_, joined.restarts_used);
-  rescales_used_ = std::max(rescales_used_, joined.rescales_used);
+  if (joined.was_pending && joined.restarts_used >= 0 && joined.rescales_used >= 0) {
+    // The job ran without this node: its own count holds the restart whose round went on
+    // without it, which the running nodes gave back as a membership change. Keeping it (the
+    // larger figure) left this node one restart short of the others, so it ended the job
+    // (75 on a hang) where they restarted, and took the store it hosts with it (seed 35,
+    // tests/chaos/schedules/pending_store_host_judged_hung.json). Nor is the change its own to
+    // count again: the running nodes did.
+    restarts_used_ = joined.restarts_used;
+    rescales_used_ = joined.rescales_used;
+    restart_from_.reset();
+  } else {
+    restarts_used_ = std::max(restarts_used_, joined.restarts_used);
+    rescales_used_ = std::max(rescales_used_, joined.rescales_used);
+  }
   layout_ = GroupLayout{joined.node_rank, joined.num_nodes, joined.base_rank, joined.world_size};
   round_ = joined;
   lost_nodes_.clear();

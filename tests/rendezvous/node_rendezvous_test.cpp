@@ -477,6 +477,74 @@ TEST_CASE("a late node of an elastic job waits as pending, is seen live and join
   for (auto& f : reform) CHECK(f.get().num_nodes == 3);
 }
 
+TEST_CASE("a pending node reads the job's budgets for the round it is invited to, writes none") {
+  // It counted a restart whose round went on without it (the running nodes gave that one back as
+  // a rescale). Had it published its figures for the round it was invited to, the last writer
+  // would have set the job's count for every node.
+  TestServer server;
+  auto futures = join_all(server, {node("a", 1, -1, 2, 3), node("b", 1, -1, 2, 3)});
+  auto ra = futures[0].get();
+  auto rb = futures[1].get();
+  const auto& r0 = ra.node_rank == 0 ? ra : rb;
+  auto late = node("late", 1, -1, 2, 3);
+  late.may_wait_pending = true;
+  late.pending_heartbeat = 20ms;
+  late.restarts_used = 5;
+  late.rescales_used = 0;
+  std::promise<void> waiting;
+  late.on_waiting = [&](const std::string& role) {
+    if (role == "pending") waiting.set_value();
+  };
+  auto joined_late = std::async(std::launch::async,
+                                [&] { return join_rendezvous(server.client_options(), late); });
+  REQUIRE(waiting.get_future().wait_for(10s) == std::future_status::ready);
+  std::promise<std::int64_t> seen;
+  bool reported = false;
+  NodeMonitor::Callbacks cb;
+  cb.on_pending = [&](const std::vector<JoinRequest>& p) {
+    if (!reported && !p.empty()) {
+      reported = true;
+      seen.set_value(p[0].seq);
+    }
+  };
+  std::int64_t seq = 0;
+  {
+    NodeMonitor m(server.client_options(), node("a", 1, -1, 2, 3), r0,
+                  NodeMonitor::Options{30ms, 1s}, cb);
+    auto f = seen.get_future();
+    REQUIRE(f.wait_for(10s) == std::future_status::ready);
+    seq = f.get();
+  }
+  std::vector<NodeRendezvousOptions> old;
+  for (int rank : {0, 1}) {
+    auto n = node(rank == 0 ? "a" : "b", 1, rank, 3, 3);
+    n.round = 1;
+    n.restarts_used = 2;
+    n.rescales_used = 1;
+    old.push_back(n);
+  }
+  auto reform = join_all(server, old);
+  // Both running nodes have published (each does before it arrives) before the invitation goes
+  // out: the late node comes last, so a figure it wrote would be the one every node reads.
+  StoreClient control(server.client_options());
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (control.add("ddprun/job/1/arrivals", 0) < 2 && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(10ms);
+  REQUIRE(control.get("ddprun/job/counts/1") == "2|1");
+  invite_pending(control, "job", seq, 1, 3, 2);
+  REQUIRE(joined_late.wait_for(10s) == std::future_status::ready);
+  auto r = joined_late.get();
+  CHECK(r.was_pending);
+  CHECK(r.restarts_used == 2);
+  CHECK(r.rescales_used == 1);
+  for (auto& f : reform) {
+    auto o = f.get();
+    CHECK_FALSE(o.was_pending);
+    CHECK(o.restarts_used == 2);
+  }
+  CHECK(control.get("ddprun/job/counts/1") == "2|1");
+}
+
 TEST_CASE("a pending node is told it is a spare, and a refusal ends its wait with the reason") {
   TestServer server;
   auto futures = join_all(server, {node("a", 1, -1, 1, 1)});

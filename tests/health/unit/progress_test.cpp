@@ -323,3 +323,51 @@ TEST_CASE("startup: once every rank started, the normal timeout applies (d)") {
   CHECK(q.job_started());
   CHECK(judge_hang(q, t, t0 + 22s));
 }
+
+// docs/reliability.md "Zygote faults", seed 36: a restart's exec'd ranks print torch's warning
+// from init_process_group, then import torch._dynamo on the optimizer's construction (20+ s at
+// load ~14) before their first heartbeat. On the old rule (started at the first progress of any
+// source) the job was judged hung at t0 + 21 s; it fails there.
+TEST_CASE("startup: a rank that sent heartbeats has started at its first heartbeat (e)") {
+  ProgressTracker p;
+  const HangTimeouts t{20s, 60s};
+  p.start_attempt({0, 1}, t0);
+  for (size_t r : {0, 1}) {
+    p.record(r, ProgressSource::Output, t0 + 1s);
+    p.record(r, ProgressSource::Heartbeat, t0 + 2s, 5);
+  }
+  CHECK(p.job_started());
+  const auto t1 = t0 + 100s;  // the restart
+  p.start_attempt({0, 1}, t1);
+  p.record(0, ProgressSource::Output, t1 + 1s);  // the warning
+  p.record(1, ProgressSource::Output, t1 + 1s);
+  CHECK_FALSE(p.local_ranks_started());
+  CHECK_FALSE(p.job_started());
+  CHECK_FALSE(judge_hang(p, t, t1 + 21s));
+  CHECK_FALSE(judge_hang(p, t, t1 + 42s));
+  CHECK(next_hang_check(p, t) == t1 + 60s);
+  p.record(0, ProgressSource::Heartbeat, t1 + 45s, 6);
+  CHECK_FALSE(p.job_started());
+  p.record(1, ProgressSource::Heartbeat, t1 + 46s, 6);
+  CHECK(p.job_started());
+  CHECK_FALSE(judge_hang(p, t, t1 + 65s));
+  CHECK(judge_hang(p, t, t1 + 66s));
+  // Never a heartbeat again: bounded by the startup timeout, as for a rank that never starts.
+  ProgressTracker q;
+  q.start_attempt({0}, t0);
+  q.record(0, ProgressSource::Heartbeat, t0 + 2s, 1);
+  q.start_attempt({0}, t1);
+  q.record(0, ProgressSource::Output, t1 + 1s);
+  CHECK_FALSE(judge_hang(q, t, t1 + 59s));
+  CHECK(judge_hang(q, t, t1 + 60s));
+  // A rank that only logged last time has started at its first line, as before; so has a rank
+  // whose local index is new (a re-form grew this node).
+  ProgressTracker r;
+  r.start_attempt({0}, t0);
+  r.record(0, ProgressSource::Output, t0 + 1s);
+  r.start_attempt({0, 1}, t1);
+  r.record(0, ProgressSource::Output, t1 + 1s);
+  r.record(1, ProgressSource::Output, t1 + 1s);
+  CHECK(r.job_started());
+  CHECK(judge_hang(r, t, t1 + 21s));
+}

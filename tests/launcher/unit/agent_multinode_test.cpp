@@ -893,6 +893,42 @@ TEST_CASE("budgets in the store: every join carries this node's counts for later
   CHECK(plans[2].restarts_used == 1);
 }
 
+TEST_CASE("budgets in the store: a node admitted from pending takes the job's, not its own") {
+  // The store's host restarted with the job (restart 1), reached the round too late and waited as
+  // pending; the running nodes re-formed without it (their restart given back as a rescale) and
+  // admitted it. Keeping its own larger count left it one restart short of the others: on the next
+  // failure it ended the job while they restarted (seed 35, pending_store_host_judged_hung.json).
+  MultiNodeRun run;
+  run.settings = elastic(1, 3);
+  run.config.max_restarts = 1;
+  run.script.join = [](int attempt, const RoundPlan&) {
+    auto joined = round_of(0, 3, 1);
+    if (attempt == 1) {
+      joined.round = 2;  // invited to the round that admitted it
+      joined.was_pending = true;
+      joined.restarts_used = 0;
+      joined.rescales_used = 1;
+    }
+    return FakeJobRendezvous::JoinResult{joined};
+  };
+  run.script.on_round = [](FakeJobRendezvous& r, int round) {
+    if (round < 3) r.deliver_stop(other_node_failed(9));
+  };
+  run.workers = [](const EnvMap& env) {
+    FakeBehaviour b;
+    if (attempt_of(env) == 3) b.exits_with = ExitStatus::exited(0);
+    return b;
+  };
+  CHECK(run.run() == 0);  // the job's one restart was still there after the admission
+  CHECK(run.rendezvous->joins == std::vector<int>{0, 1, 3});
+  auto restarts = run.events("restart");
+  REQUIRE(restarts.size() == 2);
+  auto& plans = run.rendezvous->plans;
+  REQUIRE(plans.size() == 3);
+  CHECK(plans[2].restarts_used == 1);  // published for round 3: the job's, plus the one restart
+  CHECK(plans[2].rescales_used == 1);  // the running nodes counted the change, not this one again
+}
+
 TEST_CASE("static spares=1: a spare replaces a lost node and the re-formed ranks are kept") {
   MultiNodeRun run;
   run.settings.dynamic = false;
