@@ -21,7 +21,7 @@ bool names_rdzv_conf(std::string_view name) {
   return name.size() >= 8 && (kUnderscore.starts_with(name) || kDash.starts_with(name));
 }
 
-std::string_view trim(std::string_view s) {
+std::string_view trim_spaces(std::string_view s) {
   while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
   while (!s.empty() && s.back() == ' ') s.remove_suffix(1);
   return s;
@@ -34,7 +34,8 @@ void mask_in_place(char* conf) {
     char* end = std::strchr(entry, ',');
     if (end == nullptr) end = entry + std::strlen(entry);
     char* eq = static_cast<char*>(std::memchr(entry, '=', static_cast<size_t>(end - entry)));
-    if (eq != nullptr && trim(std::string_view(entry, static_cast<size_t>(eq - entry))) == "token")
+    if (eq != nullptr &&
+        trim_spaces(std::string_view(entry, static_cast<size_t>(eq - entry))) == "token")
       std::memset(eq + 1, '*', static_cast<size_t>(end - eq - 1));
     entry = *end == ',' ? end + 1 : end;
   }
