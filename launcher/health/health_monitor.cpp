@@ -461,7 +461,10 @@ void HealthMonitor::node_records(const std::vector<NodeRecord>& others) {
   remote_ = std::move(next);
 }
 
-void HealthMonitor::rank_failed(RankFailure failure) { failures_.add(std::move(failure)); }
+void HealthMonitor::rank_failed(RankFailure failure) {
+  if (failure.node_rank < 0) failure.node_rank = node_rank();  // as numbered in that attempt
+  failures_.add(std::move(failure));
+}
 
 std::vector<RemoteNodeView> HealthMonitor::remote_views(Clock::time_point now) const {
   std::vector<RemoteNodeView> out;
@@ -485,6 +488,12 @@ PublishedNode HealthMonitor::local_record() const {
                                        seconds_between(tracker_.last_progress(i), now),
                                        i < exits_.size() ? exits_[i] : std::string()});
   }
+  // Why this node's ranks failed, for the other nodes' views (the last ones; job_view.hpp).
+  const auto& kept = failures_.kept();
+  const size_t first =
+      kept.size() > kMaxPublishedFailures ? kept.size() - kMaxPublishedFailures : 0;
+  node.failures.assign(kept.begin() + static_cast<long>(first), kept.end());
+  node.failures_left_out = failures_.dropped() + static_cast<long long>(first);
   return node;
 }
 
@@ -500,15 +509,19 @@ void HealthMonitor::schedule_view_tick() {
       const double now_s = std::chrono::duration<double>(now.time_since_epoch()).count();
       const int here = node_rank();
       const auto& tr = tracker_.ranks();
+      std::set<std::pair<int, int>> live;  // the job's ranks now: the others' series go
       for (const auto& r : tr) {
+        live.emplace(here, r.rank);
         if (r.step) steps_.note(here, r.rank, *r.step, now_s);
       }
       for (const auto& n : remote_) {
-        if (!n.published || n.raw.lost) continue;
+        if (!n.published) continue;
         for (const auto& r : n.published->ranks) {
-          if (r.step) steps_.note(n.raw.node_rank, r.rank, *r.step, now_s);
+          live.emplace(n.raw.node_rank, r.rank);
+          if (r.step && !n.raw.lost) steps_.note(n.raw.node_rank, r.rank, *r.step, now_s);
         }
       }
+      steps_.keep_only(live);
     }
     schedule_view_tick();
   });
@@ -690,13 +703,9 @@ std::string HealthMonitor::status_json() const {
       // Other nodes' pages point at node 0's only when every node was given the same port.
       {"status_port_fixed", settings_.status_port.value_or(0) != 0},
       {"ranks", ranks}};
-  nlohmann::json failures = failures_.json();
-  for (auto& f : failures) {
-    f["node_rank"] = here;
-    f["host"] = host_;
-  }
-  j["failures"] = std::move(failures);
-  j["failures_dropped"] = failures_.dropped();
+  // Every node's failures: this node's, then what the others published (job_view.hpp).
+  j["failures"] = merge_job_failures(failures_.json(), here, host_, remote);
+  j["failures_dropped"] = failures_.dropped() + remote_failures_left_out(remote);
   if (nnodes_ > 1 || !remote.empty()) {
     j["job_nodes"] = job_nodes_json(here, host_, local_count, remote);
   }
