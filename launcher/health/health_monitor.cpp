@@ -149,7 +149,16 @@ Result<Ok> HealthMonitor::open(const std::string& socket_dir, int nproc_per_node
     hooks_.say(fmt::format("warning: {}; `ddprun top` finds this job only with --status-port",
                            local.error().message));
   }
-  beacon_ = StatusBeacon::write(status_beacon_dir(), settings_.status_addr, status_port_, host,
+  std::string refused;
+  const std::string beacon_dir = status_beacon_dir(&refused);
+  if (beacon_dir.empty()) {  // one line: otherwise `top` says only "no running ddprun found"
+    hooks_.say(
+        fmt::format("warning: no status beacon: {}; `ddprun top` finds this job only "
+                    "with HOST:PORT of --status-port (remove that directory or set "
+                    "XDG_RUNTIME_DIR to a private one)",
+                    refused));
+  }
+  beacon_ = StatusBeacon::write(beacon_dir, settings_.status_addr, status_port_, host,
                                 status_server_->local_path());
   if (status_server_ || hooks_.publish_view) schedule_view_tick();
   return Ok{};
