@@ -644,6 +644,13 @@ HttpAnswer HealthMonitor::answer(const std::string& target) const {
 }
 
 HttpAnswer HealthMonitor::log_answer(std::string_view rank_text) const {
+  // "<rank>" (stderr, as before) or "<rank>/stdout".
+  bool out = false;
+  if (rank_text.ends_with("/stdout")) {
+    out = true;
+    rank_text.remove_suffix(7);
+  }
+  const auto& tail = out ? hooks_.stdout_tail : hooks_.stderr_tail;
   int rank = -1;
   auto [end, ec] = std::from_chars(rank_text.data(), rank_text.data() + rank_text.size(), rank);
   const auto& tr = tracker_.ranks();
@@ -652,8 +659,8 @@ HttpAnswer HealthMonitor::log_answer(std::string_view rank_text) const {
        ++i) {
     if (workers_[i].rank != rank) continue;
     nlohmann::json lines = nlohmann::json::array();
-    if (hooks_.stderr_tail) {
-      for (auto& line : hooks_.stderr_tail(static_cast<int>(i), kLogTailLines)) {
+    if (tail) {
+      for (auto& line : tail(static_cast<int>(i), kLogTailLines)) {
         if (line.size() > kLogTailLineBytes) line.resize(kLogTailLineBytes);
         lines.push_back(std::move(line));
       }
@@ -661,7 +668,7 @@ HttpAnswer HealthMonitor::log_answer(std::string_view rank_text) const {
     nlohmann::json j{{"rank", rank},
                      {"local_rank", i},
                      {"attempt", attempt_},
-                     {"stream", "stderr"},
+                     {"stream", out ? "stdout" : "stderr"},
                      {"lines", std::move(lines)}};
     return {200, "application/json", dump_json(j) + "\n"};
   }

@@ -270,6 +270,12 @@ def test_failures_with_message_traceback_and_log_tail_on_the_view(tmp):
         log = get(port, "log/1")
         assert log["rank"] == 1 and log["stream"] == "stderr" and log["attempt"] == 1, log
         assert isinstance(log["lines"], list), log
+        # And its stdout: the line it printed at start (once the restarted rank has printed it).
+        wait_until(lambda: any(line.startswith("stepper rank=1 world=2 restart=1")
+                               for line in get(port, "log/1/stdout")["lines"]), 30,
+                   f"rank 1's stdout line: {get(port, 'log/1/stdout')}")
+        out = get(port, "log/1/stdout")
+        assert out["rank"] == 1 and out["stream"] == "stdout" and out["attempt"] == 1, out
         try:
             get(port, "log/99")
             raise AssertionError("a rank not on this node has no log")
