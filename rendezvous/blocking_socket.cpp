@@ -198,6 +198,20 @@ std::string BlockingSocket::recv_bytes(Clock::time_point deadline, std::size_t m
   return value;
 }
 
+std::optional<std::string> BlockingSocket::recv_bytes_at_most(Clock::time_point deadline,
+                                                              std::size_t max_bytes) {
+  char b[8];
+  recv_exact(b, 8, deadline);
+  const std::uint64_t len = get_u64(b);
+  if (len > max_bytes) {
+    close();  // not read: the next call reconnects
+    return std::nullopt;
+  }
+  std::string value(static_cast<std::size_t>(len), '\0');
+  recv_exact(value.data(), value.size(), deadline);
+  return value;
+}
+
 bool BlockingSocket::wait_readable(Clock::time_point deadline) {
   if (broken()) fail("store connection is closed");
   return poll_one(fd_, POLLIN, deadline) != 0;

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -33,6 +34,9 @@ class BlockingSocket {
   std::int64_t recv_i64(Clock::time_point deadline);
   std::uint32_t recv_u32(Clock::time_point deadline);
   std::string recv_bytes(Clock::time_point deadline, std::size_t max_bytes);
+  // A value of at most max_bytes; a longer one is not read: the connection is closed instead
+  // (the stream cannot go on without its bytes) and nullopt returned, nothing thrown.
+  std::optional<std::string> recv_bytes_at_most(Clock::time_point deadline, std::size_t max_bytes);
 
   // true when data (or EOF) is readable before the deadline; does not break the socket.
   bool wait_readable(Clock::time_point deadline);

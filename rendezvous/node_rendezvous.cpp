@@ -837,18 +837,31 @@ void NodeMonitor::run() {
             if (nodes[i].node_rank == joined_.node_rank) continue;
             const std::string key = view_key(prefix_, nodes[i].node_rank);
             if (!view_exists[i]) view_exists[i] = client_.check({key}) ? 1 : 0;
-            if (view_exists[i]) view_keys.push_back(key);
+            if (view_exists[i] == 1) view_keys.push_back(key);  // 2: too large, not read again
             views.push_back(
                 NodeView{nodes[i].node_rank, nodes[i].name, {}, seen[nodes[i].node_rank].reported});
           }
-          const auto records =
-              view_keys.empty() ? std::vector<std::string>{} : client_.multi_get(view_keys);
+          // Bounded: a record over kMaxViewBytes is not ddprun's (an agent never writes one); its
+          // bytes are not transferred, and its key is not read again in this round.
+          const auto records = view_keys.empty()
+                                   ? StoreClient::BoundedValues{}
+                                   : client_.multi_get_bounded(view_keys, kMaxViewBytes);
           std::size_t r = 0;
           for (std::size_t i = 0, v = 0; i < nodes.size(); ++i) {
             if (nodes[i].node_rank == joined_.node_rank) continue;
-            if (view_exists[i] && r < records.size()) {
-              const std::string& record = records[r++];
-              if (record.size() <= kMaxViewBytes) views[v].record = record;
+            if (view_exists[i] == 1 && r < records.values.size()) {
+              const std::size_t at = r++;
+              if (records.values[at]) {
+                views[v].record = *records.values[at];
+              } else if (records.too_large == at) {
+                view_exists[i] = 2;
+                log_line(fmt::format(
+                    "the job-wide view record of node {} ({}) is larger than {} bytes: not "
+                    "ddprun's; that node's ranks are not shown for this round",
+                    nodes[i].node_rank, view_key(prefix_, nodes[i].node_rank), kMaxViewBytes));
+              } else if (v < views_seen.size()) {
+                views[v].record = views_seen[v].record;  // not read this time: as it was
+              }
             }
             ++v;
           }

@@ -162,7 +162,7 @@ std::optional<NodeProgress> decode_node_progress(std::string_view text);
 // Another node's record for the job-wide view (launcher/health/job_view.hpp), as the monitor
 // read it under .../view/<node_rank>: opaque here, at most kMaxViewBytes (a longer one reads as
 // empty). `lost`: its heartbeat stopped (on_node_lost was called for it).
-inline constexpr std::size_t kMaxViewBytes = 16384;
+inline constexpr std::size_t kMaxViewBytes = 65536;
 struct NodeView {
   int node_rank = 0;
   std::string name;

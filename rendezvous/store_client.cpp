@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <random>
 #include <thread>
 
@@ -221,6 +222,28 @@ std::vector<std::string> StoreClient::multi_get(const std::vector<std::string>& 
       values.push_back(s.recv_bytes(deadline_after(timeout_), options_.max_value_bytes));
     }
     return values;
+  });
+}
+
+StoreClient::BoundedValues StoreClient::multi_get_bounded(const std::vector<std::string>& keys,
+                                                          std::size_t max_bytes) {
+  const auto wk = wire_keys(keys);
+  const std::string wait_req = request(Op::Wait, wk);
+  const std::string get_req = request(Op::MultiGet, wk);
+  return call(true, [&](BlockingSocket& s) {
+    await_stop_waiting(s, wait_req, timeout_, keys);
+    s.send_all(get_req, deadline_after(timeout_));
+    BoundedValues out;
+    out.values.resize(keys.size());
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      out.values[i] = s.recv_bytes_at_most(deadline_after(timeout_),
+                                           std::min(max_bytes, options_.max_value_bytes));
+      if (!out.values[i]) {
+        out.too_large = i;
+        break;
+      }
+    }
+    return out;
   });
 }
 

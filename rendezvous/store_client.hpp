@@ -64,6 +64,14 @@ class StoreClient {
   void wait(const std::vector<std::string>& keys);
   void wait(const std::vector<std::string>& keys, Duration timeout);
   std::vector<std::string> multi_get(const std::vector<std::string>& keys);
+  // multi_get of values that should be small (another agent's record): a value over max_bytes
+  // is not transferred (the connection is dropped after its length and reopened by the next
+  // call); `too_large` is its index and the values from there on are nullopt (not read).
+  struct BoundedValues {
+    std::vector<std::optional<std::string>> values;
+    std::optional<std::size_t> too_large;
+  };
+  BoundedValues multi_get_bounded(const std::vector<std::string>& keys, std::size_t max_bytes);
   void multi_set(const std::vector<std::string>& keys, const std::vector<std::string>& values);
   void append(const std::string& key, const std::string& value);
   bool delete_key(const std::string& key);

@@ -33,6 +33,7 @@ nlohmann::json FailureLog::json() const {
                    {"message", f.message},
                    {"traceback", f.traceback},
                    {"stderr_tail", f.stderr_tail}});
+    if (f.node_rank >= 0) out.back()["node_rank"] = f.node_rank;
   }
   return out;
 }

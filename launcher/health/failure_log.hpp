@@ -27,6 +27,8 @@ struct RankFailure {
   std::string message;
   std::string traceback;
   std::vector<std::string> stderr_tail;
+  int node_rank = -1;  // the node's rank when it failed (a restart may renumber the nodes)
+  bool operator==(const RankFailure&) const = default;
 };
 
 class FailureLog {
@@ -39,6 +41,8 @@ class FailureLog {
   nlohmann::json json() const;
   long long dropped() const { return dropped_; }
   size_t size() const { return kept_.size(); }
+  /// The kept failures, oldest first (the node's view record publishes the last ones).
+  const std::deque<RankFailure>& kept() const { return kept_; }
 
  private:
   size_t keep_;

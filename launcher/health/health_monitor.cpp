@@ -149,7 +149,16 @@ Result<Ok> HealthMonitor::open(const std::string& socket_dir, int nproc_per_node
     hooks_.say(fmt::format("warning: {}; `ddprun top` finds this job only with --status-port",
                            local.error().message));
   }
-  beacon_ = StatusBeacon::write(status_beacon_dir(), settings_.status_addr, status_port_, host,
+  std::string refused;
+  const std::string beacon_dir = status_beacon_dir(&refused);
+  if (beacon_dir.empty()) {  // one line: otherwise `top` says only "no running ddprun found"
+    hooks_.say(
+        fmt::format("warning: no status beacon: {}; `ddprun top` finds this job only "
+                    "with HOST:PORT of --status-port (remove that directory or set "
+                    "XDG_RUNTIME_DIR to a private one)",
+                    refused));
+  }
+  beacon_ = StatusBeacon::write(beacon_dir, settings_.status_addr, status_port_, host,
                                 status_server_->local_path());
   if (status_server_ || hooks_.publish_view) schedule_view_tick();
   return Ok{};
@@ -461,7 +470,10 @@ void HealthMonitor::node_records(const std::vector<NodeRecord>& others) {
   remote_ = std::move(next);
 }
 
-void HealthMonitor::rank_failed(RankFailure failure) { failures_.add(std::move(failure)); }
+void HealthMonitor::rank_failed(RankFailure failure) {
+  if (failure.node_rank < 0) failure.node_rank = node_rank();  // as numbered in that attempt
+  failures_.add(std::move(failure));
+}
 
 std::vector<RemoteNodeView> HealthMonitor::remote_views(Clock::time_point now) const {
   std::vector<RemoteNodeView> out;
@@ -485,6 +497,12 @@ PublishedNode HealthMonitor::local_record() const {
                                        seconds_between(tracker_.last_progress(i), now),
                                        i < exits_.size() ? exits_[i] : std::string()});
   }
+  // Why this node's ranks failed, for the other nodes' views (the last ones; job_view.hpp).
+  const auto& kept = failures_.kept();
+  const size_t first =
+      kept.size() > kMaxPublishedFailures ? kept.size() - kMaxPublishedFailures : 0;
+  node.failures.assign(kept.begin() + static_cast<long>(first), kept.end());
+  node.failures_left_out = failures_.dropped() + static_cast<long long>(first);
   return node;
 }
 
@@ -500,15 +518,19 @@ void HealthMonitor::schedule_view_tick() {
       const double now_s = std::chrono::duration<double>(now.time_since_epoch()).count();
       const int here = node_rank();
       const auto& tr = tracker_.ranks();
+      std::set<std::pair<int, int>> live;  // the job's ranks now: the others' series go
       for (const auto& r : tr) {
+        live.emplace(here, r.rank);
         if (r.step) steps_.note(here, r.rank, *r.step, now_s);
       }
       for (const auto& n : remote_) {
-        if (!n.published || n.raw.lost) continue;
+        if (!n.published) continue;
         for (const auto& r : n.published->ranks) {
-          if (r.step) steps_.note(n.raw.node_rank, r.rank, *r.step, now_s);
+          live.emplace(n.raw.node_rank, r.rank);
+          if (r.step && !n.raw.lost) steps_.note(n.raw.node_rank, r.rank, *r.step, now_s);
         }
       }
+      steps_.keep_only(live);
     }
     schedule_view_tick();
   });
@@ -622,6 +644,13 @@ HttpAnswer HealthMonitor::answer(const std::string& target) const {
 }
 
 HttpAnswer HealthMonitor::log_answer(std::string_view rank_text) const {
+  // "<rank>" (stderr, as before) or "<rank>/stdout".
+  bool out = false;
+  if (rank_text.ends_with("/stdout")) {
+    out = true;
+    rank_text.remove_suffix(7);
+  }
+  const auto& tail = out ? hooks_.stdout_tail : hooks_.stderr_tail;
   int rank = -1;
   auto [end, ec] = std::from_chars(rank_text.data(), rank_text.data() + rank_text.size(), rank);
   const auto& tr = tracker_.ranks();
@@ -630,8 +659,8 @@ HttpAnswer HealthMonitor::log_answer(std::string_view rank_text) const {
        ++i) {
     if (workers_[i].rank != rank) continue;
     nlohmann::json lines = nlohmann::json::array();
-    if (hooks_.stderr_tail) {
-      for (auto& line : hooks_.stderr_tail(static_cast<int>(i), kLogTailLines)) {
+    if (tail) {
+      for (auto& line : tail(static_cast<int>(i), kLogTailLines)) {
         if (line.size() > kLogTailLineBytes) line.resize(kLogTailLineBytes);
         lines.push_back(std::move(line));
       }
@@ -639,7 +668,7 @@ HttpAnswer HealthMonitor::log_answer(std::string_view rank_text) const {
     nlohmann::json j{{"rank", rank},
                      {"local_rank", i},
                      {"attempt", attempt_},
-                     {"stream", "stderr"},
+                     {"stream", out ? "stdout" : "stderr"},
                      {"lines", std::move(lines)}};
     return {200, "application/json", dump_json(j) + "\n"};
   }
@@ -690,13 +719,9 @@ std::string HealthMonitor::status_json() const {
       // Other nodes' pages point at node 0's only when every node was given the same port.
       {"status_port_fixed", settings_.status_port.value_or(0) != 0},
       {"ranks", ranks}};
-  nlohmann::json failures = failures_.json();
-  for (auto& f : failures) {
-    f["node_rank"] = here;
-    f["host"] = host_;
-  }
-  j["failures"] = std::move(failures);
-  j["failures_dropped"] = failures_.dropped();
+  // Every node's failures: this node's, then what the others published (job_view.hpp).
+  j["failures"] = merge_job_failures(failures_.json(), here, host_, remote);
+  j["failures_dropped"] = failures_.dropped() + remote_failures_left_out(remote);
   if (nnodes_ > 1 || !remote.empty()) {
     j["job_nodes"] = job_nodes_json(here, host_, local_count, remote);
   }

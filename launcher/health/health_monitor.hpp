@@ -79,6 +79,8 @@ class HealthMonitor {
     std::function<void(std::string record)> publish_view;
     /// The last `lines` lines a local rank wrote on stderr (GET /log/<rank>); optional.
     std::function<std::vector<std::string>(int local_rank, size_t lines)> stderr_tail;
+    /// The same of its stdout (GET /log/<rank>/stdout); optional.
+    std::function<std::vector<std::string>(int local_rank, size_t lines)> stdout_tail;
   };
 
   HealthMonitor(boost::asio::io_context& io, HealthSettings settings, Hooks hooks,
@@ -159,7 +161,7 @@ class HealthMonitor {
                    const std::function<void(std::vector<std::string>)>& then);
   int local_rank_of(pid_t pid) const;
   std::string status_json() const;
-  HttpAnswer log_answer(std::string_view rank_text) const;  // GET /log/<rank>
+  HttpAnswer log_answer(std::string_view rank_text) const;  // GET /log/<rank>[/stdout]
   /// Once a second: this node's record for the others, and a steps sample of every rank.
   void schedule_view_tick();
   PublishedNode local_record() const;

@@ -4,8 +4,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <iterator>
 #include <limits>
 #include <set>
+#include <utility>
 
 #include "rendezvous/json_text.hpp"
 
@@ -21,6 +23,17 @@ std::string cut(std::string_view text, size_t bytes) {
   while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) --end;
   return std::string(text.substr(0, end));
 }
+
+/// At most `bytes` bytes of the end of `text`, never starting inside a UTF-8 character.
+std::string cut_front(std::string_view text, size_t bytes) {
+  if (text.size() <= bytes) return std::string(text);
+  size_t start = text.size() - bytes;
+  while (start < text.size() && (static_cast<unsigned char>(text[start]) & 0xC0) == 0x80) ++start;
+  return std::string(text.substr(start));
+}
+
+/// Bytes of a record the ranks may take: the failures always have the rest.
+constexpr size_t kMaxPublishedRanksBytes = 16384;
 
 /// Counts that add up: a record's ranks_left_out is someone else's number.
 constexpr long long kMaxLeftOut = 1LL << 40;
@@ -65,6 +78,60 @@ json rank_json(const PublishedRank& r) {
   return j;
 }
 
+/// A failure cut to the record's bounds (when written and when read).
+RankFailure bounded_failure(const RankFailure& f) {
+  RankFailure b{f.attempt,
+                f.rank,
+                f.local_rank,
+                cut(f.exit, kMaxPublishedText),
+                cut(f.message, kMaxPublishedMessage),
+                cut_front(f.traceback, kMaxPublishedTraceback),
+                {}};
+  b.node_rank = f.node_rank;
+  const size_t first = f.stderr_tail.size() > kMaxPublishedTailLines
+                           ? f.stderr_tail.size() - kMaxPublishedTailLines
+                           : 0;
+  for (size_t i = first; i < f.stderr_tail.size(); ++i) {
+    b.stderr_tail.push_back(cut(f.stderr_tail[i], kMaxPublishedTailLine));
+  }
+  return b;
+}
+
+json failure_json(const RankFailure& f) {
+  json j{{"attempt", f.attempt},        {"rank", f.rank},
+         {"local_rank", f.local_rank},  {"exit", f.exit},
+         {"message", f.message},        {"traceback", f.traceback},
+         {"stderr_tail", f.stderr_tail}};
+  if (f.node_rank >= 0) j["node_rank"] = f.node_rank;
+  return j;
+}
+
+std::optional<RankFailure> decode_failure(const json& j) {
+  if (!j.is_object()) return std::nullopt;
+  const auto rank = number<int>(j, "rank");
+  const auto attempt = number<int>(j, "attempt");
+  if (!rank || *rank < 0 || !attempt || *attempt < 0) return std::nullopt;
+  RankFailure f;
+  f.attempt = *attempt;
+  f.rank = *rank;
+  f.local_rank = number<int>(j, "local_rank").value_or(0);
+  f.node_rank = std::max(-1, number<int>(j, "node_rank").value_or(-1));
+  // Read with the writer's bounds: the reader trusts no writer.
+  f.exit = text(j, "exit", kMaxPublishedText);
+  f.message = text(j, "message", kMaxPublishedMessage);
+  auto tb = j.find("traceback");
+  if (tb != j.end() && tb->is_string()) {
+    f.traceback = cut_front(tb->get_ref<const std::string&>(), kMaxPublishedTraceback);
+  }
+  auto tail = j.find("stderr_tail");
+  if (tail != j.end() && tail->is_array()) {
+    for (const auto& line : *tail) {
+      if (line.is_string()) f.stderr_tail.push_back(line.get<std::string>());
+    }
+  }
+  return bounded_failure(f);
+}
+
 }  // namespace
 
 std::string encode_published_node(const PublishedNode& node) {
@@ -76,18 +143,36 @@ std::string encode_published_node(const PublishedNode& node) {
     bounded.state = cut(r.state, kMaxPublishedText);
     bounded.exit = cut(r.exit, kMaxPublishedText);
     std::string one = dump_json(rank_json(bounded));
-    if (ranks.size() >= kMaxPublishedRanks || size + one.size() + 1 > kMaxPublishedBytes) {
+    if (ranks.size() >= kMaxPublishedRanks || size + one.size() + 1 > kMaxPublishedRanksBytes) {
       ++left_out;
       continue;
     }
     size += one.size() + 1;
     ranks.push_back(rank_json(bounded));
   }
+  // The newest failures that fit; older ones (and those too large) are counted.
+  size += 64;  // "failures":[],"failures_left_out":N
+  std::vector<json> failures;
+  long long failures_left_out = std::clamp(node.failures_left_out, 0LL, kMaxLeftOut);
+  for (auto it = node.failures.rbegin(); it != node.failures.rend(); ++it) {
+    json one = failure_json(bounded_failure(*it));
+    const size_t bytes = dump_json(one).size() + 1;
+    if (failures.size() >= kMaxPublishedFailures || size + bytes > kMaxPublishedBytes) {
+      failures_left_out = std::min(failures_left_out + 1, kMaxLeftOut);
+      continue;
+    }
+    size += bytes;
+    failures.push_back(std::move(one));
+  }
   json j{{"v", 1},
          {"host", cut(node.host, kMaxPublishedHost)},
          {"attempt", node.attempt},
          {"ranks", std::move(ranks)},
          {"ranks_left_out", left_out}};
+  if (!failures.empty() || failures_left_out > 0) {
+    j["failures"] = json(std::vector<json>(failures.rbegin(), failures.rend()));
+    j["failures_left_out"] = failures_left_out;
+  }
   return dump_json(j);
 }
 
@@ -123,6 +208,22 @@ std::optional<PublishedNode> decode_published_node(std::string_view text_in) {
       p.exit = text(r, "exit", kMaxPublishedText);
       node.ranks.push_back(std::move(p));
     }
+  }
+  node.failures_left_out =
+      std::clamp(number<long long>(j, "failures_left_out").value_or(0), 0LL, kMaxLeftOut);
+  auto failures = j.find("failures");
+  if (failures != j.end() && failures->is_array()) {
+    // The last kMaxPublishedFailures well-formed ones (oldest first, as written).
+    std::vector<RankFailure> read;
+    for (const auto& f : *failures) {
+      if (auto one = decode_failure(f)) read.push_back(std::move(*one));
+    }
+    const size_t skip =
+        read.size() > kMaxPublishedFailures ? read.size() - kMaxPublishedFailures : 0;
+    node.failures_left_out =
+        std::min(node.failures_left_out + static_cast<long long>(skip), kMaxLeftOut);
+    node.failures.assign(std::make_move_iterator(read.begin() + static_cast<long>(skip)),
+                         std::make_move_iterator(read.end()));
   }
   return node;
 }
@@ -176,6 +277,47 @@ json merge_job_ranks(json local_ranks, int node_rank, const std::string& host,
     }
   }
   return out;
+}
+
+json merge_job_failures(json local_failures, int node_rank, const std::string& host,
+                        const std::vector<RemoteNodeView>& remote) {
+  std::vector<json> out;
+  if (local_failures.is_array()) {
+    for (auto& f : local_failures) {
+      if (!f.contains("node_rank")) f["node_rank"] = node_rank;
+      f["host"] = host;
+      out.push_back(std::move(f));
+    }
+  }
+  std::vector<const RemoteNodeView*> nodes;
+  for (const auto& n : remote) {
+    if (n.node_rank != node_rank && n.published) nodes.push_back(&n);
+  }
+  std::stable_sort(nodes.begin(), nodes.end(),
+                   [](const auto* a, const auto* b) { return a->node_rank < b->node_rank; });
+  for (const auto* n : nodes) {
+    const std::string& shown_host = n->published->host.empty() ? n->name : n->published->host;
+    for (const auto& f : n->published->failures) {
+      json j = failure_json(f);
+      if (f.node_rank < 0) j["node_rank"] = n->node_rank;
+      j["host"] = shown_host;
+      j["remote"] = true;
+      out.push_back(std::move(j));
+    }
+  }
+  std::stable_sort(out.begin(), out.end(), [](const json& a, const json& b) {
+    return std::pair(a.value("attempt", 0), a.value("node_rank", 0)) <
+           std::pair(b.value("attempt", 0), b.value("node_rank", 0));
+  });
+  return json(std::move(out));
+}
+
+long long remote_failures_left_out(const std::vector<RemoteNodeView>& remote) {
+  long long n = 0;
+  for (const auto& r : remote) {
+    if (r.published) n = std::min(n + r.published->failures_left_out, kMaxLeftOut);
+  }
+  return n;
 }
 
 json job_nodes_json(int node_rank, const std::string& host, size_t local_ranks,

@@ -17,13 +17,24 @@
 #include <string_view>
 #include <vector>
 
+#include "launcher/health/failure_log.hpp"
+
 namespace ddp::launcher::health {
 
 /// Bounds of a published record.
 inline constexpr size_t kMaxPublishedRanks = 64;     // per node; the rest are counted
 inline constexpr size_t kMaxPublishedText = 64;      // bytes of a state or exit text
 inline constexpr size_t kMaxPublishedHost = 255;     // bytes of a host name
-inline constexpr size_t kMaxPublishedBytes = 16384;  // a whole record, as read
+inline constexpr size_t kMaxPublishedBytes = 65536;  // a whole record, as read
+/// This node's rank failures in its record (its FailureLog's last ones, so that every node's
+/// /status shows why another node's rank failed): fewer and shorter than the log keeps, since
+/// the record is rewritten every second; the ranks come first, failures take what is left of
+/// kMaxPublishedBytes (newest first; the others counted in failures_left_out).
+inline constexpr size_t kMaxPublishedFailures = 4;
+inline constexpr size_t kMaxPublishedMessage = 1024;    // bytes of a message (its start)
+inline constexpr size_t kMaxPublishedTraceback = 4096;  // bytes of a traceback (its end)
+inline constexpr size_t kMaxPublishedTailLines = 10;    // stderr lines (the last ones)
+inline constexpr size_t kMaxPublishedTailLine = 256;    // bytes of a stderr line
 
 /// One rank as its node publishes it.
 struct PublishedRank {
@@ -41,8 +52,10 @@ struct PublishedRank {
 struct PublishedNode {
   std::string host;
   int attempt = 0;
-  std::vector<PublishedRank> ranks;  // at most kMaxPublishedRanks
-  long long ranks_left_out = 0;      // ranks beyond the bound
+  std::vector<PublishedRank> ranks;   // at most kMaxPublishedRanks
+  long long ranks_left_out = 0;       // ranks beyond the bound
+  std::vector<RankFailure> failures;  // oldest first, at most kMaxPublishedFailures
+  long long failures_left_out = 0;    // failures beyond the bounds (older ones)
   bool operator==(const PublishedNode&) const = default;
 };
 
@@ -81,6 +94,15 @@ std::string shown_remote_state(const std::string& published, bool node_lost, dou
 /// rows (the dashboard lists its ranks from the round's assignment).
 nlohmann::json merge_job_ranks(nlohmann::json local_ranks, int node_rank, const std::string& host,
                                const std::vector<RemoteNodeView>& remote, JobEnd end = JobEnd::No);
+
+/// "failures" of /status: this node's (each gets "host", and "node_rank" unless it has one: the
+/// node's rank when it failed) and the other nodes' published ones ("remote": true), ordered by
+/// attempt, then node rank (a stable merge).
+nlohmann::json merge_job_failures(nlohmann::json local_failures, int node_rank,
+                                  const std::string& host,
+                                  const std::vector<RemoteNodeView>& remote);
+/// How many failures the other nodes left out of their records.
+long long remote_failures_left_out(const std::vector<RemoteNodeView>& remote);
 
 /// "job_nodes" of /status: this node and each other one with "up" or "lost", its host, when its
 /// record was read and how many ranks it published.

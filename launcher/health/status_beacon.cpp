@@ -14,6 +14,7 @@
 #include <chrono>
 #include <climits>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <tuple>
 
@@ -24,12 +25,24 @@ namespace ddp::launcher::health {
 
 namespace {
 
-// This user's own directory, 0700: a directory anyone else owns (or a link) is not used.
-bool usable_dir(const std::string& dir, bool make) {
-  if (make) ::mkdir(dir.c_str(), 0700);
+// This user's own directory, 0700 (made when missing): "" when `dir` is one, else why not. A
+// directory anyone else owns (squatted before this user's first job), one others may write,
+// or a link is not used.
+std::string refusal(const std::string& dir) {
+  ::mkdir(dir.c_str(), 0700);
   struct stat st {};
-  if (::lstat(dir.c_str(), &st) != 0) return false;
-  return S_ISDIR(st.st_mode) && st.st_uid == ::getuid() && (st.st_mode & 0077) == 0;
+  if (::lstat(dir.c_str(), &st) != 0) return fmt::format("{}: {}", dir, std::strerror(errno));
+  if (S_ISLNK(st.st_mode)) return fmt::format("{} is a symbolic link", dir);
+  if (!S_ISDIR(st.st_mode)) return fmt::format("{} is not a directory", dir);
+  if (st.st_uid != ::getuid()) {
+    return fmt::format("{} belongs to uid {}, not to this user (uid {})", dir, st.st_uid,
+                       ::getuid());
+  }
+  if ((st.st_mode & 0077) != 0) {
+    return fmt::format("{} has mode {:04o}, not 0700 (other users may use it)", dir,
+                       st.st_mode & 07777);
+  }
+  return {};
 }
 
 std::string current_dir() {
@@ -51,13 +64,18 @@ std::optional<unsigned long long> process_start_time(pid_t pid) {
   return read_proc_stat(pid, stat) ? stat.start_time : std::nullopt;
 }
 
-std::string status_beacon_dir() {
+std::string status_beacon_dir(std::string* refused) {
+  std::string why;
   if (const char* xdg = std::getenv("XDG_RUNTIME_DIR"); xdg && *xdg) {
     std::string dir = std::string(xdg) + "/ddprun";
-    if (usable_dir(dir, true)) return dir;
+    why = refusal(dir);
+    if (why.empty()) return dir;
   }
   std::string dir = fmt::format("/tmp/ddprun-{}", ::getuid());
-  return usable_dir(dir, true) ? dir : std::string();
+  const std::string tmp_why = refusal(dir);
+  if (tmp_why.empty()) return dir;
+  if (refused) *refused = why.empty() ? tmp_why : why + "; " + tmp_why;
+  return {};
 }
 
 std::unique_ptr<StatusBeacon> StatusBeacon::write(const std::string& dir,

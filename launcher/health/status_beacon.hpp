@@ -37,8 +37,9 @@ std::optional<unsigned long long> proc_start_time(const std::string& stat_text);
 /// /proc/PID/stat's start time of `pid`, nullopt when there is no such process.
 std::optional<unsigned long long> process_start_time(pid_t pid);
 
-/// The beacon directory for this user ("" when none can be used).
-std::string status_beacon_dir();
+/// The beacon directory for this user ("" when none can be used; then `refused`, if given, says
+/// why each candidate was refused, e.g. "/tmp/ddprun-1000 belongs to uid 0, not to this user").
+std::string status_beacon_dir(std::string* refused = nullptr);
 
 class StatusBeacon {
  public:

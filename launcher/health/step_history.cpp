@@ -19,6 +19,10 @@ void StepHistory::note(int node, int rank, long long step, double now_s) {
   while (s.size() > keep_) s.pop_front();
 }
 
+void StepHistory::keep_only(const std::set<std::pair<int, int>>& live) {
+  std::erase_if(series_, [&](const auto& entry) { return !live.contains(entry.first); });
+}
+
 std::optional<double> StepHistory::rate(int node, int rank) const {
   auto it = series_.find({node, rank});
   if (it == series_.end() || it->second.size() < 2) return std::nullopt;

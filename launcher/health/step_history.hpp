@@ -4,13 +4,15 @@
 /// and the other nodes' published ones), so that the steps/s of /status and the dashboard's
 /// chart do not start from nothing when a page is reloaded or another viewer comes
 /// (docs/health.md, "Steps per second"). Pure and bounded: at most `keep` samples per rank and
-/// `max_ranks` ranks; a step lower than the last (a restart) starts the rank's series again.
+/// `max_ranks` ranks; a step lower than the last (a restart) starts the rank's series again, and
+/// the ranks no longer in the job are dropped (keep_only, on every sample tick).
 
 #include <cstddef>
 #include <deque>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <utility>
 
 namespace ddp::launcher::health {
@@ -26,6 +28,9 @@ class StepHistory {
   std::optional<double> rate(int node, int rank) const;
   /// {"keep": N, "ranks": [{"node_rank", "rank", "samples": [[age_s, step], ...oldest first]}]}
   nlohmann::json json(double now_s) const;
+  /// Forgets every rank not in `live` (node, rank): the ranks gone from the job (a re-form's
+  /// departed nodes, a smaller attempt) leave /history, and make room under max_ranks, at once.
+  void keep_only(const std::set<std::pair<int, int>>& live);
   void clear() { series_.clear(); }
   size_t ranks() const { return series_.size(); }
 

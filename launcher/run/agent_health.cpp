@@ -44,6 +44,11 @@ std::unique_ptr<health::HealthMonitor> Agent::make_health_monitor() {
     const auto& err = workers_[static_cast<size_t>(local_rank)].err;
     return err ? err->tail_lines(lines) : std::vector<std::string>{};
   };
+  hooks.stdout_tail = [this](int local_rank, size_t lines) -> std::vector<std::string> {
+    if (local_rank < 0 || static_cast<size_t>(local_rank) >= workers_.size()) return {};
+    const auto& out = workers_[static_cast<size_t>(local_rank)].out;
+    return out ? out->tail_lines(lines) : std::vector<std::string>{};
+  };
   auto path = setup_.parent_env.find("PATH");
   const std::string path_variable =
       path == setup_.parent_env.end() ? "/usr/bin:/bin" : path->second;

@@ -60,7 +60,7 @@ Result<WorkerStreams> WorkerStreams::open(boost::asio::io_context& io, const Lau
     OutputSink* console = s == 0 && !c.events_on_stdout() ? &stdout_sink : &stderr_sink;
     route.console = to_console ? console : nullptr;
     route.fallback_console = console;
-    route.keep_tail = s == 1;
+    route.keep_tail = true;  // stderr: the failure summary; both: GET /log/<rank>[/stdout]
     if (to_file) {
       route.file_path = dir + (s == 0 ? "/stdout.log" : "/stderr.log");
       route.file = open_sink(io, route.file_path, /*append=*/false, on_file_error);

@@ -415,12 +415,13 @@ int run_top(const std::vector<std::string>& args) {
     endpoint = parse_endpoint(where);
     if (!endpoint) return top_fail(exit_codes::kUsage, fmt::format("'{}' is not HOST:PORT", where));
   } else {
-    const std::string dir = health::status_beacon_dir();
+    std::string refused;
+    const std::string dir = health::status_beacon_dir(&refused);
     auto found = health::find_status_beacon(dir, current_dir());
     if (!found) {  // nothing to look at: unavailable (69) as when the job does not answer
       return top_fail(kNoJob, fmt::format("no running ddprun found for this user{}; for a job on "
                                           "another machine pass HOST:PORT (its --status-port)",
-                                          dir.empty() ? "" : " in " + dir));
+                                          dir.empty() ? ": " + refused : " in " + dir));
     }
     if (found->port > 0) {
       std::string host = found->address;

@@ -222,3 +222,116 @@ TEST_CASE("failures: kept across attempts, the last ones, each cut to its bounds
   CHECK(j[1]["message"] == "third");
   CHECK(log.dropped() == 1);
 }
+
+TEST_CASE("a node's failures travel in its record, bounded, and merge into every node's list") {
+  PublishedNode n = two_ranks();
+  for (int a = 0; a < 6; ++a) {
+    n.failures.push_back({a, 3, 1, "1", "ValueError: attempt " + std::to_string(a),
+                          "Traceback (most recent call last):\n" + std::string(10000, 't') + "END",
+                          std::vector<std::string>(30, std::string(600, 'e'))});
+  }
+  n.failures_left_out = 2;  // dropped by the node's own log
+  const std::string text = encode_published_node(n);
+  CHECK(text.size() <= kMaxPublishedBytes);
+  auto back = decode_published_node(text);
+  REQUIRE(back);
+  // The newest ones, oldest first; the rest counted.
+  REQUIRE(back->failures.size() == kMaxPublishedFailures);
+  CHECK(back->failures.front().attempt == 2);
+  CHECK(back->failures.back().message == "ValueError: attempt 5");
+  CHECK(back->failures_left_out == 2 + 2);
+  const auto& f = back->failures.back();
+  CHECK(f.rank == 3);
+  CHECK(f.traceback.size() == kMaxPublishedTraceback);
+  CHECK(f.traceback.ends_with("END"));  // the raising frame is kept
+  CHECK(f.stderr_tail.size() == kMaxPublishedTailLines);
+  CHECK(f.stderr_tail[0].size() == kMaxPublishedTailLine);
+
+  // A record with huge escaped texts stays within its bound: fewer failures, counted.
+  PublishedNode wide = two_ranks();
+  for (int a = 0; a < 4; ++a) {
+    wide.failures.push_back({a, 2, 0, "1", std::string(5000, '\x01'), std::string(20000, '\x02'),
+                             std::vector<std::string>(20, std::string(600, '\x03'))});
+  }
+  const std::string wide_text = encode_published_node(wide);
+  CHECK(wide_text.size() <= kMaxPublishedBytes);
+  auto wide_back = decode_published_node(wide_text);
+  REQUIRE(wide_back);
+  CHECK(wide_back->failures.size() + static_cast<size_t>(wide_back->failures_left_out) == 4);
+  CHECK_FALSE(wide_back->failures.empty());
+
+  // Merged: this node's failure and the other node's, by attempt, then node rank.
+  RemoteNodeView b{1, "b", false, *back, 0.5};
+  json local = json::array({{{"attempt", 3}, {"rank", 0}, {"message", "here"}}});
+  json merged = merge_job_failures(local, 0, "host-a", {b});
+  REQUIRE(merged.size() == 5);
+  CHECK(merged[0]["attempt"] == 2);
+  CHECK(merged[1]["message"] == "here");
+  CHECK(merged[1]["node_rank"] == 0);
+  CHECK(merged[2]["attempt"] == 3);
+  CHECK(merged[2]["node_rank"] == 1);
+  CHECK(merged[2]["host"] == "host-b");
+  CHECK(merged[2]["remote"] == true);
+  CHECK(merged[4]["message"] == "ValueError: attempt 5");
+  CHECK(remote_failures_left_out({b}) == 4);
+}
+
+TEST_CASE("a record's failures are read with the writer's bounds, odd ones skipped") {
+  json j{{"host", "b"},
+         {"ranks", json::array()},
+         {"failures_left_out", -5},
+         {"failures",
+          json::array({json("x"),
+                       {{"rank", "1"}, {"attempt", 0}},
+                       {{"rank", 1}},
+                       {{"rank", 2},
+                        {"attempt", 1},
+                        {"message", std::string(3000, 'm')},
+                        {"traceback", 7},
+                        {"stderr_tail", json::array({1, "line", std::string(900, 'l')})}}})}};
+  auto back = decode_published_node(j.dump());
+  REQUIRE(back);
+  CHECK(back->failures_left_out == 0);
+  REQUIRE(back->failures.size() == 1);
+  const auto& f = back->failures[0];
+  CHECK(f.rank == 2);
+  CHECK(f.message.size() == kMaxPublishedMessage);
+  CHECK(f.traceback.empty());
+  REQUIRE(f.stderr_tail.size() == 2);
+  CHECK(f.stderr_tail[1].size() == kMaxPublishedTailLine);
+}
+
+TEST_CASE("steps history: the ranks gone from the job leave it at once") {
+  StepHistory h(5, 3);
+  h.note(0, 0, 1, 1.0);
+  h.note(0, 1, 1, 1.0);
+  h.note(1, 2, 1, 1.0);
+  // A re-form without node 1: its rank's series goes, and its room is free for a new rank.
+  h.keep_only({{0, 0}, {0, 1}});
+  json j = h.json(2.0);
+  REQUIRE(j["ranks"].size() == 2);
+  CHECK(j["ranks"][1]["rank"] == 1);
+  h.note(2, 2, 1, 2.0);
+  h.note(2, 3, 1, 2.0);  // beyond max_ranks
+  CHECK(h.ranks() == 3);
+  CHECK(h.rate(2, 2) == std::nullopt);
+  h.keep_only({});
+  CHECK(h.ranks() == 0);
+}
+
+TEST_CASE("a failure keeps the node rank it had when it failed (a restart renumbers nodes)") {
+  PublishedNode n = two_ranks();
+  RankFailure f{0, 3, 1, "1", "ValueError: x", "", {}};
+  f.node_rank = 1;  // it failed as node 1; the restart made its node node 0
+  n.failures.push_back(f);
+  auto back = decode_published_node(encode_published_node(n));
+  REQUIRE(back);
+  REQUIRE(back->failures.size() == 1);
+  CHECK(back->failures[0].node_rank == 1);
+  json merged = merge_job_failures(json::array({{{"attempt", 0}, {"rank", 0}, {"node_rank", 1}}}),
+                                   1, "a", {RemoteNodeView{0, "b", false, *back, 0.1}});
+  REQUIRE(merged.size() == 2);
+  CHECK(merged[0]["node_rank"] == 1);  // this node's, as numbered then
+  CHECK(merged[1]["node_rank"] == 1);
+  CHECK(merged[1]["rank"] == 3);
+}

@@ -9,6 +9,7 @@ steps/s history the server kept (GET /history). Then node 1's agent is SIGKILLed
 import json
 import os
 import shutil
+import subprocess
 import sys
 import time
 import urllib.error
@@ -54,6 +55,7 @@ def start_job(tmp, etcd=None):
         args = [*where, "--nnodes", 2, "--nproc_per_node", 2, "--rdzv_conf", mn.FAST,
                 "--status-port", 0, worker]
         nodes.append(mn.Node(tmp, name, args, env=env))
+        nodes[-1].store_port = None if etcd else endpoint
         if name == "a":  # the first binds the endpoint and hosts the store: node 0
             wait_until(lambda: status_port(nodes[0]), 30, "node a's status endpoint")
     return nodes, stop
@@ -175,6 +177,74 @@ def test_etcd_every_node_shows_every_rank_and_a_lost_node(tmp):
         test_every_node_shows_every_rank_and_a_lost_node(tmp, cluster)
 
 
+def bytes_received(pid, port):
+    """{local address: bytes received} of pid's TCP connections to 127.0.0.1:port (ss -ti)."""
+    out = subprocess.run(["ss", "-tinpH", "state", "established", f"( dport = :{port} )"],
+                         capture_output=True, text=True).stdout.splitlines()
+    conns = {}
+    for head, info in zip(out[::2], out[1::2]):
+        if f"pid={pid}," not in head:
+            continue
+        got = [w for w in info.split() if w.startswith("bytes_received:")]
+        conns[head.split()[2]] = int(got[0].split(":")[1]) if got else 0
+    return conns
+
+
+def test_a_strangers_huge_view_record_is_not_fetched_every_second(tmp):
+    """A stranger on the store (no token) keeps writing 4 MiB under node 0's view key (an
+    agent never writes more than 64 KiB there). Node 1's agent reads the records: it learns the
+    size from the reply's length, drops that connection without taking the 4 MiB, says so in one
+    line and does not read that key again in the round: its bytes read grow by far less than one
+    such record while the stranger goes on (before: every heartbeat fetched it, then ignored it)."""
+    sys.path.insert(0, os.path.join(HERE, "..", "..", "rendezvous", "bounds"))
+    import wire
+    nodes, stop = start_job(tmp)
+    a, b = nodes
+    stranger = None
+    try:
+        wait_until(lambda: a.started_workers() == 2 and b.started_workers() == 2, 30,
+                   f"workers on both nodes\n{a}\n{b}")
+        wait_until(lambda: status_port(b), 30, "node b's status endpoint")
+        zero, one = (a, b) if get(status_port(a), "status")["job"]["node_rank"] == 0 else (b, a)
+        wait_until(lambda: len(others(get(status_port(one), "status"), 1)) == 2, 30,
+                   "node 0's ranks on node 1")
+        stranger = wire.G2Client(one.store_port)
+
+        def exists(k):  # CHECK: 0 ready, 1 not ready
+            stranger.s.sendall(wire.g2("CHECK", wire.keys(k)))
+            return wire.recv_exact(stranger.s, 1) == b"\0"
+        keys = [f"/ddprun/jobview/{r}/view/0" for r in range(4)]  # G2 keys start with /
+        key = next((k for k in keys if exists(k)), None)
+        assert key, "node 0's view key in rounds 0-3"
+        huge = b"[" * (4 << 20)
+        # What node 1's agent receives from the store, per connection (a dropped one is not
+        # forgotten: its last count stays in `most`).
+        start = bytes_received(one.proc.pid, one.store_port)
+        assert start, "node 1's connections to the store"
+        most = dict(start)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            stranger.set(key, huge)
+            assert stranger.ping()
+            for conn, n in bytes_received(one.proc.pid, one.store_port).items():
+                most[conn] = max(most.get(conn, 0), n)
+            time.sleep(0.2)
+        grown = sum(n - start.get(conn, 0) for conn, n in most.items())
+        print(f"  node 1's agent received {grown} bytes in 5 s of a stranger's 4 MiB record")
+        assert grown < (2 << 20), grown
+        out, err = one.text()
+        lines = [l for l in err.splitlines() if "view record of node 0" in l]
+        assert len(lines) == 1 and "larger than 65536 bytes" in lines[0], err[-3000:]
+        # The job goes on: node 1 is fine, node 0's ranks are simply not shown there.
+        assert get(status_port(one), "status")["phase"] == "running"
+        assert one.proc.poll() is None and zero.proc.poll() is None
+    finally:
+        if stranger:
+            stranger.close()
+        open(stop, "w").close()
+        mn.finish(nodes)
+
+
 def test_failures_with_message_traceback_and_log_tail_on_the_view(tmp):
     """One node, 2 ranks, --max_restarts 1: rank 1 fails in attempt 0 with an error file. The
     restarted job's /status keeps that failure (message, traceback, stderr tail), GET /log/<rank>
@@ -200,6 +270,12 @@ def test_failures_with_message_traceback_and_log_tail_on_the_view(tmp):
         log = get(port, "log/1")
         assert log["rank"] == 1 and log["stream"] == "stderr" and log["attempt"] == 1, log
         assert isinstance(log["lines"], list), log
+        # And its stdout: the line it printed at start (once the restarted rank has printed it).
+        wait_until(lambda: any(line.startswith("stepper rank=1 world=2 restart=1")
+                               for line in get(port, "log/1/stdout")["lines"]), 30,
+                   f"rank 1's stdout line: {get(port, 'log/1/stdout')}")
+        out = get(port, "log/1/stdout")
+        assert out["rank"] == 1 and out["stream"] == "stdout" and out["attempt"] == 1, out
         try:
             get(port, "log/99")
             raise AssertionError("a rank not on this node has no log")

@@ -18,7 +18,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "launcher", "integration"))
-from harness import DDPRUN, clean_env, main, start, stop, wait_until  # noqa: E402
+from harness import DDPRUN, Skip, clean_env, main, start, stop, wait_until  # noqa: E402
 
 JOB = r"""
 import os, sys, time
@@ -227,6 +227,48 @@ while True:
             impostor.kill()
             impostor.wait()
         stop(proc)
+
+
+NOBODY = 65534
+
+
+def test_a_squatted_beacon_directory_is_named_in_one_line(tmp):
+    """Another user made /tmp/ddprun-<uid> before this user's first job (or made it 0755): the
+    beacon is not written there (that user could read or replace it), and both ddprun and `top`
+    say so in one line instead of a silent "no running ddprun found". Run as uid 65534 (nobody),
+    whose directory root squats, so the machine's own /tmp/ddprun-<uid> is untouched."""
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        raise Skip("needs root and setpriv to act as uid 65534")
+    squat = f"/tmp/ddprun-{NOBODY}"
+    if os.path.lexists(squat):
+        raise Skip(f"{squat} exists already")
+    os.mkdir(squat, 0o755)  # root's, not nobody's
+    os.chmod(tmp, 0o755)
+    as_nobody = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--"]
+    env = clean_env(HOME="/tmp")
+    env.pop("XDG_RUNTIME_DIR", None)
+    try:
+        r = subprocess.run([*as_nobody, DDPRUN, "--nproc-per-node", "1", "--no-python", "true"],
+                           capture_output=True, text=True, timeout=60, cwd="/tmp", env=env)
+        assert r.returncode == 0, r
+        lines = [l for l in r.stderr.splitlines() if "status beacon" in l]
+        assert lines == [f"ddprun: warning: no status beacon: {squat} belongs to uid 0, not to this "
+                         f"user (uid {NOBODY}); `ddprun top` finds this job only with HOST:PORT of "
+                         "--status-port (remove that directory or set XDG_RUNTIME_DIR to a private "
+                         "one)"], r.stderr
+        top = subprocess.run([*as_nobody, DDPRUN, "top", "--once"], capture_output=True, text=True,
+                             timeout=30, cwd="/tmp", env=env)
+        assert top.returncode == 69, top
+        assert f"{squat} belongs to uid 0, not to this user" in top.stderr, top.stderr
+        assert top.stderr.count("\n") == 1, top.stderr
+        # A directory of nobody's own but open to others (0777): refused too, named by its mode.
+        os.chown(squat, NOBODY, NOBODY)
+        os.chmod(squat, 0o777)
+        top = subprocess.run([*as_nobody, DDPRUN, "top", "--once"], capture_output=True, text=True,
+                             timeout=30, cwd="/tmp", env=env)
+        assert top.returncode == 69 and f"{squat} has mode 0777, not 0700" in top.stderr, top
+    finally:
+        shutil.rmtree(squat, ignore_errors=True)
 
 
 def test_a_run_directory_too_deep_for_a_socket_path(tmp):
