@@ -757,4 +757,18 @@ void EtcdWatch::run() {
   }
 }
 
+std::unique_ptr<EtcdGateway> ClientCluster::connect(std::chrono::milliseconds timeout) {
+  ClientOptions options = options_;
+  options.timeout = timeout;
+  return std::make_unique<EtcdClient>(std::move(options));
+}
+
+std::unique_ptr<EtcdWatchStream> ClientCluster::watch(std::string key, std::string range_end,
+                                                      std::int64_t start_revision,
+                                                      WatchTiming timing,
+                                                      WatchCallbacks callbacks) {
+  return std::make_unique<EtcdWatch>(options_, std::move(key), std::move(range_end), start_revision,
+                                     timing, std::move(callbacks));
+}
+
 }  // namespace ddp::rdzv::etcd
