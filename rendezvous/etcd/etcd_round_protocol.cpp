@@ -107,7 +107,7 @@ void EtcdRoundProtocol::report_etcd_lost(const std::string& why) {
   if (callbacks_.on_lost) callbacks_.on_lost(text, std::nullopt);
 }
 
-void EtcdRoundProtocol::note(std::string line) {
+void EtcdRoundProtocol::note(const std::string& line) {
   if (callbacks_.on_note) callbacks_.on_note(line);
 }
 

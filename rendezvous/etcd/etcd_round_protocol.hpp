@@ -158,7 +158,7 @@ class EtcdRoundProtocol {
 
  private:
   Clock::time_point now() const { return options_.now(); }
-  void note(std::string line);
+  void note(const std::string& line);
   void end_round();
   std::optional<RoundRecord> form_round(int round, const Ask& ask);
   RendezvousResult join_formed(int round, const std::optional<RoundRecord>& formed);

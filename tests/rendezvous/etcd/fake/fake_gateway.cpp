@@ -95,7 +95,8 @@ class FakeGateway final : public EtcdGateway {
 
 class FakeWatch final : public EtcdWatchStream {
  public:
-  FakeWatch(FakeCluster& etcd, FakeCluster::Watcher watcher) : etcd_(etcd), watcher_(watcher) {
+  FakeWatch(FakeCluster& etcd, FakeCluster::Watcher watcher)
+      : etcd_(etcd), watcher_(std::move(watcher)) {
     etcd_.watches_.insert(&watcher_);
   }
   ~FakeWatch() override { etcd_.watches_.erase(&watcher_); }
