@@ -23,6 +23,13 @@ std::string settings_line(const AgreedSettings& agreed) {
 // As c10d's join progress (NodeRendezvousOptions::join_progress_interval).
 constexpr auto kJoinProgressInterval = std::chrono::seconds(3);
 
+// The round's node 0 lost its lease after the round closed, before it announced the workers'
+// store: a node loss of the formed round, not a failed rendezvous (join_formed decides).
+class StoreHostLost : public RendezvousError {
+ public:
+  using RendezvousError::RendezvousError;
+};
+
 }  // namespace
 
 // The keepalive's connections and what it published (one heartbeat to the next).
@@ -550,7 +557,7 @@ void EtcdRoundProtocol::announce_or_find_store(int round, rdzv::RendezvousResult
     (void)client_->wait_for_change(key, "", read.revision + 1, options_.heartbeat_timeout);
     const std::string alive = keys_.alive(round, joined.assignment.nodes.at(0).seq);
     if (client_->range(alive).kvs.empty()) {
-      throw rdzv::RendezvousError(
+      throw StoreHostLost(
           fmt::format("node 0 of round {} ({}) was lost before it announced the workers' store",
                       round, joined.assignment.nodes.at(0).name));
     }
@@ -638,13 +645,44 @@ rdzv::RendezvousResult EtcdRoundProtocol::join_formed(int round,
   const std::int64_t from = client_->range(keys_.record(round)).kvs.at(0).create_revision;
   seed_pending_board();
   start_watch(round, from, closed);
-  announce_or_find_store(round, joined);
+  try {
+    announce_or_find_store(round, joined);
+  } catch (const StoreHostLost& lost) {
+    return reform_without_store_host(round, closed, *rank, lost.what());
+  }
   joined_ = joined;
   closed_round_ = closed;
   ever_formed_ = true;
   publish_rank_ = joined.node_rank;
   publish_round_ = round;
   return joined;
+}
+
+RendezvousResult EtcdRoundProtocol::reform_without_store_host(int round, const RoundRecord& closed,
+                                                              int my_rank, const std::string& why) {
+  end_round();  // the watch of the round that lost its node 0
+  const int survivors = static_cast<int>(closed.members.size()) - 1;
+  // As any node lost in a formed round (docs/rendezvous.md, "What survives what"): an elastic job
+  // whose other nodes still make min_nodes re-forms without it; otherwise the job lost a node.
+  if (!options_.dynamic || survivors < options_.min_nodes) {
+    throw RoundMembersLostError(
+        fmt::format("round {} of job '{}' on etcd: {}", round, options_.run_id, why));
+  }
+  note(
+      fmt::format("round {} of job '{}' on etcd: {}; the {} other node(s) re-form round {} "
+                  "without it",
+                  round, options_.run_id, why, survivors, round + 1));
+  // Every survivor drops node 0 alone and keeps the others' order: they all ask for one round.
+  Ask next;
+  next.nodes = survivors;
+  next.node_rank = my_rank - 1;
+  // No worker ran yet: the survivors are all on their way; one lost meanwhile must not hold the
+  // others for the configured join timeout.
+  next.join_timeout = std::min<milliseconds>(options_.join_timeout,
+                                             2 * options_.heartbeat_timeout + milliseconds(5000));
+  next.restarts_used = std::max(closed.restarts_used, 0);
+  next.rescales_used = std::max(closed.rescales_used, 0) + 1;  // a membership change
+  return join_formed(round + 1, form_round(round + 1, next));
 }
 
 std::optional<Invitation> EtcdRoundProtocol::wait_as_pending(int round,

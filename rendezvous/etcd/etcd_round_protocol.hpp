@@ -114,8 +114,10 @@ class EtcdRoundProtocol {
 
   // --- the rendezvous thread ---
   // Joins round `round` as `ask` says (or the round a pending node is invited to), starts the
-  // watch and finds the workers' store. Throws EtcdUnavailable (etcd did not answer),
-  // RoundMembersLostError (too few of the round before are left: a node loss) or RendezvousError.
+  // watch and finds the workers' store (when the round's node 0 is lost before it announced it,
+  // an elastic job's other nodes re-form the next round without it: the result's round says).
+  // Throws EtcdUnavailable (etcd did not answer), RoundMembersLostError (too few of the round
+  // before are left: a node loss) or RendezvousError.
   RendezvousResult join(int round, const Ask& ask);
   // Offers `payload` as the round's stop reason (the first valid one wins); the payload the key
   // holds afterwards, or `payload` when etcd could not be asked (etcd's loss is reported).
@@ -162,6 +164,10 @@ class EtcdRoundProtocol {
   void end_round();
   std::optional<RoundRecord> form_round(int round, const Ask& ask);
   RendezvousResult join_formed(int round, const std::optional<RoundRecord>& formed);
+  // Node 0 of `closed` was lost before it announced the workers' store (`why`): the others
+  // re-form round + 1 without it (an elastic job that keeps min_nodes), or RoundMembersLostError.
+  RendezvousResult reform_without_store_host(int round, const RoundRecord& closed, int my_rank,
+                                             const std::string& why);
   std::optional<RoundRecord> read_round(int round);
   std::optional<std::string> lost_in_round(const RoundRecord& previous, int previous_round,
                                            const RoundRecord& current);

@@ -73,11 +73,11 @@ struct Harness {
 
   // Another node joins round `round` as its agent would (one write of the record and its alive
   // key on its own lease); its lease.
-  std::int64_t peer_joins(int round, const std::string& name, int min_nodes = 2,
-                          int max_nodes = 2) {
+  std::int64_t peer_joins(int round, const std::string& name, int min_nodes = 2, int max_nodes = 2,
+                          int asked_rank = -1) {
     const std::int64_t lease = etcd.grant(5);
     const std::string alive_prefix = keys.alive_prefix(round);
-    const JoinStep step = join_step(record(round), RoundMember{lease, name, 1, -1, ""},
+    const JoinStep step = join_step(record(round), RoundMember{lease, name, 1, asked_rank, ""},
                                     RoundShape{min_nodes, max_nodes, 0, 0},
                                     alive_keys(etcd.prefix(alive_prefix), alive_prefix));
     REQUIRE(step.kind == JoinStep::Kind::Write);
@@ -354,4 +354,52 @@ TEST_CASE("leave marks this node as left and revokes its lease") {
   CHECK(h.etcd.calls("revoke") == 1);
   me.reset();  // once
   CHECK(h.etcd.calls("revoke") == 1);
+}
+
+TEST_CASE("node 0 lost before it announced the workers' store: a fixed job lost a node (74)") {
+  Harness h;
+  auto me = h.make(h.options());
+  const std::int64_t b = h.peer_joins(0, "host-b");  // node 0: it hosts the store
+  h.etcd.on_wait = [&] { h.etcd.expire_lease(b); };  // SIGKILLed before it announced the store
+  try {
+    (void)me->join(0, {});
+    FAIL("the join succeeded");
+  } catch (const RoundMembersLostError& e) {  // the agent's node loss, not "rendezvous failed"
+    CHECK(std::string(e.what()).find("node 0 of round 0 (host-b) was lost before it announced") !=
+          std::string::npos);
+  } catch (const std::exception& e) {
+    FAIL("not a node loss: " << std::string(e.what()));
+  }
+}
+
+TEST_CASE("node 0 lost before it announced the workers' store: an elastic job re-forms") {
+  Harness h;
+  auto options = h.options(2, 3);
+  options.dynamic = true;
+  auto me = h.make(options);
+  const std::int64_t b = h.peer_joins(0, "host-b", 2, 3);  // node 0
+  (void)h.peer_joins(0, "host-c", 2, 3);                   // node 1
+  int waits = 0;
+  h.etcd.on_wait = [&] {
+    ++waits;
+    if (waits == 1) {
+      h.etcd.expire_lease(b);  // SIGKILLed after the round closed, before the announcement
+    } else if (waits == 2) {
+      // host-c, node 1 of round 0, re-forms as node 0 of round 1 and hosts its store.
+      (void)h.peer_joins(1, "host-c", 2, 2, 0);
+      h.store_announced(1);
+    }
+  };
+  const RendezvousResult joined = me->join(0, {});
+  CHECK(joined.round == 1);
+  CHECK(joined.num_nodes == 2);
+  CHECK(joined.node_rank == 1);
+  CHECK(joined.master_addr == "10.0.0.2");
+  CHECK(joined.rescales_used == 1);
+  CHECK(h.noted("re-form round 1 without it"));
+  CHECK(h.lost.empty());
+  // The watch covers the round it formed: a stop there reaches this node.
+  h.put_sealed(h.keys.stop(1), "1|0|rank 0 failed");
+  h.etcd.pump_watches();
+  CHECK(h.stops == std::vector<std::string>{"1|0|rank 0 failed"});
 }
