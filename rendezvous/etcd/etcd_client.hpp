@@ -118,6 +118,9 @@ class EtcdClient final : public EtcdGateway {
   // Whether any member answers at all (its status, which needs no leader; a refusal counts):
   // tells "etcd is there, without a leader" from "nothing answers".
   bool any_member_answers() override;
+  // Asks each listed member's status on a connection of its own, each bounded by its share of
+  // the deadline.
+  void check_one_cluster() override;
 
   const ClientOptions& options() const { return options_; }
   // The member the next call tries first: the last one that answered.

@@ -44,6 +44,10 @@ class EtcdGateway {
                                                   std::chrono::milliseconds wait) = 0;
   // Whether any member answers at all (no leader needed): "etcd is there" vs "nothing answers".
   virtual bool any_member_answers() = 0;
+  // Every member that answers now belongs to one etcd cluster (the cluster id in its status);
+  // throws EtcdProtocolError with one line naming two members of different clusters. Members
+  // that do not answer are skipped (the failover's business).
+  virtual void check_one_cluster() {}
   // The member that answered last (where a watch should start); 0 when there is one.
   virtual std::size_t current_member() const { return 0; }
 };

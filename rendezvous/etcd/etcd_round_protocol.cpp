@@ -569,7 +569,12 @@ void EtcdRoundProtocol::announce_or_find_store(int round, rdzv::RendezvousResult
 RendezvousResult EtcdRoundProtocol::join(int round, const Ask& plan) {
   end_round();
   cancel_ = false;
-  if (!client_) client_ = cluster_.connect(call_timeout_);
+  if (!client_) {
+    client_ = cluster_.connect(call_timeout_);
+    // Members of two clusters would each hold a job of their own, and a failover would move this
+    // node from one to the other: said once, at the first join (69), not found mid-job.
+    client_->check_one_cluster();
+  }
   if (!generation_chosen_) {
     choose_generation();
     generation_chosen_ = true;

@@ -403,3 +403,23 @@ TEST_CASE("node 0 lost before it announced the workers' store: an elastic job re
   h.etcd.pump_watches();
   CHECK(h.stops == std::vector<std::string>{"1|0|rank 0 failed"});
 }
+
+TEST_CASE("the first join checks that the members are one etcd cluster, once") {
+  Harness h;
+  SUBCASE("two clusters: the join fails with the client's line, nothing written") {
+    h.etcd.clusters_differ =
+        "etcd members a:1 (cluster 1) and b:2 (cluster 2) belong to "
+        "different etcd clusters";
+    auto me = h.make(h.options(1, 1));
+    CHECK_THROWS_WITH_AS(me->join(0, {}), doctest::Contains("different etcd clusters"),
+                         EtcdProtocolError);
+    CHECK(h.etcd.calls("grant") == 0);
+    CHECK(h.etcd.calls("txn") == 0);
+  }
+  SUBCASE("one cluster: checked at the first join only") {
+    auto me = h.make(h.options(1, 1));
+    (void)me->join(0, {});
+    (void)me->join(1, {});
+    CHECK(h.etcd.calls("check_cluster") == 1);
+  }
+}

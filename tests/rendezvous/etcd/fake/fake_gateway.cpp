@@ -88,6 +88,10 @@ class FakeGateway final : public EtcdGateway {
     return events;
   }
   bool any_member_answers() override { return etcd_.members_answer; }
+  void check_one_cluster() override {
+    etcd_.call("check_cluster");
+    if (!etcd_.clusters_differ.empty()) throw EtcdProtocolError(etcd_.clusters_differ);
+  }
 
  private:
   FakeCluster& etcd_;

@@ -52,6 +52,8 @@ class FakeCluster final : public EtcdCluster {
   bool members_answer = true;
   // The TTL every later lease grant gets (0: the one asked).
   std::int64_t granted_ttl = 0;
+  // Non-empty: check_one_cluster() throws this line (members of two clusters listed).
+  std::string clusters_differ;
   // Silenced watches get nothing from pump_watches (a member whose stream went quiet).
   bool watches_silent = false;
   // Drops the history up to the current revision: a watch or wait from before it is compacted.
