@@ -128,7 +128,7 @@ EtcdUnavailable unavailable(bool etcd_answered) {
 
 }  // namespace
 
-TEST_CASE("a round forms with a peer; the watch reports its stop and its loss, each once") {
+TEST_CASE("a round forms with a peer, and the watch reports its stop and its loss, each once") {
   Harness h;
   auto me = h.make(h.options());
   const std::int64_t b = h.two_node_round(*me);
@@ -299,7 +299,7 @@ TEST_CASE("exit barrier: the round's keys deleted by a stranger end the wait wit
   CHECK(waited <= 8s);  // and not much longer
 }
 
-TEST_CASE("exit barrier: a stop ends it with the stop's payload; etcd failing keeps success") {
+TEST_CASE("exit barrier: a stop ends it with the stop's payload, etcd failing keeps success") {
   Harness h;
   auto me = h.make(h.options());
   (void)h.two_node_round(*me);
