@@ -472,6 +472,35 @@ std::string EtcdClient::post_once(const char* path, const std::string& body,
       etcd_answered);
 }
 
+void EtcdClient::check_one_cluster() {
+  const std::size_t members = options_.endpoints.size();
+  if (members < 2) return;
+  std::optional<std::pair<std::string, std::string>> first;  // a member and its cluster id
+  for (const Endpoint& member : options_.endpoints) {
+    ClientOptions one = options_;
+    one.endpoints = {member};
+    one.timeout = std::max<std::chrono::milliseconds>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(options_.timeout / (members + 1)),
+        std::chrono::milliseconds(500));
+    std::string id;
+    try {
+      EtcdClient client(std::move(one));
+      id = parse_cluster_id(client.post("/v3/maintenance/status", "{}"));
+    } catch (const std::exception&) {
+      continue;  // not answering now: each call leaves it for the others
+    }
+    if (id.empty()) continue;
+    if (!first) {
+      first.emplace(member.name(), id);
+    } else if (first->second != id) {
+      throw EtcdProtocolError(fmt::format(
+          "etcd members {} (cluster {}) and {} (cluster {}) belong to different etcd clusters: "
+          "--rdzv_endpoint must list the members of one cluster",
+          first->first, first->second, member.name(), id));
+    }
+  }
+}
+
 bool EtcdClient::any_member_answers() {
   try {
     (void)post("/v3/maintenance/status", "{}");
@@ -755,6 +784,20 @@ void EtcdWatch::run() {
                     [](const auto& f) { return f.has_value(); }))
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
+}
+
+std::unique_ptr<EtcdGateway> ClientCluster::connect(std::chrono::milliseconds timeout) {
+  ClientOptions options = options_;
+  options.timeout = timeout;
+  return std::make_unique<EtcdClient>(std::move(options));
+}
+
+std::unique_ptr<EtcdWatchStream> ClientCluster::watch(std::string key, std::string range_end,
+                                                      std::int64_t start_revision,
+                                                      WatchTiming timing,
+                                                      WatchCallbacks callbacks) {
+  return std::make_unique<EtcdWatch>(options_, std::move(key), std::move(range_end), start_revision,
+                                     timing, std::move(callbacks));
 }
 
 }  // namespace ddp::rdzv::etcd

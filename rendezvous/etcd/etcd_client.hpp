@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "rendezvous/etcd/etcd_codec.hpp"
+#include "rendezvous/etcd/etcd_gateway.hpp"
 
 namespace boost::asio::ssl {
 class context;
@@ -83,10 +84,10 @@ struct ClientOptions {
 // certificate), as one line; nullopt when they load.
 std::optional<std::string> tls_setup_error(const ClientOptions::Tls& tls);
 
-class EtcdClient {
+class EtcdClient final : public EtcdGateway {
  public:
   explicit EtcdClient(ClientOptions options);
-  ~EtcdClient();
+  ~EtcdClient() override;
   EtcdClient(const EtcdClient&) = delete;
   EtcdClient& operator=(const EtcdClient&) = delete;
 
@@ -95,31 +96,35 @@ class EtcdClient {
   // `keys_only`: the keys, their revisions and leases, no values (a check of which keys exist
   // does not read a stranger's huge values beside them).
   RangeReply range(const std::string& key, const std::string& range_end = {},
-                   bool keys_only = false);
-  std::int64_t put(const std::string& key, const std::string& value, std::int64_t lease = 0);
-  std::int64_t erase(const std::string& key, const std::string& range_end = {});
+                   bool keys_only = false) override;
+  std::int64_t put(const std::string& key, const std::string& value,
+                   std::int64_t lease = 0) override;
+  std::int64_t erase(const std::string& key, const std::string& range_end = {}) override;
   TxnReply txn(const std::vector<Compare>& compares, const std::vector<Op>& success,
-               const std::vector<Op>& failure = {});
+               const std::vector<Op>& failure = {}) override;
   // The lease and the TTL etcd granted (at least the asked one; more when etcd's election
   // timeout asks for it).
-  LeaseGrant grant_lease(std::int64_t ttl_seconds);
+  LeaseGrant grant_lease(std::int64_t ttl_seconds) override;
   // The TTL left; 0 when the lease has expired (or was revoked).
-  std::int64_t keep_alive(std::int64_t lease);
-  void revoke_lease(std::int64_t lease);
+  std::int64_t keep_alive(std::int64_t lease) override;
+  void revoke_lease(std::int64_t lease) override;
   // Waits until something under [key, range_end) changes at or after `start_revision`, at most
   // `wait` (not bounded by the options' timeout). Returns the events (empty: none in time).
   // A revision etcd compacted away reports one Put event with an empty key (the caller rereads).
   std::vector<WatchEvent> wait_for_change(const std::string& key, const std::string& range_end,
                                           std::int64_t start_revision,
-                                          std::chrono::milliseconds wait);
+                                          std::chrono::milliseconds wait) override;
 
   // Whether any member answers at all (its status, which needs no leader; a refusal counts):
   // tells "etcd is there, without a leader" from "nothing answers".
-  bool any_member_answers();
+  bool any_member_answers() override;
+  // Asks each listed member's status on a connection of its own, each bounded by its share of
+  // the deadline.
+  void check_one_cluster() override;
 
   const ClientOptions& options() const { return options_; }
   // The member the next call tries first: the last one that answered.
-  std::size_t current_member() const { return current_ % options_.endpoints.size(); }
+  std::size_t current_member() const override { return current_ % options_.endpoints.size(); }
   // The token for the options' user (authenticating first when there is none yet); empty
   // without a user. A refused user is an EtcdProtocolError naming it.
   std::string auth_token();
@@ -150,25 +155,14 @@ class EtcdClient {
 // owner re-reads its state (on_compacted) and the watch goes on from what it returns. When no
 // member serves the watch for `give_up`, counted from when the stream broke, on_error is called
 // once and the watch ends.
-class EtcdWatch {
+class EtcdWatch final : public EtcdWatchStream {
  public:
-  struct Callbacks {
-    std::function<void(const WatchMessage&)> on_message;
-    std::function<void(const std::string&)> on_error;
-    // etcd compacted the revisions the watch still needed (`compacted`: the oldest kept): read
-    // the state anew and return the revision to watch from (the read's revision + 1). Without
-    // it, or when it throws, on_error is called.
-    std::function<std::int64_t(std::int64_t compacted)> on_compacted;
-  };
-  struct Timing {
-    std::chrono::milliseconds give_up{std::chrono::seconds(5)};
-    std::chrono::milliseconds silence{0};  // 0: a quiet stream is never taken for dead
-    std::size_t first_member = 0;          // the member tried first (one that answers)
-  };
+  using Callbacks = WatchCallbacks;
+  using Timing = WatchTiming;
   EtcdWatch(ClientOptions options, std::string key, std::string range_end,
             std::int64_t start_revision, Timing timing, Callbacks callbacks);
   // Stops the watch and joins its thread; no callback runs after it returns.
-  ~EtcdWatch();
+  ~EtcdWatch() override;
   EtcdWatch(const EtcdWatch&) = delete;
   EtcdWatch& operator=(const EtcdWatch&) = delete;
 
@@ -184,6 +178,21 @@ class EtcdWatch {
   std::shared_ptr<boost::asio::ssl::context> tls_;  // null: plain http
   std::atomic<bool> stopping_{false};
   std::thread thread_;
+};
+
+// The real cluster: EtcdClients and EtcdWatches on `options`' members (a connection's timeout
+// as asked).
+class ClientCluster final : public EtcdCluster {
+ public:
+  explicit ClientCluster(ClientOptions options) : options_(std::move(options)) {}
+  std::unique_ptr<EtcdGateway> connect(std::chrono::milliseconds timeout) override;
+  std::unique_ptr<EtcdWatchStream> watch(std::string key, std::string range_end,
+                                         std::int64_t start_revision, WatchTiming timing,
+                                         WatchCallbacks callbacks) override;
+  const ClientOptions& options() const { return options_; }
+
+ private:
+  ClientOptions options_;
 };
 
 }  // namespace ddp::rdzv::etcd

@@ -270,6 +270,19 @@ RangeReply parse_range(std::string_view body) {
   return parse_range_json(j);
 }
 
+std::string parse_cluster_id(std::string_view body) {
+  json j = parse_json(body);
+  throw_if_error(j);
+  auto h = j.find("header");
+  if (h == j.end() || !h->is_object()) return {};
+  auto id = h->find("cluster_id");
+  if (id == h->end()) return {};
+  if (id->is_string()) return id->get<std::string>();
+  if (id->is_number_unsigned()) return std::to_string(id->get<std::uint64_t>());
+  if (id->is_number_integer()) return std::to_string(id->get<std::int64_t>());
+  return {};
+}
+
 std::int64_t parse_revision(std::string_view body) {
   json j = parse_json(body);
   throw_if_error(j);

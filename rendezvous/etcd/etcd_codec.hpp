@@ -144,6 +144,9 @@ LeaseGrant parse_lease_grant(std::string_view body);
 // lease/keepalive: the TTL left (0 or less: the lease no longer exists).
 std::int64_t parse_keepalive(std::string_view body);
 WatchMessage parse_watch_message(std::string_view body);
+// The id of the cluster the answering member belongs to (its reply's header.cluster_id, as the
+// decimal text the gateway writes); empty when the reply has none.
+std::string parse_cluster_id(std::string_view body);
 // auth/authenticate: the token to send as the Authorization header of every later call.
 std::string parse_auth_token(std::string_view body);
 // The gateway's error reply ({"error":..., "code":..., "message":...}), if `body` is one.

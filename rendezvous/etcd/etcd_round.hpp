@@ -3,7 +3,7 @@
 // The pure half of the etcd rendezvous (--rdzv_backend etcd): the key layout under the job's
 // prefix, the round record every join rewrites in one txn (compare its mod revision, then put),
 // the decision each joiner takes on the record it read, and the token's seal on every value.
-// No I/O: launcher/multinode/etcd_session.cpp drives it over EtcdClient.
+// No I/O: etcd_round_protocol.cpp drives it over the gateway (etcd_gateway.hpp).
 
 #include <chrono>
 #include <cstdint>

@@ -294,3 +294,22 @@ TEST_CASE("a keys-only range reads the names, not a stranger's huge values besid
   CHECK(keys.kvs[1].mod_revision > 0);
   CHECK(client.range("/r0/alive/zz").kvs.at(0).value.size() == 1400 * 1024);
 }
+
+TEST_CASE("members of two etcd clusters are one line naming both, not a job split in two") {
+  FakeEtcd etcd(3);
+  EtcdClient client(options_for(etcd));
+  CHECK_NOTHROW(client.check_one_cluster());  // one cluster: nothing to say
+  etcd.set_fault(1, Fault{Fault::Kind::BlackHole, 503, {}, false});
+  etcd.set_cluster_id(2, "999");
+  const auto endpoints = parse_endpoints(etcd.endpoints());
+  try {
+    client.check_one_cluster();
+    FAIL("two clusters passed the check");
+  } catch (const EtcdProtocolError& e) {
+    const std::string line = e.what();
+    CHECK(line.find(endpoints[0].name()) != std::string::npos);
+    CHECK(line.find(endpoints[2].name()) != std::string::npos);
+    CHECK(line.find("999") != std::string::npos);
+    CHECK(line.find("different etcd clusters") != std::string::npos);
+  }
+}

@@ -97,6 +97,7 @@ struct FakeEtcd::State {
   std::int64_t granted_ttl = 0;
   std::map<std::int64_t, std::int64_t> leases;  // id -> ttl
   std::vector<Fault> faults;
+  std::vector<std::string> cluster_ids;  // each member's, in its status
   std::vector<std::map<std::string, int>> hits;
   std::list<Watcher*> watchers;
   std::vector<std::uint16_t> ports;
@@ -145,7 +146,7 @@ struct FakeEtcd::State {
   }
 
   // One unary call: the status and body.
-  std::pair<unsigned, std::string> handle(const std::string& path, const json& req) {
+  std::pair<unsigned, std::string> handle(int member, const std::string& path, const json& req) {
     std::lock_guard lock(m);
     if (path == "/v3/kv/range") {
       const std::string key = unb64(req, "key"), end = unb64(req, "range_end");
@@ -204,7 +205,9 @@ struct FakeEtcd::State {
       return {200, json{{"header", header()}}.dump()};
     }
     if (path == "/v3/maintenance/status") {
-      return {200, json{{"header", header()}, {"leader", "1"}, {"version", "3.4-fake"}}.dump()};
+      json h = header();
+      if (!cluster_ids[member].empty()) h["cluster_id"] = cluster_ids[member];
+      return {200, json{{"header", h}, {"leader", "1"}, {"version", "3.4-fake"}}.dump()};
     }
     return {404, "404 page not found\n"};
   }
@@ -342,7 +345,7 @@ struct FakeEtcd::State {
         co_await watch(member, stream, request);
         co_return;
       }
-      auto answer = handle(path, request);
+      auto answer = handle(member, path, request);
       co_await respond(answer.first, std::move(answer.second));
       if (!req.keep_alive()) co_return;
     }
@@ -368,6 +371,7 @@ FakeEtcd::FakeEtcd(int members, bool ipv6) : state_(std::make_unique<State>()) {
   auto& s = *state_;
   s.ipv6 = ipv6;
   s.faults.resize(members);
+  s.cluster_ids.assign(members, "14841639068965178418");
   s.hits.resize(members);
   for (int i = 0; i < members; ++i) {
     auto acceptor = std::make_unique<tcp::acceptor>(
@@ -408,6 +412,11 @@ void FakeEtcd::drop_watches(int member) {
     }
     return 0;
   });
+}
+
+void FakeEtcd::set_cluster_id(int member, std::string id) {
+  std::lock_guard lock(state_->m);
+  state_->cluster_ids.at(member) = std::move(id);
 }
 
 void FakeEtcd::set_granted_ttl(std::int64_t ttl) {

@@ -45,6 +45,9 @@ class FakeEtcd {
   void set_fault(int member, Fault fault);
   // Closes every open watch stream of `member` (a member restarting).
   void drop_watches(int member);
+  // The cluster id member `member`'s status reports (empty: none; by default every member
+  // reports the same one).
+  void set_cluster_id(int member, std::string id);
   // The TTL every later lease grant gets (0: the one asked).
   void set_granted_ttl(std::int64_t ttl);
   // Compacts the history up to the current revision: a watch from before it is cancelled with
