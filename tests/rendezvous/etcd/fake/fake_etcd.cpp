@@ -1,4 +1,5 @@
 #include "fake_etcd.hpp"
+#include "key_range.hpp"
 
 #include <fmt/format.h>
 
@@ -55,12 +56,6 @@ struct Watcher {
   asio::steady_timer* wake = nullptr;
   bool dropped = false;
 };
-
-bool in_range(const std::string& k, const std::string& key, const std::string& end) {
-  if (end.empty()) return k == key;
-  if (end == std::string(1, '\0')) return k >= key;
-  return k >= key && k < end;
-}
 
 std::string b64(const std::string& s) { return base64_encode(s); }
 std::string unb64(const json& j, const char* name) {

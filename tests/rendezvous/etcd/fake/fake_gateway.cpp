@@ -1,20 +1,13 @@
 #include "fake_gateway.hpp"
 
+#include "key_range.hpp"
+
 #include <fmt/format.h>
 
 #include "rendezvous/etcd/etcd_client.hpp"
 #include "rendezvous/etcd/etcd_failure.hpp"
 
 namespace ddp::rdzv::etcd::fake {
-namespace {
-
-bool in_range(const std::string& k, const std::string& key, const std::string& end) {
-  if (end.empty()) return k == key;
-  if (end == std::string(1, '\0')) return k >= key;
-  return k >= key && k < end;
-}
-
-}  // namespace
 
 class FakeGateway final : public EtcdGateway {
  public:
