@@ -77,7 +77,23 @@ ReplyVerdict classify_reply(unsigned http_status, std::string_view body) {
   }
   if (http_status == 200) {
     const auto j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
-    if (!j.is_discarded() && j.is_object()) return v;  // Answer
+    // Every answer of etcd's v3 gateway carries a response header (cluster, member, revision);
+    // a streaming call's (keepalive) sits under "result". A 200 JSON without one is another
+    // service on that address: its answer must not be taken for etcd's (a "lease without an ID").
+    const auto has_header = [](const nlohmann::json& o) {
+      const auto h = o.find("header");
+      return h != o.end() && h->is_object();
+    };
+    if (!j.is_discarded() && j.is_object()) {
+      const auto result = j.find("result");
+      if (has_header(j) || (result != j.end() && result->is_object() && has_header(*result)))
+        return v;  // Answer
+      v.kind = ReplyVerdict::Kind::NextMember;
+      v.line = fmt::format(
+          "HTTP 200 with JSON that has no etcd response header ('{}'; not etcd's v3 JSON gateway?)",
+          excerpt(body));
+      return v;
+    }
     v.kind = ReplyVerdict::Kind::NextMember;
     v.line = fmt::format(
         "HTTP 200 with a body that is not JSON ('{}'; not etcd's v3 JSON gateway?)", excerpt(body));

@@ -86,6 +86,7 @@ TEST_CASE("a sick first member is left for the next one, whatever it answers") {
       {"429", status(429)},
       {"404", status(404, "404 page not found")},
       {"200 not JSON", Fault{Fault::Kind::NotJson}},
+      {"200 JSON of another service", status(200, R"({"hello":"world"})")},
       {"gRPC 14", status(503, fake::grpc_error_body(14, "etcdserver: no leader"))},
       {"gRPC 4", status(504, fake::grpc_error_body(4, "etcdserver: request timed out"))},
       {"gRPC 8", status(429, fake::grpc_error_body(8, "etcdserver: too many requests"))},

@@ -25,6 +25,14 @@ TEST_CASE("a member's reply is classified by its HTTP status and gRPC code") {
   const auto html = classify_reply(200, "<html>It works!</html>");
   CHECK(html.kind == Kind::NextMember);
   CHECK(html.line.find("not JSON") != std::string::npos);
+  // JSON from another service (breaker F3: it was taken for etcd's answer, "a lease without an
+  // ID", exit 69 or 74 although the other members were fine); a stream's answer under "result".
+  const auto stranger = classify_reply(200, R"({"hello":"world"})");
+  CHECK(stranger.kind == Kind::NextMember);
+  CHECK(stranger.line.find("not etcd's v3 JSON gateway") != std::string::npos);
+  CHECK(classify_reply(200, R"({"result":{"header":{"revision":"3"},"ID":"7"}})").kind ==
+        Kind::Answer);
+  CHECK(classify_reply(200, R"({"result":{"ID":"7"}})").kind == Kind::NextMember);
   // etcd's own "not now": Unavailable, DeadlineExceeded, ResourceExhausted, in any words.
   for (int code : {14, 4, 8}) {
     const auto v = classify_reply(

@@ -38,6 +38,9 @@ if args.pid_dir:
         f.write(str(os.getpid()))
 dist.init_process_group("gloo")
 heartbeat = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+# Non-blocking, as docs/health.md advises: the agent's queue holds ~10 datagrams, and a blocking
+# sendto would freeze this rank (and, through gloo, every rank) while the agent is paused.
+heartbeat.setblocking(False)
 heartbeat_path = os.environ["DDPRUN_HEARTBEAT_SOCKET"]
 
 
@@ -62,7 +65,10 @@ def train_one_epoch():
         if args.log:
             print(f"step {step} sum {t[0].item()}", flush=True)
         if args.heartbeat:
-            heartbeat.sendto(f"step {step}".encode(), heartbeat_path)
+            try:
+                heartbeat.sendto(f"step {step}".encode(), heartbeat_path)
+            except BlockingIOError:
+                pass  # the agent's queue is full: this step's beat is dropped, the next one counts
         if t[3].item() > 0:
             break
 
