@@ -13,19 +13,18 @@ the artefact directory (and in VIEW_DOCS_DIR when set, for docs/img/) and DOM ch
   under a real tmux at 80x24 and 200x50 lists the other node's ranks with steps going up;
 * the end: every rank stops together (a stop file, agreed in the all_reduce), the page shows
   "succeeded, exit code 0", and the status endpoint keeps serving that end during the linger."""
-import json
 import os
 import shutil
 import subprocess
 import sys
 import time
-import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "launcher", "integration"))
-from harness import DDPRUN, Skip, clean_env, main, read_events, wait_until  # noqa: E402
+from harness import DDPRUN, Skip, clean_env, main, wait_until  # noqa: E402
 import test_multinode as mn  # noqa: E402
 import cdp  # noqa: E402
+from test_job_view import get, status_port  # noqa: E402  (one copy of the /status helpers)
 
 # A node is lost after 6 s without a heartbeat, not the multinode tests' 2 s: on a loaded 2-core
 # machine an agent descheduled for 2-3 s ended this job 74 instead of restarting it (a breaker saw
@@ -38,19 +37,6 @@ JOB = os.path.join(HERE, "..", "..", "health", "integration", "jobs", "gloo_step
 MESSAGE = "loss is NaN at step 1234 (rank 3, batch 17)"
 WIDTH, HEIGHT = 1000, 700
 LINGER_S = 8
-
-
-def get(port, path):
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/{path}", timeout=5) as r:
-        return json.load(r)
-
-
-def status_port(node):
-    try:
-        found = [e for e in read_events(node.events) if e.get("event") == "status"]
-    except (OSError, ValueError):
-        return None
-    return found[0]["port"] if found else None
 
 
 def have_torch():
