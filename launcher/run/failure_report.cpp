@@ -153,6 +153,76 @@ std::string format_error_time(const std::string& timestamp) {
   return buf;
 }
 
+namespace {
+
+/// The root cause's block: where, when and how the first failing worker ended, and its error.
+void append_root_cause(std::string& out, const RunSummaryInput& in, const AttemptOutcome& last) {
+  const WorkerOutcome& w = last.workers[*last.root_cause];
+  out += kThin;
+  out += "Root cause (first observed failure):\n";
+  out += fmt::format("  rank       : {} (local_rank: {})\n", w.rank, w.local_rank);
+  out += fmt::format("  host       : {}\n", in.host);
+  out += w.pid > 0 ? fmt::format("  pid        : {}\n", w.pid) : std::string("  pid        : -\n");
+  out += fmt::format("  exit       : {}\n", outcome_text(w));
+  auto since = std::chrono::duration<double>(w.exit_time - in.start_time).count();
+  out += fmt::format("  time       : {} ({:.3f} s after launch)\n", format_utc(w.exit_time), since);
+  out += fmt::format("  attempt    : {} (max_restarts: {})\n", last.attempt, in.max_restarts);
+  if (w.error_info) {
+    out += fmt::format("  error_file : {}\n", w.error_file);
+    out += "  error      :\n";
+    append_indented(out, w.error_info->message, "    ");
+    if (!w.error_info->timestamp.empty()) {
+      out += fmt::format("  error time : {}\n", format_error_time(w.error_info->timestamp));
+    }
+    if (!w.error_info->traceback.empty()) {
+      out += "  traceback  :\n";
+      append_indented(out, w.error_info->traceback, "    ");
+    }
+  } else if (!w.error_file_unread.empty()) {
+    out += fmt::format("  error_file : {} (not read: {})\n", w.error_file, w.error_file_unread);
+  } else {
+    out += "  error_file : <none written>\n";
+  }
+  if (!w.stderr_tail.empty()) {
+    out += "  last stderr lines:\n";
+    for (const auto& line : w.stderr_tail) out += "    " + line + "\n";
+  }
+}
+
+/// The other workers of the last attempt that did not succeed.
+void append_other_workers(std::string& out, const AttemptOutcome& last) {
+  std::string others;
+  for (size_t i = 0; i < last.workers.size(); ++i) {
+    const auto& w = last.workers[i];
+    if (last.root_cause && i == *last.root_cause) continue;
+    if (!w.status || w.status->success()) continue;
+    others += fmt::format(
+        "  rank {} (local_rank {}, pid {}): {}{}\n", w.rank, w.local_rank, w.pid, outcome_text(w),
+        w.terminated_by_ddprun && w.start_error.empty() ? "  [terminated by ddprun]" : "");
+  }
+  if (!others.empty()) {
+    out += kThin;
+    out += "Other workers:\n" + others;
+  }
+}
+
+/// One line per attempt, when there was more than one.
+void append_attempts(std::string& out, const RunSummaryInput& in) {
+  out += kThin;
+  out += "Attempts:\n";
+  for (const auto& a : in.attempts) {
+    if (a.root_cause) {
+      const auto& w = a.workers[*a.root_cause];
+      out +=
+          fmt::format("  attempt {}: rank {} failed with {}\n", a.attempt, w.rank, outcome_text(w));
+    } else {
+      out += fmt::format("  attempt {}: no worker failed\n", a.attempt);
+    }
+  }
+}
+
+}  // namespace
+
 std::string format_failure_summary(const RunSummaryInput& in) {
   std::string out = kRule;
   out += fmt::format("ddprun: {} FAILED (ddprun exit code {})\n", in.program, in.exit_code);
@@ -170,73 +240,14 @@ std::string format_failure_summary(const RunSummaryInput& in) {
     for (size_t i = 1; i < in.health_notes.size(); ++i) out += "  " + in.health_notes[i] + "\n";
   }
   const AttemptOutcome* last = in.attempts.empty() ? nullptr : &in.attempts.back();
-  if (last && last->root_cause) {
-    const WorkerOutcome& w = last->workers[*last->root_cause];
-    out += kThin;
-    out += "Root cause (first observed failure):\n";
-    out += fmt::format("  rank       : {} (local_rank: {})\n", w.rank, w.local_rank);
-    out += fmt::format("  host       : {}\n", in.host);
-    out +=
-        w.pid > 0 ? fmt::format("  pid        : {}\n", w.pid) : std::string("  pid        : -\n");
-    out += fmt::format("  exit       : {}\n", outcome_text(w));
-    auto since = std::chrono::duration<double>(w.exit_time - in.start_time).count();
-    out +=
-        fmt::format("  time       : {} ({:.3f} s after launch)\n", format_utc(w.exit_time), since);
-    out += fmt::format("  attempt    : {} (max_restarts: {})\n", last->attempt, in.max_restarts);
-    if (w.error_info) {
-      out += fmt::format("  error_file : {}\n", w.error_file);
-      out += "  error      :\n";
-      append_indented(out, w.error_info->message, "    ");
-      if (!w.error_info->timestamp.empty()) {
-        out += fmt::format("  error time : {}\n", format_error_time(w.error_info->timestamp));
-      }
-      if (!w.error_info->traceback.empty()) {
-        out += "  traceback  :\n";
-        append_indented(out, w.error_info->traceback, "    ");
-      }
-    } else if (!w.error_file_unread.empty()) {
-      out += fmt::format("  error_file : {} (not read: {})\n", w.error_file, w.error_file_unread);
-    } else {
-      out += "  error_file : <none written>\n";
-    }
-    if (!w.stderr_tail.empty()) {
-      out += "  last stderr lines:\n";
-      for (const auto& line : w.stderr_tail) out += "    " + line + "\n";
-    }
-  }
-  if (last) {
-    std::string others;
-    for (size_t i = 0; i < last->workers.size(); ++i) {
-      const auto& w = last->workers[i];
-      if (last->root_cause && i == *last->root_cause) continue;
-      if (!w.status || w.status->success()) continue;
-      others += fmt::format(
-          "  rank {} (local_rank {}, pid {}): {}{}\n", w.rank, w.local_rank, w.pid, outcome_text(w),
-          w.terminated_by_ddprun && w.start_error.empty() ? "  [terminated by ddprun]" : "");
-    }
-    if (!others.empty()) {
-      out += kThin;
-      out += "Other workers:\n" + others;
-    }
-  }
+  if (last && last->root_cause) append_root_cause(out, in, *last);
+  if (last) append_other_workers(out, *last);
   if (!in.log_errors.empty()) {
     out += kThin;
     out += "Output that could not be written:\n";
     for (const auto& e : in.log_errors) out += "  " + e + "\n";
   }
-  if (in.attempts.size() > 1) {
-    out += kThin;
-    out += "Attempts:\n";
-    for (const auto& a : in.attempts) {
-      if (a.root_cause) {
-        const auto& w = a.workers[*a.root_cause];
-        out += fmt::format("  attempt {}: rank {} failed with {}\n", a.attempt, w.rank,
-                           outcome_text(w));
-      } else {
-        out += fmt::format("  attempt {}: no worker failed\n", a.attempt);
-      }
-    }
-  }
+  if (in.attempts.size() > 1) append_attempts(out, in);
   out += kRule;
   // The messages, tracebacks and stderr lines are the job's: on ddprun's stderr, a terminal's
   // escape (a title, the clipboard, a screen clear) is shown, not obeyed.
