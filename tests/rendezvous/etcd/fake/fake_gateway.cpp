@@ -141,10 +141,11 @@ std::int64_t FakeCluster::put(const std::string& key, const std::string& value,
   return revision_;
 }
 
-void FakeCluster::erase(const std::string& key, const std::string& range_end) {
+void FakeCluster::erase_where(
+    const std::function<bool(const std::string&, const KeyValue&)>& match) {
   bool any = false;
   for (auto it = kvs_.begin(); it != kvs_.end();) {
-    if (!in_range(it->first, key, range_end)) {
+    if (!match(it->first, it->second)) {
       ++it;
       continue;
     }
@@ -156,6 +157,10 @@ void FakeCluster::erase(const std::string& key, const std::string& range_end) {
     history_.push_back(Event{revision_, WatchEvent{WatchEvent::Type::Delete, gone}});
     it = kvs_.erase(it);
   }
+}
+
+void FakeCluster::erase(const std::string& key, const std::string& range_end) {
+  erase_where([&](const std::string& k, const KeyValue&) { return in_range(k, key, range_end); });
 }
 
 std::int64_t FakeCluster::grant(std::int64_t ttl) {
@@ -166,20 +171,7 @@ std::int64_t FakeCluster::grant(std::int64_t ttl) {
 
 void FakeCluster::expire_lease(std::int64_t id) {
   leases_.erase(id);
-  bool any = false;
-  for (auto it = kvs_.begin(); it != kvs_.end();) {
-    if (it->second.lease != id) {
-      ++it;
-      continue;
-    }
-    if (!any) ++revision_;
-    any = true;
-    KeyValue gone;
-    gone.key = it->first;
-    gone.mod_revision = revision_;
-    history_.push_back(Event{revision_, WatchEvent{WatchEvent::Type::Delete, gone}});
-    it = kvs_.erase(it);
-  }
+  erase_where([&](const std::string&, const KeyValue& kv) { return kv.lease == id; });
 }
 
 void FakeCluster::compact() {

@@ -78,6 +78,8 @@ class FakeCluster final : public EtcdCluster {
   int calls(std::string_view name) const;
 
  private:
+  /// Deletes every key `match` picks, one revision for all, each deletion in the history.
+  void erase_where(const std::function<bool(const std::string&, const KeyValue&)>& match);
   friend class FakeGateway;
   friend class FakeWatch;
   struct Event {
