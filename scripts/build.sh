@@ -4,6 +4,10 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
+# ccache keys on absolute paths (the unity files include each source by its full path): with the
+# clone's root as its base directory, a clone in another folder (CI's fresh clone) hits the entries
+# an earlier clone made on this machine (docs/testing.md#the-test-command).
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$ROOT}" CCACHE_NOHASHDIR=1
 JOBS="${DDPRUN_JOBS:-$(nproc)}"
 # Ninja for new build trees (an existing tree keeps its generator): it schedules the unity
 # units of several targets better than make (docs/packaging.md#the-first-run).

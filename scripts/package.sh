@@ -10,6 +10,10 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+# ccache keys on absolute paths (the unity files include each source by its full path): with the
+# clone's root as its base directory, a clone in another folder (CI's fresh clone) hits the entries
+# an earlier clone made on this machine (docs/testing.md#the-test-command).
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$ROOT}" CCACHE_NOHASHDIR=1
 CACHE="${DDPRUN_CACHE:-/var/cache/ddprun}"
 JOBS="${DDPRUN_PACKAGE_JOBS:-2}"
 ZIG_VERSION="0.17.1"          # PyPI ziglang; the artifacts' compiler

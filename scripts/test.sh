@@ -6,7 +6,14 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
+# ccache keys on absolute paths (the unity files include each source by its full path): with the
+# clone's root as its base directory, a clone in another folder (CI's fresh clone) hits the entries
+# an earlier clone made on this machine (docs/testing.md#the-test-command).
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$ROOT}" CCACHE_NOHASHDIR=1
 JOBS="${DDPRUN_JOBS:-$(nproc)}"
+# Twice as many test slots as cores: most cases wait on heartbeats, timeouts and other processes;
+# those that keep cores busy (torch ranks, compiles) take two slots each (cmake/test_weights.cmake).
+TEST_JOBS="${DDPRUN_TEST_JOBS:-$((JOBS * 2))}"
 
 scripts/setup.sh
 # Ninja for new build trees (an existing tree keeps its generator): it schedules the unity
@@ -31,8 +38,8 @@ if [[ -n "$TORCH2_DIR" && -d "$TORCH2_DIR/Torch" && "${DDPRUN_SKIP_TORCH2:-0}" !
 fi
 
 status=0
-(cd build && ctest --output-on-failure --timeout 600 -j"$JOBS" "$@") || status=$?
+(cd build && ctest --output-on-failure --timeout 600 -j"$TEST_JOBS" "$@") || status=$?
 if [[ -d build-torch2 && "${DDPRUN_SKIP_TORCH2:-0}" != 1 ]]; then
-  (cd build-torch2 && ctest --output-on-failure --timeout 600 -L torch2 "$@") || status=$?
+  (cd build-torch2 && ctest --output-on-failure --timeout 600 -j"$TEST_JOBS" -L torch2 "$@") || status=$?
 fi
 exit $status
