@@ -305,6 +305,40 @@ class LeaderWatch {
   std::string last_;
 };
 
+// Ends a round that cannot form: its status for the nodes that joined, "closed", then a bounded
+// wait until they have read it.
+void close_failed_round(StoreClient& client, const std::string& prefix, std::int64_t own_seq,
+                        const std::string& status) {
+  client.set(prefix + "status", status);
+  client.set(prefix + "closed", "1");
+  await_failure_read(client, prefix, own_seq);
+}
+
+// The formed round: the assignment and the per-node keys the monitors read (MULTI_GET waits for
+// missing keys), then each member's verdict, then "closed" (after the verdicts: a join without
+// one is too late).
+void publish_round(StoreClient& client, const std::string& prefix, const Assignment& assignment) {
+  std::vector<std::string> keys{prefix + "assignment"};
+  std::vector<std::string> values{encode_assignment(assignment)};
+  for (const auto& n : assignment.nodes) {
+    keys.push_back(prefix + "hb/" + std::to_string(n.node_rank));
+    values.push_back("0");
+    keys.push_back(progress_key(prefix, n.node_rank));
+    values.push_back(encode_node_progress({}));
+    keys.push_back(view_key(prefix, n.node_rank));
+    values.push_back("");
+  }
+  client.multi_set(keys, values);
+  keys.clear();
+  values.clear();
+  for (const auto& n : assignment.nodes) {
+    keys.push_back(prefix + "verdict/" + std::to_string(n.seq));
+    values.push_back("ok");
+  }
+  client.multi_set(keys, values);
+  client.set(prefix + "closed", "1");
+}
+
 Assignment lead(StoreClient& client, const std::string& prefix, const NodeRendezvousOptions& o,
                 const std::string& leader_name, std::int64_t own_seq,
                 RdzvClock::time_point deadline) {
@@ -326,9 +360,7 @@ Assignment lead(StoreClient& client, const std::string& prefix, const NodeRendez
     }
     if (now >= deadline) {
       const std::string status = admission.describe();
-      client.set(prefix + "status", status);
-      client.set(prefix + "closed", "1");
-      await_failure_read(client, prefix, own_seq);
+      close_failed_round(client, prefix, own_seq, status);
       throw RendezvousError(fmt::format(
           "rendezvous '{}' timed out after {} s: {}", o.run_id,
           std::chrono::duration_cast<std::chrono::seconds>(o.join_timeout).count(), status));
@@ -339,9 +371,7 @@ Assignment lead(StoreClient& client, const std::string& prefix, const NodeRendez
       const std::string gone = survivors.look(client, admission.admitted(), now);
       if (!gone.empty()) {
         client.set(prefix + "lost", gone);  // before "closed": the others read it as the cause
-        client.set(prefix + "status", gone);
-        client.set(prefix + "closed", "1");
-        await_failure_read(client, prefix, own_seq);
+        close_failed_round(client, prefix, own_seq, gone);
         throw RoundMembersLostError(fmt::format("rendezvous '{}': {}", o.run_id, gone));
       }
     }
@@ -366,9 +396,7 @@ Assignment lead(StoreClient& client, const std::string& prefix, const NodeRendez
       // The job cannot form: end this round for every node now, not at join_timeout.
       log_line(fmt::format("rendezvous '{}': {}", o.run_id, decision.reason));
       client.set(verdict_key, "refused: " + decision.reason);
-      client.set(prefix + "status", decision.reason);
-      client.set(prefix + "closed", "1");
-      await_failure_read(client, prefix, own_seq);
+      close_failed_round(client, prefix, own_seq, decision.reason);
       throw RendezvousError(fmt::format("rendezvous '{}': {}", o.run_id, decision.reason));
     }
     if (!decision.admitted) {
@@ -379,25 +407,7 @@ Assignment lead(StoreClient& client, const std::string& prefix, const NodeRendez
     client.set(prefix + "status", admission.describe());
   }
   Assignment assignment = assign_ranks(admission.admitted());
-  std::vector<std::string> keys{prefix + "assignment"};
-  std::vector<std::string> values{encode_assignment(assignment)};
-  for (const auto& n : assignment.nodes) {
-    keys.push_back(prefix + "hb/" + std::to_string(n.node_rank));
-    values.push_back("0");
-    keys.push_back(progress_key(prefix, n.node_rank));  // MULTI_GET waits for missing keys
-    values.push_back(encode_node_progress({}));
-    keys.push_back(view_key(prefix, n.node_rank));
-    values.push_back("");
-  }
-  client.multi_set(keys, values);
-  keys.clear();
-  values.clear();
-  for (const auto& n : assignment.nodes) {
-    keys.push_back(prefix + "verdict/" + std::to_string(n.seq));
-    values.push_back("ok");
-  }
-  client.multi_set(keys, values);
-  client.set(prefix + "closed", "1");  // after the verdicts: a join without one is too late
+  publish_round(client, prefix, assignment);
   return assignment;
 }
 
@@ -574,15 +584,11 @@ void mark_spare(StoreClient& client, const std::string& run_id, std::int64_t seq
 }
 
 namespace {
-RendezvousResult join_once(const StoreClientOptions& store, const NodeRendezvousOptions& options) {
-  NodeRendezvousOptions o = options;
-  if (o.node_name.empty()) o.node_name = host_name();
-  if (o.min_nodes < 1 || o.max_nodes < o.min_nodes) {
-    throw RendezvousError(fmt::format("invalid node range {}:{}", o.min_nodes, o.max_nodes));
-  }
-  const auto deadline = RdzvClock::now() + o.join_timeout;
-  const std::string prefix = key_prefix(o);
-  StoreClient client(with_token(store, o.token));
+namespace {
+// Before joining: on a first round a node other than 0 waits (bounded) for node 0's leader key, so
+// a store of another job is named at once; node 0 writes it; then the default-id check.
+void announce_node(StoreClient& client, const StoreClientOptions& store,
+                   const NodeRendezvousOptions& o) {
   const std::string leader_key = fmt::format("ddprun/{}/leader", o.run_id);
   if (o.node_rank > 0 && o.round == 0 && o.leader_timeout > 0ms &&
       !wait_for(client, leader_key, o.leader_timeout)) {
@@ -599,10 +605,10 @@ RendezvousResult join_once(const StoreClientOptions& store, const NodeRendezvous
     if (auto warning = default_id_mismatch(client, store, o); warning && o.on_warning)
       o.on_warning(*warning);
   }
-  const std::string counts_key = fmt::format("ddprun/{}/counts/{}", o.run_id, o.round);
-  if (o.restarts_used >= 0 && o.rescales_used >= 0)
-    client.set(counts_key, fmt::format("{}|{}", o.restarts_used, o.rescales_used));
+}
 
+JoinRequest write_join(StoreClient& client, const std::string& prefix,
+                       const NodeRendezvousOptions& o) {
   JoinRequest join;
   join.seq = client.add(prefix + "arrivals", 1);
   join.name = o.node_name;
@@ -611,11 +617,13 @@ RendezvousResult join_once(const StoreClientOptions& store, const NodeRendezvous
   join.settings = o.must_agree;
   join.previous_node_rank = o.previous_node_rank;
   client.set(prefix + "join/" + std::to_string(join.seq), encode_join(join));
+  return join;
+}
 
-  const bool leader = o.node_rank >= 0 ? o.node_rank == 0 : join.seq == 1;
-  std::optional<Assignment> assignment;
-  if (leader) assignment = lead(client, prefix, o, describe_node(join), join.seq, deadline);
-
+// Waits until the leader admits this node ("ok"); a refusal, a closed round, a lost leader or
+// the deadline throws.
+void await_admission(StoreClient& client, const std::string& prefix, const NodeRendezvousOptions& o,
+                     const JoinRequest& join, bool leader, RdzvClock::time_point deadline) {
   // Tells a leader that failed the round that this node has read why (await_failure_read).
   auto acknowledge = [&] {
     try {
@@ -667,9 +675,11 @@ RendezvousResult join_once(const StoreClientOptions& store, const NodeRendezvous
     acknowledge();
     throw RendezvousError(fmt::format("rendezvous '{}' {}", o.run_id, verdict));
   }
-  if (!assignment) assignment = decode_assignment(client.get(prefix + "assignment"));
-  if (!assignment) throw RendezvousError("rendezvous assignment record is malformed");
+}
 
+RendezvousResult round_result(StoreClient& client, const NodeRendezvousOptions& o,
+                              const std::string& counts_key, const Assignment& assignment,
+                              std::int64_t seq) {
   RendezvousResult result;
   result.round = o.round;
   // Every node that was there before published before it joined; the round could not form
@@ -679,17 +689,42 @@ RendezvousResult join_once(const StoreClientOptions& store, const NodeRendezvous
     if (std::sscanf(counts.c_str(), "%d|%d", &result.restarts_used, &result.rescales_used) != 2)
       result.restarts_used = result.rescales_used = -1;
   }
-  result.assignment = *assignment;
-  result.num_nodes = static_cast<int>(assignment->nodes.size());
-  result.world_size = assignment->world_size;
-  for (const auto& n : assignment->nodes) {
-    if (n.seq == join.seq) {
+  result.assignment = assignment;
+  result.num_nodes = static_cast<int>(assignment.nodes.size());
+  result.world_size = assignment.world_size;
+  for (const auto& n : assignment.nodes) {
+    if (n.seq == seq) {
       result.node_rank = n.node_rank;
       result.base_rank = n.base_rank;
       result.local_world_size = n.local_world_size;
     }
   }
   return result;
+}
+}  // namespace
+
+RendezvousResult join_once(const StoreClientOptions& store, const NodeRendezvousOptions& options) {
+  NodeRendezvousOptions o = options;
+  if (o.node_name.empty()) o.node_name = host_name();
+  if (o.min_nodes < 1 || o.max_nodes < o.min_nodes) {
+    throw RendezvousError(fmt::format("invalid node range {}:{}", o.min_nodes, o.max_nodes));
+  }
+  const auto deadline = RdzvClock::now() + o.join_timeout;
+  const std::string prefix = key_prefix(o);
+  StoreClient client(with_token(store, o.token));
+  announce_node(client, store, o);
+  const std::string counts_key = fmt::format("ddprun/{}/counts/{}", o.run_id, o.round);
+  if (o.restarts_used >= 0 && o.rescales_used >= 0)
+    client.set(counts_key, fmt::format("{}|{}", o.restarts_used, o.rescales_used));
+
+  const JoinRequest join = write_join(client, prefix, o);
+  const bool leader = o.node_rank >= 0 ? o.node_rank == 0 : join.seq == 1;
+  std::optional<Assignment> assignment;
+  if (leader) assignment = lead(client, prefix, o, describe_node(join), join.seq, deadline);
+  await_admission(client, prefix, o, join, leader, deadline);
+  if (!assignment) assignment = decode_assignment(client.get(prefix + "assignment"));
+  if (!assignment) throw RendezvousError("rendezvous assignment record is malformed");
+  return round_result(client, o, counts_key, *assignment, join.seq);
 }
 }  // namespace
 
