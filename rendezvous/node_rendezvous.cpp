@@ -305,6 +305,40 @@ class LeaderWatch {
   std::string last_;
 };
 
+// Ends a round that cannot form: its status for the nodes that joined, "closed", then a bounded
+// wait until they have read it.
+void close_failed_round(StoreClient& client, const std::string& prefix, std::int64_t own_seq,
+                        const std::string& status) {
+  client.set(prefix + "status", status);
+  client.set(prefix + "closed", "1");
+  await_failure_read(client, prefix, own_seq);
+}
+
+// The formed round: the assignment and the per-node keys the monitors read (MULTI_GET waits for
+// missing keys), then each member's verdict, then "closed" (after the verdicts: a join without
+// one is too late).
+void publish_round(StoreClient& client, const std::string& prefix, const Assignment& assignment) {
+  std::vector<std::string> keys{prefix + "assignment"};
+  std::vector<std::string> values{encode_assignment(assignment)};
+  for (const auto& n : assignment.nodes) {
+    keys.push_back(prefix + "hb/" + std::to_string(n.node_rank));
+    values.push_back("0");
+    keys.push_back(progress_key(prefix, n.node_rank));
+    values.push_back(encode_node_progress({}));
+    keys.push_back(view_key(prefix, n.node_rank));
+    values.push_back("");
+  }
+  client.multi_set(keys, values);
+  keys.clear();
+  values.clear();
+  for (const auto& n : assignment.nodes) {
+    keys.push_back(prefix + "verdict/" + std::to_string(n.seq));
+    values.push_back("ok");
+  }
+  client.multi_set(keys, values);
+  client.set(prefix + "closed", "1");
+}
+
 Assignment lead(StoreClient& client, const std::string& prefix, const NodeRendezvousOptions& o,
                 const std::string& leader_name, std::int64_t own_seq,
                 RdzvClock::time_point deadline) {
@@ -326,9 +360,7 @@ Assignment lead(StoreClient& client, const std::string& prefix, const NodeRendez
     }
     if (now >= deadline) {
       const std::string status = admission.describe();
-      client.set(prefix + "status", status);
-      client.set(prefix + "closed", "1");
-      await_failure_read(client, prefix, own_seq);
+      close_failed_round(client, prefix, own_seq, status);
       throw RendezvousError(fmt::format(
           "rendezvous '{}' timed out after {} s: {}", o.run_id,
           std::chrono::duration_cast<std::chrono::seconds>(o.join_timeout).count(), status));
@@ -339,9 +371,7 @@ Assignment lead(StoreClient& client, const std::string& prefix, const NodeRendez
       const std::string gone = survivors.look(client, admission.admitted(), now);
       if (!gone.empty()) {
         client.set(prefix + "lost", gone);  // before "closed": the others read it as the cause
-        client.set(prefix + "status", gone);
-        client.set(prefix + "closed", "1");
-        await_failure_read(client, prefix, own_seq);
+        close_failed_round(client, prefix, own_seq, gone);
         throw RoundMembersLostError(fmt::format("rendezvous '{}': {}", o.run_id, gone));
       }
     }
@@ -366,9 +396,7 @@ Assignment lead(StoreClient& client, const std::string& prefix, const NodeRendez
       // The job cannot form: end this round for every node now, not at join_timeout.
       log_line(fmt::format("rendezvous '{}': {}", o.run_id, decision.reason));
       client.set(verdict_key, "refused: " + decision.reason);
-      client.set(prefix + "status", decision.reason);
-      client.set(prefix + "closed", "1");
-      await_failure_read(client, prefix, own_seq);
+      close_failed_round(client, prefix, own_seq, decision.reason);
       throw RendezvousError(fmt::format("rendezvous '{}': {}", o.run_id, decision.reason));
     }
     if (!decision.admitted) {
@@ -379,25 +407,7 @@ Assignment lead(StoreClient& client, const std::string& prefix, const NodeRendez
     client.set(prefix + "status", admission.describe());
   }
   Assignment assignment = assign_ranks(admission.admitted());
-  std::vector<std::string> keys{prefix + "assignment"};
-  std::vector<std::string> values{encode_assignment(assignment)};
-  for (const auto& n : assignment.nodes) {
-    keys.push_back(prefix + "hb/" + std::to_string(n.node_rank));
-    values.push_back("0");
-    keys.push_back(progress_key(prefix, n.node_rank));  // MULTI_GET waits for missing keys
-    values.push_back(encode_node_progress({}));
-    keys.push_back(view_key(prefix, n.node_rank));
-    values.push_back("");
-  }
-  client.multi_set(keys, values);
-  keys.clear();
-  values.clear();
-  for (const auto& n : assignment.nodes) {
-    keys.push_back(prefix + "verdict/" + std::to_string(n.seq));
-    values.push_back("ok");
-  }
-  client.multi_set(keys, values);
-  client.set(prefix + "closed", "1");  // after the verdicts: a join without one is too late
+  publish_round(client, prefix, assignment);
   return assignment;
 }
 
@@ -574,15 +584,11 @@ void mark_spare(StoreClient& client, const std::string& run_id, std::int64_t seq
 }
 
 namespace {
-RendezvousResult join_once(const StoreClientOptions& store, const NodeRendezvousOptions& options) {
-  NodeRendezvousOptions o = options;
-  if (o.node_name.empty()) o.node_name = host_name();
-  if (o.min_nodes < 1 || o.max_nodes < o.min_nodes) {
-    throw RendezvousError(fmt::format("invalid node range {}:{}", o.min_nodes, o.max_nodes));
-  }
-  const auto deadline = RdzvClock::now() + o.join_timeout;
-  const std::string prefix = key_prefix(o);
-  StoreClient client(with_token(store, o.token));
+namespace {
+// Before joining: on a first round a node other than 0 waits (bounded) for node 0's leader key, so
+// a store of another job is named at once; node 0 writes it; then the default-id check.
+void announce_node(StoreClient& client, const StoreClientOptions& store,
+                   const NodeRendezvousOptions& o) {
   const std::string leader_key = fmt::format("ddprun/{}/leader", o.run_id);
   if (o.node_rank > 0 && o.round == 0 && o.leader_timeout > 0ms &&
       !wait_for(client, leader_key, o.leader_timeout)) {
@@ -599,10 +605,10 @@ RendezvousResult join_once(const StoreClientOptions& store, const NodeRendezvous
     if (auto warning = default_id_mismatch(client, store, o); warning && o.on_warning)
       o.on_warning(*warning);
   }
-  const std::string counts_key = fmt::format("ddprun/{}/counts/{}", o.run_id, o.round);
-  if (o.restarts_used >= 0 && o.rescales_used >= 0)
-    client.set(counts_key, fmt::format("{}|{}", o.restarts_used, o.rescales_used));
+}
 
+JoinRequest write_join(StoreClient& client, const std::string& prefix,
+                       const NodeRendezvousOptions& o) {
   JoinRequest join;
   join.seq = client.add(prefix + "arrivals", 1);
   join.name = o.node_name;
@@ -611,11 +617,13 @@ RendezvousResult join_once(const StoreClientOptions& store, const NodeRendezvous
   join.settings = o.must_agree;
   join.previous_node_rank = o.previous_node_rank;
   client.set(prefix + "join/" + std::to_string(join.seq), encode_join(join));
+  return join;
+}
 
-  const bool leader = o.node_rank >= 0 ? o.node_rank == 0 : join.seq == 1;
-  std::optional<Assignment> assignment;
-  if (leader) assignment = lead(client, prefix, o, describe_node(join), join.seq, deadline);
-
+// Waits until the leader admits this node ("ok"); a refusal, a closed round, a lost leader or
+// the deadline throws.
+void await_admission(StoreClient& client, const std::string& prefix, const NodeRendezvousOptions& o,
+                     const JoinRequest& join, bool leader, RdzvClock::time_point deadline) {
   // Tells a leader that failed the round that this node has read why (await_failure_read).
   auto acknowledge = [&] {
     try {
@@ -667,9 +675,11 @@ RendezvousResult join_once(const StoreClientOptions& store, const NodeRendezvous
     acknowledge();
     throw RendezvousError(fmt::format("rendezvous '{}' {}", o.run_id, verdict));
   }
-  if (!assignment) assignment = decode_assignment(client.get(prefix + "assignment"));
-  if (!assignment) throw RendezvousError("rendezvous assignment record is malformed");
+}
 
+RendezvousResult round_result(StoreClient& client, const NodeRendezvousOptions& o,
+                              const std::string& counts_key, const Assignment& assignment,
+                              std::int64_t seq) {
   RendezvousResult result;
   result.round = o.round;
   // Every node that was there before published before it joined; the round could not form
@@ -679,17 +689,42 @@ RendezvousResult join_once(const StoreClientOptions& store, const NodeRendezvous
     if (std::sscanf(counts.c_str(), "%d|%d", &result.restarts_used, &result.rescales_used) != 2)
       result.restarts_used = result.rescales_used = -1;
   }
-  result.assignment = *assignment;
-  result.num_nodes = static_cast<int>(assignment->nodes.size());
-  result.world_size = assignment->world_size;
-  for (const auto& n : assignment->nodes) {
-    if (n.seq == join.seq) {
+  result.assignment = assignment;
+  result.num_nodes = static_cast<int>(assignment.nodes.size());
+  result.world_size = assignment.world_size;
+  for (const auto& n : assignment.nodes) {
+    if (n.seq == seq) {
       result.node_rank = n.node_rank;
       result.base_rank = n.base_rank;
       result.local_world_size = n.local_world_size;
     }
   }
   return result;
+}
+}  // namespace
+
+RendezvousResult join_once(const StoreClientOptions& store, const NodeRendezvousOptions& options) {
+  NodeRendezvousOptions o = options;
+  if (o.node_name.empty()) o.node_name = host_name();
+  if (o.min_nodes < 1 || o.max_nodes < o.min_nodes) {
+    throw RendezvousError(fmt::format("invalid node range {}:{}", o.min_nodes, o.max_nodes));
+  }
+  const auto deadline = RdzvClock::now() + o.join_timeout;
+  const std::string prefix = key_prefix(o);
+  StoreClient client(with_token(store, o.token));
+  announce_node(client, store, o);
+  const std::string counts_key = fmt::format("ddprun/{}/counts/{}", o.run_id, o.round);
+  if (o.restarts_used >= 0 && o.rescales_used >= 0)
+    client.set(counts_key, fmt::format("{}|{}", o.restarts_used, o.rescales_used));
+
+  const JoinRequest join = write_join(client, prefix, o);
+  const bool leader = o.node_rank >= 0 ? o.node_rank == 0 : join.seq == 1;
+  std::optional<Assignment> assignment;
+  if (leader) assignment = lead(client, prefix, o, describe_node(join), join.seq, deadline);
+  await_admission(client, prefix, o, join, leader, deadline);
+  if (!assignment) assignment = decode_assignment(client.get(prefix + "assignment"));
+  if (!assignment) throw RendezvousError("rendezvous assignment record is malformed");
+  return round_result(client, o, counts_key, *assignment, join.seq);
 }
 }  // namespace
 
@@ -703,6 +738,259 @@ StoreClientOptions monitor_client_options(StoreClientOptions store,
   store.max_backoff = std::min(store.max_backoff, options.heartbeat_interval);
   return store;
 }
+
+// A NodeMonitor's loop, one step per concern: this node's heartbeat and records, the others'
+// progress, lost nodes, the job-wide view, pending nodes, the stop key. `beat` runs them once per
+// heartbeat interval; all of it belongs to the monitor's thread.
+class MonitorLoop {
+ public:
+  MonitorLoop(StoreClient& client, const std::string& prefix, std::string pending,
+              const RendezvousResult& joined, const NodeMonitor::Options& options,
+              const NodeMonitor::Callbacks& callbacks)
+      : client_(client),
+        prefix_(prefix),
+        pending_(std::move(pending)),
+        joined_(joined),
+        nodes_(joined.assignment.nodes),
+        options_(options),
+        callbacks_(callbacks),
+        watch_progress_(static_cast<bool>(callbacks.on_progress_elsewhere)),
+        my_key_(prefix + "hb/" + std::to_string(joined.node_rank)),
+        my_progress_key_(progress_key(prefix, joined.node_rank)),
+        my_view_key_(view_key(prefix, joined.node_rank)),
+        progress_seen_(nodes_.size()),
+        view_exists_(nodes_.size(), 0) {
+    keys_.reserve(2 * nodes_.size());  // heartbeat keys, then (if watched) progress keys
+    for (const auto& n : nodes_) keys_.push_back(prefix + "hb/" + std::to_string(n.node_rank));
+    // Job-wide progress: every node's progress key after the heartbeat keys, in one MULTI_GET.
+    if (watch_progress_) {
+      for (const auto& n : nodes_) keys_.push_back(progress_key(prefix, n.node_rank));
+    }
+  }
+
+  // One heartbeat and one look at the round. Throws StoreError when the store does not answer.
+  void beat(RdzvClock::time_point now) {
+    publish_own();
+    const auto values = client_.multi_get(keys_);
+    if (watch_progress_) read_progress(values);
+    const auto newly_lost = find_lost(values, now);
+    auto report_lost = [&] {
+      for (const auto& node : newly_lost) {
+        if (callbacks_.on_node_lost) callbacks_.on_node_lost(node);
+      }
+    };
+    try {
+      if (callbacks_.on_views) read_views();  // reported before the losses they show
+    } catch (const StoreError&) {
+      report_lost();  // the loss found above is not forgotten with the store
+      throw;
+    }
+    report_lost();
+    if (callbacks_.on_pending) read_pending(now);
+    read_stop();
+    store_answered_ = RdzvClock::now();
+  }
+
+  // The store's host is gone: nobody can heartbeat any more, so this is reported once, after
+  // heartbeat_timeout without an answer.
+  void store_failed(const StoreError& error) {
+    if (!store_lost_reported_ && RdzvClock::now() - store_answered_ > options_.heartbeat_timeout) {
+      store_lost_reported_ = true;
+      if (callbacks_.on_store_lost) callbacks_.on_store_lost(error.what());
+    }
+  }
+
+ private:
+  struct Seen {
+    std::string value;
+    RdzvClock::time_point changed;
+    bool reported = false;
+  };
+  // A pending node: its last heartbeat value and when it changed; resolved ones (invited,
+  // refused) are never looked at again.
+  struct Pending {
+    std::optional<JoinRequest> join;
+    std::string beat;
+    RdzvClock::time_point changed;
+    bool moved = false;  // seen to change at least once: a record left by a dead node never does
+    bool resolved = false;
+  };
+
+  void publish_own() {
+    client_.add(my_key_, 1);
+    if (callbacks_.local_progress) {
+      const NodeProgress mine = callbacks_.local_progress();
+      if (mine != published_progress_) {
+        client_.set(my_progress_key_, encode_node_progress(mine));
+        published_progress_ = mine;
+      }
+    }
+    if (callbacks_.local_view) {
+      std::string mine = callbacks_.local_view();
+      if (mine.size() <= kMaxViewBytes && mine != published_view_) {
+        client_.set(my_view_key_, mine);
+        published_view_ = std::move(mine);
+      }
+    }
+  }
+
+  void read_progress(const std::vector<std::string>& values) {
+    bool changed = false;
+    bool others_started = true;
+    std::optional<std::int64_t> best;
+    for (std::size_t i = 0; i < nodes_.size(); ++i) {
+      if (nodes_[i].node_rank == joined_.node_rank) continue;
+      const auto p = decode_node_progress(values[nodes_.size() + i]);
+      if (!p) continue;  // not ddprun's record: ignored
+      if (!p->all_started) others_started = false;
+      if (*p != progress_seen_[i]) {
+        changed = true;
+        progress_seen_[i] = *p;
+      }
+      if (p->best_step && (!best || *p->best_step > *best)) best = p->best_step;
+    }
+    if (changed) callbacks_.on_progress_elsewhere(best, others_started);
+  }
+
+  // The other nodes whose heartbeat has not moved for heartbeat_timeout, each reported once.
+  std::vector<NodeAssignment> find_lost(const std::vector<std::string>& values,
+                                        RdzvClock::time_point now) {
+    std::vector<NodeAssignment> newly_lost;
+    for (std::size_t i = 0; i < nodes_.size(); ++i) {
+      const auto& node = nodes_[i];
+      auto [it, fresh] = seen_.try_emplace(node.node_rank, Seen{values[i], now});
+      if (fresh || it->second.value != values[i]) {
+        it->second = Seen{values[i], now, false};
+      } else if (!it->second.reported && node.node_rank != joined_.node_rank &&
+                 now - it->second.changed > options_.heartbeat_timeout) {
+        it->second.reported = true;
+        newly_lost.push_back(node);
+      }
+    }
+    return newly_lost;
+  }
+
+  // The job-wide view: this node's record as last published; the others' as last read. A round
+  // formed by an older leader has no view keys until their nodes publish: each is CHECKed until
+  // it exists (MULTI_GET would wait for it).
+  void read_views() {
+    std::vector<std::string> view_keys;
+    std::vector<NodeView> views;
+    for (std::size_t i = 0; i < nodes_.size(); ++i) {
+      if (nodes_[i].node_rank == joined_.node_rank) continue;
+      const std::string key = view_key(prefix_, nodes_[i].node_rank);
+      if (!view_exists_[i]) view_exists_[i] = client_.check({key}) ? 1 : 0;
+      if (view_exists_[i] == 1) view_keys.push_back(key);  // 2: too large, not read again
+      views.push_back(
+          NodeView{nodes_[i].node_rank, nodes_[i].name, {}, seen_[nodes_[i].node_rank].reported});
+    }
+    // Bounded: a record over kMaxViewBytes is not ddprun's (an agent never writes one); its
+    // bytes are not transferred, and its key is not read again in this round.
+    const auto records = view_keys.empty() ? StoreClient::BoundedValues{}
+                                           : client_.multi_get_bounded(view_keys, kMaxViewBytes);
+    std::size_t r = 0;
+    for (std::size_t i = 0, v = 0; i < nodes_.size(); ++i) {
+      if (nodes_[i].node_rank == joined_.node_rank) continue;
+      if (view_exists_[i] == 1 && r < records.values.size()) {
+        const std::size_t at = r++;
+        if (records.values[at]) {
+          views[v].record = *records.values[at];
+        } else if (records.too_large == at) {
+          view_exists_[i] = 2;
+          log_line(fmt::format(
+              "the job-wide view record of node {} ({}) is larger than {} bytes: not "
+              "ddprun's; that node's ranks are not shown for this round",
+              nodes_[i].node_rank, view_key(prefix_, nodes_[i].node_rank), kMaxViewBytes));
+        } else if (v < views_seen_.size()) {
+          views[v].record = views_seen_[v].record;  // not read this time: as it was
+        }
+      }
+      ++v;
+    }
+    const bool changed = !views_reported_ || views.size() != views_seen_.size() ||
+                         !std::equal(views.begin(), views.end(), views_seen_.begin(),
+                                     [](const NodeView& a, const NodeView& b) {
+                                       return a.record == b.record && a.lost == b.lost;
+                                     });
+    if (changed) {
+      views_reported_ = true;
+      views_seen_ = views;
+      callbacks_.on_views(views);
+    }
+  }
+
+  // The live pending nodes, reported whenever their list changes.
+  void read_pending(RdzvClock::time_point now) {
+    const std::int64_t arrived = client_.add(pending_ + "next", 0);
+    std::vector<JoinRequest> live;
+    // The latest kMaxPending numbers only: a bounded scan, whatever the counter says.
+    for (std::int64_t p = std::max<std::int64_t>(1, arrived - kMaxPending + 1); p <= arrived; ++p) {
+      auto& entry = pendings_[p];
+      if (entry.resolved) continue;
+      const std::string own = pending_ + std::to_string(p);
+      if (client_.check({own + "/invite"})) {
+        entry.resolved = true;
+        continue;
+      }
+      if (!entry.join) {
+        if (!client_.check({own})) continue;  // its record is on the way
+        entry.join = decode_join(client_.get(own));
+        if (!entry.join) {
+          entry.resolved = true;
+          continue;
+        }
+        entry.join->seq = p;
+      }
+      const std::string beat = std::to_string(client_.add(own + "/hb", 0));
+      if (entry.beat != beat) {
+        entry.moved = !entry.beat.empty();
+        entry.beat = beat;
+        entry.changed = now;
+      }
+      if (entry.moved && now - entry.changed <= options_.heartbeat_timeout)
+        live.push_back(*entry.join);
+    }
+    std::vector<std::int64_t> seqs;
+    seqs.reserve(live.size());
+    for (const auto& j : live) seqs.push_back(j.seq);
+    if (seqs != reported_pending_) {
+      reported_pending_ = seqs;
+      callbacks_.on_pending(live);
+    }
+  }
+
+  void read_stop() {
+    if (!stop_reported_ && client_.check({prefix_ + "stop"})) {
+      stop_reported_ = true;
+      if (callbacks_.on_stop) callbacks_.on_stop(client_.get(prefix_ + "stop"));
+    }
+  }
+
+  StoreClient& client_;
+  const std::string& prefix_;
+  const std::string pending_;
+  const RendezvousResult& joined_;
+  const std::vector<NodeAssignment>& nodes_;
+  const NodeMonitor::Options& options_;
+  const NodeMonitor::Callbacks& callbacks_;
+  const bool watch_progress_;
+  const std::string my_key_;
+  const std::string my_progress_key_;
+  const std::string my_view_key_;
+  std::vector<std::string> keys_;
+  NodeProgress published_progress_;
+  std::optional<std::string> published_view_;
+  std::vector<NodeProgress> progress_seen_;  // as the leader initialised them
+  std::map<int, Seen> seen_;
+  std::vector<char> view_exists_;
+  std::vector<NodeView> views_seen_;
+  bool views_reported_ = false;
+  std::map<std::int64_t, Pending> pendings_;
+  std::vector<std::int64_t> reported_pending_;  // the live list last reported
+  bool stop_reported_ = false;
+  bool store_lost_reported_ = false;
+  RdzvClock::time_point store_answered_ = RdzvClock::now();
+};
 }  // namespace
 
 NodeMonitor::NodeMonitor(const StoreClientOptions& store, const NodeRendezvousOptions& rendezvous,
@@ -730,48 +1018,7 @@ std::string NodeMonitor::broadcast_stop(const std::string& reason) {
 }
 
 void NodeMonitor::run() {
-  struct Seen {
-    std::string value;
-    RdzvClock::time_point changed;
-    bool reported = false;
-  };
-  std::vector<std::string> keys;
-  const auto& nodes = joined_.assignment.nodes;
-  keys.reserve(2 * nodes.size());  // heartbeat keys, then (if watched) progress keys
-  for (const auto& n : nodes) keys.push_back(prefix_ + "hb/" + std::to_string(n.node_rank));
-  // Job-wide progress: every node's progress key after the heartbeat keys, in the same MULTI_GET.
-  const bool watch_progress = static_cast<bool>(callbacks_.on_progress_elsewhere);
-  if (watch_progress) {
-    for (const auto& n : nodes) keys.push_back(progress_key(prefix_, n.node_rank));
-  }
-  std::vector<NodeProgress> progress_seen(nodes.size());  // as the leader initialised them
-  NodeProgress published;
-  const std::string my_progress_key = progress_key(prefix_, joined_.node_rank);
-  std::map<int, Seen> seen;
-  const std::string my_key = prefix_ + "hb/" + std::to_string(joined_.node_rank);
-  // The job-wide view: this node's record as last published; the others' as last read. A round
-  // formed by an older leader has no view keys until their nodes publish: each is CHECKed until
-  // it exists (MULTI_GET would wait for it).
-  const std::string my_view_key = view_key(prefix_, joined_.node_rank);
-  std::optional<std::string> published_view;
-  std::vector<char> view_exists(nodes.size(), 0);
-  std::vector<NodeView> views_seen;
-  bool views_reported = false;
-  bool stop_reported = false;
-  bool store_lost_reported = false;
-  auto store_answered = RdzvClock::now();
-  // Pending nodes: each one's last heartbeat value and when it changed; resolved ones (invited,
-  // refused) are never looked at again.
-  const std::string pending = pending_prefix(round_.run_id);
-  struct Pending {
-    std::optional<JoinRequest> join;
-    std::string beat;
-    RdzvClock::time_point changed;
-    bool moved = false;  // seen to change at least once: a record left by a dead node never does
-    bool resolved = false;
-  };
-  std::map<std::int64_t, Pending> pendings;
-  std::vector<std::int64_t> reported_pending;  // the live list last reported
+  MonitorLoop loop(client_, prefix_, pending_prefix(round_.run_id), joined_, options_, callbacks_);
   for (;;) {
     {
       std::lock_guard lock(mutex_);
@@ -779,158 +1026,9 @@ void NodeMonitor::run() {
     }
     const auto now = RdzvClock::now();
     try {
-      client_.add(my_key, 1);
-      if (callbacks_.local_progress) {
-        const NodeProgress mine = callbacks_.local_progress();
-        if (mine != published) {
-          client_.set(my_progress_key, encode_node_progress(mine));
-          published = mine;
-        }
-      }
-      if (callbacks_.local_view) {
-        std::string mine = callbacks_.local_view();
-        if (mine.size() <= kMaxViewBytes && mine != published_view) {
-          client_.set(my_view_key, mine);
-          published_view = std::move(mine);
-        }
-      }
-      const auto values = client_.multi_get(keys);
-      if (watch_progress) {
-        bool changed = false;
-        bool others_started = true;
-        std::optional<std::int64_t> best;
-        for (std::size_t i = 0; i < nodes.size(); ++i) {
-          if (nodes[i].node_rank == joined_.node_rank) continue;
-          const auto p = decode_node_progress(values[nodes.size() + i]);
-          if (!p) continue;  // not ddprun's record: ignored
-          if (!p->all_started) others_started = false;
-          if (*p != progress_seen[i]) {
-            changed = true;
-            progress_seen[i] = *p;
-          }
-          if (p->best_step && (!best || *p->best_step > *best)) best = p->best_step;
-        }
-        if (changed) callbacks_.on_progress_elsewhere(best, others_started);
-      }
-      std::vector<NodeAssignment> newly_lost;  // reported after the views that show them lost
-      for (std::size_t i = 0; i < nodes.size(); ++i) {
-        const auto& node = joined_.assignment.nodes[i];
-        auto [it, fresh] = seen.try_emplace(node.node_rank, Seen{values[i], now});
-        if (fresh || it->second.value != values[i]) {
-          it->second = Seen{values[i], now, false};
-        } else if (!it->second.reported && node.node_rank != joined_.node_rank &&
-                   now - it->second.changed > options_.heartbeat_timeout) {
-          it->second.reported = true;
-          newly_lost.push_back(node);
-        }
-      }
-      auto report_lost = [&] {
-        for (const auto& node : newly_lost) {
-          if (callbacks_.on_node_lost) callbacks_.on_node_lost(node);
-        }
-      };
-      try {
-        if (callbacks_.on_views) {
-          std::vector<std::string> view_keys;
-          std::vector<NodeView> views;
-          for (std::size_t i = 0; i < nodes.size(); ++i) {
-            if (nodes[i].node_rank == joined_.node_rank) continue;
-            const std::string key = view_key(prefix_, nodes[i].node_rank);
-            if (!view_exists[i]) view_exists[i] = client_.check({key}) ? 1 : 0;
-            if (view_exists[i] == 1) view_keys.push_back(key);  // 2: too large, not read again
-            views.push_back(
-                NodeView{nodes[i].node_rank, nodes[i].name, {}, seen[nodes[i].node_rank].reported});
-          }
-          // Bounded: a record over kMaxViewBytes is not ddprun's (an agent never writes one); its
-          // bytes are not transferred, and its key is not read again in this round.
-          const auto records = view_keys.empty()
-                                   ? StoreClient::BoundedValues{}
-                                   : client_.multi_get_bounded(view_keys, kMaxViewBytes);
-          std::size_t r = 0;
-          for (std::size_t i = 0, v = 0; i < nodes.size(); ++i) {
-            if (nodes[i].node_rank == joined_.node_rank) continue;
-            if (view_exists[i] == 1 && r < records.values.size()) {
-              const std::size_t at = r++;
-              if (records.values[at]) {
-                views[v].record = *records.values[at];
-              } else if (records.too_large == at) {
-                view_exists[i] = 2;
-                log_line(fmt::format(
-                    "the job-wide view record of node {} ({}) is larger than {} bytes: not "
-                    "ddprun's; that node's ranks are not shown for this round",
-                    nodes[i].node_rank, view_key(prefix_, nodes[i].node_rank), kMaxViewBytes));
-              } else if (v < views_seen.size()) {
-                views[v].record = views_seen[v].record;  // not read this time: as it was
-              }
-            }
-            ++v;
-          }
-          const bool changed = !views_reported || views.size() != views_seen.size() ||
-                               !std::equal(views.begin(), views.end(), views_seen.begin(),
-                                           [](const NodeView& a, const NodeView& b) {
-                                             return a.record == b.record && a.lost == b.lost;
-                                           });
-          if (changed) {
-            views_reported = true;
-            views_seen = views;
-            callbacks_.on_views(views);
-          }
-        }
-      } catch (const StoreError&) {
-        report_lost();  // the loss found above is not forgotten with the store
-        throw;
-      }
-      report_lost();
-      if (callbacks_.on_pending) {
-        const std::int64_t arrived = client_.add(pending + "next", 0);
-        std::vector<JoinRequest> live;
-        // The latest kMaxPending numbers only: a bounded scan, whatever the counter says.
-        for (std::int64_t p = std::max<std::int64_t>(1, arrived - kMaxPending + 1); p <= arrived;
-             ++p) {
-          auto& entry = pendings[p];
-          if (entry.resolved) continue;
-          const std::string own = pending + std::to_string(p);
-          if (client_.check({own + "/invite"})) {
-            entry.resolved = true;
-            continue;
-          }
-          if (!entry.join) {
-            if (!client_.check({own})) continue;  // its record is on the way
-            entry.join = decode_join(client_.get(own));
-            if (!entry.join) {
-              entry.resolved = true;
-              continue;
-            }
-            entry.join->seq = p;
-          }
-          const std::string beat = std::to_string(client_.add(own + "/hb", 0));
-          if (entry.beat != beat) {
-            entry.moved = !entry.beat.empty();
-            entry.beat = beat;
-            entry.changed = now;
-          }
-          if (entry.moved && now - entry.changed <= options_.heartbeat_timeout)
-            live.push_back(*entry.join);
-        }
-        std::vector<std::int64_t> seqs;
-        seqs.reserve(live.size());
-        for (const auto& j : live) seqs.push_back(j.seq);
-        if (seqs != reported_pending) {
-          reported_pending = seqs;
-          callbacks_.on_pending(live);
-        }
-      }
-      if (!stop_reported && client_.check({prefix_ + "stop"})) {
-        stop_reported = true;
-        if (callbacks_.on_stop) callbacks_.on_stop(client_.get(prefix_ + "stop"));
-      }
-      store_answered = RdzvClock::now();
+      loop.beat(now);
     } catch (const StoreError& e) {
-      // The store's host is gone: nobody can heartbeat any more, so this is reported once.
-      if (!store_lost_reported && RdzvClock::now() - store_answered > options_.heartbeat_timeout) {
-        store_lost_reported = true;
-        if (callbacks_.on_store_lost) callbacks_.on_store_lost(e.what());
-      }
+      loop.store_failed(e);
     }
     std::unique_lock lock(mutex_);
     wake_.wait_until(lock, now + options_.heartbeat_interval, [this] { return stopping_; });

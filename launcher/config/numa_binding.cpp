@@ -9,6 +9,22 @@
 #include "launcher/common/usage_error.hpp"
 
 namespace ddp::launcher {
+namespace {
+// The NUMA node of a GPU given by its index, when the topology knows it and it has CPUs; -1
+// otherwise (a UUID or an unknown index).
+int gpu_numa_node(const NumaTopology& topo, const std::string& gpu) {
+  int index = -1;
+  auto [end, ec] = std::from_chars(gpu.data(), gpu.data() + gpu.size(), index);
+  const bool numeric = ec == std::errc() && end == gpu.data() + gpu.size();
+  if (numeric && index >= 0 && index < static_cast<int>(topo.gpu_nodes.size()) &&
+      topo.gpu_nodes[index] >= 0 && topo.node_cpus.count(topo.gpu_nodes[index]) &&
+      !topo.node_cpus.at(topo.gpu_nodes[index]).empty()) {
+    return topo.gpu_nodes[index];
+  }
+  return -1;
+}
+}  // namespace
+
 Result<std::vector<NumaPlacement>> plan_numa_binding(std::string_view mode,
                                                      const NumaTopology& topo,
                                                      const std::vector<std::string>& gpus,
@@ -27,13 +43,8 @@ Result<std::vector<NumaPlacement>> plan_numa_binding(std::string_view mode,
   for (int r = 0; r < nproc; ++r) {
     auto& p = out[r];
     if (r < static_cast<int>(gpus.size())) {
-      int index = -1;
-      auto [end, ec] = std::from_chars(gpus[r].data(), gpus[r].data() + gpus[r].size(), index);
-      bool numeric = ec == std::errc() && end == gpus[r].data() + gpus[r].size();
-      if (numeric && index >= 0 && index < static_cast<int>(topo.gpu_nodes.size()) &&
-          topo.gpu_nodes[index] >= 0 && topo.node_cpus.count(topo.gpu_nodes[index]) &&
-          !topo.node_cpus.at(topo.gpu_nodes[index]).empty()) {
-        p.node = topo.gpu_nodes[index];
+      if (const int node = gpu_numa_node(topo, gpus[r]); node >= 0) {
+        p.node = node;
         p.reason = fmt::format("GPU {}", gpus[r]);
       }
     }

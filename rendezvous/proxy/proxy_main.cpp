@@ -18,12 +18,13 @@
 #include "common/exit_codes.hpp"
 #include "rendezvous/proxy/store_proxy.hpp"
 
-int main(int argc, char** argv) {
-  ::signal(SIGPIPE, SIG_IGN);
-  ddp::rdzv::proxy::StoreProxyOptions opts;
-  std::string upstream;
-  CLI::App app{"ddprun-store-proxy: a node-local proxy in front of a c10d-compatible TCP store",
-               "ddprun-store-proxy"};
+namespace {
+
+namespace proxy = ddp::rdzv::proxy;
+
+// The command line; --idle-timeout is read in seconds into `idle_timeout_s`.
+void add_options(CLI::App& app, proxy::StoreProxyOptions& opts, std::string& upstream,
+                 double& idle_timeout_s) {
   app.set_version_flag("--version", "ddprun-store-proxy " DDPRUN_VERSION);
   app.add_option("--upstream", upstream, "the root store, HOST:PORT")->required();
   app.add_option("--host", opts.bind_address, "address to listen on")->capture_default_str();
@@ -43,19 +44,19 @@ int main(int argc, char** argv) {
   app.add_option("--max-barrier-links", opts.max_barrier_links,
                  "BARRIERs in flight at once (each holds a root connection)")
       ->capture_default_str();
-  double idle_timeout_s = std::chrono::duration<double>(opts.limits.idle_timeout).count();
   app.add_option("--idle-timeout", idle_timeout_s,
                  "seconds a worker connection in the middle of a request or owed output may make "
                  "no progress; 0: never")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
-  opts.limits.idle_timeout =
-      std::chrono::milliseconds(static_cast<long long>(idle_timeout_s * 1000));
+}
+
+// HOST:PORT into opts; false (after one line on stderr) when it is not one.
+bool parse_upstream(const std::string& upstream, proxy::StoreProxyOptions& opts) {
   const auto colon = upstream.rfind(':');
   if (colon == std::string::npos || colon == 0) {
     std::cerr << "ddprun-store-proxy: --upstream must be HOST:PORT, got '" << upstream << "'\n";
-    return ddp::exit_codes::kUsage;
+    return false;
   }
   opts.upstream_host = upstream.substr(0, colon);
   try {
@@ -64,11 +65,16 @@ int main(int argc, char** argv) {
     opts.upstream_port = static_cast<std::uint16_t>(port);
   } catch (const std::exception&) {
     std::cerr << "ddprun-store-proxy: bad port in --upstream '" << upstream << "'\n";
-    return ddp::exit_codes::kUsage;
+    return false;
   }
+  return true;
+}
+
+// The root must take ddprun's tagged mode; otherwise one line and exit 69.
+int check_root(const std::string& upstream, const proxy::StoreProxyOptions& opts) {
   try {
-    if (auto why = ddp::rdzv::proxy::tagged_mode_refusal(opts.upstream_host, opts.upstream_port,
-                                                         std::chrono::seconds(10))) {
+    if (auto why = proxy::tagged_mode_refusal(opts.upstream_host, opts.upstream_port,
+                                              std::chrono::seconds(10))) {
       std::cerr << fmt::format(
           "ddprun-store-proxy: the root store {} does not take ddprun's tagged mode ({}): "
           "connect the workers to it directly\n",
@@ -79,6 +85,11 @@ int main(int argc, char** argv) {
     std::cerr << "ddprun-store-proxy: " << e.what() << '\n';
     return ddp::exit_codes::kUnavailable;
   }
+  return ddp::exit_codes::kSuccess;
+}
+
+// Serves until SIGINT or SIGTERM, then prints the counters on stderr.
+int serve(const proxy::StoreProxyOptions& opts) {
   rlimit lim{};
   if (::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
     lim.rlim_cur = lim.rlim_max;
@@ -86,13 +97,13 @@ int main(int argc, char** argv) {
   }
   boost::asio::io_context io(1);
   try {
-    ddp::rdzv::proxy::StoreProxy proxy(io, opts);
+    proxy::StoreProxy store_proxy(io, opts);
     boost::asio::signal_set signals(io, SIGINT, SIGTERM);
-    std::cout << proxy.port() << std::endl;
-    proxy.start();
+    std::cout << store_proxy.port() << std::endl;
+    store_proxy.start();
     signals.async_wait([&](const boost::system::error_code& ec, int) {
       if (ec) return;
-      const auto s = proxy.stats();
+      const auto s = store_proxy.stats();
       std::cerr << fmt::format(
           "ddprun-store-proxy: stats downstream_requests={} upstream_requests={} "
           "upstream_connections_opened={} "
@@ -101,7 +112,7 @@ int main(int argc, char** argv) {
           s.downstream_requests, s.upstream_requests, s.upstream_connections_opened,
           s.coalesced_requests, s.watch_waits, s.tagged_main_links, s.unwatched_keys,
           s.refused_requests, s.accept_errors);
-      proxy.stop();
+      store_proxy.stop();
       io.stop();
     });
     io.run();
@@ -110,4 +121,23 @@ int main(int argc, char** argv) {
     return ddp::exit_codes::kFailure;
   }
   return ddp::exit_codes::kSuccess;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ::signal(SIGPIPE, SIG_IGN);
+  proxy::StoreProxyOptions opts;
+  std::string upstream;
+  CLI::App app{"ddprun-store-proxy: a node-local proxy in front of a c10d-compatible TCP store",
+               "ddprun-store-proxy"};
+  double idle_timeout_s = std::chrono::duration<double>(opts.limits.idle_timeout).count();
+  add_options(app, opts, upstream, idle_timeout_s);
+  CLI11_PARSE(app, argc, argv);
+  opts.limits.idle_timeout =
+      std::chrono::milliseconds(static_cast<long long>(idle_timeout_s * 1000));
+  if (!parse_upstream(upstream, opts)) return ddp::exit_codes::kUsage;
+  if (const int refused = check_root(upstream, opts); refused != ddp::exit_codes::kSuccess)
+    return refused;
+  return serve(opts);
 }
