@@ -104,7 +104,13 @@ def main():
     ckpt_dir, ctl = os.path.join(chaos_dir, "ckpt"), os.path.join(chaos_dir, "ctl")
     os.makedirs(ckpt_dir, exist_ok=True)
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=30))
+    # The workload's own bound on meeting its peers and on each collective. It must outlast an
+    # exec'd start on a loaded machine (a rank whose zygote a fault killed imports torch itself:
+    # 30-45 s at load 18, where 30 s failed forked peers waiting in init_process_group, seed 36)
+    # and stay under the harness's recovery bound (RESTART_BOUND, 75 s), so that a peer that never
+    # comes still fails the attempt inside it. ddprun's own hang verdict (--hang-timeout 20 after
+    # the start) judges a stalled collective before this fires.
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
     rank, world = dist.get_rank(), dist.get_world_size()
     local = int(os.environ["LOCAL_RANK"])
     restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
