@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 #pragma once
-/// The one reader of /proc/<pid>/stat: supervision (process/: parents, groups, zombies) and the
-/// status beacon (health/: is this pid still the ddprun that wrote the beacon) read it here.
+/// The one reader of /proc/<pid>/stat: supervision (process/: parents, groups, zombies), the
+/// status beacon (health/: is this pid still the ddprun that wrote the beacon) and the views'
+/// per-rank CPU and memory (health/rank_usage.hpp) read it here.
 
 #include <sys/types.h>
 
@@ -19,6 +20,10 @@ struct ProcStat {
   /// Field 22, clock ticks after boot: with the pid, it names one process (a reused pid has
   /// another). Absent when the line stops before it.
   std::optional<unsigned long long> start_time;
+  /// Fields 14 + 15 (utime + stime, clock ticks: the process's own CPU time, not its children's)
+  /// and 24 (rss, pages). Absent when the line stops before them.
+  std::optional<unsigned long long> cpu_ticks;
+  std::optional<long long> rss_pages;
 };
 /// Parses one /proc/<pid>/stat line (the command name may contain spaces and parentheses).
 bool parse_proc_stat(const char* text, ProcStat& out);

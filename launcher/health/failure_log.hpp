@@ -18,6 +18,7 @@ inline constexpr size_t kMaxFailureMessage = 2048;
 inline constexpr size_t kMaxFailureTraceback = 16384;
 inline constexpr size_t kMaxFailureTailLines = 20;
 inline constexpr size_t kMaxFailureTailLine = 512;
+inline constexpr size_t kMaxFailureCause = 512;  // bytes of the words of a failure's cause
 
 struct RankFailure {
   int attempt = 0;
@@ -28,8 +29,28 @@ struct RankFailure {
   std::string traceback;
   std::vector<std::string> stderr_tail;
   int node_rank = -1;  // the node's rank when it failed (a restart may renumber the nodes)
+  /// Where the agent's decision puts it (the failure summary's: this node's first failure, then
+  /// the job-wide root cause every node agreed on): the attempt's root cause, or a consequence of
+  /// rank `cause_rank` (-1: not known on this node) of node `cause_node` (-1: not known), whose
+  /// end `cause` describes ("node 1 (host-b): rank 3 (pid 42) failed with exit code 1").
+  bool root_cause = false;
+  int cause_node = -1;
+  int cause_rank = -1;
+  std::string cause;
   bool operator==(const RankFailure&) const = default;
 };
+
+/// The end of an attempt as the agent decided it (RunEnd): the node and, when it was a rank of
+/// that node, the rank; its words.
+struct AttemptCause {
+  int node_rank = -1;
+  int rank = -1;
+  std::string text;
+};
+
+/// "caused_by" of a failure in /status: {"node_rank", "rank" (null: not known), "text"}, or null
+/// for a root cause (or a failure no decision placed yet).
+nlohmann::json failure_cause_json(const RankFailure& failure);
 
 class FailureLog {
  public:
@@ -41,6 +62,10 @@ class FailureLog {
   nlohmann::json json() const;
   long long dropped() const { return dropped_; }
   size_t size() const { return kept_.size(); }
+  /// `attempt` ended for `cause`: its failure (node and rank) becomes the root cause, and every
+  /// other failure of that attempt a consequence of it (a rank that failed after it, e.g. on a
+  /// collective whose peer died, is no failure of its own).
+  void settle(int attempt, const AttemptCause& cause);
   /// The kept failures, oldest first (the node's view record publishes the last ones).
   const std::deque<RankFailure>& kept() const { return kept_; }
 

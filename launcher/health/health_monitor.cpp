@@ -18,6 +18,7 @@
 
 #include "common/exit_codes.hpp"
 
+#include "launcher/common/proc_stat.hpp"
 #include "launcher/common/utc_time.hpp"
 
 #include "launcher/health/dashboard_page.hpp"
@@ -69,7 +70,8 @@ HealthMonitor::HealthMonitor(boost::asio::io_context& io, HealthSettings setting
       restarts_policy_(settings_.no_progress_restarts),
       hang_timer_(io),
       straggler_timer_(io),
-      view_timer_(io) {}
+      view_timer_(io),
+      usage_(::sysconf(_SC_CLK_TCK), ::sysconf(_SC_PAGESIZE)) {}
 
 HealthMonitor::~HealthMonitor() {
   finish(false);
@@ -192,6 +194,9 @@ void HealthMonitor::attempt_started(int attempt, const std::vector<MonitoredWork
   for (const auto& w : workers) ranks.push_back(w.rank);
   tracker_.start_attempt(ranks, Clock::now(), other_nodes);
   exits_.assign(workers.size(), "");
+  stopped_.assign(workers.size(), false);
+  usage_.reset(workers.size());
+  sample_usage();  // the first reading: CPU% from the next one on
   stragglers_.reset();
   if (timer_server_) timer_server_->forget_all();
   schedule_hang_check();
@@ -446,6 +451,9 @@ void HealthMonitor::worker_exited(int local_rank, const ExitStatus& status,
     exits_[local_rank] = status.kind == ExitStatus::Kind::Signaled ? signal_name(status.signal)
                                                                    : std::to_string(status.code);
   }
+  if (static_cast<size_t>(local_rank) < stopped_.size()) {
+    stopped_[local_rank] = terminated_by_ddprun && !status.success();
+  }
   if (timer_server_ && static_cast<size_t>(local_rank) < workers_.size()) {
     timer_server_->forget(workers_[local_rank].pid);
   }
@@ -472,7 +480,16 @@ void HealthMonitor::node_records(const std::vector<NodeRecord>& others) {
 
 void HealthMonitor::rank_failed(RankFailure failure) {
   if (failure.node_rank < 0) failure.node_rank = node_rank();  // as numbered in that attempt
+  if (failure.cause_node < 0 && (failure.cause_rank >= 0 || !failure.cause.empty())) {
+    failure.cause_node = failure.node_rank;  // a consequence of this node's first failure
+  }
   failures_.add(std::move(failure));
+}
+
+void HealthMonitor::attempt_cause(int attempt, const AttemptCause& cause) {
+  failures_.settle(attempt, cause);
+  causes_[attempt] = cause;
+  while (causes_.size() > 16) causes_.erase(causes_.begin());
 }
 
 std::vector<RemoteNodeView> HealthMonitor::remote_views(Clock::time_point now) const {
@@ -492,10 +509,11 @@ PublishedNode HealthMonitor::local_record() const {
   node.attempt = attempt_;
   const auto& tr = tracker_.ranks();
   for (size_t i = 0; i < workers_.size() && i < tr.size(); ++i) {
-    node.ranks.push_back(PublishedRank{tr[i].rank, static_cast<int>(i), workers_[i].pid,
-                                       tr[i].alive ? "running" : "exited", tr[i].step,
-                                       seconds_between(tracker_.last_progress(i), now),
-                                       i < exits_.size() ? exits_[i] : std::string()});
+    node.ranks.push_back(PublishedRank{
+        tr[i].rank, static_cast<int>(i), workers_[i].pid, tr[i].alive ? "running" : "exited",
+        tr[i].step, seconds_between(tracker_.last_progress(i), now),
+        i < exits_.size() ? exits_[i] : std::string(), usage_.usage(i).cpu_percent,
+        usage_.usage(i).rss_bytes, i < stopped_.size() && stopped_[i]});
   }
   // Why this node's ranks failed, for the other nodes' views (the last ones; job_view.hpp).
   const auto& kept = failures_.kept();
@@ -506,10 +524,23 @@ PublishedNode HealthMonitor::local_record() const {
   return node;
 }
 
+void HealthMonitor::sample_usage() {
+  const double now_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  const auto& tr = tracker_.ranks();
+  for (size_t i = 0; i < workers_.size() && i < tr.size(); ++i) {
+    ProcStat stat;
+    const bool read = tr[i].alive && workers_[i].pid > 0 && read_proc_stat(workers_[i].pid, stat);
+    usage_.note(i, workers_[i].pid, read ? stat.cpu_ticks : std::nullopt,
+                read ? stat.rss_pages : std::nullopt, now_s);
+  }
+}
+
 void HealthMonitor::schedule_view_tick() {
   view_timer_.expires_after(kViewTick);
   view_timer_.async_wait([this](const boost::system::error_code& ec) {
     if (ec) return;
+    sample_usage();
     if (hooks_.publish_view && !workers_.empty()) {
       hooks_.publish_view(encode_published_node(local_record()));
     }
@@ -690,6 +721,10 @@ std::string HealthMonitor::status_json() const {
     r["last_step"] = tr[i].step ? nlohmann::json(*tr[i].step) : nlohmann::json();
     r["exit"] =
         i < exits_.size() && !exits_[i].empty() ? nlohmann::json(exits_[i]) : nlohmann::json();
+    r["stopped_by_ddprun"] = i < stopped_.size() && stopped_[i];
+    const RankUsage used = usage_.usage(i);
+    r["cpu_percent"] = used.cpu_percent ? nlohmann::json(*used.cpu_percent) : nlohmann::json();
+    r["rss_bytes"] = used.rss_bytes ? nlohmann::json(*used.rss_bytes) : nlohmann::json();
     ranks.push_back(r);
   }
   // Every node's ranks (job_view.hpp): this node's, then what the others published.
@@ -720,7 +755,7 @@ std::string HealthMonitor::status_json() const {
       {"status_port_fixed", settings_.status_port.value_or(0) != 0},
       {"ranks", ranks}};
   // Every node's failures: this node's, then what the others published (job_view.hpp).
-  j["failures"] = merge_job_failures(failures_.json(), here, host_, remote);
+  j["failures"] = merge_job_failures(failures_.json(), here, host_, remote, causes_);
   j["failures_dropped"] = failures_.dropped() + remote_failures_left_out(remote);
   if (nnodes_ > 1 || !remote.empty()) {
     j["job_nodes"] = job_nodes_json(here, host_, local_count, remote);

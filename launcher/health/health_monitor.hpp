@@ -31,6 +31,7 @@
 #include "launcher/health/no_progress_restarts.hpp"
 #include "launcher/health/progress_tracker.hpp"
 #include "launcher/health/prometheus_text.hpp"
+#include "launcher/health/rank_usage.hpp"
 #include "launcher/health/recent_events.hpp"
 #include "launcher/health/stack_dumper.hpp"
 #include "launcher/health/status_beacon.hpp"
@@ -120,6 +121,9 @@ class HealthMonitor {
   /// A local rank failed in this attempt (its error file and stderr read): kept for /status
   /// ("failures") across restarts, bounded (failure_log.hpp).
   void rank_failed(RankFailure failure);
+  /// The attempt ended for `cause`, as the Agent decided (the failure summary's root cause, the
+  /// job-wide one on several nodes): /status places its failures under it (FailureLog::settle).
+  void attempt_cause(int attempt, const AttemptCause& cause);
   /// The Agent is stopping the workers (failure, signal); /healthz answers 503 from now on.
   void stopping();
   /// Multi-node: another node judged the job hung. Saves the local stacks (as for a local
@@ -165,6 +169,8 @@ class HealthMonitor {
   /// Once a second: this node's record for the others, and a steps sample of every rank.
   void schedule_view_tick();
   PublishedNode local_record() const;
+  /// Each local rank's CPU time and resident set from /proc (rank_usage.hpp), on the view tick.
+  void sample_usage();
   std::vector<RemoteNodeView> remote_views(Clock::time_point now) const;
   int node_rank() const;  // this node's in the round (the events' digest; 0 on a single node)
   std::string metrics_text() const;
@@ -203,6 +209,8 @@ class HealthMonitor {
   std::vector<ReceivedNode> remote_;
   StepHistory steps_;    // every rank's step, sampled each second (/history, "steps_per_s")
   FailureLog failures_;  // how ranks failed, every attempt (/status "failures")
+  UsageMeter usage_;     // each local rank's CPU% and RSS (/status, the view record)
+  std::map<int, AttemptCause> causes_;  // attempt_cause()'s, the last 16 attempts (/status)
   int status_port_ = 0;
   std::string own_socket_dir_;       // made for the sockets (deep --log-dir); removed at the end
   bool stack_dump_started_ = false;  // one dump per attempt
@@ -218,6 +226,7 @@ class HealthMonitor {
   long long heartbeats_total_ = 0;
   std::map<std::string, long long> exits_by_cause_;
   std::vector<std::string> exits_;  // per local rank: how it ended ("" while running), for /status
+  std::vector<bool> stopped_;       // per local rank: ddprun stopped it (no failure of its own)
 };
 
 }  // namespace ddp::launcher::health

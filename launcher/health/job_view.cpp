@@ -7,6 +7,7 @@
 #include <iterator>
 #include <limits>
 #include <set>
+#include <tuple>
 #include <utility>
 
 #include "rendezvous/json_text.hpp"
@@ -75,7 +76,18 @@ json rank_json(const PublishedRank& r) {
   // Tenths of a second: the view needs no more, and the record stays small.
   j["age_s"] = r.age_s ? json(std::round(*r.age_s * 10) / 10) : json();
   j["exit"] = r.exit.empty() ? json() : json(r.exit);
+  if (r.cpu_percent) j["cpu"] = std::round(*r.cpu_percent * 10) / 10;
+  if (r.rss_bytes) j["rss"] = *r.rss_bytes;
+  if (r.stopped) j["stopped"] = true;
   return j;
+}
+
+/// A published CPU% or RSS as far as it can be a process's (absent otherwise).
+std::optional<double> bounded_cpu(std::optional<double> cpu) {
+  return cpu && *cpu >= 0 && *cpu <= kMaxPublishedCpuPercent ? cpu : std::nullopt;
+}
+std::optional<long long> bounded_rss(std::optional<long long> rss) {
+  return rss && *rss >= 0 && *rss <= kMaxPublishedRssBytes ? rss : std::nullopt;
 }
 
 /// A failure cut to the record's bounds (when written and when read).
@@ -88,6 +100,10 @@ RankFailure bounded_failure(const RankFailure& f) {
                 cut_front(f.traceback, kMaxPublishedTraceback),
                 {}};
   b.node_rank = f.node_rank;
+  b.root_cause = f.root_cause;
+  b.cause_node = f.cause_node;
+  b.cause_rank = f.cause_rank;
+  b.cause = cut(f.cause, kMaxFailureCause);
   const size_t first = f.stderr_tail.size() > kMaxPublishedTailLines
                            ? f.stderr_tail.size() - kMaxPublishedTailLines
                            : 0;
@@ -103,6 +119,8 @@ json failure_json(const RankFailure& f) {
          {"message", f.message},        {"traceback", f.traceback},
          {"stderr_tail", f.stderr_tail}};
   if (f.node_rank >= 0) j["node_rank"] = f.node_rank;
+  j["root_cause"] = f.root_cause;
+  j["caused_by"] = failure_cause_json(f);
   return j;
 }
 
@@ -116,6 +134,14 @@ std::optional<RankFailure> decode_failure(const json& j) {
   f.rank = *rank;
   f.local_rank = number<int>(j, "local_rank").value_or(0);
   f.node_rank = std::max(-1, number<int>(j, "node_rank").value_or(-1));
+  auto root = j.find("root_cause");
+  f.root_cause = root != j.end() && root->is_boolean() && root->get<bool>();
+  auto by = j.find("caused_by");
+  if (!f.root_cause && by != j.end() && by->is_object()) {
+    f.cause_node = std::max(-1, number<int>(*by, "node_rank").value_or(-1));
+    f.cause_rank = std::max(-1, number<int>(*by, "rank").value_or(-1));
+    f.cause = text(*by, "text", kMaxFailureCause);
+  }
   // Read with the writer's bounds: the reader trusts no writer.
   f.exit = text(j, "exit", kMaxPublishedText);
   f.message = text(j, "message", kMaxPublishedMessage);
@@ -142,6 +168,8 @@ std::string encode_published_node(const PublishedNode& node) {
     PublishedRank bounded = r;
     bounded.state = cut(r.state, kMaxPublishedText);
     bounded.exit = cut(r.exit, kMaxPublishedText);
+    bounded.cpu_percent = bounded_cpu(r.cpu_percent);
+    bounded.rss_bytes = bounded_rss(r.rss_bytes);
     std::string one = dump_json(rank_json(bounded));
     if (ranks.size() >= kMaxPublishedRanks || size + one.size() + 1 > kMaxPublishedRanksBytes) {
       ++left_out;
@@ -206,6 +234,10 @@ std::optional<PublishedNode> decode_published_node(std::string_view text_in) {
       p.age_s = number<double>(r, "age_s");
       if (p.age_s && *p.age_s < 0) p.age_s.reset();
       p.exit = text(r, "exit", kMaxPublishedText);
+      p.cpu_percent = bounded_cpu(number<double>(r, "cpu"));
+      p.rss_bytes = bounded_rss(number<long long>(r, "rss"));
+      auto stopped = r.find("stopped");
+      p.stopped = stopped != r.end() && stopped->is_boolean() && stopped->get<bool>();
       node.ranks.push_back(std::move(p));
     }
   }
@@ -273,6 +305,11 @@ json merge_job_ranks(json local_ranks, int node_rank, const std::string& host,
       j["last_progress_age_s"] =
           r.age_s ? json(*r.age_s + std::max(0.0, n->received_age_s)) : json();
       j["exit"] = r.exit.empty() ? json() : json(r.exit);
+      j["stopped_by_ddprun"] = r.stopped;
+      // What a rank used is only news while it runs (a lost or stale node's numbers are old).
+      const bool live = j["state"] == "running";
+      j["cpu_percent"] = live && r.cpu_percent ? json(*r.cpu_percent) : json();
+      j["rss_bytes"] = live && r.rss_bytes ? json(*r.rss_bytes) : json();
       out.push_back(std::move(j));
     }
   }
@@ -280,7 +317,8 @@ json merge_job_ranks(json local_ranks, int node_rank, const std::string& host,
 }
 
 json merge_job_failures(json local_failures, int node_rank, const std::string& host,
-                        const std::vector<RemoteNodeView>& remote) {
+                        const std::vector<RemoteNodeView>& remote,
+                        const std::map<int, AttemptCause>& decided) {
   std::vector<json> out;
   if (local_failures.is_array()) {
     for (auto& f : local_failures) {
@@ -305,9 +343,44 @@ json merge_job_failures(json local_failures, int node_rank, const std::string& h
       out.push_back(std::move(j));
     }
   }
+  // This node's decision places every failure of its attempts, the other nodes' too.
+  for (auto& f : out) {
+    auto it = decided.find(f.value("attempt", -1));
+    if (it == decided.end() || it->second.node_rank < 0) continue;
+    const AttemptCause& c = it->second;
+    const int where = f.value("node_rank", -1);
+    const bool root = c.rank >= 0 ? where == c.node_rank && f.value("rank", -1) == c.rank
+                                  : where == c.node_rank && f.value("root_cause", false);
+    f["root_cause"] = root;
+    if (root) {
+      f["caused_by"] = nullptr;
+    } else {
+      f["caused_by"] = {{"node_rank", c.node_rank},
+                        {"rank", c.rank >= 0 ? json(c.rank) : json()},
+                        {"text", cut(c.text, kMaxFailureCause)}};
+    }
+  }
+  // A consequence of another node's root cause names that node; its rank is in that node's
+  // record (its root cause of the same attempt).
+  for (auto& f : out) {
+    auto by = f.find("caused_by");
+    if (by == f.end() || !by->is_object() || !(*by)["rank"].is_null()) continue;
+    const json& node = (*by)["node_rank"];
+    if (!node.is_number_integer()) continue;
+    for (const auto& root : out) {
+      if (root.value("root_cause", false) && root.value("attempt", -1) == f.value("attempt", -2) &&
+          root.value("node_rank", -1) == node.get<int>()) {
+        (*by)["rank"] = root.value("rank", 0);
+        break;
+      }
+    }
+  }
+  // By attempt; in each, the root cause first, then its consequences by node rank.
   std::stable_sort(out.begin(), out.end(), [](const json& a, const json& b) {
-    return std::pair(a.value("attempt", 0), a.value("node_rank", 0)) <
-           std::pair(b.value("attempt", 0), b.value("node_rank", 0));
+    return std::tuple(a.value("attempt", 0), !a.value("root_cause", false),
+                      a.value("node_rank", 0)) < std::tuple(b.value("attempt", 0),
+                                                            !b.value("root_cause", false),
+                                                            b.value("node_rank", 0));
   });
   return json(std::move(out));
 }

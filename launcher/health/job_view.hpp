@@ -11,6 +11,7 @@
 /// rendered through the terminal sanitiser by `top` and as text (never HTML) by the dashboard.
 
 #include <cstddef>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -35,6 +36,9 @@ inline constexpr size_t kMaxPublishedMessage = 1024;    // bytes of a message (i
 inline constexpr size_t kMaxPublishedTraceback = 4096;  // bytes of a traceback (its end)
 inline constexpr size_t kMaxPublishedTailLines = 10;    // stderr lines (the last ones)
 inline constexpr size_t kMaxPublishedTailLine = 256;    // bytes of a stderr line
+/// A published CPU% or RSS beyond these is not a process's (1024 cores busy, 1 PiB): absent.
+inline constexpr double kMaxPublishedCpuPercent = 102400;
+inline constexpr long long kMaxPublishedRssBytes = 1LL << 50;
 
 /// One rank as its node publishes it.
 struct PublishedRank {
@@ -43,8 +47,12 @@ struct PublishedRank {
   long long pid = 0;
   std::string state;  // running, exited
   std::optional<long long> step;
-  std::optional<double> age_s;  // since its last progress, by its node's clock
-  std::string exit;             // "" while running, else the code or the signal's name
+  std::optional<double> age_s;        // since its last progress, by its node's clock
+  std::string exit;                   // "" while running, else the code or the signal's name
+  std::optional<double> cpu_percent;  // rank_usage.hpp; absent: not known (or an older agent)
+  std::optional<long long> rss_bytes;
+  bool stopped =
+      false;  // ddprun stopped it (another rank's failure, a hang): no failure of its own
   bool operator==(const PublishedRank&) const = default;
 };
 
@@ -98,9 +106,15 @@ nlohmann::json merge_job_ranks(nlohmann::json local_ranks, int node_rank, const 
 /// "failures" of /status: this node's (each gets "host", and "node_rank" unless it has one: the
 /// node's rank when it failed) and the other nodes' published ones ("remote": true), ordered by
 /// attempt, then node rank (a stable merge).
+/// `decided`: this node's decision per attempt (the job-wide cause every node agreed on,
+/// AttemptCause): every failure of such an attempt, another node's too, is placed by it (the root
+/// cause, or caused by it), so a record another node published before its own decision (a race at
+/// the end) does not show a second root cause. A consequence's cause rank is looked up in the cause
+/// node's root cause of the same attempt; within an attempt the root cause comes first.
 nlohmann::json merge_job_failures(nlohmann::json local_failures, int node_rank,
                                   const std::string& host,
-                                  const std::vector<RemoteNodeView>& remote);
+                                  const std::vector<RemoteNodeView>& remote,
+                                  const std::map<int, AttemptCause>& decided = {});
 /// How many failures the other nodes left out of their records.
 long long remote_failures_left_out(const std::vector<RemoteNodeView>& remote);
 

@@ -698,6 +698,12 @@ void Agent::finish_attempt() {
         f.message = w.outcome.error_info->message;
         f.traceback = w.outcome.error_info->traceback;
       }
+      // This node's first failure is the root cause until the job's decision says otherwise
+      // (attempt_cause() in after_attempt); a rank that failed after it is its consequence.
+      const size_t index = static_cast<size_t>(&w - workers_.data());
+      f.root_cause = root_cause_ && *root_cause_ == index;
+      if (!f.root_cause && root_cause_) f.cause_rank = workers_[*root_cause_].outcome.rank;
+      if (!f.root_cause && end_) f.cause = end_->text;
       health_->rank_failed(std::move(f));
     }
     outcome.workers.push_back(w.outcome);
@@ -715,11 +721,30 @@ void Agent::finish_attempt() {
 
 bool Agent::end_with(RunEnd cause) { return offer(end_, std::move(cause)); }
 
+void Agent::note_attempt_cause() {
+  if (!health_ || !end_) return;
+  // The decision the failure summary prints: this node's first failure when it stands, else the
+  // job-wide cause another node's stop or loss named (that node's record names its rank).
+  const int here = session_ && layout_ ? layout_->node_rank : 0;
+  health::AttemptCause cause{-1, -1, end_->text};
+  if (end_->kind == RunEndKind::WorkerFailed && root_cause_) {
+    cause.node_rank = here;
+    cause.rank = workers_[*root_cause_].outcome.rank;
+  } else if ((end_->kind == RunEndKind::JobStopped || end_->kind == RunEndKind::NodeLost) &&
+             end_->node_rank >= 0 && end_->node_rank != here) {
+    cause.node_rank = end_->node_rank;
+  } else {
+    return;  // a signal, a hang, a re-form: no rank's failure to place the others under
+  }
+  health_->attempt_cause(attempt_, cause);
+}
+
 void Agent::after_attempt() {
   if (held_failure_) {  // the verdict on the other nodes decides how this attempt ends
     phase_ = Phase::Awaiting;
     return;
   }
+  note_attempt_cause();
   if (quarantined_) {  // the others re-form without this node
     finish_run();
     return;

@@ -187,6 +187,8 @@ class Agent {
   void end_loop();  // after the summary: the status endpoint lingers, then the loop stops
   /// TORCHELASTIC_ERROR_FILE set for ddprun: the root cause's error file copied there.
   void copy_root_cause_error_file();
+  /// The attempt's end as decided (end_, root_cause_), for the views' failures (health/).
+  void note_attempt_cause();
   int exit_code() const;
   Worker* find_worker(pid_t pid);
   bool any_alive() const;

@@ -164,6 +164,14 @@ Result<StatusModel> parse_status_json(const json& j) {
     rank.age_s = num<double>(r, "last_progress_age_s");
     rank.straggler = r.value("straggler", false);
     rank.exit = field_text(r, "exit");
+    rank.stopped = bool_field(r, "stopped_by_ddprun");
+    rank.cpu_percent = num<double>(r, "cpu_percent");
+    if (rank.cpu_percent && !(*rank.cpu_percent >= 0 && *rank.cpu_percent <= 1e6))
+      rank.cpu_percent.reset();
+    // Read as a double: any number is safe to range-check (1 PiB at most, as job_view.hpp says).
+    const auto rss = num<double>(r, "rss_bytes");
+    if (rss && *rss >= 0 && *rss <= 1125899906842624.0)
+      rank.rss_bytes = static_cast<long long>(*rss);
     m.ranks.push_back(std::move(rank));
   }
   m.job_wide = j.contains("job_nodes");
@@ -218,6 +226,7 @@ std::optional<double> RateHistory::rate(int node, int rank) const {
 }
 
 int severity(const RankStatus& r, double hang_timeout_s) {
+  if (r.stopped) return 1;  // stopped because another rank failed: not a failure of its own
   if (!r.exit.empty() && r.exit != "0") return 4;
   const double stale_after = std::max(10.0, hang_timeout_s / 2);
   if (r.state == "running" && r.age_s && *r.age_s > stale_after) return 3;

@@ -26,7 +26,10 @@ struct RankStatus {
   std::optional<long long> step;
   std::optional<double> age_s;  // since the last progress
   bool straggler = false;
-  std::string exit;  // "" while running, else the code or the signal's name
+  std::string exit;                   // "" while running, else the code or the signal's name
+  std::optional<double> cpu_percent;  // 100: one core busy (docs/health.md)
+  std::optional<long long> rss_bytes;
+  bool stopped = false;  // ddprun stopped it (another rank failed): "stopped", not "failed"
 };
 
 struct NodeStatus {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <ctime>
+#include <iterator>
 
 #include "launcher/common/terminal_text.hpp"
 
@@ -35,6 +36,26 @@ std::string optional_number(const std::optional<double>& v, const char* spec) {
 }  // namespace
 
 std::string fit(const std::string& text, int width) { return fit_columns(text, width); }
+
+std::string cpu_text(const std::optional<double>& percent) {
+  if (!percent || !(*percent >= 0)) return "-";
+  if (*percent >= 999.5) return "999+";
+  return fmt::format("{:.0f}%", *percent);
+}
+
+std::string memory_text(const std::optional<long long>& bytes) {
+  if (!bytes || *bytes < 0) return "-";
+  static constexpr const char* kUnits[] = {"B", "K", "M", "G", "T", "P"};
+  double v = static_cast<double>(*bytes);
+  size_t unit = 0;
+  while (v >= 999.5 && unit + 1 < std::size(kUnits)) {
+    v /= 1024;
+    ++unit;
+  }
+  if (v >= 999.5) return "999+";
+  return unit > 0 && v < 9.95 ? fmt::format("{:.1f}{}", v, kUnits[unit])
+                              : fmt::format("{:.0f}{}", v, kUnits[unit]);
+}
 
 std::string sparkline(const std::vector<double>& values, int width) {
   static constexpr const char* kBlocks[] = {"▁", "▂", "▃", "▄", "▅", "▆", "▇", "█"};
@@ -153,11 +174,15 @@ std::vector<std::string> render_frame(const StatusModel& m, const RateHistory& r
     }
   }
 
-  // The other columns take 73 characters.
-  const int spark_width = std::clamp(width - 73, 6, 40);
-  const std::string columns = fmt::format(
-      " {:>4} {:>5} {:>5} {:>7} {:<8} {:>8} {:>7} {} {:>6} {:<5} {:>6}", "NODE", "RANK", "LOCAL",
-      "PID", "STATE", "STEP", "STEP/S", fit("RATE", spark_width), "AGE", "FLAG", "EXIT");
+  // The other columns take 79 characters: the rate's sparkline gets what is left (none at 80).
+  const int spark_width = std::clamp(width - 80, 0, 40) >= 6 ? std::clamp(width - 80, 0, 40) : 0;
+  auto spark_column = [&](const std::string& text) {
+    return spark_width > 0 ? " " + fit(text, spark_width) : std::string();
+  };
+  const std::string columns =
+      fmt::format(" {:>4} {:>5} {:>3} {:>7} {:<8} {:>8} {:>7} {:>4} {:>4}{} {:>6} {:<5} {:>6}",
+                  "NODE", "RANK", "LOC", "PID", "STATE", "STEP", "STEP/S", "CPU", "MEM",
+                  spark_column("RATE"), "AGE", "FLAG", "EXIT");
   head.push_back(paint(kDim, fit(columns, width)));
 
   // Room: the header, the ranks, then the events (at least 6 of them when there are; every line
@@ -180,14 +205,15 @@ std::vector<std::string> render_frame(const StatusModel& m, const RateHistory& r
   for (int i = first; i < first + rank_room && i < total; ++i) {
     const auto& r = ordered[static_cast<size_t>(i)];
     const int sev = severity(r, m.hang_timeout_s);
-    const std::string state = sev == 4 ? "failed" : r.state;
+    const std::string state = sev == 4 ? "failed" : r.stopped ? "stopped" : r.state;
     const std::string flag = sev == 3 ? "STALL" : r.straggler ? "SLOW" : "";
     const std::string row = fmt::format(
-        " {:>4} {:>5} {:>5} {:>7} {:<8} {:>8} {:>7} {} {:>6} {:<5} {:>6}", r.node, r.rank,
-        r.local_rank, r.pid, fit(state, 8), r.step ? std::to_string(*r.step) : "-",
-        optional_number(rates.rate(r.node, r.rank), "{:.2f}"),
-        fit(sparkline(rates.recent(r.node, r.rank, static_cast<size_t>(spark_width)), spark_width),
-            spark_width),
+        " {:>4} {:>5} {:>3} {:>7} {:<8} {:>8} {:>7} {:>4} {:>4}{} {:>6} {:<5} {:>6}", r.node,
+        r.rank, r.local_rank, r.pid, fit(state, 8), r.step ? std::to_string(*r.step) : "-",
+        optional_number(rates.rate(r.node, r.rank), "{:.2f}"), cpu_text(r.cpu_percent),
+        memory_text(r.rss_bytes),
+        spark_column(
+            sparkline(rates.recent(r.node, r.rank, static_cast<size_t>(spark_width)), spark_width)),
         optional_number(r.age_s, "{:.1f}s"), flag, r.exit.empty() ? "" : r.exit);
     lines.push_back(paint(sev == 4   ? kRed
                           : sev == 3 ? kYellow

@@ -46,6 +46,10 @@ std::vector<std::string> render_frame(const StatusModel& model, const RateHistor
 /// `text` made visible (controls and escapes shown, launcher/common/terminal_text.hpp), then cut
 /// or padded to exactly `width` terminal columns. Every line of a frame passes through it.
 std::string fit(const std::string& text, int width);
+/// A rank's CPU% in at most 4 columns ("7%", "100%", "999+"; "-" when not known).
+std::string cpu_text(const std::optional<double>& percent);
+/// A size in at most 4 columns, binary units ("512M", "1.2G", "12G"; "-" when not known).
+std::string memory_text(const std::optional<long long>& bytes);
 /// Eighth-block sparkline of `values` (the last `width` of them), scaled to their maximum.
 std::string sparkline(const std::vector<double>& values, int width);
 

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "launcher/health/job_view.hpp"
+#include "launcher/health/rank_usage.hpp"
 #include "launcher/health/step_history.hpp"
 
 using namespace ddp::launcher::health;
@@ -334,4 +335,170 @@ TEST_CASE("a failure keeps the node rank it had when it failed (a restart renumb
   CHECK(merged[0]["node_rank"] == 1);  // this node's, as numbered then
   CHECK(merged[1]["node_rank"] == 1);
   CHECK(merged[1]["rank"] == 3);
+}
+
+TEST_CASE("each rank's CPU% and memory travel in the record, bounded; shown only while it runs") {
+  auto n = two_ranks();
+  n.ranks[0].cpu_percent = 97.25;
+  n.ranks[0].rss_bytes = 157286400;
+  n.ranks[1].cpu_percent = 3.0;  // an exited rank's last numbers: not shown
+  n.ranks[1].rss_bytes = 1000;
+  auto back = decode_published_node(encode_published_node(n));
+  REQUIRE(back);
+  CHECK(back->ranks[0].cpu_percent == doctest::Approx(97.3));
+  CHECK(back->ranks[0].rss_bytes == 157286400);
+  auto merged = merge_job_ranks(json::array(), 0, "a", {{1, "b", false, *back, 0.5}});
+  REQUIRE(merged.size() == 2);
+  CHECK(merged[0]["cpu_percent"].get<double>() == doctest::Approx(97.3));
+  CHECK(merged[0]["rss_bytes"] == 157286400);
+  CHECK(merged[1]["cpu_percent"].is_null());
+  CHECK(merged[1]["rss_bytes"].is_null());
+  // A lost node's numbers are old: not shown either.
+  merged = merge_job_ranks(json::array(), 0, "a", {{1, "b", true, *back, 0.5}});
+  CHECK(merged[0]["cpu_percent"].is_null());
+  // Whatever a stranger writes: absent, never out of bounds.
+  auto odd = decode_published_node(
+      R"({"ranks":[{"rank":0,"cpu":-1,"rss":-5},{"rank":1,"cpu":1e300,"rss":1e300},
+         {"rank":2,"cpu":"50","rss":"9"},{"rank":3,"cpu":12.5,"rss":4096}]})");
+  REQUIRE(odd);
+  REQUIRE(odd->ranks.size() == 4);
+  for (int i = 0; i < 3; ++i) {
+    CHECK_FALSE(odd->ranks[i].cpu_percent);
+    CHECK_FALSE(odd->ranks[i].rss_bytes);
+  }
+  CHECK(odd->ranks[3].cpu_percent == doctest::Approx(12.5));
+  CHECK(odd->ranks[3].rss_bytes == 4096);
+  // An agent writes none beyond the bounds either.
+  n.ranks[0].cpu_percent = kMaxPublishedCpuPercent * 2;
+  n.ranks[0].rss_bytes = -1;
+  back = decode_published_node(encode_published_node(n));
+  REQUIRE(back);
+  CHECK_FALSE(back->ranks[0].cpu_percent);
+  CHECK_FALSE(back->ranks[0].rss_bytes);
+}
+
+TEST_CASE(
+    "UsageMeter: CPU% from two readings of one process; a new pid or a gone one starts over") {
+  UsageMeter meter(100, 4096);  // 100 ticks a second, 4 KiB pages
+  meter.reset(2);
+  meter.note(0, 10, 1000, 256, 50.0);
+  meter.note(1, 11, 0, 1024, 50.0);
+  CHECK_FALSE(meter.usage(0).cpu_percent);  // one reading: no rate yet
+  CHECK(meter.usage(0).rss_bytes == 256 * 4096);
+  meter.note(0, 10, 1090, 512, 51.0);  // 0.9 s of CPU in 1 s
+  meter.note(1, 11, 2, 1024, 51.0);    // idle
+  CHECK(meter.usage(0).cpu_percent == doctest::Approx(90.0));
+  CHECK(meter.usage(0).rss_bytes == 512 * 4096);
+  CHECK(meter.usage(1).cpu_percent == doctest::Approx(2.0));
+  meter.note(0, 10, 1490, 512, 53.0);  // two threads busy for 2 s
+  CHECK(meter.usage(0).cpu_percent == doctest::Approx(200.0));
+  meter.note(0, 12, 5, 100, 54.0);  // restarted: another process, its first reading
+  CHECK_FALSE(meter.usage(0).cpu_percent);
+  CHECK(meter.usage(0).rss_bytes == 100 * 4096);
+  meter.note(1, 11, std::nullopt, std::nullopt, 54.0);  // gone
+  CHECK(meter.usage(1) == RankUsage{});
+  meter.note(5, 1, 1, 1, 54.0);  // no such local rank: ignored
+  CHECK(meter.usage(5) == RankUsage{});
+}
+
+TEST_CASE("failures under the decided root cause: the root first, the others caused by it") {
+  // Node 0: rank 0 failed on its own first (this node's first failure), rank 1 after it; then the
+  // job-wide decision says node 1's stop came first: both are consequences of node 1's rank 3.
+  FailureLog here;
+  RankFailure first{0, 0, 0, "1", "RuntimeError: peer closed", "", {}};
+  first.node_rank = 0;
+  first.root_cause = true;
+  here.add(first);
+  RankFailure second{0, 1, 1, "1", "RuntimeError: peer closed", "", {}};
+  second.node_rank = 0;
+  second.cause_node = 0;
+  second.cause_rank = 0;
+  here.add(second);
+  RankFailure older{-1, 1, 1, "1", "", "", {}};  // another attempt: not touched
+  older.attempt = 7;
+  older.node_rank = 0;
+  older.root_cause = true;
+  here.add(older);
+  here.settle(0, AttemptCause{1, -1, "node 1 (b): rank 3 (pid 42) failed with exit code 3"});
+  CHECK_FALSE(here.kept()[0].root_cause);
+  CHECK(here.kept()[0].cause_node == 1);
+  CHECK(here.kept()[0].cause_rank == -1);
+  CHECK(here.kept()[1].cause_node == 1);
+  CHECK(here.kept()[2].root_cause);
+  // Node 1's record: its rank 3 is the root cause of attempt 0.
+  PublishedNode b = two_ranks();
+  RankFailure root{0, 3, 1, "3", "ValueError: loss is NaN", "", {}};
+  root.node_rank = 1;
+  root.root_cause = true;
+  b.failures.push_back(root);
+  auto back = decode_published_node(encode_published_node(b));
+  REQUIRE(back);
+  REQUIRE(back->failures.size() == 1);
+  CHECK(back->failures[0].root_cause);
+  auto merged = merge_job_failures(here.json(), 0, "a", {{1, "b", false, *back, 0.5}});
+  REQUIRE(merged.size() == 4);
+  // Attempt 0: node 1's root cause first, then node 0's consequences, its rank resolved.
+  CHECK(merged[0]["rank"] == 3);
+  CHECK(merged[0]["root_cause"] == true);
+  CHECK(merged[0]["caused_by"].is_null());
+  for (int i : {1, 2}) {
+    CHECK(merged[i]["node_rank"] == 0);
+    CHECK(merged[i]["root_cause"] == false);
+    CHECK(merged[i]["caused_by"]["node_rank"] == 1);
+    CHECK(merged[i]["caused_by"]["rank"] == 3);
+    CHECK(merged[i]["caused_by"]["text"].get<std::string>().find("rank 3") != std::string::npos);
+  }
+  CHECK(merged[3]["attempt"] == 7);
+  // A consequence travels in a record too, its cause bounded.
+  PublishedNode a;
+  RankFailure big = here.kept()[0];
+  big.cause = std::string(100000, 'c');
+  a.failures.push_back(big);
+  auto read = decode_published_node(encode_published_node(a));
+  REQUIRE(read);
+  REQUIRE(read->failures.size() == 1);
+  CHECK(read->failures[0].cause_node == 1);
+  CHECK(read->failures[0].cause.size() <= kMaxFailureCause);
+  CHECK_FALSE(read->failures[0].root_cause);
+}
+
+TEST_CASE("a rank ddprun stopped is published and merged as stopped") {
+  auto n = two_ranks();
+  n.ranks[1].stopped = true;
+  auto back = decode_published_node(encode_published_node(n));
+  REQUIRE(back);
+  CHECK_FALSE(back->ranks[0].stopped);
+  CHECK(back->ranks[1].stopped);
+  auto merged = merge_job_ranks(json::array(), 0, "a", {{1, "b", false, *back, 0.5}});
+  CHECK(merged[0]["stopped_by_ddprun"] == false);
+  CHECK(merged[1]["stopped_by_ddprun"] == true);
+}
+
+TEST_CASE("this node's decision places another node's failures: no second root cause") {
+  // Node 0 published rank 0's failure as its root cause before it learned that node 1's stop came
+  // first (its last record did not reach node 1 before the end). Node 1 decided: its rank 3.
+  FailureLog here;
+  RankFailure mine{0, 3, 1, "3", "ValueError: loss is NaN", "", {}};
+  mine.node_rank = 1;
+  mine.root_cause = true;
+  here.add(mine);
+  PublishedNode zero;
+  zero.host = "a";
+  RankFailure theirs{0, 0, 0, "1", "RuntimeError: peer closed", "", {}};
+  theirs.node_rank = 0;
+  theirs.root_cause = true;  // its tentative decision
+  zero.failures.push_back(theirs);
+  std::map<int, AttemptCause> decided{{0, AttemptCause{1, 3, "node 1 (b): rank 3 failed"}}};
+  auto merged = merge_job_failures(here.json(), 1, "b", {{0, "a", false, zero, 0.5}}, decided);
+  REQUIRE(merged.size() == 2);
+  CHECK(merged[0]["rank"] == 3);
+  CHECK(merged[0]["root_cause"] == true);
+  CHECK(merged[1]["rank"] == 0);
+  CHECK(merged[1]["root_cause"] == false);
+  CHECK(merged[1]["caused_by"]["node_rank"] == 1);
+  CHECK(merged[1]["caused_by"]["rank"] == 3);
+  // Without the decision both would claim the root (the published record as it came).
+  auto undecided = merge_job_failures(here.json(), 1, "b", {{0, "a", false, zero, 0.5}});
+  CHECK(undecided[0]["root_cause"] == true);
+  CHECK(undecided[1]["root_cause"] == true);
 }

@@ -194,6 +194,28 @@ TEST_CASE("/proc/<pid>/stat: the start time (field 22) names one process; a shor
   CHECK(self.start_time.value_or(0) > 0);
 }
 
+TEST_CASE("/proc/<pid>/stat: CPU time (fields 14 + 15) and RSS (field 24) for the views") {
+  ProcStat st;
+  // Fields 3.. : state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime
+  // cutime cstime priority nice threads itrealvalue starttime vsize rss.
+  REQUIRE(
+      parse_proc_stat("9 (py thon) R 1 9 9 0 -1 0 10 0 0 0 250 50 7000 7000 20 0 3 0 "
+                      "4242 100000 2560 18446744073709551615\n",
+                      st));
+  REQUIRE(st.cpu_ticks.has_value());
+  CHECK(*st.cpu_ticks == 300ULL);  // its own time, not its children's (cutime, cstime)
+  REQUIRE(st.rss_pages.has_value());
+  CHECK(*st.rss_pages == 2560);
+  CHECK(st.start_time.value_or(0) == 4242ULL);
+  REQUIRE(parse_proc_stat("9 (x) R 1 9 9 0 -1 0 10 0 0 0 250", st));  // stops before stime
+  CHECK_FALSE(st.cpu_ticks.has_value());
+  CHECK_FALSE(st.rss_pages.has_value());
+  ProcStat self;
+  REQUIRE(read_proc_stat(::getpid(), self));
+  CHECK(self.rss_pages.value_or(0) > 0);
+  CHECK(self.cpu_ticks.has_value());
+}
+
 TEST_CASE("read_proc_stat reads a live process and says false for one that is gone") {
   ProcStat self;
   REQUIRE(read_proc_stat(::getpid(), self));

@@ -4,6 +4,9 @@
 
 #include <fmt/format.h>
 
+#include <iterator>
+#include <sstream>
+
 #include "launcher/common/terminal_text.hpp"
 #include "launcher/view/status_model.hpp"
 #include "launcher/view/terminal_frame.hpp"
@@ -239,4 +242,69 @@ TEST_CASE("top's sort, filter, node and scroll") {
   all.clear();
   for (const auto& l : lines) all += l + "\n";
   CHECK(all.find("sort: worst first, rank, step, steps/s") != std::string::npos);
+}
+
+TEST_CASE("every rank's CPU and memory in the frame, at 80 columns too; odd numbers are '-'") {
+  json ranks = json::array();
+  ranks.push_back(rank(0, 10, 0.1));
+  ranks.back()["cpu_percent"] = 97.4;
+  ranks.back()["rss_bytes"] = 157286400;  // 150 MiB
+  ranks.push_back(rank(1, 10, 0.1));
+  ranks.back()["cpu_percent"] = 0.4;
+  ranks.back()["rss_bytes"] = 12582912;  // 12 MiB
+  ranks.push_back(rank(2, 10, 0.1));
+  ranks.back()["cpu_percent"] = "lots";
+  ranks.back()["rss_bytes"] = -1;
+  auto m = parse_status(status(ranks).dump());
+  REQUIRE(m);
+  CHECK(m->ranks[0].cpu_percent == doctest::Approx(97.4));
+  CHECK(m->ranks[0].rss_bytes == 157286400);
+  CHECK_FALSE(m->ranks[2].cpu_percent);
+  CHECK_FALSE(m->ranks[2].rss_bytes);
+  RateHistory rates;
+  for (int w : {80, 200}) {
+    FrameOptions o{w, 24, false, "", "", ""};
+    o.sort = RankSort::Rank;
+    auto lines = render_frame(*m, rates, o);
+    std::vector<std::vector<std::string>> rows;
+    for (const auto& l : lines) {
+      std::istringstream in(l);
+      std::vector<std::string> f{std::istream_iterator<std::string>(in), {}};
+      if (f.size() > 9 && f[0] == "0" && f[1].find_first_not_of("0123456789") == std::string::npos)
+        rows.push_back(f);
+    }
+    REQUIRE(rows.size() == 3);
+    // NODE RANK LOC PID STATE STEP STEP/S CPU MEM ...
+    CHECK(rows[0][7] == "97%");
+    CHECK(rows[0][8] == "150M");
+    CHECK(rows[1][7] == "0%");
+    CHECK(rows[1][8] == "12M");
+    CHECK(rows[2][7] == "-");
+    CHECK(rows[2][8] == "-");
+  }
+  CHECK(cpu_text(2500.0) == "999+");
+  CHECK(memory_text(1288490188) == "1.2G");
+  CHECK(memory_text(512) == "512B");
+  CHECK(memory_text(std::nullopt) == "-");
+}
+
+TEST_CASE("a rank ddprun stopped is 'stopped', not a failure: the failed one stays the worst") {
+  json ranks = json::array();
+  ranks.push_back(rank(0, 10, 0.1, false, "SIGTERM"));
+  ranks.back()["stopped_by_ddprun"] = true;
+  ranks.push_back(rank(1, 10, 0.1, false, "3"));
+  auto m = parse_status(status(ranks).dump());
+  REQUIRE(m);
+  CHECK(m->ranks[0].stopped);
+  CHECK(severity(m->ranks[0], 0) == 1);
+  CHECK(severity(m->ranks[1], 0) == 4);
+  RateHistory rates;
+  auto lines = render_frame(*m, rates, {120, 24, false, "", "", ""});
+  std::string all;
+  for (const auto& l : lines) all += l + "\n";
+  CHECK(all.find("stopped") != std::string::npos);
+  CHECK(all.find("failed") != std::string::npos);
+  const auto failed = all.find(" failed ");
+  const auto stopped = all.find(" stopped ");
+  CHECK(failed < stopped);  // worst first
 }
