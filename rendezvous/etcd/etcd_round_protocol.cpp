@@ -118,7 +118,24 @@ void EtcdRoundProtocol::note(const std::string& line) {
   if (callbacks_.on_note) callbacks_.on_note(line);
 }
 
-bool EtcdRoundProtocol::lease_gone() { return lease_ != 0 && client_->keep_alive(lease_) == 0; }
+bool EtcdRoundProtocol::lease_gone() {
+  if (lease_ == 0) return false;
+  try {
+    return client_->keep_alive(lease_) == 0;
+  } catch (const EtcdRefused& e) {
+    if (e.grpc_code() == kGrpcNotFound) return true;  // "requested lease not found"
+    throw;
+  }
+}
+
+RendezvousError EtcdRoundProtocol::lost_while_stopped(int round) const {
+  return RendezvousError(fmt::format(
+      "this node's etcd lease {:x} expired after round {} of job '{}' formed with it (the node was "
+      "stopped or cut off for longer than the lease's TTL of {} s): the other nodes took it for "
+      "lost, and a job of a fixed {} node(s) has no place for it; start it again for a new run "
+      "of the job",
+      lease_.load(), round, options_.run_id, lease_ttl_.count(), options_.max_nodes));
+}
 
 void EtcdRoundProtocol::renew_lease() {
   if (cancel_) throw std::runtime_error("the join was cancelled");
@@ -387,20 +404,24 @@ std::optional<RoundRecord> EtcdRoundProtocol::form_round(int round, const Ask& p
     auto read = client_->range(key);
     const AliveKeys alive =
         alive_keys(client_->range(alive_prefix, prefix_end(alive_prefix)).kvs, alive_prefix);
-    // The lease ended while this node waited (stopped, or cut off, for longer than its TTL): a
-    // new lease, and the join starts again with it (the old member is dropped as dead).
-    if (lease_ended_ || (wrote_alive && !alive.count(lease_) && lease_gone())) {
-      renew_lease();
-      me.lease = lease_;
-      wrote_alive = false;
-      continue;
-    }
     std::optional<RoundRecord> current;
     std::int64_t mod = 0;
     if (!read.kvs.empty()) {
       mod = read.kvs[0].mod_revision;
       // A value without the job's seal is a stranger's: the round is written over it.
       if (auto payload = unseal(token, key, read.kvs[0].value)) current = decode_round(*payload);
+    }
+    // The lease ended while this node waited (stopped, or cut off, for longer than its TTL): a
+    // new lease, and the join starts again with it (the old member is dropped as dead).
+    if (lease_ended_ || (wrote_alive && !alive.count(lease_) && lease_gone())) {
+      // Unless the round closed with it first: then it formed, and the others took this node
+      // for lost (see the closed round below).
+      if (current && !current->open && node_rank_of(*current, lease_) && fixed_size())
+        throw lost_while_stopped(round);
+      renew_lease();
+      me.lease = lease_;
+      wrote_alive = false;
+      continue;
     }
     const auto check_deadline = [&] {
       if (now() < deadline) return;
@@ -450,6 +471,9 @@ std::optional<RoundRecord> EtcdRoundProtocol::form_round(int round, const Ask& p
       // Listed in the closed round: it formed with this node, unless this node's lease ended
       // meanwhile (then it formed around a dead lease, and this node is not in it).
       if (!alive.count(lease_) && lease_gone()) {
+        // The others took it for lost: a fixed-size job ends without it (or lost it), an elastic
+        // one re-forms without it and may admit it again as a late node.
+        if (fixed_size()) throw lost_while_stopped(round);
         renew_lease();
         return std::nullopt;
       }
@@ -567,21 +591,44 @@ void EtcdRoundProtocol::announce_or_find_store(int round, rdzv::RendezvousResult
 }
 
 RendezvousResult EtcdRoundProtocol::join(int round, const Ask& plan) {
+  const int was_in = joined_ ? joined_->round : -1;
   end_round();
   cancel_ = false;
+  const auto join_timeout =
+      plan.join_timeout.count() > 0 ? plan.join_timeout : options_.join_timeout;
+  const auto deadline = now() + join_timeout;
   if (!client_) {
-    client_ = cluster_.connect(call_timeout_);
+    client_ = std::make_unique<PatientGateway>(
+        cluster_.connect(call_timeout_),
+        PatientGateway::Hooks{
+            [this] { return now(); }, options_.sleep, [this] { return cancel_.load(); },
+            [this, join_timeout](const std::string& why) {
+              note(fmt::format(
+                  "etcd answers but cannot serve the join now ({}): an election? "
+                  "the join tries again for up to join_timeout ({} s)",
+                  why, std::chrono::duration_cast<std::chrono::seconds>(join_timeout).count()));
+            }});
     // Members of two clusters would each hold a job of their own, and a failover would move this
-    // node from one to the other: said once, at the first join (69), not found mid-job.
-    client_->check_one_cluster();
+    // node from one to the other: said once, at the first join (69), not found mid-job (every
+    // later reply's cluster id is compared with the one settled here).
+    client_->check_one_cluster(join_timeout);
   }
+  // The join's calls wait out an election (a leader killed while the agents join) until its
+  // deadline; outside a join every error goes to its caller at once.
+  client_->patient_until(deadline);
+  struct Impatient {
+    PatientGateway& client;
+    ~Impatient() { client.patient_until(std::nullopt); }
+  } impatient{*client_};
+  // This node was in a formed round and its lease expired meanwhile (stopped past its TTL): the
+  // others took it for lost. A fixed-size job has no place for it: said now, not after waiting as
+  // a pending node until join_timeout.
+  if (was_in >= 0 && fixed_size() && lease_gone()) throw lost_while_stopped(was_in);
   if (!generation_chosen_) {
     choose_generation();
     generation_chosen_ = true;
   }
   start_lease();
-  const auto deadline =
-      now() + (plan.join_timeout.count() > 0 ? plan.join_timeout : options_.join_timeout);
   std::optional<RoundRecord> formed = form_round(round, plan);
   if (!formed) {
     // As on c10d: an elastic job (or one that takes spares) admits a late node into a later

@@ -37,6 +37,7 @@
 
 #include "rendezvous/etcd/etcd_gateway.hpp"
 #include "rendezvous/etcd/etcd_lease_fence.hpp"
+#include "rendezvous/etcd/etcd_patient_gateway.hpp"
 #include "rendezvous/etcd/etcd_round.hpp"
 #include "rendezvous/node_rendezvous.hpp"
 
@@ -66,6 +67,10 @@ class EtcdRoundProtocol {
     std::chrono::milliseconds heartbeat_timeout{std::chrono::seconds(5)};
     // The clock every bound is measured on (a test's fake clock).
     std::function<Clock::time_point()> now = [] { return Clock::now(); };
+    // How a join pauses between two tries while etcd elects a leader (a test's fake clock).
+    std::function<void(std::chrono::milliseconds)> sleep = [](std::chrono::milliseconds d) {
+      std::this_thread::sleep_for(d);
+    };
     // false: no keepalive thread; the caller calls beat() once per heartbeat (a test).
     bool heartbeat_thread = true;
   };
@@ -178,6 +183,10 @@ class EtcdRoundProtocol {
   void start_lease();
   void stop_keepalive();
   bool lease_gone();
+  // A job of a fixed size (min = max nodes, no spares) has no place for a node the others took
+  // for lost: the one line that says so (69) for a node whose lease expired after `round` formed.
+  bool fixed_size() const { return options_.min_nodes == options_.max_nodes && !options_.spares; }
+  RendezvousError lost_while_stopped(int round) const;
   void renew_lease();
   void choose_generation();
   void leave_etcd();
@@ -192,9 +201,10 @@ class EtcdRoundProtocol {
   Options options_;
   Callbacks callbacks_;
   JobKeys keys_;
-  // The rendezvous thread's connection (every call bounded by min(read, heartbeat timeout)).
+  // The rendezvous thread's connection (every call bounded by min(read, heartbeat timeout));
+  // during a join it waits out an election until the join's deadline.
   std::chrono::milliseconds call_timeout_;
-  std::unique_ptr<EtcdGateway> client_;
+  std::unique_ptr<PatientGateway> client_;
   std::unique_ptr<EtcdWatchStream> watch_;
   std::optional<RendezvousResult> joined_;
   RoundRecord closed_round_;  // the round joined_ is in, as it closed
