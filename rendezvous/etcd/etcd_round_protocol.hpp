@@ -168,6 +168,19 @@ class EtcdRoundProtocol {
   void note(const std::string& line);
   void end_round();
   std::optional<RoundRecord> form_round(int round, const Ask& ask);
+  // form_round's steps: this node's write into the open round (whether its alive key was
+  // written); the close, when close_step says it is due (whether it was tried); a restart's
+  // check that enough of the round left are alive (RoundMembersLostError after a lease's TTL).
+  RendezvousError not_formed_in_time(int round, const std::optional<RoundRecord>& current,
+                                     const RoundShape& shape) const;
+  // This node's lease ended while it joined: a new lease (nullopt), or lost_while_stopped.
+  std::optional<RoundRecord> renew_unless_formed(int round,
+                                                 const std::optional<RoundRecord>& current);
+  bool write_join(int round, const Compare& same, const RoundRecord& next, const AliveKeys& alive);
+  bool close_if_due(int round, const Compare& same, const RoundRecord& current,
+                    const AliveKeys& alive, bool last_call_over);
+  void check_restart_losses(int round, const Ask& plan, const RoundRecord& current,
+                            std::optional<RoundRecord>& previous, Clock::time_point& too_few_since);
   RendezvousResult join_formed(int round, const std::optional<RoundRecord>& formed);
   // Node 0 of `closed` was lost before it announced the workers' store (`why`): the others
   // re-form round + 1 without it (an elastic job that keeps min_nodes), or RoundMembersLostError.
