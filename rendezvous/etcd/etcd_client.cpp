@@ -168,6 +168,90 @@ bool is_end_of_stream(const std::exception_ptr& e) {
   }
 }
 
+// A reply's cluster id against the one the job settled on (settling it when none was): the line
+// saying `at` belongs to another cluster, to be that member's failure; nullopt when it does not.
+std::optional<std::string> other_cluster(MemberBook& book, const Endpoint& at,
+                                         const std::string& cluster_id) {
+  if (cluster_id.empty()) return std::nullopt;
+  const auto [settled, by] = book.settle(cluster_id, at.name());
+  if (settled == cluster_id) return std::nullopt;
+  return fmt::format(
+      "{} is a member of etcd cluster {}, not of cluster {} that this job uses (first answered "
+      "at {}): --rdzv_endpoint must list the members of one cluster",
+      at.name(), cluster_id, settled, by);
+}
+
+// One member's status, asked by probe_members.
+struct MemberStatus {
+  bool answered = false;  // etcd answered (its status, or etcd's refusal)
+  std::string cluster_id;
+  std::string failure;  // not answered: why
+  int order = -1;       // answered: 0 for the first member that answered, 1 for the next, ...
+};
+
+asio::awaitable<void> ask_status(MemberStream& stream, const Endpoint& at, MemberStatus& out,
+                                 int& answers) {
+  co_await connect(stream, at);
+  auto req = make_request(at, "/v3/maintenance/status", "{}");
+  req.keep_alive(false);
+  co_await stream.with([&](auto& s) { return http::async_write(s, req, use_awaitable); });
+  beast::flat_buffer buffer;
+  http::response_parser<http::string_body> parser;
+  parser.body_limit(1u << 20);
+  co_await stream.with([&](auto& s) { return http::async_read(s, buffer, parser, use_awaitable); });
+  const ReplyVerdict verdict = classify_reply(parser.get().result_int(), parser.get().body());
+  if (verdict.kind == ReplyVerdict::Kind::NextMember) {
+    out.failure = verdict.line;
+    co_return;
+  }
+  out.answered = true;  // a refusal (etcd's authentication) is etcd's answer too
+  out.cluster_id = verdict.cluster_id;
+  out.order = answers++;
+}
+
+// Asks the members `ask` marks for their status at once, each on a connection of its own, all
+// within one deadline (a black-holed member costs no more than a healthy one's answer); ends
+// early when every member asked has answered or failed, or when `enough` says so after an answer.
+std::vector<MemberStatus> probe_members(
+    ssl::context* tls, const std::vector<Endpoint>& members, const std::vector<bool>& ask,
+    Clock::time_point deadline,
+    const std::function<bool(const std::vector<MemberStatus>&)>& enough) {
+  asio::io_context io{1};
+  std::vector<MemberStatus> out(members.size());
+  std::vector<std::unique_ptr<MemberStream>> streams(members.size());
+  int answers = 0;
+  std::size_t running = 0;
+  bool over = false;
+  asio::steady_timer limit(io, deadline);
+  const auto end_all = [&] {
+    over = true;
+    limit.cancel();
+    for (auto& s : streams) {
+      beast::error_code ignored;
+      if (s) s->tcp().socket().close(ignored);
+    }
+  };
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    if (!ask[i]) continue;
+    streams[i] = std::make_unique<MemberStream>(io, tls);
+    streams[i]->tcp().expires_at(deadline);
+    ++running;
+    asio::co_spawn(io, ask_status(*streams[i], members[i], out[i], answers),
+                   [&, i](std::exception_ptr e) {
+                     if (e && !out[i].answered && out[i].failure.empty())
+                       out[i].failure = over ? "no answer in time" : reason_of(e);
+                     --running;
+                     if (!over && (running == 0 || (out[i].answered && enough(out)))) end_all();
+                   });
+  }
+  if (running == 0) return out;
+  limit.async_wait([&](boost::system::error_code ec) {
+    if (!ec && !over) end_all();
+  });
+  io.run();
+  return out;
+}
+
 // Reads a watch response's stream on `stream` (request already written): every complete message
 // goes to `on_message`, which returns false to end the read.
 asio::awaitable<void> read_watch(MemberStream& stream, beast::flat_buffer& buffer,
@@ -275,6 +359,10 @@ std::vector<Endpoint> parse_endpoints(std::string_view text) {
     }
     out.push_back(std::move(e));
     at = comma + 1;
+    if (out.size() > kMaxEndpoints) {
+      throw std::invalid_argument(fmt::format(
+          "more than {} members listed (an etcd cluster has a handful: 3, 5 or 7)", kMaxEndpoints));
+    }
   }
   return out;
 }
@@ -318,6 +406,8 @@ EtcdClient::EtcdClient(ClientOptions options)
       tls_(make_tls_context(options_.tls)),
       connection_(std::make_unique<Connection>()) {
   if (options_.endpoints.empty()) throw std::invalid_argument("no etcd endpoint was given");
+  if (!options_.book) options_.book = std::make_shared<MemberBook>();
+  current_ = options_.book->preferred() % options_.endpoints.size();
 }
 
 EtcdClient::~EtcdClient() = default;
@@ -371,7 +461,8 @@ std::string EtcdClient::post_once(const char* path, const std::string& body,
   // cut the last try short on a loaded machine, and "no answer in time" alone would hide what
   // the members said before.
   std::vector<std::string> answered(members);
-  std::string oversized;  // a member's reply was over kMaxReplyBytes: the line naming the bound
+  std::string oversized;      // a member's reply was over kMaxReplyBytes: the line naming the bound
+  std::string wrong_cluster;  // a member of another etcd cluster answered: the line naming both
   std::vector<bool> oversized_members(members);
   // Each member gets a share of the deadline, so that one that hangs (cut off from the leader,
   // or accepting and never answering) leaves time for the others; a round over every member is
@@ -416,7 +507,19 @@ std::string EtcdClient::post_once(const char* path, const std::string& body,
       run_blocking(io_, call());
       if (!c.open) c.close();
       const ReplyVerdict verdict = classify_reply(status, reply);
-      if (verdict.kind == ReplyVerdict::Kind::Answer) return reply;
+      if (verdict.kind == ReplyVerdict::Kind::Answer) {
+        // etcd's answer, but maybe another cluster's (a member silent at the first join's check,
+        // or one replaced since): that member's failure, the next one is tried.
+        if (auto other = other_cluster(*options_.book, at, verdict.cluster_id)) {
+          wrong_cluster = *other;
+          last_error = *other;
+          c.close();
+          ++current_;
+          continue;
+        }
+        options_.book->prefer(current_ % members);
+        return reply;
+      }
       if (verdict.kind == ReplyVerdict::Kind::Refused) {
         throw EtcdRefused(
             fmt::format("etcd member {} refused the request: {}", at.name(), verdict.line),
@@ -448,6 +551,16 @@ std::string EtcdClient::post_once(const char* path, const std::string& body,
       }
       const auto failed = std::current_exception();
       last_error = fmt::format("{}: {}", at.name(), reason_of(failed));
+      if (e.code() == beast::error::timeout && members > 2) {
+        // A member that accepts and never answers (a black hole, a SIGSTOPped VM) cost its
+        // share: the others are asked at once and the first that answers is tried next, so
+        // black holes listed before a healthy member cannot use up the deadline one by one.
+        if (auto next = first_answering(
+                current_ % members, std::min<Clock::time_point>(deadline, Clock::now() + share))) {
+          current_ = *next;
+          continue;
+        }
+      }
       if (is_tls_error(failed)) tls_error = last_error;
       // A TLS-only member closes a plain connection without an answer.
       if (!tls_ && fresh && is_end_of_stream(failed))
@@ -463,6 +576,12 @@ std::string EtcdClient::post_once(const char* path, const std::string& body,
         fmt::format("TLS with etcd at {} failed ({})", describe(options_.endpoints), tls_error));
   }
   if (!oversized.empty()) throw EtcdProtocolError(oversized);
+  if (!wrong_cluster.empty() && !etcd_answered) {
+    throw EtcdUnavailable(fmt::format(
+        "no member of this job's etcd cluster at {} answered within "
+        "{:.3g} s; {}",
+        describe(options_.endpoints), options_.timeout.count() / 1000.0, wrong_cluster));
+  }
   for (const auto& line : answered) {
     if (!line.empty() && line != last_error) last_error += "; before: " + line;
   }
@@ -472,33 +591,69 @@ std::string EtcdClient::post_once(const char* path, const std::string& body,
       etcd_answered);
 }
 
-void EtcdClient::check_one_cluster() {
+void EtcdClient::check_one_cluster(std::chrono::milliseconds within) {
   const std::size_t members = options_.endpoints.size();
   if (members < 2) return;
-  std::optional<std::pair<std::string, std::string>> first;  // a member and its cluster id
-  for (const Endpoint& member : options_.endpoints) {
-    ClientOptions one = options_;
-    one.endpoints = {member};
-    one.timeout = std::max<std::chrono::milliseconds>(
-        std::chrono::duration_cast<std::chrono::milliseconds>(options_.timeout / (members + 1)),
-        std::chrono::milliseconds(500));
-    std::string id;
-    try {
-      EtcdClient client(std::move(one));
-      id = parse_cluster_id(client.post("/v3/maintenance/status", "{}"));
-    } catch (const std::exception&) {
-      continue;  // not answering now: each call leaves it for the others
-    }
-    if (id.empty()) continue;
+  // Every member at once, one deadline for all: each unreachable member listed used to add its
+  // own share (1,000 dead addresses: no end in 120 s).
+  const auto deadline = Clock::now() + std::min(options_.timeout, within);
+  const auto status =
+      probe_members(tls_.get(), options_.endpoints, std::vector<bool>(members, true), deadline,
+                    [](const auto&) { return false; });
+  std::optional<std::size_t> first;  // in the order listed: the member whose cluster settles
+  for (std::size_t i = 0; i < members; ++i) {
+    if (!status[i].answered || status[i].cluster_id.empty()) continue;
     if (!first) {
-      first.emplace(member.name(), id);
-    } else if (first->second != id) {
+      first = i;
+    } else if (status[*first].cluster_id != status[i].cluster_id) {
       throw EtcdProtocolError(fmt::format(
           "etcd members {} (cluster {}) and {} (cluster {}) belong to different etcd clusters: "
           "--rdzv_endpoint must list the members of one cluster",
-          first->first, first->second, member.name(), id));
+          options_.endpoints[*first].name(), status[*first].cluster_id,
+          options_.endpoints[i].name(), status[i].cluster_id));
     }
   }
+  if (first) {
+    if (auto other =
+            other_cluster(*options_.book, options_.endpoints[*first], status[*first].cluster_id))
+      throw EtcdProtocolError(*other);
+  }
+  // The member that answered first (of the job's cluster) is tried first, by this client and by
+  // every later one of the same cluster (the keepalive's, the watch).
+  std::optional<std::size_t> quickest;
+  for (std::size_t i = 0; i < members; ++i) {
+    if (!status[i].answered) continue;
+    if (first && !status[i].cluster_id.empty() && status[i].cluster_id != status[*first].cluster_id)
+      continue;
+    if (!quickest || status[i].order < status[*quickest].order) quickest = i;
+  }
+  if (quickest) {
+    current_ = *quickest;
+    options_.book->prefer(*quickest);
+  }
+}
+
+std::optional<std::size_t> EtcdClient::first_answering(std::size_t skip,
+                                                       Clock::time_point deadline) {
+  const std::size_t members = options_.endpoints.size();
+  std::vector<bool> ask(members, true);
+  ask[skip] = false;
+  MemberBook& book = *options_.book;
+  const auto of_this_cluster = [&](const MemberStatus& s, std::size_t i) {
+    return s.answered && !other_cluster(book, options_.endpoints[i], s.cluster_id);
+  };
+  const auto status =
+      probe_members(tls_.get(), options_.endpoints, ask, deadline, [&](const auto& all) {
+        for (std::size_t i = 0; i < all.size(); ++i)
+          if (of_this_cluster(all[i], i)) return true;
+        return false;
+      });
+  std::optional<std::size_t> quickest;
+  for (std::size_t i = 0; i < members; ++i) {
+    if (of_this_cluster(status[i], i) && (!quickest || status[i].order < status[*quickest].order))
+      quickest = i;
+  }
+  return quickest;
 }
 
 bool EtcdClient::any_member_answers() {
@@ -604,6 +759,8 @@ std::vector<WatchEvent> EtcdClient::wait_for_change(const std::string& key,
         }
         if (m.canceled)
           throw EtcdRefused("etcd cancelled the watch: " + m.cancel_reason, kGrpcCancelled);
+        if (auto other = other_cluster(*options_.book, at, m.cluster_id))
+          throw EtcdUnavailable(*other);
         for (const auto& e : m.events) events.push_back(e);
         return events.empty();
       });
@@ -628,9 +785,17 @@ std::vector<WatchEvent> EtcdClient::wait_for_change(const std::string& key,
                                     describe(options_.endpoints), last_error));
 }
 
+namespace {
+// Options whose clients share a MemberBook (a watch made without one gets its own).
+ClientOptions with_book(ClientOptions options) {
+  if (!options.book) options.book = std::make_shared<MemberBook>();
+  return options;
+}
+}  // namespace
+
 EtcdWatch::EtcdWatch(ClientOptions options, std::string key, std::string range_end,
                      std::int64_t start_revision, Timing timing, Callbacks callbacks)
-    : options_(std::move(options)),
+    : options_(with_book(std::move(options))),
       key_(std::move(key)),
       range_end_(std::move(range_end)),
       next_revision_(start_revision),
@@ -718,6 +883,10 @@ void EtcdWatch::run() {
               fmt::format("etcd cancelled the watch on {} ({})", key_, m.cancel_reason),
               kGrpcCancelled);
         }
+        // A member of another etcd cluster (silent at the first join's check) is no member of
+        // this job's: its stream is that member's failure.
+        if (auto other = other_cluster(*options_.book, at, m.cluster_id))
+          throw EtcdUnavailable(*other);
         if (m.created) created = true;
         // The stream is alive: it answered. Silent for `silence` from now on, it is not.
         if (timing_.silence.count() > 0) {

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -36,8 +37,11 @@ struct Endpoint {
 
 // "[http://|https://]host:port[,...]" (a missing port is etcd's 2379; an IPv6 address in
 // brackets, "[::1]:2379"); throws std::invalid_argument, also for a list that mixes http:// and
-// https://.
+// https://, or one of more than kMaxEndpoints members.
 std::vector<Endpoint> parse_endpoints(std::string_view text);
+// An etcd cluster has a handful of members (etcd advises 3, 5 or 7); the first join asks every
+// listed member at once, so the list is bounded (1,000 addresses were a typo, not a cluster).
+inline constexpr std::size_t kMaxEndpoints = 64;
 std::string describe(const std::vector<Endpoint>& endpoints);  // "h1:p1,h2:p2"
 
 // No member of the cluster answered within the call's deadline (or quorum is lost: members
@@ -61,8 +65,43 @@ inline constexpr std::size_t kMaxReplyBytes = 64u << 20;
 inline constexpr std::int64_t kRangePageKeys = 32;
 inline constexpr std::size_t kMaxRangeKeys = 100000;
 
+// What the clients of one cluster share (the rendezvous thread's, the keepalive's, the watch's):
+// the member to try first (the one that answered last) and the etcd cluster the job settled on
+// (the cluster id of the first member that answered). A reply from a member of another cluster
+// is that member's failure, whenever it comes: a failover must never move the job to another
+// cluster's keys and leases.
+class MemberBook {
+ public:
+  std::size_t preferred() const {
+    std::lock_guard lock(m_);
+    return preferred_;
+  }
+  void prefer(std::size_t member) {
+    std::lock_guard lock(m_);
+    preferred_ = member;
+  }
+  // The settled cluster id and the member that first answered with it: `id` from `member`
+  // when none was settled yet.
+  std::pair<std::string, std::string> settle(const std::string& id, const std::string& member) {
+    std::lock_guard lock(m_);
+    if (cluster_id_.empty() && !id.empty()) {
+      cluster_id_ = id;
+      settled_by_ = member;
+    }
+    return {cluster_id_, settled_by_};
+  }
+
+ private:
+  mutable std::mutex m_;
+  std::size_t preferred_ = 0;
+  std::string cluster_id_;
+  std::string settled_by_;
+};
+
 struct ClientOptions {
   std::vector<Endpoint> endpoints;
+  // Shared by every client and watch made from these options (null: each client its own).
+  std::shared_ptr<MemberBook> book;
   // Every call (across every member it tries) ends within this long.
   std::chrono::milliseconds timeout{std::chrono::seconds(5)};
   // etcd's own authentication (auth enabled on the cluster): every call carries the token that
@@ -118,9 +157,10 @@ class EtcdClient final : public EtcdGateway {
   // Whether any member answers at all (its status, which needs no leader; a refusal counts):
   // tells "etcd is there, without a leader" from "nothing answers".
   bool any_member_answers() override;
-  // Asks each listed member's status on a connection of its own, each bounded by its share of
-  // the deadline.
-  void check_one_cluster() override;
+  // Asks every listed member's status at once, each on a connection of its own, all within one
+  // deadline (the options' timeout, at most `within`): settles the job's cluster id and makes the
+  // member that answered first the one tried first.
+  void check_one_cluster(std::chrono::milliseconds within) override;
 
   const ClientOptions& options() const { return options_; }
   // The member the next call tries first: the last one that answered.
@@ -138,6 +178,10 @@ class EtcdClient final : public EtcdGateway {
   // does not answer, cannot connect, or says it has no leader, until the deadline.
   std::string post_once(const char* path, const std::string& body, const std::string& token);
   void authenticate();
+  // Asks every member but `skip` for its status at once until `deadline`; the first that
+  // answered as a member of the job's cluster.
+  std::optional<std::size_t> first_answering(std::size_t skip,
+                                             std::chrono::steady_clock::time_point deadline);
 
   ClientOptions options_;
   boost::asio::io_context io_{1};
@@ -184,7 +228,9 @@ class EtcdWatch final : public EtcdWatchStream {
 // as asked).
 class ClientCluster final : public EtcdCluster {
  public:
-  explicit ClientCluster(ClientOptions options) : options_(std::move(options)) {}
+  explicit ClientCluster(ClientOptions options) : options_(std::move(options)) {
+    if (!options_.book) options_.book = std::make_shared<MemberBook>();
+  }
   std::unique_ptr<EtcdGateway> connect(std::chrono::milliseconds timeout) override;
   std::unique_ptr<EtcdWatchStream> watch(std::string key, std::string range_end,
                                          std::int64_t start_revision, WatchTiming timing,

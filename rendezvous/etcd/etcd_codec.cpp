@@ -53,6 +53,20 @@ std::int64_t header_revision(const json& j) {
   return h != j.end() && h->is_object() ? int64_field(*h, "revision") : 0;
 }
 
+// header.cluster_id of a reply (or of a stream message's "result"), as the decimal text the
+// gateway writes; empty when absent.
+std::string header_cluster_id(const json& j) {
+  if (!j.is_object()) return {};
+  auto h = j.find("header");
+  if (h == j.end() || !h->is_object()) return {};
+  auto id = h->find("cluster_id");
+  if (id == h->end()) return {};
+  if (id->is_string()) return id->get<std::string>();
+  if (id->is_number_unsigned()) return std::to_string(id->get<std::uint64_t>());
+  if (id->is_number_integer()) return std::to_string(id->get<std::int64_t>());
+  return {};
+}
+
 std::optional<GatewayError> gateway_error_of(const json& j) {
   // grpc-gateway, unary: {"error": "...", "code": N, "message": "..."}; a stream's message:
   // {"error": {"grpc_code": N, "http_code": H, "message": "...", "http_status": "..."}}.
@@ -273,14 +287,7 @@ RangeReply parse_range(std::string_view body) {
 std::string parse_cluster_id(std::string_view body) {
   json j = parse_json(body);
   throw_if_error(j);
-  auto h = j.find("header");
-  if (h == j.end() || !h->is_object()) return {};
-  auto id = h->find("cluster_id");
-  if (id == h->end()) return {};
-  if (id->is_string()) return id->get<std::string>();
-  if (id->is_number_unsigned()) return std::to_string(id->get<std::uint64_t>());
-  if (id->is_number_integer()) return std::to_string(id->get<std::int64_t>());
-  return {};
+  return header_cluster_id(j);
 }
 
 std::int64_t parse_revision(std::string_view body) {
@@ -353,6 +360,7 @@ WatchMessage parse_watch_message(std::string_view body) {
   m.revision = header_revision(r);
   m.compact_revision = int64_field(r, "compact_revision");
   m.cancel_reason = r.value("cancel_reason", std::string());
+  m.cluster_id = header_cluster_id(r);
   if (auto events = r.find("events"); events != r.end() && events->is_array()) {
     for (const auto& e : *events) {
       WatchEvent event;

@@ -110,6 +110,7 @@ struct WatchMessage {
   std::int64_t compact_revision = 0;
   std::string cancel_reason;
   std::vector<WatchEvent> events;
+  std::string cluster_id;  // the sending member's cluster (its header's), empty when absent
 };
 
 // --- request bodies (JSON text) -------------------------------------------------------------

@@ -57,6 +57,16 @@ std::string excerpt(std::string_view body) {
   return out;
 }
 
+// header.cluster_id as the gateway writes it (a decimal string; a number from other writers).
+std::string cluster_id_of(const nlohmann::json& header) {
+  const auto id = header.find("cluster_id");
+  if (id == header.end()) return {};
+  if (id->is_string()) return id->get<std::string>();
+  if (id->is_number_unsigned()) return std::to_string(id->get<std::uint64_t>());
+  if (id->is_number_integer()) return std::to_string(id->get<std::int64_t>());
+  return {};
+}
+
 }  // namespace
 
 bool grpc_code_is_transient(int code) {
@@ -80,14 +90,19 @@ ReplyVerdict classify_reply(unsigned http_status, std::string_view body) {
     // Every answer of etcd's v3 gateway carries a response header (cluster, member, revision);
     // a streaming call's (keepalive) sits under "result". A 200 JSON without one is another
     // service on that address: its answer must not be taken for etcd's (a "lease without an ID").
-    const auto has_header = [](const nlohmann::json& o) {
+    const auto header_of = [](const nlohmann::json& o) -> const nlohmann::json* {
       const auto h = o.find("header");
-      return h != o.end() && h->is_object();
+      return h != o.end() && h->is_object() ? &*h : nullptr;
     };
     if (!j.is_discarded() && j.is_object()) {
       const auto result = j.find("result");
-      if (has_header(j) || (result != j.end() && result->is_object() && has_header(*result)))
+      const nlohmann::json* header = header_of(j);
+      if (header == nullptr && result != j.end() && result->is_object())
+        header = header_of(*result);
+      if (header != nullptr) {
+        v.cluster_id = cluster_id_of(*header);
         return v;  // Answer
+      }
       v.kind = ReplyVerdict::Kind::NextMember;
       v.line = fmt::format(
           "HTTP 200 with JSON that has no etcd response header ('{}'; not etcd's v3 JSON gateway?)",

@@ -34,6 +34,9 @@ struct ReplyVerdict {
   // out, too busy): it is alive. False for a proxy's or another service's answer.
   bool etcd_answered = false;
   int grpc_code = 0;  // the gateway's code, 0 when the body was not its error
+  // Answer: the answering member's cluster (its response header's cluster_id), empty when the
+  // reply has none. The client compares it with the cluster the job settled on.
+  std::string cluster_id;
   // Not Answer: what the member answered, e.g. "HTTP 503 (gRPC 14 Unavailable): etcdserver:
   // no leader" or "HTTP 200 with a body that is not JSON (not etcd's v3 JSON gateway?)".
   std::string line;

@@ -46,8 +46,10 @@ class EtcdGateway {
   virtual bool any_member_answers() = 0;
   // Every member that answers now belongs to one etcd cluster (the cluster id in its status);
   // throws EtcdProtocolError with one line naming two members of different clusters. Members
-  // that do not answer are skipped (the failover's business).
-  virtual void check_one_cluster() {}
+  // that do not answer within `within` (all asked at once) are skipped: every later reply's
+  // cluster id is compared with the one settled here (a member of another cluster is that
+  // member's failure).
+  virtual void check_one_cluster(std::chrono::milliseconds /*within*/) {}
   // The member that answered last (where a watch should start); 0 when there is one.
   virtual std::size_t current_member() const { return 0; }
 };

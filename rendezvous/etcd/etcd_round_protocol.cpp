@@ -12,6 +12,7 @@
 namespace ddp::rdzv::etcd {
 namespace {
 
+using std::chrono::duration_cast;
 using std::chrono::milliseconds;
 
 std::string settings_line(const AgreedSettings& agreed) {
@@ -118,7 +119,24 @@ void EtcdRoundProtocol::note(const std::string& line) {
   if (callbacks_.on_note) callbacks_.on_note(line);
 }
 
-bool EtcdRoundProtocol::lease_gone() { return lease_ != 0 && client_->keep_alive(lease_) == 0; }
+bool EtcdRoundProtocol::lease_gone() {
+  if (lease_ == 0) return false;
+  try {
+    return client_->keep_alive(lease_) == 0;
+  } catch (const EtcdRefused& e) {
+    if (e.grpc_code() == kGrpcNotFound) return true;  // "requested lease not found"
+    throw;
+  }
+}
+
+RendezvousError EtcdRoundProtocol::lost_while_stopped(int round) const {
+  return RendezvousError(fmt::format(
+      "this node's etcd lease {:x} expired after round {} of job '{}' formed with it (the node was "
+      "stopped or cut off for longer than the lease's TTL of {} s): the other nodes took it for "
+      "lost, and a job of a fixed {} node(s) has no place for it; start it again for a new run "
+      "of the job",
+      lease_.load(), round, options_.run_id, lease_ttl_.count(), options_.max_nodes));
+}
 
 void EtcdRoundProtocol::renew_lease() {
   if (cancel_) throw std::runtime_error("the join was cancelled");
@@ -362,52 +380,40 @@ void EtcdRoundProtocol::note_progress(long long events, std::optional<long long>
 }
 
 std::optional<RoundRecord> EtcdRoundProtocol::form_round(int round, const Ask& plan) {
-  const auto started = now();
   const auto deadline =
-      started + (plan.join_timeout.count() > 0 ? plan.join_timeout : options_.join_timeout);
-  RoundMember me;
-  me.lease = lease_;
-  me.name = options_.node_name;
-  me.local_world_size = options_.local_world_size;
-  me.asked_rank = plan.nodes > 0 ? plan.node_rank : options_.node_rank;
-  me.settings = settings_line(options_.must_agree);
-  RoundShape shape{options_.min_nodes, options_.max_nodes, plan.restarts_used, plan.rescales_used};
-  if (plan.nodes > 0) shape.min_nodes = shape.max_nodes = plan.nodes;
+      now() + (plan.join_timeout.count() > 0 ? plan.join_timeout : options_.join_timeout);
+  RoundMember me{lease_, options_.node_name, options_.local_world_size,
+                 plan.nodes > 0 ? plan.node_rank : options_.node_rank,
+                 settings_line(options_.must_agree)};
+  const RoundShape shape{plan.nodes > 0 ? plan.nodes : options_.min_nodes,
+                         plan.nodes > 0 ? plan.nodes : options_.max_nodes, plan.restarts_used,
+                         plan.rescales_used};
   const std::string key = keys_.record(round);
   const std::string alive_prefix = keys_.alive_prefix(round);
-  const std::string& token = options_.token;
   std::optional<Clock::time_point> enough_since;  // when the open round first had min_nodes
-  // A restart: the round left, to tell when too few of its nodes are left to meet.
-  std::optional<RoundRecord> previous;
+  std::optional<RoundRecord> previous;  // a restart: the round left (are enough of it alive?)
   auto too_few_since = Clock::time_point::max();  // max: enough of them are left
-  ProgressPacer progress(started, kJoinProgressInterval);
+  ProgressPacer progress(now(), kJoinProgressInterval);
   bool wrote_alive = false;  // this node's alive key was written (so its absence means something)
   while (true) {
     if (cancel_) throw std::runtime_error("the join was cancelled");
     auto read = client_->range(key);
     const AliveKeys alive =
         alive_keys(client_->range(alive_prefix, prefix_end(alive_prefix)).kvs, alive_prefix);
-    // The lease ended while this node waited (stopped, or cut off, for longer than its TTL): a
-    // new lease, and the join starts again with it (the old member is dropped as dead).
+    const std::int64_t mod = read.kvs.empty() ? 0 : read.kvs[0].mod_revision;
+    // A value without the job's seal is a stranger's: the round is written over it.
+    const auto payload =
+        read.kvs.empty() ? std::nullopt : unseal(options_.token, key, read.kvs[0].value);
+    const std::optional<RoundRecord> current = payload ? decode_round(*payload) : std::nullopt;
+    // The lease ended while it waited (stopped past its TTL): a new lease, the old one dropped.
     if (lease_ended_ || (wrote_alive && !alive.count(lease_) && lease_gone())) {
-      renew_lease();
+      renew_unless_formed(round, current);
       me.lease = lease_;
       wrote_alive = false;
       continue;
     }
-    std::optional<RoundRecord> current;
-    std::int64_t mod = 0;
-    if (!read.kvs.empty()) {
-      mod = read.kvs[0].mod_revision;
-      // A value without the job's seal is a stranger's: the round is written over it.
-      if (auto payload = unseal(token, key, read.kvs[0].value)) current = decode_round(*payload);
-    }
     const auto check_deadline = [&] {
-      if (now() < deadline) return;
-      throw rdzv::RendezvousError(fmt::format(
-          "round {} of job '{}' on etcd did not form in time: {} of {}:{} node(s) arrived", round,
-          options_.run_id, current ? current->members.size() : 0, shape.min_nodes,
-          shape.max_nodes));
+      if (now() >= deadline) throw not_formed_in_time(round, current, shape);
     };
     const Compare same = mod == 0 ? Compare{key, Compare::Target::Create, 0, {}}
                                   : Compare{key, Compare::Target::Mod, mod, {}};
@@ -423,83 +429,111 @@ std::optional<RoundRecord> EtcdRoundProtocol::form_round(int round, const Ask& p
         return std::nullopt;
       case JoinStep::Kind::Joined:
         break;
-      case JoinStep::Kind::Write: {
+      case JoinStep::Kind::Write:
         check_deadline();  // bounds a write war with a stranger as well as the wait
-        // The txn holds only while every other listed member is still alive: a round never
-        // fills, or closes, around a member whose lease ended.
-        std::vector<Compare> compares = liveness_compares(keys_, round, step.next, alive, lease_);
-        compares.insert(compares.begin(), same);
-        try {
-          wrote_alive = client_
-                            ->txn(compares, {put_op(key, seal(token, key, encode_round(step.next))),
-                                             put_op(keys_.alive(round, lease_), "1", lease_)})
-                            .succeeded ||
-                        wrote_alive;
-        } catch (const EtcdUnavailable&) {
-          throw;
-        } catch (const std::exception&) {
-          // etcd refuses a put on a lease it no longer has: this node was stopped past its TTL
-          // between the check above and this write. Anything else is an error of its own.
-          if (!lease_gone()) throw;
-          lease_ended_ = true;
-        }
+        wrote_alive = write_join(round, same, step.next, alive) || wrote_alive;
         continue;  // reread: closed by this write, or raced
-      }
     }
-    if (!current->open) {
-      // Listed in the closed round: it formed with this node, unless this node's lease ended
-      // meanwhile (then it formed around a dead lease, and this node is not in it).
-      if (!alive.count(lease_) && lease_gone()) {
-        renew_lease();
-        return std::nullopt;
-      }
+    if (!current->open) {  // listed in the closed round: formed with it, unless its lease ended
+      if (!alive.count(lease_) && lease_gone()) return renew_unless_formed(round, current);
       return *current;
     }
     wrote_alive = true;
-    if (auto waited = progress.due(now())) {
-      if (callbacks_.on_join_progress) {
-        callbacks_.on_join_progress(std::chrono::duration_cast<milliseconds>(*waited),
-                                    round_status(current, shape));
-      }
-    }
+    if (auto waited = progress.due(now()); waited && callbacks_.on_join_progress)
+      callbacks_.on_join_progress(duration_cast<milliseconds>(*waited),
+                                  round_status(current, shape));
     if (static_cast<int>(current->members.size()) >= current->min_nodes && !enough_since)
       enough_since = now();
     const bool last_call_over = enough_since && now() - *enough_since >= options_.last_call_timeout;
-    // Any member may close: only live members count (their alive keys are on their leases), and
-    // the close holds only while they still are.
-    std::set<std::int64_t> live;
-    for (const auto& [lease, since] : alive) live.insert(lease);
-    if (auto closed = close_step(*current, live, last_call_over)) {
-      std::vector<Compare> compares = liveness_compares(keys_, round, *closed, alive, 0);
-      compares.insert(compares.begin(), same);
-      (void)client_->txn(compares, {put_op(key, seal(token, key, encode_round(*closed)))});
-      continue;
-    }
-    // A restart only: a re-form's pinned round counts a spare not joined yet as missing, and
-    // is bounded by its own short join timeout anyway.
-    if (plan.previous_round >= 0 && plan.previous_round_nodes > 0) {
-      if (!previous) previous = read_round(plan.previous_round);
-      if (auto lost =
-              previous ? lost_in_round(*previous, plan.previous_round, *current) : std::nullopt) {
-        // Held for a lease's lifetime: a node invited into this round may be on its way.
-        const auto at = now();
-        if (too_few_since == Clock::time_point::max()) too_few_since = at;
-        if (at - too_few_since >= options_.heartbeat_timeout) {
-          throw rdzv::RoundMembersLostError(
-              fmt::format("round {} of job '{}' on etcd: {}", round, options_.run_id, *lost));
-        }
-      } else {
-        too_few_since = Clock::time_point::max();
-      }
-    }
+    if (close_if_due(round, same, *current, alive, last_call_over)) continue;
+    if (plan.previous_round >= 0 && plan.previous_round_nodes > 0)  // a restart only
+      check_restart_losses(round, plan, *current, previous, too_few_since);
     check_deadline();
-    auto wait = std::min<Clock::duration>(deadline - now(), std::chrono::seconds(1));
-    if (enough_since && !last_call_over) {
-      wait = std::min<Clock::duration>(wait, *enough_since + options_.last_call_timeout - now());
-    }
+    // Until something changes in the round, the deadline, the end of the last call, or 1 s.
+    const auto until = enough_since && !last_call_over
+                           ? std::min(deadline, *enough_since + options_.last_call_timeout)
+                           : deadline;
+    const auto wait = std::min<Clock::duration>(until - now(), std::chrono::seconds(1));
     (void)client_->wait_for_change(
         keys_.round(round), prefix_end(keys_.round(round)), read.revision + 1,
         std::max(std::chrono::duration_cast<milliseconds>(wait), milliseconds(10)));
+  }
+}
+
+RendezvousError EtcdRoundProtocol::not_formed_in_time(int round,
+                                                      const std::optional<RoundRecord>& current,
+                                                      const RoundShape& shape) const {
+  return RendezvousError(fmt::format(
+      "round {} of job '{}' on etcd did not form in time: {} of {}:{} node(s) arrived", round,
+      options_.run_id, current ? current->members.size() : 0, shape.min_nodes, shape.max_nodes));
+}
+
+std::optional<RoundRecord> EtcdRoundProtocol::renew_unless_formed(
+    int round, const std::optional<RoundRecord>& current) {
+  // The round closed with this node before its lease ended: it formed, and the others took this
+  // node for lost. A fixed-size job ends without it (or lost it): one line, at once. An elastic
+  // one re-forms without it and may admit it again as a late node, on a new lease.
+  if (current && !current->open && node_rank_of(*current, lease_) && fixed_size())
+    throw lost_while_stopped(round);
+  renew_lease();
+  return std::nullopt;
+}
+
+bool EtcdRoundProtocol::write_join(int round, const Compare& same, const RoundRecord& next,
+                                   const AliveKeys& alive) {
+  const std::string key = keys_.record(round);
+  // The txn holds only while every other listed member is still alive: a round never fills, or
+  // closes, around a member whose lease ended.
+  std::vector<Compare> compares = liveness_compares(keys_, round, next, alive, lease_);
+  compares.insert(compares.begin(), same);
+  try {
+    return client_
+        ->txn(compares, {put_op(key, seal(options_.token, key, encode_round(next))),
+                         put_op(keys_.alive(round, lease_), "1", lease_)})
+        .succeeded;
+  } catch (const EtcdUnavailable&) {
+    throw;
+  } catch (const std::exception&) {
+    // etcd refuses a put on a lease it no longer has: this node was stopped past its TTL between
+    // the read and this write. Anything else is an error of its own.
+    if (!lease_gone()) throw;
+    lease_ended_ = true;
+    return false;
+  }
+}
+
+bool EtcdRoundProtocol::close_if_due(int round, const Compare& same, const RoundRecord& current,
+                                     const AliveKeys& alive, bool last_call_over) {
+  // Any member may close: only live members count (their alive keys are on their leases), and
+  // the close holds only while they still are.
+  std::set<std::int64_t> live;
+  for (const auto& [lease, since] : alive) live.insert(lease);
+  auto closed = close_step(current, live, last_call_over);
+  if (!closed) return false;
+  const std::string key = keys_.record(round);
+  std::vector<Compare> compares = liveness_compares(keys_, round, *closed, alive, 0);
+  compares.insert(compares.begin(), same);
+  (void)client_->txn(compares, {put_op(key, seal(options_.token, key, encode_round(*closed)))});
+  return true;
+}
+
+void EtcdRoundProtocol::check_restart_losses(int round, const Ask& plan, const RoundRecord& current,
+                                             std::optional<RoundRecord>& previous,
+                                             Clock::time_point& too_few_since) {
+  // A restart only: a re-form's pinned round counts a spare not joined yet as missing, and is
+  // bounded by its own short join timeout anyway.
+  if (!previous) previous = read_round(plan.previous_round);
+  auto lost = previous ? lost_in_round(*previous, plan.previous_round, current) : std::nullopt;
+  if (!lost) {
+    too_few_since = Clock::time_point::max();
+    return;
+  }
+  // Held for a lease's lifetime: a node invited into this round may be on its way.
+  const auto at = now();
+  if (too_few_since == Clock::time_point::max()) too_few_since = at;
+  if (at - too_few_since >= options_.heartbeat_timeout) {
+    throw rdzv::RoundMembersLostError(
+        fmt::format("round {} of job '{}' on etcd: {}", round, options_.run_id, *lost));
   }
 }
 
@@ -567,21 +601,44 @@ void EtcdRoundProtocol::announce_or_find_store(int round, rdzv::RendezvousResult
 }
 
 RendezvousResult EtcdRoundProtocol::join(int round, const Ask& plan) {
+  const int was_in = joined_ ? joined_->round : -1;
   end_round();
   cancel_ = false;
+  const auto join_timeout =
+      plan.join_timeout.count() > 0 ? plan.join_timeout : options_.join_timeout;
+  const auto deadline = now() + join_timeout;
   if (!client_) {
-    client_ = cluster_.connect(call_timeout_);
+    client_ = std::make_unique<PatientGateway>(
+        cluster_.connect(call_timeout_),
+        PatientGateway::Hooks{
+            [this] { return now(); }, options_.sleep, [this] { return cancel_.load(); },
+            [this, join_timeout](const std::string& why) {
+              note(fmt::format(
+                  "etcd answers but cannot serve the join now ({}): an election? "
+                  "the join tries again for up to join_timeout ({} s)",
+                  why, std::chrono::duration_cast<std::chrono::seconds>(join_timeout).count()));
+            }});
     // Members of two clusters would each hold a job of their own, and a failover would move this
-    // node from one to the other: said once, at the first join (69), not found mid-job.
-    client_->check_one_cluster();
+    // node from one to the other: said once, at the first join (69), not found mid-job (every
+    // later reply's cluster id is compared with the one settled here).
+    client_->check_one_cluster(join_timeout);
   }
+  // The join's calls wait out an election (a leader killed while the agents join) until its
+  // deadline; outside a join every error goes to its caller at once.
+  client_->patient_until(deadline);
+  struct Impatient {
+    PatientGateway& client;
+    ~Impatient() { client.patient_until(std::nullopt); }
+  } impatient{*client_};
+  // This node was in a formed round and its lease expired meanwhile (stopped past its TTL): the
+  // others took it for lost. A fixed-size job has no place for it: said now, not after waiting as
+  // a pending node until join_timeout.
+  if (was_in >= 0 && fixed_size() && lease_gone()) throw lost_while_stopped(was_in);
   if (!generation_chosen_) {
     choose_generation();
     generation_chosen_ = true;
   }
   start_lease();
-  const auto deadline =
-      now() + (plan.join_timeout.count() > 0 ? plan.join_timeout : options_.join_timeout);
   std::optional<RoundRecord> formed = form_round(round, plan);
   if (!formed) {
     // As on c10d: an elastic job (or one that takes spares) admits a late node into a later

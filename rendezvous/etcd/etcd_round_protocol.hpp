@@ -37,6 +37,7 @@
 
 #include "rendezvous/etcd/etcd_gateway.hpp"
 #include "rendezvous/etcd/etcd_lease_fence.hpp"
+#include "rendezvous/etcd/etcd_patient_gateway.hpp"
 #include "rendezvous/etcd/etcd_round.hpp"
 #include "rendezvous/node_rendezvous.hpp"
 
@@ -66,6 +67,10 @@ class EtcdRoundProtocol {
     std::chrono::milliseconds heartbeat_timeout{std::chrono::seconds(5)};
     // The clock every bound is measured on (a test's fake clock).
     std::function<Clock::time_point()> now = [] { return Clock::now(); };
+    // How a join pauses between two tries while etcd elects a leader (a test's fake clock).
+    std::function<void(std::chrono::milliseconds)> sleep = [](std::chrono::milliseconds d) {
+      std::this_thread::sleep_for(d);
+    };
     // false: no keepalive thread; the caller calls beat() once per heartbeat (a test).
     bool heartbeat_thread = true;
   };
@@ -163,6 +168,19 @@ class EtcdRoundProtocol {
   void note(const std::string& line);
   void end_round();
   std::optional<RoundRecord> form_round(int round, const Ask& ask);
+  // form_round's steps: this node's write into the open round (whether its alive key was
+  // written); the close, when close_step says it is due (whether it was tried); a restart's
+  // check that enough of the round left are alive (RoundMembersLostError after a lease's TTL).
+  RendezvousError not_formed_in_time(int round, const std::optional<RoundRecord>& current,
+                                     const RoundShape& shape) const;
+  // This node's lease ended while it joined: a new lease (nullopt), or lost_while_stopped.
+  std::optional<RoundRecord> renew_unless_formed(int round,
+                                                 const std::optional<RoundRecord>& current);
+  bool write_join(int round, const Compare& same, const RoundRecord& next, const AliveKeys& alive);
+  bool close_if_due(int round, const Compare& same, const RoundRecord& current,
+                    const AliveKeys& alive, bool last_call_over);
+  void check_restart_losses(int round, const Ask& plan, const RoundRecord& current,
+                            std::optional<RoundRecord>& previous, Clock::time_point& too_few_since);
   RendezvousResult join_formed(int round, const std::optional<RoundRecord>& formed);
   // Node 0 of `closed` was lost before it announced the workers' store (`why`): the others
   // re-form round + 1 without it (an elastic job that keeps min_nodes), or RoundMembersLostError.
@@ -178,6 +196,10 @@ class EtcdRoundProtocol {
   void start_lease();
   void stop_keepalive();
   bool lease_gone();
+  // A job of a fixed size (min = max nodes, no spares) has no place for a node the others took
+  // for lost: the one line that says so (69) for a node whose lease expired after `round` formed.
+  bool fixed_size() const { return options_.min_nodes == options_.max_nodes && !options_.spares; }
+  RendezvousError lost_while_stopped(int round) const;
   void renew_lease();
   void choose_generation();
   void leave_etcd();
@@ -192,9 +214,10 @@ class EtcdRoundProtocol {
   Options options_;
   Callbacks callbacks_;
   JobKeys keys_;
-  // The rendezvous thread's connection (every call bounded by min(read, heartbeat timeout)).
+  // The rendezvous thread's connection (every call bounded by min(read, heartbeat timeout));
+  // during a join it waits out an election until the join's deadline.
   std::chrono::milliseconds call_timeout_;
-  std::unique_ptr<EtcdGateway> client_;
+  std::unique_ptr<PatientGateway> client_;
   std::unique_ptr<EtcdWatchStream> watch_;
   std::optional<RendezvousResult> joined_;
   RoundRecord closed_round_;  // the round joined_ is in, as it closed

@@ -19,7 +19,7 @@ import time
 from harness import clean_env, main, wait_until
 import test_multinode as mn
 from test_elastic import events, group_rank, kill_agent
-from test_etcd import FAST, TOKEN, gloo_world, require
+from test_etcd import FAST, TOKEN, gloo_world, keys_under, require
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "support"))
@@ -215,6 +215,63 @@ def test_leader_killed_at_heartbeat_timeout_2_with_gloo_workers(tmp):
         for node in nodes:
             assert not events(node, "rescale") and not events(node, "restart"), node
         print(f"  run {run + 1}/{runs}: leader killed at heartbeat_timeout=2, exit 0 on both")
+
+
+
+def agent_on(tmp, endpoints, nnodes, mode, job, name):
+    return mn.Node(tmp, name, [
+        "--rdzv_backend", "etcd", "--rdzv_endpoint", endpoints, "--rdzv_id", job,
+        "--nnodes", nnodes, "--nproc_per_node", 1, "--local_addr", "127.0.0.1",
+        "--master_port", 0, "--rdzv_conf", FAST, mn.WORKER, mode],
+        env=clean_env(DDPRUN_RDZV_TOKEN=TOKEN))
+
+
+def test_leader_killed_while_the_agents_join(tmp):
+    """Breaker F5: the etcd leader SIGKILLed while the agents join (one waits for the other, the
+    other starts right after the kill), heartbeat_timeout=2. The members answer "no leader" (or
+    hang) until the election ends; an election timeout of 3 s makes that longer than the join's
+    calls' deadline (2 s), which ended the join 69 before. The join waits it out and says so once;
+    the job runs."""
+    require(torch=False)
+    slow = ["--election-timeout", "3000", "--heartbeat-interval", "300"]
+    with EtcdCluster(3, extra_args=slow) as cluster:
+        first = agent_on(tmp, cluster.endpoints, "2", "ok", "election", "first")
+        nodes = [first]
+        try:
+            wait_until(lambda: keys_under(cluster, "/ddprun/election/r0/alive/"), 30,
+                       "the first agent waiting in round 0")
+            leader = cluster.leader()
+            assert leader is not None
+            cluster.kill(leader)
+            nodes.append(agent_on(tmp, cluster.endpoints, "2", "ok", "election", "second"))
+            codes = mn.finish(nodes, timeout=60)
+        finally:
+            mn.finish(nodes)
+    assert codes == [0, 0], nodes
+    said = sum("an election?" in n.text()[1] for n in nodes)
+    assert said >= 1, nodes  # the join met the election (else this test proved nothing)
+    print(f"  leader killed while joining: exit 0 on both; {said} agent(s) waited out the election")
+
+
+def test_black_holes_listed_before_the_members_cost_one_deadline(tmp):
+    """Breakers F1/F2: four listeners that accept and never answer, listed before the 3 real
+    members: each added 0.5 s to the first join's cluster check and the calls after it ran out
+    their deadline in them (69, though healthy members followed). Now the check asks every member
+    at once within one deadline and the calls start on the member that answered: exit 0."""
+    require(torch=False)
+    holes = [BlackHole() for _ in range(4)]
+    try:
+        with EtcdCluster(3) as cluster:
+            listed = ",".join(f"127.0.0.1:{h.port}" for h in holes) + "," + cluster.endpoints
+            started = time.monotonic()
+            nodes = nodes_on(tmp, listed, "2", "ok", "holes")
+            codes = mn.finish(nodes, timeout=60)
+            took = time.monotonic() - started
+    finally:
+        for h in holes:
+            h.close()
+    assert codes == [0, 0], nodes
+    print(f"  4 black holes listed first: exit 0 on both after {took:.2f} s")
 
 
 if __name__ == "__main__":

@@ -299,12 +299,12 @@ TEST_CASE("a keys-only range reads the names, not a stranger's huge values besid
 TEST_CASE("members of two etcd clusters are one line naming both, not a job split in two") {
   FakeEtcd etcd(3);
   EtcdClient client(options_for(etcd));
-  CHECK_NOTHROW(client.check_one_cluster());  // one cluster: nothing to say
+  CHECK_NOTHROW(client.check_one_cluster(3s));  // one cluster: nothing to say
   etcd.set_fault(1, Fault{Fault::Kind::BlackHole, 503, {}, false});
   etcd.set_cluster_id(2, "999");
   const auto endpoints = parse_endpoints(etcd.endpoints());
   try {
-    client.check_one_cluster();
+    client.check_one_cluster(3s);
     FAIL("two clusters passed the check");
   } catch (const EtcdProtocolError& e) {
     const std::string line = e.what();
@@ -313,4 +313,81 @@ TEST_CASE("members of two etcd clusters are one line naming both, not a job spli
     CHECK(line.find("999") != std::string::npos);
     CHECK(line.find("different etcd clusters") != std::string::npos);
   }
+}
+
+TEST_CASE("black holes listed before a healthy member: the first check is one deadline for all") {
+  // Breaker F1/F2: each member that does not answer added its own share (0.5 s) to the first
+  // join's check, and the calls after it went through the black holes one by one until their
+  // deadline ran out, though a healthy member followed them.
+  FakeEtcd etcd(21);
+  for (int m = 0; m < 20; ++m) etcd.set_fault(m, Fault{Fault::Kind::BlackHole, 503, {}, false});
+  ClientCluster cluster(options_for(etcd, 2s));
+  auto client = cluster.connect(2s);
+  const auto started = std::chrono::steady_clock::now();
+  client->check_one_cluster(60s);
+  const auto took = std::chrono::steady_clock::now() - started;
+  CHECK(took < 6s);  // 2 s for all (before: 20 x 0.5 s = 10 s)
+  CHECK(client->current_member() == 20);
+  CHECK_NOTHROW(client->put("/k", "v"));
+  // A client made later (the keepalive's, the watch's) starts on the member that answered.
+  auto later = cluster.connect(1s);
+  CHECK(later->current_member() == 20);
+  CHECK(later->range("/k").kvs.at(0).value == "v");
+  // Bounded by the join's deadline too, when that is shorter.
+  const auto again = std::chrono::steady_clock::now();
+  client->check_one_cluster(300ms);
+  CHECK(std::chrono::steady_clock::now() - again < 1500ms);
+}
+
+TEST_CASE("a call past black holes: after the first one's share, the first member to answer") {
+  FakeEtcd etcd(7);
+  for (int m = 0; m < 6; ++m) etcd.set_fault(m, Fault{Fault::Kind::BlackHole, 503, {}, false});
+  EtcdClient client(options_for(etcd, 2s));  // no check: the calls start at the first listed
+  // Before: 6 shares of 0.5 s for a 2 s call, which ended "did not answer" before member 6.
+  CHECK_NOTHROW(client.put("/k", "v"));
+  CHECK(etcd.requests(6, "/v3/kv/put") == 1);
+  CHECK(client.current_member() == 6);
+}
+
+TEST_CASE("a member of another cluster, silent at the first check, is no member of this job's") {
+  // Breaker F4: a member of another etcd cluster that did not answer the first join's check was
+  // not checked again: a failover to it moved the job to another cluster's keys and leases.
+  FakeEtcd etcd(3);
+  etcd.set_fault(1, Fault{Fault::Kind::BlackHole, 503, {}, false});
+  ClientCluster cluster(options_for(etcd, 2s));
+  auto client = cluster.connect(2s);
+  client->check_one_cluster(2s);  // members 0 and 2: the job's cluster
+  etcd.set_fault(1, Fault{});
+  etcd.set_cluster_id(1, "999");  // member 1 answers now: another cluster's
+  etcd.set_fault(0, status(503));
+  CHECK_NOTHROW(client->put("/k", "v"));  // member 1 is passed over, member 2 serves it
+  CHECK(etcd.requests(1, "/v3/kv/put") == 1);
+  CHECK(etcd.requests(2, "/v3/kv/put") == 1);
+  etcd.set_fault(2, status(503));
+  // No member of the job's cluster left: one line naming both cluster ids.
+  try {
+    (void)client->range("/k");
+    FAIL("another cluster's member served the job");
+  } catch (const EtcdUnavailable& e) {
+    const std::string line = e.what();
+    CAPTURE(line);
+    CHECK(line.find("no member of this job's etcd cluster") != std::string::npos);
+    CHECK(line.find("cluster 999") != std::string::npos);
+    CHECK(line.find("14841639068965178418") != std::string::npos);
+    CHECK(line.find(parse_endpoints(etcd.endpoints())[1].name()) != std::string::npos);
+    CHECK_FALSE(e.etcd_answered());
+  }
+  // A watch is not served by it either: started on it, it moves to a member of the job's.
+  etcd.set_fault(0, Fault{});
+  etcd.set_fault(2, Fault{});
+  Seen seen;
+  WatchTiming timing;
+  timing.give_up = 5s;
+  timing.first_member = 1;
+  auto watch =
+      cluster.watch("/w/", prefix_end("/w/"), etcd.revision() + 1, timing, seen.callbacks(&etcd));
+  REQUIRE(eventually([&] { return etcd.open_watches(0) + etcd.open_watches(2) == 1; }));
+  etcd.put("/w/1", "x");
+  CHECK(eventually([&] { return seen.has("/w/1"); }));
+  CHECK(seen.error_count() == 0);
 }

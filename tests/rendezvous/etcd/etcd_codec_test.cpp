@@ -2,6 +2,8 @@
 // gateway writes them (checked against a live member), and the watch stream's framing.
 #include <doctest/doctest.h>
 
+#include <fmt/format.h>
+
 #include <nlohmann/json.hpp>
 
 #include "rendezvous/etcd/etcd_client.hpp"
@@ -156,6 +158,17 @@ TEST_CASE("endpoints: schemes, default port, and what is refused") {
             std::string::npos);
     }
   }
+  // At most kMaxEndpoints members (the first join asks every one at once): 1,000 addresses are
+  // one line (exit 2), not a first join that never ends.
+  std::string many;
+  for (std::size_t i = 0; i < 1000; ++i)
+    many += fmt::format("{}10.0.0.1:{}", i ? "," : "", 1000 + i);
+  CHECK_THROWS_WITH_AS(parse_endpoints(many), doctest::Contains("more than 64 members"),
+                       std::invalid_argument);
+  many.clear();
+  for (std::size_t i = 0; i < kMaxEndpoints; ++i)
+    many += fmt::format("{}10.0.0.1:{}", i ? "," : "", 1000 + i);
+  CHECK(parse_endpoints(many).size() == kMaxEndpoints);
   CHECK(tls_setup_error({true, "/nonexistent/ca.pem", "", ""})->find("CA file") !=
         std::string::npos);
   CHECK_FALSE(tls_setup_error({true, "", "", ""}));  // the system's CAs

@@ -423,3 +423,126 @@ TEST_CASE("the first join checks that the members are one etcd cluster, once") {
     CHECK(h.etcd.calls("check_cluster") == 1);
   }
 }
+
+TEST_CASE("the leader killed while the agents join: the join waits out the election") {
+  // Breaker F5: with heartbeat_timeout=2 the join's first call ended the join (69) while the
+  // members answered "no leader" for the election's 3 s.
+  Harness h;
+  auto o = h.options();
+  o.heartbeat_timeout = 2s;
+  o.join_timeout = 30s;
+  o.sleep = [&](std::chrono::milliseconds d) { h.etcd.advance(d); };
+  const auto elected_at = h.etcd.now() + 3s;
+  (void)h.peer_joins(0, "host-b");
+  h.store_announced(0);
+  SUBCASE("members answer 'no leader' until a new one is elected: the join goes on") {
+    int refused = 0;
+    h.etcd.fault = [&](std::string_view call) {
+      if (call == "check_cluster" || h.etcd.now() >= elected_at) return;
+      ++refused;
+      h.etcd.advance(500ms);  // each try takes its time
+      throw unavailable(true);
+    };
+    auto me = h.make(o);
+    const RendezvousResult joined = me->join(0, {});
+    CHECK(refused > 1);
+    CHECK(joined.num_nodes == 2);
+    CHECK(joined.node_rank == 1);
+    const auto said = std::count_if(h.notes.begin(), h.notes.end(), [](const std::string& n) {
+      return n.find("an election?") != std::string::npos;
+    });
+    CHECK(said == 1);
+    CHECK(h.lost.empty());
+  }
+  SUBCASE("members that hang (no answer in time) while one still answers its status: the same") {
+    h.etcd.fault = [&](std::string_view call) {
+      if (call == "check_cluster" || h.etcd.now() >= elected_at) return;
+      h.etcd.advance(2s);
+      throw unavailable(false);  // the client's deadline passed; any_member_answers() says yes
+    };
+    auto me = h.make(o);
+    CHECK(me->join(0, {}).num_nodes == 2);
+  }
+  SUBCASE("an election that never ends: the join ends at its deadline, not before") {
+    h.etcd.fault = [&](std::string_view call) {
+      if (call == "check_cluster") return;
+      h.etcd.advance(500ms);
+      throw unavailable(true);
+    };
+    auto me = h.make(o);
+    const auto started = h.etcd.now();
+    CHECK_THROWS_AS(me->join(0, {}), EtcdUnavailable);
+    CHECK(h.etcd.now() - started >= 30s);
+    CHECK(h.etcd.now() - started < 32s);
+  }
+  SUBCASE("nothing answers at all: the join ends at once (nothing listening is 69 at once)") {
+    h.etcd.members_answer = false;
+    h.etcd.fault = [&](std::string_view call) {
+      if (call != "check_cluster") throw unavailable(false);
+    };
+    auto me = h.make(o);
+    const auto started = h.etcd.now();
+    CHECK_THROWS_AS(me->join(0, {}), EtcdUnavailable);
+    CHECK(h.etcd.now() - started < 1s);
+  }
+}
+
+TEST_CASE("a fixed-size job's node stopped past its lease after its round formed ends at once") {
+  // Breaker F6: an agent stopped (SIGSTOP) between its round closing with it and its reading the
+  // closed round, continued after its lease expired and the others had ended (74): it renewed its
+  // lease, waited as a pending node, began a new generation alone and waited out join_timeout,
+  // its lines contradicting each other. Its round is gone: one line, at once.
+  Harness h;
+  auto o = h.options();
+  o.dynamic = true;  // as the launcher runs every etcd job
+  const std::int64_t b = h.peer_joins(0, "host-b");
+  h.store_announced(0);
+  std::unique_ptr<EtcdRoundProtocol> me;
+  bool wrote = false;
+  h.etcd.fault = [&](std::string_view call) {
+    if (call == "txn") {
+      wrote = true;
+    } else if (wrote && call == "range" && h.etcd.has_lease(me->lease())) {
+      // Its write closed the round (2 of 2); then it was stopped past its TTL: etcd dropped it
+      // and the other node, finding it lost, ended.
+      h.etcd.expire_lease(me->lease());
+      h.etcd.expire_lease(b);
+    }
+  };
+  me = h.make(o);
+  const auto started = h.etcd.now();
+  try {
+    (void)me->join(0, {});
+    FAIL("joined a round that went on without it");
+  } catch (const RendezvousError& e) {
+    const std::string line = e.what();
+    CAPTURE(line);
+    CHECK(line.find("lease") != std::string::npos);
+    CHECK(line.find("expired after round 0") != std::string::npos);
+    CHECK(line.find("took it for lost") != std::string::npos);
+  }
+  CHECK(h.etcd.now() - started < 5s);  // before: join_timeout (60 s)
+  CHECK_FALSE(h.noted("new lease"));
+  CHECK(h.etcd.prefix(h.keys.pending_prefix()).empty());  // never waited as a pending node
+}
+
+TEST_CASE(
+    "a fixed-size job's node whose lease expired in its round: a restart's join ends at once") {
+  Harness h;
+  auto o = h.options();
+  o.dynamic = true;
+  auto me = h.make(o);
+  const std::int64_t b = h.two_node_round(*me);
+  // Stopped past its TTL: etcd dropped it; the other node ended (its lease revoked).
+  h.etcd.expire_lease(me->lease());
+  h.etcd.expire_lease(b);
+  EtcdRoundProtocol::Ask restart;
+  restart.previous_round = 0;
+  restart.previous_round_nodes = 2;
+  restart.restarts_used = 1;
+  const auto started = h.etcd.now();
+  CHECK_THROWS_WITH_AS(me->join(1, restart), doctest::Contains("expired after round 0"),
+                       RendezvousError);
+  CHECK(h.etcd.now() - started < 5s);
+  CHECK_FALSE(h.noted("new lease"));
+}

@@ -103,7 +103,12 @@ struct FakeEtcd::State {
   std::vector<std::unique_ptr<tcp::acceptor>> acceptors;
   std::thread thread;
 
-  json header() const { return json{{"revision", std::to_string(revision)}}; }
+  // Every reply's header names the answering member's cluster, as etcd's does.
+  json header(int member) const {
+    json h{{"revision", std::to_string(revision)}};
+    if (!cluster_ids[member].empty()) h["cluster_id"] = cluster_ids[member];
+    return h;
+  }
 
   // Under m.
   void record(std::string key, bool deleted, Kv kv) {
@@ -148,7 +153,7 @@ struct FakeEtcd::State {
       const std::int64_t limit = num(req, "limit"), at = num(req, "revision");
       if (at > 0 && at <= compacted)
         return {400, grpc_error_body(11, "etcdserver: mvcc: required revision has been compacted")};
-      json out{{"header", header()}, {"kvs", json::array()}};
+      json out{{"header", header(member)}, {"kvs", json::array()}};
       std::int64_t count = 0;
       for (const auto& [k, kv] : kvs) {
         if (!in_range(k, key, end)) continue;
@@ -171,24 +176,25 @@ struct FakeEtcd::State {
         return {404, grpc_error_body(5, "etcdserver: requested lease not found")};
       put_locked(unb64(req, "key"), unb64(req, "value"), lease);
       notify();
-      return {200, json{{"header", header()}}.dump()};
+      return {200, json{{"header", header(member)}}.dump()};
     }
     if (path == "/v3/kv/deleterange") {
       erase_locked(unb64(req, "key"), unb64(req, "range_end"));
       notify();
-      return {200, json{{"header", header()}}.dump()};
+      return {200, json{{"header", header(member)}}.dump()};
     }
     if (path == "/v3/lease/grant") {
       const std::int64_t id = ++next_lease;
       const std::int64_t ttl = granted_ttl > 0 ? granted_ttl : num(req, "TTL");
       leases[id] = ttl;
-      return {200,
-              json{{"header", header()}, {"ID", std::to_string(id)}, {"TTL", std::to_string(ttl)}}
-                  .dump()};
+      return {
+          200,
+          json{{"header", header(member)}, {"ID", std::to_string(id)}, {"TTL", std::to_string(ttl)}}
+              .dump()};
     }
     if (path == "/v3/lease/keepalive") {
       const std::int64_t id = num(req, "ID");
-      json result{{"header", header()}, {"ID", std::to_string(id)}};
+      json result{{"header", header(member)}, {"ID", std::to_string(id)}};
       if (auto it = leases.find(id); it != leases.end()) result["TTL"] = std::to_string(it->second);
       return {200, json{{"result", result}}.dump()};
     }
@@ -197,12 +203,11 @@ struct FakeEtcd::State {
       if (!leases.erase(id))
         return {404, grpc_error_body(5, "etcdserver: requested lease not found")};
       drop_lease_keys(id);
-      return {200, json{{"header", header()}}.dump()};
+      return {200, json{{"header", header(member)}}.dump()};
     }
     if (path == "/v3/maintenance/status") {
-      json h = header();
-      if (!cluster_ids[member].empty()) h["cluster_id"] = cluster_ids[member];
-      return {200, json{{"header", h}, {"leader", "1"}, {"version", "3.4-fake"}}.dump()};
+      return {200,
+              json{{"header", header(member)}, {"leader", "1"}, {"version", "3.4-fake"}}.dump()};
     }
     return {404, "404 page not found\n"};
   }
@@ -241,7 +246,7 @@ struct FakeEtcd::State {
       const std::int64_t start = num(create, "start_revision");
       w.next = start > 0 ? start : revision + 1;
       watchers.push_back(&w);
-      created = json{{"result", {{"header", header()}, {"created", true}}}}.dump();
+      created = json{{"result", {{"header", header(member)}, {"created", true}}}}.dump();
     }
     struct Unlist {
       State* s;
@@ -264,7 +269,7 @@ struct FakeEtcd::State {
         const bool silenced = faults[member].silence_watches;
         if (compacted > 0 && w.next <= compacted) {
           out = json{{"result",
-                      {{"header", header()},
+                      {{"header", header(member)},
                        {"canceled", true},
                        {"compact_revision", std::to_string(compacted + 1)},
                        {"cancel_reason", "mvcc: required revision has been compacted"}}}}
@@ -279,7 +284,7 @@ struct FakeEtcd::State {
           }
           w.next = revision + 1;
           if (!events.empty() && !silenced)
-            out = json{{"result", {{"header", header()}, {"events", events}}}}.dump();
+            out = json{{"result", {{"header", header(member)}, {"events", events}}}}.dump();
         }
       }
       if (!out.empty()) co_await write_raw(stream, chunk(out + "\n"));

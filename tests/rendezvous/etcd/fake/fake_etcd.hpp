@@ -45,8 +45,8 @@ class FakeEtcd {
   void set_fault(int member, Fault fault);
   // Closes every open watch stream of `member` (a member restarting).
   void drop_watches(int member);
-  // The cluster id member `member`'s status reports (empty: none; by default every member
-  // reports the same one).
+  // The cluster id in every reply's header of member `member` (empty: none; by default every
+  // member reports the same one).
   void set_cluster_id(int member, std::string id);
   // The TTL every later lease grant gets (0: the one asked).
   void set_granted_ttl(std::int64_t ttl);

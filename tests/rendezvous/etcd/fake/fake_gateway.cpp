@@ -81,7 +81,7 @@ class FakeGateway final : public EtcdGateway {
     return events;
   }
   bool any_member_answers() override { return etcd_.members_answer; }
-  void check_one_cluster() override {
+  void check_one_cluster(std::chrono::milliseconds) override {
     etcd_.call("check_cluster");
     if (!etcd_.clusters_differ.empty()) throw EtcdProtocolError(etcd_.clusters_differ);
   }
