@@ -4,6 +4,8 @@
 #include <fcntl.h>
 #include <linux/sched.h>
 #include <signal.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -41,6 +43,8 @@ void append_line(const std::string& path, const std::string& line) {
 
 /// A child with no exit signal, so that waitpid(-1) (the Agent's reaper) passes it by; the
 /// caller gets its pidfd and reaps it with waitid(P_PIDFD). Returns the pid (-1: errno set).
+/// execve gives a process the exit signal SIGCHLD again (the kernel's de_thread), so this child
+/// must never exec: it is the keeper below, and the tool is its child.
 pid_t clone_without_exit_signal(int& pidfd) {
   clone_args args{};
   args.flags = CLONE_PIDFD;
@@ -56,7 +60,53 @@ pid_t clone_without_exit_signal(int& pidfd) {
   return static_cast<pid_t>(pid);
 }
 
-/// Starts `argv` with stdin on /dev/null and stdout and stderr appended to `output`.
+/// Ends the calling process the way `status` (a waitpid status) says its child ended: the same
+/// exit code, or the same signal (without a core file).
+[[noreturn]] void end_like(int status) {
+  if (WIFEXITED(status)) ::_exit(WEXITSTATUS(status));
+  const int sig = WIFSIGNALED(status) ? WTERMSIG(status) : SIGKILL;
+  const rlimit no_core{0, 0};
+  ::setrlimit(RLIMIT_CORE, &no_core);
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  ::sigaction(sig, &dfl, nullptr);
+  sigset_t only;
+  sigemptyset(&only);
+  sigaddset(&only, sig);
+  ::sigprocmask(SIG_UNBLOCK, &only, nullptr);
+  ::kill(static_cast<pid_t>(::syscall(SYS_getpid)), sig);
+  ::_exit(128 + sig);  // a signal that does not end a process by default
+}
+
+/// The keeper (the clone above, all signals blocked): starts the tool as its own child and ends
+/// as the tool ended. Killed, it takes the tool with it (PR_SET_PDEATHSIG). Only system calls
+/// here: this process is a copy of ddprun made by a raw clone.
+[[noreturn]] void run_keeper(char* const* args, const std::string& output, const sigset_t& old) {
+  const int in = ::open("/dev/null", O_RDONLY);
+  const int out = ::open(output.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  if (in < 0 || out < 0 || ::dup2(in, 0) < 0 || ::dup2(out, 1) < 0 || ::dup2(out, 2) < 0)
+    ::_exit(exit_codes::kCannotInvoke);
+  const auto keeper = static_cast<pid_t>(::syscall(SYS_getpid));
+  // A plain fork by the raw system call: glibc's fork() must not run in a raw clone's child.
+  const auto tool =
+      static_cast<pid_t>(::syscall(SYS_clone, SIGCHLD, nullptr, nullptr, nullptr, nullptr));
+  if (tool == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != keeper) ::_exit(exit_codes::kCannotInvoke);  // the keeper is gone already
+    ::sigprocmask(SIG_SETMASK, &old, nullptr);
+    ::execve(args[0], args, environ);
+    ::_exit(exit_codes::kNotExecutable);
+  }
+  if (tool < 0) ::_exit(exit_codes::kCannotInvoke);
+  int status = 0;
+  while (::waitpid(tool, &status, 0) < 0) {
+    if (errno != EINTR) ::_exit(exit_codes::kCannotInvoke);
+  }
+  end_like(status);
+}
+
+/// Starts `argv` with stdin on /dev/null and stdout and stderr appended to `output`, under a
+/// keeper whose pid and pidfd are returned.
 pid_t start_tool(std::vector<std::string>& argv, const std::string& output, int& pidfd) {
   std::vector<char*> args;
   args.reserve(argv.size() + 1);
@@ -66,15 +116,7 @@ pid_t start_tool(std::vector<std::string>& argv, const std::string& output, int&
   sigfillset(&all);
   ::pthread_sigmask(SIG_SETMASK, &all, &old);  // no handler of ddprun's runs in the child
   const pid_t pid = clone_without_exit_signal(pidfd);
-  if (pid == 0) {  // only system calls until exec
-    const int in = ::open("/dev/null", O_RDONLY);
-    const int out = ::open(output.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    if (in < 0 || out < 0 || ::dup2(in, 0) < 0 || ::dup2(out, 1) < 0 || ::dup2(out, 2) < 0)
-      ::_exit(exit_codes::kCannotInvoke);
-    ::sigprocmask(SIG_SETMASK, &old, nullptr);
-    ::execve(args[0], args.data(), environ);
-    ::_exit(exit_codes::kNotExecutable);
-  }
+  if (pid == 0) run_keeper(args.data(), output, old);
   const int clone_errno = errno;
   ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
   errno = clone_errno;

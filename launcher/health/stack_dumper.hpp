@@ -6,11 +6,13 @@
 ///   - a Python process (its executable's name starts with "python") and py-spy on PATH:
 ///     `py-spy dump --pid P` (Python frames with file and line);
 ///   - otherwise `eu-stack -p P` (elfutils), else `gdb -p P -batch -ex "thread apply all bt"`.
-/// The tools are the dumper's own: started with no exit signal (clone with CLONE_PIDFD), so the
-/// Agent's waitpid(-1) never reaps them, their end is seen through the pidfd on the loop and the
-/// dumper reaps them itself (waitid on the pidfd) and reports how each ended. The Agent leaves
-/// them alone while it cleans up (tool_pids()). A tool still running at the limit is SIGKILLed
-/// through the same pidfd. Nothing here blocks the loop.
+/// The tools are the dumper's own: each runs under a keeper started with no exit signal (clone
+/// with CLONE_PIDFD), which never execs (exec would give it SIGCHLD again), so the Agent's
+/// waitpid(-1) never reaps it; the keeper reaps its tool and ends the same way (exit code or
+/// signal). Its end is seen through the pidfd on the loop, the dumper reaps it (waitid on the
+/// pidfd) and reports how each tool ended. The Agent leaves the keepers alone while it cleans up
+/// (tool_pids()). A keeper still running at the limit is SIGKILLed through the same pidfd, and
+/// its tool dies with it (PR_SET_PDEATHSIG). Nothing here blocks the loop.
 
 #include <sys/types.h>
 

@@ -50,6 +50,41 @@ void reap_tools() {
   }
 }
 
+/// The state letter of `pid` in /proc/PID/stat ('\0': no such process).
+char proc_state(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return '\0';
+  const auto paren = line.rfind(')');
+  return paren != std::string::npos && paren + 2 < line.size() ? line[paren + 2] : '?';
+}
+
+/// Waits (bounded) until `pid` has ended and is not reaped yet.
+bool wait_for_zombie(pid_t pid) {
+  for (int i = 0; i < 1000 && proc_state(pid) != 'Z'; ++i) ::usleep(10'000);
+  return proc_state(pid) == 'Z';
+}
+
+/// The first child of `pid` (waits, bounded, until it has one); -1 if none came.
+pid_t child_of(pid_t pid) {
+  const std::string path =
+      "/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children";
+  for (int i = 0; i < 1000; ++i) {
+    std::ifstream children(path);
+    pid_t child = -1;
+    if (children >> child && child > 0) return child;
+    ::usleep(10'000);
+  }
+  return -1;
+}
+
+/// Waits (bounded) until `pid` no longer runs (gone, or a zombie its new parent has not reaped).
+bool wait_until_gone(pid_t pid) {
+  auto gone = [pid] { return proc_state(pid) == '\0' || proc_state(pid) == 'Z'; };
+  for (int i = 0; i < 1000 && !gone(); ++i) ::usleep(10'000);
+  return gone();
+}
+
 std::string dump_dir() {
   char tmpl[] = "/tmp/ddprun-stacks-XXXXXX";
   REQUIRE(::mkdtemp(tmpl) != nullptr);
@@ -173,6 +208,12 @@ TEST_CASE("each tool's end is reported as it was, and the Agent's reaper never t
   std::optional<std::vector<StackResult>> results;
   dumper.dump({{0, ::getpid(), dir + "/stacks.txt"}}, "test",
               [&](std::vector<StackResult> r) { results = r; });
+  // The Agent's reaper runs before the loop hears of the end (CI stop 42 met this order by
+  // chance): once the tool's process is a zombie, waitpid(-1) must still pass it by.
+  const auto started = dumper.tool_pids();
+  REQUIRE(started.size() == 1);
+  CHECK(wait_for_zombie(started[0]));
+  reap_tools();
   CHECK(run_until(io, [&] {
     reap_tools();
     return results.has_value();
@@ -195,9 +236,12 @@ TEST_CASE("each tool's end is reported as it was, and the Agent's reaper never t
   REQUIRE(pids.size() == 1);
   reap_tools();  // the tool runs on: waitpid(-1) passes it by
   CHECK(::kill(pids[0], 0) == 0);
+  const pid_t tool = child_of(pids[0]);  // the keeper's child: the tool itself
+  REQUIRE(tool > 0);
   ::kill(pids[0], SIGKILL);  // as the Agent's leftover cleanup once did
   CHECK(run_until(io, [&] { return results.has_value(); }));
   CHECK((*results)[0].outcome == "signal 9");
+  CHECK(wait_until_gone(tool));  // the keeper took its tool with it
   CHECK_FALSE((*results)[0].timed_out);
   CHECK(second.tool_pids().empty());
   std::filesystem::remove_all(dir);
