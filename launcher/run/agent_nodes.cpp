@@ -475,6 +475,9 @@ bool Agent::try_rescale(int lost_node, std::string& text) {
     return false;
   }
   if (end_ && end_->kind == RunEndKind::Rescale) {
+    // Already re-forming without the lost node (a quarantined node leaving, a node two monitors
+    // reported): nothing changes, and the re-form keeps its own reason.
+    if (d.survivors == end_->survivors && d.admitted.empty() && end_->admitted.empty()) return true;
     // Already re-forming: the survivors shrink. Every survivor sees the same loss on its own.
     end_->survivors = d.survivors;
     end_->admitted.clear();

@@ -369,6 +369,37 @@ TEST_CASE(
   CHECK(run.events("job_stop").empty());
 }
 
+TEST_CASE(
+    "elastic: the quarantined node leaving during the re-form keeps the quarantine as the reason") {
+  // CI stop 42: the quarantined node revoked its lease as it left; the survivors read that as a
+  // loss and the rescale event named "lost node 0" instead of the quarantine.
+  MultiNodeRun run;
+  run.settings = elastic(2, 3);
+  run.script.join = [](int, const RoundPlan& plan) { return pinned_or(plan, round_of(1, 3, 2)); };
+  run.script.on_round = [](FakeJobRendezvous& r, int round) {
+    if (round != 0) return;
+    r.deliver_stop(
+        StopReason{9,
+                   0,
+                   "node 0 (node0) quarantined: its workers failed 2 attempts in a row "
+                   "(node_failure_limit 2); re-forming with 2 nodes: 1 (node1), 2 (node2)",
+                   {1, 2}});
+    r.deliver_loss(NodeLoss{"lost node 0 (node0): it left the job", 0});
+  };
+  run.workers = [](const EnvMap& env) {
+    FakeBehaviour b;
+    if (attempt_of(env) == 1) b.exits_with = ExitStatus::exited(0);
+    return b;
+  };
+  CHECK(run.run() == 0);
+  CHECK(run.rendezvous->plans[1].nodes == 2);
+  CHECK(run.rendezvous->plans[1].node_rank == 0);
+  const auto rescale = run.events("rescale");
+  REQUIRE(rescale.size() == 1);
+  CHECK(rescale[0]["reason"].get<std::string>().find("quarantined") != std::string::npos);
+  CHECK(rescale[0]["new_num_nodes"] == 2);
+}
+
 TEST_CASE("elastic: a node the others re-formed without ends with 74 and says so") {
   MultiNodeRun run;
   run.settings = elastic(1, 3);
