@@ -740,62 +740,52 @@ void Agent::note_attempt_cause() {
 }
 
 void Agent::after_attempt() {
-  if (held_failure_) {  // the verdict on the other nodes decides how this attempt ends
-    phase_ = Phase::Awaiting;
-    return;
-  }
-  note_attempt_cause();
-  if (quarantined_) {  // the others re-form without this node
-    finish_run();
-    return;
-  }
-  if (end_ && end_->kind == RunEndKind::Rescale && !interrupted_) {
-    begin_reform();
-    return;
-  }
-  if (end_ && restartable(*end_) && !interrupted_ && restarts_used_ < setup_.config.max_restarts) {
-    if (auto why = health_->attempt_failed()) {  // --no-progress-restarts: restarts do not help
-      say(*why);
-      health_notes_.push_back(*why);
+  const NextStep step =
+      next_step(end_, AttemptFlags{held_failure_.has_value(), quarantined_, interrupted_,
+                                   restarts_used_, setup_.config.max_restarts});
+  if (step != NextStep::AwaitVerdict) note_attempt_cause();
+  switch (step) {
+    case NextStep::AwaitVerdict:
+      phase_ = Phase::Awaiting;
+      return;
+    case NextStep::Reform:
+      begin_reform();
+      return;
+    case NextStep::Restart:
+      if (auto why = health_->attempt_failed()) {  // --no-progress-restarts: restarts do not help
+        say(*why);
+        health_notes_.push_back(*why);
+        finish_run();
+        return;
+      }
+      begin_restart();
+      return;
+    case NextStep::Leave:  // the others re-form without this node
+    case NextStep::Finish:
       finish_run();
       return;
-    }
-    ++restarts_used_;
-    say(fmt::format("{}; restarting the workers{} (restart {} of {})", end_->text,
-                    session_ ? " on every node" : "", restarts_used_, setup_.config.max_restarts));
-    nlohmann::json fields{{"attempt", attempt_ + 1}};
-    if (root_cause_) fields["failed_rank"] = workers_[*root_cause_].outcome.rank;
-    if (session_) fields["job_root_cause"] = end_->text;
-    events_.emit("restart", fields);
-    // A restart meets as configured (c10d: whoever arrives), not pinned to this round's nodes:
-    // one of them may be the reason the workers failed, and gone.
-    // A static job whose spare replaced a node keeps the re-formed ranks (its configured ones
-    // may now be taken).
-    const RoundPlan kept = next_round_;
-    next_round_ = RoundPlan{};
-    if (setup_.multinode && !setup_.multinode->dynamic) {
-      next_round_.nodes = kept.nodes;
-      next_round_.node_rank = kept.node_rank;
-    }
-    if (round_) {
-      restart_from_ = round_left();
-      // The leader watches this round's nodes while they come back (a lost one is a loss).
-      next_round_.previous_round = round_->round;
-      next_round_.previous_node_rank = round_->node_rank;
-      next_round_.previous_round_nodes = round_->num_nodes;
-    }
-    if (session_ && layout_ && layout_->node_rank == 0 && round_) {
-      // Pending nodes that fit meet the others in the restart's round (admit=restart's moment).
-      for (const auto& answer :
-           restart_admissions(elastic_policy(), round_->num_nodes, attempt_ + 1, pending_))
-        session_->answer_pending(answer);
-    }
-    end_.reset();
-    phase_ = Phase::Starting;
-    boost::asio::post(io_, [this, next = attempt_ + 1] { start_attempt(next); });
-    return;
   }
-  finish_run();
+}
+
+void Agent::begin_restart() {
+  ++restarts_used_;
+  say(fmt::format("{}; restarting the workers{} (restart {} of {})", end_->text,
+                  session_ ? " on every node" : "", restarts_used_, setup_.config.max_restarts));
+  nlohmann::json fields{{"attempt", attempt_ + 1}};
+  if (root_cause_) fields["failed_rank"] = workers_[*root_cause_].outcome.rank;
+  if (session_) fields["job_root_cause"] = end_->text;
+  events_.emit("restart", fields);
+  next_round_ = restart_plan(next_round_, !setup_.multinode || setup_.multinode->dynamic, round_);
+  if (round_) restart_from_ = round_left();
+  if (session_ && layout_ && layout_->node_rank == 0 && round_) {
+    // Pending nodes that fit meet the others in the restart's round (admit=restart's moment).
+    for (const auto& answer :
+         restart_admissions(elastic_policy(), round_->num_nodes, attempt_ + 1, pending_))
+      session_->answer_pending(answer);
+  }
+  end_.reset();
+  phase_ = Phase::Starting;
+  boost::asio::post(io_, [this, next = attempt_ + 1] { start_attempt(next); });
 }
 
 int Agent::exit_code() const {

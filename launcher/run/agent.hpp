@@ -58,6 +58,7 @@
 #include "launcher/output/output_sink.hpp"
 #include "launcher/output/stream_pump.hpp"
 #include "launcher/process/process_control.hpp"
+#include "launcher/run/agent_events.hpp"
 #include "launcher/run/event_log.hpp"
 #include "launcher/run/failure_report.hpp"
 #include "launcher/run/membership.hpp"
@@ -158,7 +159,15 @@ class Agent {
   /// Elastic: a lost node of the current round that the job may survive; false when the loss
   /// ends the job (then `text` says why).
   bool try_rescale(int lost_node, std::string& text);
+  /// The join of a round failed: the job lost a node or its store (74), or never met (69).
+  void on_join_failed(int attempt, const JobRendezvous::JoinResult& result);
+  /// What the round just joined changed in the job's membership (a re-form, a restart with
+  /// fewer or more nodes), with the budgets counted; nothing when it is the same job.
+  std::optional<RescaleRecord> membership_change(int attempt, const rdzv::RendezvousResult& joined);
+  /// The attempt's workers are gone: what follows (run_end.hpp's next_step) is done here.
   void after_attempt();
+  /// Ends the attempt with a restart of the workers (every node's, in a multi-node job).
+  void begin_restart();
   /// Ends the attempt of a re-form: the next round joins the survivors only.
   void begin_reform();
   ElasticPolicy elastic_policy() const;

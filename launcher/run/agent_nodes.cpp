@@ -106,6 +106,39 @@ JobRendezvous::Events Agent::rendezvous_events() {
 void Agent::on_joined(int attempt, const JobRendezvous::JoinResult& result) {
   join_progress_.done();
   if (phase_ == Phase::Done) return;
+  if (!std::holds_alternative<rdzv::RendezvousResult>(result)) {
+    on_join_failed(attempt, result);
+    return;
+  }
+  if (interrupted_) {
+    finish_run();
+    return;
+  }
+  const auto& joined = std::get<rdzv::RendezvousResult>(result);
+  // A pending node joins the round it was invited to: the job's restart count.
+  attempt = joined.round;
+  // The job's budgets, as the nodes that were there before published them: a node that joins
+  // later (or rejoins fast after a crash) cannot start them afresh (membership.hpp).
+  const Budgets budgets = budgets_after_join({restarts_used_, rescales_used_, false}, joined);
+  restarts_used_ = budgets.restarts_used;
+  rescales_used_ = budgets.rescales_used;
+  // Nor is the restart whose round went on without this pending node its own to count again.
+  if (budgets.published) restart_from_.reset();
+  layout_ = GroupLayout{joined.node_rank, joined.num_nodes, joined.base_rank, joined.world_size};
+  round_ = joined;
+  lost_nodes_.clear();
+  events_.emit("rendezvous", rendezvous_fields(attempt, joined));
+  if (const auto change = membership_change(attempt, joined)) {
+    events_.emit("rescale", rescale_fields(*change));
+    const std::string text = rescale_text(*change);
+    membership_changes_.push_back(text);
+    say(fmt::format("re-formed: {}", text));
+  }
+  launch_workers(attempt);
+  consider_arrivals();  // pending nodes heard while this round formed
+}
+
+void Agent::on_join_failed(int attempt, const JobRendezvous::JoinResult& result) {
   if (const auto* loss = std::get_if<NodeLoss>(&result)) {
     // Nodes of the round left vanished before they rejoined: the job lost them (74).
     events_.emit("rendezvous_failed", {{"attempt", attempt}, {"error", loss->text}});
@@ -136,35 +169,11 @@ void Agent::on_joined(int attempt, const JobRendezvous::JoinResult& result) {
       end_with(rendezvous_failed(*error));
     }
     finish_run();
-    return;
   }
-  if (interrupted_) {
-    finish_run();
-    return;
-  }
-  const auto& joined = std::get<rdzv::RendezvousResult>(result);
-  // A pending node joins the round it was invited to: the job's restart count.
-  attempt = joined.round;
-  // The job's budgets, as the nodes that were there before published them: a node that joins
-  // later (or rejoins fast after a crash) cannot start them afresh.
-  if (joined.was_pending && joined.restarts_used >= 0 && joined.rescales_used >= 0) {
-    // The job ran without this node: its own count holds the restart whose round went on
-    // without it, which the running nodes gave back as a membership change. Keeping it (the
-    // larger figure) left this node one restart short of the others, so it ended the job
-    // (75 on a hang) where they restarted, and took the store it hosts with it (seed 35,
-    // tests/chaos/schedules/pending_store_host_judged_hung.json). Nor is the change its own to
-    // count again: the running nodes did.
-    restarts_used_ = joined.restarts_used;
-    rescales_used_ = joined.rescales_used;
-    restart_from_.reset();
-  } else {
-    restarts_used_ = std::max(restarts_used_, joined.restarts_used);
-    rescales_used_ = std::max(rescales_used_, joined.rescales_used);
-  }
-  layout_ = GroupLayout{joined.node_rank, joined.num_nodes, joined.base_rank, joined.world_size};
-  round_ = joined;
-  lost_nodes_.clear();
-  events_.emit("rendezvous", rendezvous_fields(attempt, joined));
+}
+
+std::optional<RescaleRecord> Agent::membership_change(int attempt,
+                                                      const rdzv::RendezvousResult& joined) {
   // Both re-form paths report one shape (agent_events.hpp): the round left, the round formed.
   auto record = [&](std::string reason, std::string change, const RoundLeft& left) {
     return RescaleRecord{
@@ -178,18 +187,21 @@ void Agent::on_joined(int attempt, const JobRendezvous::JoinResult& result) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - left.since).count()};
   };
   std::optional<RescaleRecord> change;
-  const int restart_from_nodes = restart_from_ ? static_cast<int>(restart_from_->nodes.size()) : 0;
-  if (!reform_ && restart_from_nodes > joined.num_nodes && elastic_policy().elastic) {
-    // The restart re-formed without some nodes: the workers most likely failed because a peer
-    // vanished (collectives fail long before heartbeats go stale). That is a membership change,
-    // not a worker failure: it is counted against max_rescales and the restart is given back.
-    --restarts_used_;
-    ++rescales_used_;
-    change = record("restart without the missing nodes", "loss", *restart_from_);
-  } else if (!reform_ && restart_from_nodes > 0 && restart_from_nodes < joined.num_nodes) {
-    // The restart admitted pending nodes (admit=restart): a membership change too.
-    ++rescales_used_;
-    change = record("the restart admitted pending nodes", "admit", *restart_from_);
+  if (!reform_ && restart_from_) {
+    switch (restart_change(static_cast<int>(restart_from_->nodes.size()), joined.num_nodes,
+                           elastic_policy().elastic)) {
+      case RestartChange::Loss:  // given back: a membership change, not a worker failure
+        --restarts_used_;
+        ++rescales_used_;
+        change = record("restart without the missing nodes", "loss", *restart_from_);
+        break;
+      case RestartChange::Admit:
+        ++rescales_used_;
+        change = record("the restart admitted pending nodes", "admit", *restart_from_);
+        break;
+      case RestartChange::None:
+        break;
+    }
   }
   restart_from_.reset();
   if (reform_) {
@@ -202,14 +214,7 @@ void Agent::on_joined(int attempt, const JobRendezvous::JoinResult& result) {
     next_round_.previous_round = -1;   // nor survivors of this round to watch
     next_round_.survivors_previous_ranks.clear();
   }
-  if (change) {
-    events_.emit("rescale", rescale_fields(*change));
-    const std::string text = rescale_text(*change);
-    membership_changes_.push_back(text);
-    say(fmt::format("re-formed: {}", text));
-  }
-  launch_workers(attempt);
-  consider_arrivals();  // pending nodes heard while this round formed
+  return change;
 }
 
 void Agent::on_local_failure(Worker& w) {

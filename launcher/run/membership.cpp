@@ -174,4 +174,32 @@ std::optional<RoundPlan> reform_plan(const std::vector<int>& survivors, int old_
   return plan;
 }
 
+RoundPlan restart_plan(const RoundPlan& current, bool dynamic,
+                       const std::optional<rdzv::RendezvousResult>& left) {
+  RoundPlan plan;
+  if (!dynamic) {
+    plan.nodes = current.nodes;
+    plan.node_rank = current.node_rank;
+  }
+  if (left) {
+    plan.previous_round = left->round;
+    plan.previous_node_rank = left->node_rank;
+    plan.previous_round_nodes = left->num_nodes;
+  }
+  return plan;
+}
+
+Budgets budgets_after_join(Budgets own, const rdzv::RendezvousResult& joined) {
+  if (joined.was_pending && joined.restarts_used >= 0 && joined.rescales_used >= 0)
+    return {joined.restarts_used, joined.rescales_used, true};
+  return {std::max(own.restarts_used, joined.restarts_used),
+          std::max(own.rescales_used, joined.rescales_used), false};
+}
+
+RestartChange restart_change(int left_nodes, int joined_nodes, bool elastic) {
+  if (left_nodes > joined_nodes && elastic) return RestartChange::Loss;
+  if (left_nodes > 0 && left_nodes < joined_nodes) return RestartChange::Admit;
+  return RestartChange::None;
+}
+
 }  // namespace ddp::launcher

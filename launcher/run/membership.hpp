@@ -105,6 +105,32 @@ bool renew_loss_verdict_hold(std::chrono::milliseconds late,
 /// (`old_rank`) is not a survivor.
 std::optional<RoundPlan> reform_plan(const std::vector<int>& survivors, int old_rank);
 
+/// The round a restart meets: as configured (c10d: whoever arrives; one of this round's nodes
+/// may be why the workers failed, and gone), except that a static job keeps the ranks of the
+/// round it restarts from (a spare may have replaced a node; its configured rank may be taken).
+/// `left` (the round restarted from, if any) is watched by its leader while its nodes come back.
+RoundPlan restart_plan(const RoundPlan& current, bool dynamic,
+                       const std::optional<rdzv::RendezvousResult>& left);
+
+/// The job's budgets as they stand once this node has joined a round.
+struct Budgets {
+  int restarts_used = 0;
+  int rescales_used = 0;
+  bool published = false;  // taken as the running nodes published them (a pending node's join)
+};
+/// A pending node takes the budgets the running nodes published (its own count holds the
+/// restart whose round went on without it, which they gave back as a membership change: seed
+/// 35); any other node keeps the larger of its own and the published figures (a fast rejoin
+/// after a crash cannot start them afresh).
+Budgets budgets_after_join(Budgets own, const rdzv::RendezvousResult& joined);
+
+/// What the round a restart formed changes in the job's membership. Fewer nodes than the round
+/// it left (elastic): the workers most likely failed because a peer vanished, so the restart
+/// is a membership change: it counts against max_rescales and is given back. More nodes: the
+/// restart admitted pending nodes (admit=restart), a membership change too.
+enum class RestartChange { None, Loss, Admit };
+RestartChange restart_change(int left_nodes, int joined_nodes, bool elastic);
+
 /// What a re-form from `old_nodes` nodes to `survivors` + `admitted` is: "loss", "admit" (every
 /// node stays, newcomers join) or "spare" (a spare replaced a lost node).
 const char* change_kind(size_t old_nodes, size_t survivors, size_t admitted);

@@ -97,6 +97,15 @@ bool offer(std::optional<RunEnd>& end, RunEnd incoming) {
   return true;
 }
 
+NextStep next_step(const std::optional<RunEnd>& end, const AttemptFlags& flags) {
+  if (flags.failure_held) return NextStep::AwaitVerdict;
+  if (flags.quarantined) return NextStep::Leave;
+  if (!end || flags.interrupted) return NextStep::Finish;
+  if (end->kind == RunEndKind::Rescale) return NextStep::Reform;
+  if (restartable(*end) && flags.restarts_used < flags.max_restarts) return NextStep::Restart;
+  return NextStep::Finish;
+}
+
 bool restartable(const RunEnd& end) {
   return end.kind == RunEndKind::WorkerFailed || end.kind == RunEndKind::Hung ||
          end.kind == RunEndKind::JobStopped;

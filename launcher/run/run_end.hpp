@@ -75,6 +75,23 @@ bool offer(std::optional<RunEnd>& end, RunEnd incoming);
 /// signal or an internal error end the run.
 bool restartable(const RunEnd& end);
 
+/// What follows an attempt once its workers are gone (the Agent's after_attempt), in order:
+///  1. AwaitVerdict: a local failure is held for the loss verdict; the verdict ends the attempt.
+///  2. Leave: this node was quarantined (--node-failure-limit); the others re-form without it.
+///  3. Reform: the end is a re-form and ddprun was not interrupted.
+///  4. Restart: a restartable end with restarts left, not interrupted (--no-progress-restarts
+///     may still refuse it: the caller asks the health monitor).
+///  5. Finish: the run ends with the attempt's end (or success).
+enum class NextStep { AwaitVerdict, Leave, Reform, Restart, Finish };
+struct AttemptFlags {
+  bool failure_held = false;
+  bool quarantined = false;
+  bool interrupted = false;
+  int restarts_used = 0;
+  int max_restarts = 0;
+};
+NextStep next_step(const std::optional<RunEnd>& end, const AttemptFlags& flags);
+
 /// Whether a stop broadcast is this node's own (it already acted on it): decided by node rank.
 bool is_own_stop(const StopReason& reason, int this_node_rank);
 

@@ -232,3 +232,55 @@ TEST_CASE(
   CHECK(renew_loss_verdict_hold(milliseconds(4000), interval, kMaxHoldRenewals - 1));
   CHECK_FALSE(renew_loss_verdict_hold(milliseconds(4000), interval, kMaxHoldRenewals));
 }
+
+TEST_CASE("a restart meets as configured; a static job keeps its ranks; the left round is named") {
+  RoundPlan current;
+  current.nodes = 3;
+  current.node_rank = 1;
+  current.join_timeout = std::chrono::milliseconds(500);
+  ddp::rdzv::RendezvousResult left;
+  left.round = 4;
+  left.node_rank = 2;
+  left.num_nodes = 3;
+  const RoundPlan dynamic = restart_plan(current, true, left);
+  CHECK(dynamic.nodes == 0);
+  CHECK(dynamic.node_rank == -1);
+  CHECK(dynamic.join_timeout.count() == 0);
+  CHECK(dynamic.previous_round == 4);
+  CHECK(dynamic.previous_node_rank == 2);
+  CHECK(dynamic.previous_round_nodes == 3);
+  const RoundPlan fixed = restart_plan(current, false, std::nullopt);
+  CHECK(fixed.nodes == 3);
+  CHECK(fixed.node_rank == 1);
+  CHECK(fixed.previous_round == -1);
+  CHECK(fixed.previous_round_nodes == 0);
+}
+
+TEST_CASE("budgets after a join: a pending node takes the published ones, others the larger") {
+  ddp::rdzv::RendezvousResult joined;
+  joined.restarts_used = 1;
+  joined.rescales_used = 2;
+  Budgets b = budgets_after_join({3, 0, false}, joined);
+  CHECK(b.restarts_used == 3);
+  CHECK(b.rescales_used == 2);
+  CHECK_FALSE(b.published);
+  joined.was_pending = true;  // seed 35: its own larger count would leave it a restart short
+  b = budgets_after_join({3, 0, false}, joined);
+  CHECK(b.restarts_used == 1);
+  CHECK(b.rescales_used == 2);
+  CHECK(b.published);
+  joined.rescales_used = -1;  // nothing published: its own count stands
+  b = budgets_after_join({3, 0, false}, joined);
+  CHECK(b.restarts_used == 3);
+  CHECK(b.rescales_used == 0);
+  CHECK_FALSE(b.published);
+}
+
+TEST_CASE("a restart's round with fewer nodes is a loss (elastic), with more an admission") {
+  CHECK(restart_change(3, 2, true) == RestartChange::Loss);
+  CHECK(restart_change(3, 2, false) == RestartChange::None);  // static: the join decides
+  CHECK(restart_change(2, 3, true) == RestartChange::Admit);
+  CHECK(restart_change(2, 3, false) == RestartChange::Admit);
+  CHECK(restart_change(3, 3, true) == RestartChange::None);
+  CHECK(restart_change(0, 3, true) == RestartChange::None);  // no round left (the first one)
+}

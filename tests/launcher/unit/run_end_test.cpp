@@ -147,3 +147,31 @@ TEST_CASE("a hang, here or broadcast by another node (exit 75), is worth a resta
   CHECK(elsewhere.exit_code == 75);
   CHECK(restartable(elsewhere));
 }
+
+TEST_CASE("what follows an attempt: a held failure, quarantine, re-form, restart, the end") {
+  const std::optional<RunEnd> failed = local_failure();
+  const std::optional<RunEnd> none;
+  const std::optional<RunEnd> reform = rescale("lost node 1 (b); re-forming", {0, 2}, 0);
+  const std::optional<RunEnd> lost = loss();
+  AttemptFlags flags{false, false, false, 0, 3};
+  CHECK(next_step(failed, flags) == NextStep::Restart);
+  CHECK(next_step(none, flags) == NextStep::Finish);  // success
+  CHECK(next_step(reform, flags) == NextStep::Reform);
+  CHECK(next_step(lost, flags) == NextStep::Finish);  // a loss no re-form covers ends the run
+  // The restart budget: the last restart is taken, then the failure ends the run.
+  flags.restarts_used = 2;
+  CHECK(next_step(failed, flags) == NextStep::Restart);
+  flags.restarts_used = 3;
+  CHECK(next_step(failed, flags) == NextStep::Finish);
+  CHECK(next_step(reform, flags) == NextStep::Reform);  // re-forms do not spend restarts
+  // Interrupted: neither a restart nor a re-form.
+  flags = AttemptFlags{false, false, true, 0, 3};
+  CHECK(next_step(failed, flags) == NextStep::Finish);
+  CHECK(next_step(reform, flags) == NextStep::Finish);
+  // A quarantined node leaves whatever else holds; a held failure waits before anything.
+  flags = AttemptFlags{false, true, false, 0, 3};
+  CHECK(next_step(failed, flags) == NextStep::Leave);
+  flags.failure_held = true;
+  CHECK(next_step(failed, flags) == NextStep::AwaitVerdict);
+  CHECK(next_step(none, AttemptFlags{true, false, true, 9, 0}) == NextStep::AwaitVerdict);
+}
