@@ -82,6 +82,34 @@ StorePlan plan_store(const LaunchConfig& c) {
   return plan;
 }
 
+namespace {
+
+/// etcd's TLS and user settings, as given together: the first one that is wrong, with the flag
+/// it came from. Sets `etcd.tls` when any member or setting asks for TLS.
+std::optional<std::string> check_etcd_access(EtcdBackend& etcd) {
+  if (etcd.on) {
+    if (etcd.tls_cert.empty() != etcd.tls_key.empty()) {
+      return "--rdzv_conf: etcd_cert and etcd_key go together (this client's certificate and its "
+             "key)";
+    }
+    for (const auto& member : rdzv::etcd::parse_endpoints(etcd.endpoints))
+      etcd.tls = etcd.tls || member.https;
+    etcd.tls = etcd.tls || !etcd.tls_ca.empty() || !etcd.tls_cert.empty();
+    if (etcd.tls) {
+      if (auto wrong =
+              rdzv::etcd::tls_setup_error({true, etcd.tls_ca, etcd.tls_cert, etcd.tls_key}))
+        return "--rdzv_conf: " + *wrong;
+    }
+  }
+  if (etcd.user.empty() != etcd.password.empty()) {
+    return "--rdzv_conf: etcd_user and etcd_password_file go together (etcd's own user and its "
+           "password)";
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 Result<MultiNodeSettings> multinode_settings(const LaunchConfig& c,
                                              const std::optional<std::string>& env_token,
                                              const std::string& node_name) {
@@ -125,27 +153,7 @@ Result<MultiNodeSettings> multinode_settings(const LaunchConfig& c,
     if (auto applied = entry->apply("--rdzv_conf " + key, value, s); !applied)
       return applied.error();
   }
-  if (s.etcd.on) {
-    if (s.etcd.tls_cert.empty() != s.etcd.tls_key.empty()) {
-      return usage(
-          "--rdzv_conf: etcd_cert and etcd_key go together (this client's certificate and its "
-          "key)");
-    }
-    for (const auto& member : rdzv::etcd::parse_endpoints(s.etcd.endpoints))
-      s.etcd.tls = s.etcd.tls || member.https;
-    s.etcd.tls = s.etcd.tls || !s.etcd.tls_ca.empty() || !s.etcd.tls_cert.empty();
-    if (s.etcd.tls) {
-      if (auto wrong =
-              rdzv::etcd::tls_setup_error({true, s.etcd.tls_ca, s.etcd.tls_cert, s.etcd.tls_key})) {
-        return usage("--rdzv_conf: " + *wrong);
-      }
-    }
-  }
-  if (s.etcd.user.empty() != s.etcd.password.empty()) {
-    return usage(
-        "--rdzv_conf: etcd_user and etcd_password_file go together (etcd's own user and its "
-        "password)");
-  }
+  if (auto wrong = check_etcd_access(s.etcd)) return usage(*wrong);
   if (s.heartbeat_interval >= s.heartbeat_timeout) {
     return usage(
         fmt::format("--rdzv_conf: heartbeat_interval ({} ms) must be shorter than "

@@ -196,87 +196,101 @@ void NodeSession::join(int round, const RoundPlan& plan, std::function<void(Join
     busy_ = true;
     monitor_.reset();
     monitor_generation_ = generation;
-    round_ = rdzv::NodeRendezvousOptions{};
-    round_.run_id = settings_.run_id;
-    round_.round = round;
-    round_.token = settings_.token;
-    round_.min_nodes = settings_.min_nodes;
-    round_.max_nodes = settings_.max_nodes;
-    round_.node_rank = settings_.node_rank;
-    round_.local_world_size = settings_.local_world_size;
-    round_.node_name = settings_.node_name;
-    round_.join_timeout = settings_.join_timeout;
-    round_.must_agree = settings_.must_agree;
-    round_.leader_timeout = settings_.refused_timeout;
-    round_.last_call_timeout = settings_.last_call_timeout;
-    if (plan.nodes > 0) {  // a re-form: exactly these nodes, in this order
-      round_.min_nodes = round_.max_nodes = plan.nodes;
-      round_.node_rank = plan.node_rank;
-    }
-    if (plan.join_timeout.count() > 0) round_.join_timeout = plan.join_timeout;
-    round_.previous_round = plan.previous_round;
-    round_.survivors_previous_ranks = plan.survivors_previous_ranks;
-    round_.survivor_heartbeat_timeout = settings_.heartbeat_timeout;
-    round_.previous_node_rank = plan.previous_node_rank;
-    round_.previous_round_nodes = plan.previous_round_nodes;
-    // c10d: a join that finds its round closed (the job runs without this node) waits to be
-    // admitted instead of failing.
-    round_.may_wait_pending = (settings_.dynamic || settings_.spares) && plan.nodes == 0;
-    round_.pending_heartbeat = std::min<std::chrono::milliseconds>(settings_.heartbeat_interval,
-                                                                   std::chrono::milliseconds(500));
-    round_.excluded_hosts = settings_.excluded_hosts;
-    round_.default_id_command = settings_.default_id_command;
-    if (client_) {  // this node took part before: the job's counts are its own
-      round_.restarts_used = plan.restarts_used;
-      round_.rescales_used = plan.rescales_used;
-    }
-    round_.on_waiting = [this](const std::string& role) {
-      on_loop([this, role] {
-        if (events_.on_waiting) events_.on_waiting(role);
-      });
-    };
-    round_.on_warning = [this](const std::string& text) {
-      on_loop([this, text] {
-        if (events_.on_warning) events_.on_warning(text);
-      });
-    };
-    round_.on_join_progress = [this](std::chrono::milliseconds waited, const std::string& status) {
-      on_loop([this, waited, status] {
-        if (events_.on_join_progress) events_.on_join_progress(waited, status);
-      });
-    };
-    JoinResult result;
-    try {
-      rdzv::StoreClientOptions joining = store_;
-      joining.connect_timeout = round_.join_timeout;
-      joining.timeout = round_.join_timeout + settings_.read_timeout;
-      joining.refused_timeout = settings_.refused_timeout;
-      joined_ = rdzv::join_rendezvous(joining, round_);
-      round_.round = joined_->round;  // a pending node joins the round it was invited to
-      if (!client_) open_client();
-      start_monitor();
-      // torch 2.x workers do not prefix their keys per attempt: the last attempt's must go first.
-      rdzv::clear_previous_attempt(*client_, round_, *joined_, round_.join_timeout);
-      result = *joined_;
-    } catch (const rdzv::RoundMembersLostError& e) {
-      monitor_.reset();
-      joined_.reset();
-      result = NodeLoss{e.what(), std::nullopt};
-    } catch (const std::exception& e) {
-      monitor_.reset();
-      joined_.reset();
-      result = std::string(e.what());
-      if (dynamic_cast<const rdzv::StoreConnectError*>(&e) ||
-          dynamic_cast<const rdzv::StoreRefusedError*>(&e)) {
-        NodeLoss loss{fmt::format("lost the store at {}:{} (node 0 gone?): {}", store_.host,
-                                  store_.port, e.what()),
-                      std::nullopt};
-        on_loop([this, loss] { events_.on_lost(loss); });
-      }
-    }
+    round_ = round_options(round, plan);
+    forward_round_news();
+    JoinResult result = join_round();
     busy_ = false;
     on_loop([done, result] { done(result); });
   });
+}
+
+rdzv::NodeRendezvousOptions NodeSession::round_options(int round, const RoundPlan& plan) const {
+  rdzv::NodeRendezvousOptions options;
+  options.run_id = settings_.run_id;
+  options.round = round;
+  options.token = settings_.token;
+  options.min_nodes = settings_.min_nodes;
+  options.max_nodes = settings_.max_nodes;
+  options.node_rank = settings_.node_rank;
+  options.local_world_size = settings_.local_world_size;
+  options.node_name = settings_.node_name;
+  options.join_timeout = settings_.join_timeout;
+  options.must_agree = settings_.must_agree;
+  options.leader_timeout = settings_.refused_timeout;
+  options.last_call_timeout = settings_.last_call_timeout;
+  if (plan.nodes > 0) {  // a re-form: exactly these nodes, in this order
+    options.min_nodes = options.max_nodes = plan.nodes;
+    options.node_rank = plan.node_rank;
+  }
+  if (plan.join_timeout.count() > 0) options.join_timeout = plan.join_timeout;
+  options.previous_round = plan.previous_round;
+  options.survivors_previous_ranks = plan.survivors_previous_ranks;
+  options.survivor_heartbeat_timeout = settings_.heartbeat_timeout;
+  options.previous_node_rank = plan.previous_node_rank;
+  options.previous_round_nodes = plan.previous_round_nodes;
+  // c10d: a join that finds its round closed (the job runs without this node) waits to be
+  // admitted instead of failing.
+  options.may_wait_pending = (settings_.dynamic || settings_.spares) && plan.nodes == 0;
+  options.pending_heartbeat = std::min<std::chrono::milliseconds>(settings_.heartbeat_interval,
+                                                                  std::chrono::milliseconds(500));
+  options.excluded_hosts = settings_.excluded_hosts;
+  options.default_id_command = settings_.default_id_command;
+  if (client_) {  // this node took part before: the job's counts are its own
+    options.restarts_used = plan.restarts_used;
+    options.rescales_used = plan.rescales_used;
+  }
+  return options;
+}
+
+void NodeSession::forward_round_news() {
+  round_.on_waiting = [this](const std::string& role) {
+    on_loop([this, role] {
+      if (events_.on_waiting) events_.on_waiting(role);
+    });
+  };
+  round_.on_warning = [this](const std::string& text) {
+    on_loop([this, text] {
+      if (events_.on_warning) events_.on_warning(text);
+    });
+  };
+  round_.on_join_progress = [this](std::chrono::milliseconds waited, const std::string& status) {
+    on_loop([this, waited, status] {
+      if (events_.on_join_progress) events_.on_join_progress(waited, status);
+    });
+  };
+}
+
+NodeSession::JoinResult NodeSession::join_round() {
+  JoinResult result;
+  try {
+    rdzv::StoreClientOptions joining = store_;
+    joining.connect_timeout = round_.join_timeout;
+    joining.timeout = round_.join_timeout + settings_.read_timeout;
+    joining.refused_timeout = settings_.refused_timeout;
+    joined_ = rdzv::join_rendezvous(joining, round_);
+    round_.round = joined_->round;  // a pending node joins the round it was invited to
+    if (!client_) open_client();
+    start_monitor();
+    // torch 2.x workers do not prefix their keys per attempt: the last attempt's must go first.
+    rdzv::clear_previous_attempt(*client_, round_, *joined_, round_.join_timeout);
+    result = *joined_;
+  } catch (const rdzv::RoundMembersLostError& e) {
+    monitor_.reset();
+    joined_.reset();
+    result = NodeLoss{e.what(), std::nullopt};
+  } catch (const std::exception& e) {
+    monitor_.reset();
+    joined_.reset();
+    result = std::string(e.what());
+    if (dynamic_cast<const rdzv::StoreConnectError*>(&e) ||
+        dynamic_cast<const rdzv::StoreRefusedError*>(&e)) {
+      NodeLoss loss{fmt::format("lost the store at {}:{} (node 0 gone?): {}", store_.host,
+                                store_.port, e.what()),
+                    std::nullopt};
+      on_loop([this, loss] { events_.on_lost(loss); });
+    }
+  }
+  return result;
 }
 
 void NodeSession::broadcast_stop(const StopReason& reason) {

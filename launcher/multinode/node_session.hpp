@@ -64,6 +64,14 @@ class NodeSession final : public JobRendezvous {
  private:
   void on_loop(std::function<void()> f);
   /// The client of the exit barrier and leave, on store_ (rendezvous thread).
+  /// The rendezvous options of `round`: the job's settings, pinned by `plan` (a re-form's nodes
+  /// and order, a restart's previous round). Pure over the settings and whether this node has
+  /// taken part before (its budgets are then published).
+  rdzv::NodeRendezvousOptions round_options(int round, const RoundPlan& plan) const;
+  /// The round's news during the join (waiting, warnings, progress), handed to the Agent's loop.
+  void forward_round_news();
+  /// Joins round_ (on the session's thread): the round, a loss of its nodes, or the error.
+  JoinResult join_round();
   void open_client();
   /// Heartbeats and watching the round's nodes on store_ (rendezvous thread; joined_ is set).
   void start_monitor();
