@@ -188,106 +188,113 @@ SharedMemoryAllReduce::SharedMemoryAllReduce(int rank, int world_size, std::size
   // Peers check each other's liveness by pid while they wait for one another's keys.
   rendezvous.set(kKeyPrefix + "pid/" + std::to_string(rank_),
                  pid_scope() + " " + std::to_string(::getpid()));
-
-  // The name stays linked only between creation and the verdict: every path out unlinks it.
-  std::string name;
-  struct UnlinkOnExit {
-    std::string& name;
-    bool owner;
-    ~UnlinkOnExit() {
-      if (owner && !name.empty()) ::shm_unlink(name.c_str());
-    }
-  } unlink_on_exit{name, rank_ == 0};
-  std::string problem;  // this rank's reason why it cannot share the segment
   // A constructor that throws runs no destructor: unmap here unless setup succeeded.
   struct UnmapUnlessShared {
     SharedMemoryAllReduce& self;
     bool shared = false;
     ~UnmapUnlessShared() {
-      if (!shared && self.base_ != nullptr) ::munmap(self.base_, self.mapped_bytes_);
-      if (!shared) self.base_ = nullptr;
+      if (!shared) self.unmap();
     }
   } unmap_unless_shared{*this};
-  auto map_segment = [&](int fd) {
-    base_ = ::mmap(nullptr, mapped_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (base_ == MAP_FAILED) {
-      base_ = nullptr;
-      problem = "mmap(" + name + "): " + errno_text();
-      return;
-    }
-    layout_ = static_cast<Layout*>(base_);
-  };
-
-  if (rank_ == 0) {
-    reclaim_stale_segments();
-    // The tag names the job; pid namespace and pid let a later run reclaim it, the random
-    // suffix keeps two jobs on one host apart.
-    std::random_device random;
-    name = "/" + kSegmentPrefix + tag + "-" + pid_namespace() + "-" + std::to_string(::getpid()) +
-           "-" + std::to_string(random() % 1000000);
-    const int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-    if (fd < 0) {
-      problem = "shm_open(" + name + "): " + errno_text();
-      name.clear();
-    } else {
-      if (::ftruncate(fd, static_cast<off_t>(mapped_bytes_)) != 0) {
-        problem = "ftruncate(" + name + "): " + errno_text();
-      } else {
-        map_segment(fd);
-      }
-      ::close(fd);
-    }
-    if (problem.empty()) {
-      // ftruncate zero-fills: all atomics start at 0; the rest is plain data.
-      layout_->header.magic = kMagic;
-      layout_->header.world_size = static_cast<std::uint32_t>(world_size_);
-      layout_->header.slot_bytes = slot_bytes_;
-      layout_->flag(0).pid = static_cast<std::int32_t>(::getpid());
-    }
-    // "!" marks a failure: the others then skip mapping and wait for the verdict.
-    rendezvous.set(kKeyPrefix + "name", problem.empty() ? name : "!" + problem);
-    std::string verdict = problem.empty() ? "ok" : "rank 0: " + problem;
-    for (int peer = 1; peer < world_size_; ++peer) {
-      const std::string status =
-          wait_for_key(rendezvous, kKeyPrefix + "mapped/" + std::to_string(peer), peer);
-      if (status != "ok" && verdict == "ok")
-        verdict = "rank " + std::to_string(peer) + ": " + status;
-    }
-    if (!name.empty()) ::shm_unlink(name.c_str());  // every rank has reported: nothing stays behind
-    name.clear();
-    rendezvous.set(kKeyPrefix + "verdict", verdict);
-    if (verdict != "ok") throw ShmUnavailable("shared-memory all-reduce unavailable: " + verdict);
-    unmap_unless_shared.shared = true;
-    return;
-  }
-
-  const std::string published = wait_for_key(rendezvous, kKeyPrefix + "name", 0);
-  if (published.empty() || published[0] == '!') {
-    problem = "rank 0 created no segment";
-  } else {
-    const int fd = ::shm_open(published.c_str(), O_RDWR, 0600);
-    if (fd < 0) {
-      problem = "shm_open(" + published + "): " + errno_text() + " (not on rank 0's host?)";
-    } else {
-      struct stat info {};
-      if (::fstat(fd, &info) != 0 || static_cast<std::size_t>(info.st_size) < mapped_bytes_) {
-        problem = "segment " + published + " is smaller than expected";
-      } else {
-        map_segment(fd);
-      }
-      ::close(fd);
-    }
-    if (problem.empty() &&
-        (layout_->header.magic != kMagic ||
-         layout_->header.world_size != static_cast<std::uint32_t>(world_size_))) {
-      problem = "segment " + published + " does not match this job";
-    }
-    if (problem.empty()) layout_->flag(rank_).pid = static_cast<std::int32_t>(::getpid());
-  }
-  rendezvous.set(kKeyPrefix + "mapped/" + std::to_string(rank_), problem.empty() ? "ok" : problem);
-  const std::string verdict = wait_for_key(rendezvous, kKeyPrefix + "verdict", 0);
+  const std::string verdict = rank_ == 0 ? host_segment(tag, rendezvous) : join_segment(rendezvous);
   if (verdict != "ok") throw ShmUnavailable("shared-memory all-reduce unavailable: " + verdict);
   unmap_unless_shared.shared = true;
+}
+
+void SharedMemoryAllReduce::unmap() {
+  if (base_ != nullptr) ::munmap(base_, mapped_bytes_);
+  base_ = nullptr;
+  layout_ = nullptr;
+}
+
+std::string SharedMemoryAllReduce::map_segment(int fd, const std::string& name) {
+  base_ = ::mmap(nullptr, mapped_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (base_ == MAP_FAILED) {
+    base_ = nullptr;
+    return "mmap(" + name + "): " + errno_text();
+  }
+  layout_ = static_cast<Layout*>(base_);
+  return {};
+}
+
+std::string SharedMemoryAllReduce::create_segment(std::string& name) {
+  const int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd < 0) {
+    std::string problem = "shm_open(" + name + "): " + errno_text();
+    name.clear();  // nothing was created: nothing to unlink, nor to publish
+    return problem;
+  }
+  std::string problem;
+  if (::ftruncate(fd, static_cast<off_t>(mapped_bytes_)) != 0) {
+    problem = "ftruncate(" + name + "): " + errno_text();
+  } else {
+    problem = map_segment(fd, name);
+  }
+  ::close(fd);
+  if (problem.empty()) {
+    // ftruncate zero-fills: all atomics start at 0; the rest is plain data.
+    layout_->header.magic = kMagic;
+    layout_->header.world_size = static_cast<std::uint32_t>(world_size_);
+    layout_->header.slot_bytes = slot_bytes_;
+    layout_->flag(0).pid = static_cast<std::int32_t>(::getpid());
+  }
+  return problem;
+}
+
+std::string SharedMemoryAllReduce::host_segment(const std::string& tag,
+                                                const Rendezvous& rendezvous) {
+  reclaim_stale_segments();
+  // The tag names the job; pid namespace and pid let a later run reclaim it, the random suffix
+  // keeps two jobs on one host apart.
+  std::random_device random;
+  std::string name = "/" + kSegmentPrefix + tag + "-" + pid_namespace() + "-" +
+                     std::to_string(::getpid()) + "-" + std::to_string(random() % 1000000);
+  // The name stays linked only between creation and the verdict: every path out unlinks it.
+  struct UnlinkOnExit {
+    std::string& name;
+    ~UnlinkOnExit() {
+      if (!name.empty()) ::shm_unlink(name.c_str());
+    }
+  } unlink_on_exit{name};
+  const std::string problem = create_segment(name);
+  // "!" marks a failure: the others then skip mapping and wait for the verdict.
+  rendezvous.set(kKeyPrefix + "name", problem.empty() ? name : "!" + problem);
+  std::string verdict = problem.empty() ? "ok" : "rank 0: " + problem;
+  for (int peer = 1; peer < world_size_; ++peer) {
+    const std::string status =
+        wait_for_key(rendezvous, kKeyPrefix + "mapped/" + std::to_string(peer), peer);
+    if (status != "ok" && verdict == "ok") verdict = "rank " + std::to_string(peer) + ": " + status;
+  }
+  if (!name.empty()) ::shm_unlink(name.c_str());  // every rank has reported: nothing stays behind
+  name.clear();
+  rendezvous.set(kKeyPrefix + "verdict", verdict);
+  return verdict;
+}
+
+std::string SharedMemoryAllReduce::attach_segment(const std::string& published) {
+  if (published.empty() || published[0] == '!') return "rank 0 created no segment";
+  const int fd = ::shm_open(published.c_str(), O_RDWR, 0600);
+  if (fd < 0) return "shm_open(" + published + "): " + errno_text() + " (not on rank 0's host?)";
+  std::string problem;
+  struct stat info {};
+  if (::fstat(fd, &info) != 0 || static_cast<std::size_t>(info.st_size) < mapped_bytes_) {
+    problem = "segment " + published + " is smaller than expected";
+  } else {
+    problem = map_segment(fd, published);
+  }
+  ::close(fd);
+  if (problem.empty() && (layout_->header.magic != kMagic ||
+                          layout_->header.world_size != static_cast<std::uint32_t>(world_size_))) {
+    problem = "segment " + published + " does not match this job";
+  }
+  if (problem.empty()) layout_->flag(rank_).pid = static_cast<std::int32_t>(::getpid());
+  return problem;
+}
+
+std::string SharedMemoryAllReduce::join_segment(const Rendezvous& rendezvous) {
+  const std::string problem = attach_segment(wait_for_key(rendezvous, kKeyPrefix + "name", 0));
+  rendezvous.set(kKeyPrefix + "mapped/" + std::to_string(rank_), problem.empty() ? "ok" : problem);
+  return wait_for_key(rendezvous, kKeyPrefix + "verdict", 0);
 }
 
 SharedMemoryAllReduce::~SharedMemoryAllReduce() {

@@ -82,6 +82,19 @@ class SharedMemoryAllReduce {
 
  private:
   struct Layout;
+  /// Rank 0: creates, maps and initialises the segment, publishes its name, collects every
+  /// rank's report and publishes the verdict ("ok" or the first problem), which it returns.
+  std::string host_segment(const std::string& tag, const Rendezvous& rendezvous);
+  /// Other ranks: map the published segment, report, and return rank 0's verdict.
+  std::string join_segment(const Rendezvous& rendezvous);
+  /// shm_open + ftruncate + mmap of a new segment `name`; the problem ("" when none). `name`
+  /// is cleared when nothing was created.
+  std::string create_segment(std::string& name);
+  /// Maps the segment rank 0 published and checks it is this job's; the problem ("" when none).
+  std::string attach_segment(const std::string& published);
+  /// Maps `fd` (`name` for the message); the problem ("" when none).
+  std::string map_segment(int fd, const std::string& name);
+  void unmap();
   void wait_for_all(std::uint64_t target);
   void check_peer(int peer, std::uint64_t target,
                   std::chrono::steady_clock::time_point started) const;
