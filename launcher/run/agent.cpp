@@ -744,6 +744,8 @@ void Agent::after_attempt() {
     phase_ = Phase::Awaiting;
     return;
   }
+  if (end_ && !history_.empty() && history_.back().attempt == attempt_)
+    history_.back().cause = end_->text;  // decided now (a held failure waited for the verdict)
   note_attempt_cause();
   if (quarantined_) {  // the others re-form without this node
     finish_run();

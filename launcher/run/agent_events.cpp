@@ -5,6 +5,10 @@
 
 namespace ddp::launcher {
 
+namespace {
+constexpr size_t kSummaryTraceback = 16384;  // the last bytes of a worker's traceback
+}  // namespace
+
 nlohmann::json exit_status_fields(const ExitStatus& s) {
   nlohmann::json j;
   if (s.kind == ExitStatus::Kind::Exited) {
@@ -88,11 +92,19 @@ nlohmann::json summary_fields(int exit_code, const std::vector<AttemptOutcome>& 
                  {"pid", w.pid},
                  {"terminated_by_ddprun", w.terminated_by_ddprun},
                  {"oom_killed", w.oom_killed}});
-      if (w.error_info) jw["error_message"] = w.error_info->message;
+      if (w.error_info) {
+        jw["error_message"] = w.error_info->message;
+        // The raising frame is at the end; the error file's size is bounded by the reader.
+        const std::string& tb = w.error_info->traceback;
+        if (!tb.empty())
+          jw["error_traceback"] =
+              tb.size() <= kSummaryTraceback ? tb : tb.substr(tb.size() - kSummaryTraceback);
+      }
       workers.push_back(jw);
     }
     nlohmann::json ja{{"attempt", a.attempt}, {"workers", workers}};
     if (a.root_cause) ja["root_cause_rank"] = a.workers[*a.root_cause].rank;
+    if (!a.cause.empty()) ja["cause"] = a.cause;
     all.push_back(ja);
   }
   nlohmann::json fields{{"exit_code", exit_code}, {"attempts", all}};
