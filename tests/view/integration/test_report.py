@@ -12,6 +12,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "launcher", "integration"))
 from harness import DDPRUN, main, run  # noqa: E402
 import cdp  # noqa: E402
+import test_multinode as mn  # noqa: E402
 
 ARTEFACTS = os.environ.get("VIEW_ARTEFACTS", os.getcwd())
 
@@ -250,6 +251,49 @@ def test_report_groups_the_ranks_a_failure_stopped_under_it(tmp):
     else:
         assert '<span class="root" data-rank="1">' in html, html
         assert '<li class="consequence" data-rank="0">' in html, html
+
+
+TWO_NODES = r"""import json, os, sys, time
+if os.environ["TORCHELASTIC_RESTART_COUNT"] == "0":
+    if os.environ["RANK"] == "3":
+        time.sleep(1)
+        with open(os.environ["TORCHELASTIC_ERROR_FILE"], "w") as f:
+            json.dump({"message": {"message": "ValueError: loss is NaN",
+                                   "extraInfo": {"py_callstack": "Traceback: line 5",
+                                                 "timestamp": "1"}}}, f)
+        sys.exit(3)
+    time.sleep(30)
+"""
+
+
+def test_report_of_two_nodes_names_the_other_nodes_rank(tmp):
+    """Two static nodes of 2 ranks: rank 3 (node 1) fails in attempt 0, the job recovers. Node 1's
+    report: rank 3 with its message, rank 2 stopped because of it. Node 0's: the cause in the
+    decision's words (node 1's rank 3; the summary event's per-attempt `cause`), its ranks 0 and
+    1 stopped because of it."""
+    port = mn.free_port()
+    w = script(tmp, "two.py", TWO_NODES)
+    nodes = [mn.Node(tmp, f"node{k}", ["--nnodes", 2, "--node_rank", k, "--nproc_per_node", 2,
+                                      "--master_addr", "127.0.0.1", "--master_port", port,
+                                      "--max-restarts", 1, "--rdzv_conf", mn.FAST, w])
+             for k in (0, 1)]
+    rcs = [n.wait(90) for n in nodes]
+    assert rcs == [0, 0], nodes
+    one = report(nodes[1].events, "--format", "md").stdout
+    order = ["- attempt 0: rank 3 (local rank 1) exited with code 3 (root cause)\n",
+             "  ValueError: loss is NaN\n", "  stopped because of rank 3:\n\n",
+             "  - rank 2 (local rank 0) was killed by SIGTERM (stopped by ddprun)\n"]
+    at = [one.find(o) for o in order]
+    assert all(a >= 0 for a in at) and at == sorted(at), (at, one)
+    zero = report(nodes[0].events, "--format", "md").stdout
+    head = zero.find("- attempt 0: node 1 (")
+    under = zero.find("  stopped because of node 1 (")
+    assert 0 <= head < under, zero
+    assert "rank 3" in zero[head:zero.find("\n", head)], zero
+    for rank in (0, 1):
+        line = f"  - rank {rank} (local rank {rank}) was killed by SIGTERM (stopped by ddprun)\n"
+        assert zero.find(line) > under, (line, zero)
+    assert "- attempt 1" not in zero and "- attempt 1" not in one, (zero, one)
 
 
 def test_report_memory_is_bounded_whatever_the_file_size(tmp):
