@@ -3,10 +3,15 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace ddp::launcher {
 
 namespace {
 constexpr size_t kSummaryTraceback = 16384;  // the last bytes of a worker's traceback
+// Of all the other workers' tracebacks together (a collective error raised on every rank): the
+// summary stays one line a reader takes whole (`ddprun report` refuses lines over 16 MiB).
+constexpr size_t kSummaryTracebacks = 1u << 20;
 }  // namespace
 
 nlohmann::json exit_status_fields(const ExitStatus& s) {
@@ -83,9 +88,11 @@ std::string rescale_text(const RescaleRecord& c) {
 nlohmann::json summary_fields(int exit_code, const std::vector<AttemptOutcome>& attempts,
                               const std::optional<RunEnd>& end, const std::string& job_root_cause) {
   nlohmann::json all = nlohmann::json::array();
+  size_t traceback_room = kSummaryTracebacks;
   for (const auto& a : attempts) {
     nlohmann::json workers = nlohmann::json::array();
     for (const auto& w : a.workers) {
+      const bool is_cause = a.root_cause && &w == &a.workers[*a.root_cause];
       nlohmann::json jw = w.status ? exit_status_fields(*w.status) : nlohmann::json::object();
       jw.update({{"rank", w.rank},
                  {"local_rank", w.local_rank},
@@ -96,9 +103,12 @@ nlohmann::json summary_fields(int exit_code, const std::vector<AttemptOutcome>& 
         jw["error_message"] = w.error_info->message;
         // The raising frame is at the end; the error file's size is bounded by the reader.
         const std::string& tb = w.error_info->traceback;
-        if (!tb.empty())
-          jw["error_traceback"] =
-              tb.size() <= kSummaryTraceback ? tb : tb.substr(tb.size() - kSummaryTraceback);
+        // The root cause's always; the others' while the room lasts.
+        const size_t keep = std::min(tb.size(), kSummaryTraceback);
+        if (keep > 0 && (is_cause || keep <= traceback_room)) {
+          jw["error_traceback"] = tb.substr(tb.size() - keep);
+          if (!is_cause) traceback_room -= keep;
+        }
       }
       workers.push_back(jw);
     }
