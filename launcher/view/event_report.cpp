@@ -393,6 +393,7 @@ Result<JobReport> ReportBuilder::finish() {
   r.attempt_failures = group_attempts(attempts_);
   const size_t failed_attempts = r.attempt_failures.size();
   if (r.attempt_failures.size() > 2 * kReportKeep) {  // the first and the last are shown
+    r.attempt_failures_left_out = r.attempt_failures.size() - 2 * kReportKeep;
     r.attempt_failures.erase(r.attempt_failures.begin() + static_cast<long>(kReportKeep),
                              r.attempt_failures.end() - static_cast<long>(kReportKeep));
   }

@@ -150,6 +150,7 @@ struct JobReport {
   size_t event_count = 0;
   Kept<RankRun> runs;
   std::vector<AttemptFailure> attempt_failures;  // group_attempts(), oldest first (bounded)
+  size_t attempt_failures_left_out = 0;          // between the first and the last kReportKeep
   Kept<nlohmann::json> failures;                 // worker_exit not 0 and not stopped by ddprun
   Kept<nlohmann::json> membership;               // node_lost, rescale, spare, pending, excluded
   Kept<nlohmann::json> hangs;                    // hang, stacks_saved, timer_expired, straggler

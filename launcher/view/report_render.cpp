@@ -244,7 +244,11 @@ std::string stopped_html(const AttemptFailure& f) {
 
 std::string attempt_failures_html(const JobReport& r) {
   std::string out;
-  for (const auto& f : r.attempt_failures) {
+  for (size_t i = 0; i < r.attempt_failures.size(); ++i) {
+    const AttemptFailure& f = r.attempt_failures[i];
+    if (i == kReportKeep && r.attempt_failures_left_out > 0)
+      out +=
+          fmt::format("<p class=\"left-out\">{}</p>", left_out_text(r.attempt_failures_left_out));
     out += fmt::format("<div class=\"attempt-failure\" data-attempt=\"{}\"><p><b>attempt {}</b>: ",
                        f.attempt, f.attempt);
     if (f.root) {
@@ -264,7 +268,10 @@ std::string attempt_failures_html(const JobReport& r) {
 
 std::string attempt_failures_md(const JobReport& r) {
   std::string m = "### Failed attempts\n\n";
-  for (const auto& f : r.attempt_failures) {
+  for (size_t i = 0; i < r.attempt_failures.size(); ++i) {
+    const AttemptFailure& f = r.attempt_failures[i];
+    if (i == kReportKeep && r.attempt_failures_left_out > 0)
+      m += fmt::format("- {}\n", left_out_text(r.attempt_failures_left_out));
     if (f.root) {
       m += fmt::format("- attempt {}: {} (root cause)\n", f.attempt, md_cell(end_line(*f.root)));
       if (!f.root->message.empty()) m += "\n  ```\n  " + indented(f.root->message) + "\n  ```\n";

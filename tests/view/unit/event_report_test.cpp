@@ -166,6 +166,13 @@ TEST_CASE("the lists a report keeps are bounded: the first and the last, and a c
   CHECK(r->runs.size() == 2 * kReportKeep);
   CHECK(r->runs.total() == 5000);
   CHECK(r->runs[2 * kReportKeep - 1].exit == "1");  // the last run's exit found its run
+  // Every attempt failed: the first and the last 1,000 grouped, the count of the others between.
+  REQUIRE(r->attempt_failures.size() == 2 * kReportKeep);
+  CHECK(r->attempt_failures_left_out == 3000);
+  CHECK(r->attempt_failures[kReportKeep].attempt == 4000);
+  const auto md = report_markdown(*r, "e");
+  CHECK(md.find("- attempt 999: rank 0 (local rank ?) exited with code 1 (root cause)\n- ... 3000 "
+                "more left out") != std::string::npos);
   CHECK(report_markdown(*r, "e").find("left out of the report") != std::string::npos);
 }
 
