@@ -743,7 +743,11 @@ void Agent::after_attempt() {
   const NextStep step =
       next_step(end_, AttemptFlags{held_failure_.has_value(), quarantined_, interrupted_,
                                    restarts_used_, setup_.config.max_restarts});
-  if (step != NextStep::AwaitVerdict) note_attempt_cause();
+  if (step != NextStep::AwaitVerdict) {
+    if (end_ && !history_.empty() && history_.back().attempt == attempt_)
+      history_.back().cause = end_->text;  // decided now (a held failure waited for the verdict)
+    note_attempt_cause();
+  }
   switch (step) {
     case NextStep::AwaitVerdict:
       phase_ = Phase::Awaiting;

@@ -3,7 +3,16 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace ddp::launcher {
+
+namespace {
+constexpr size_t kSummaryTraceback = 16384;  // the last bytes of a worker's traceback
+// Of all the other workers' tracebacks together (a collective error raised on every rank): the
+// summary stays one line a reader takes whole (`ddprun report` refuses lines over 16 MiB).
+constexpr size_t kSummaryTracebacks = 1u << 20;
+}  // namespace
 
 nlohmann::json exit_status_fields(const ExitStatus& s) {
   nlohmann::json j;
@@ -79,20 +88,33 @@ std::string rescale_text(const RescaleRecord& c) {
 nlohmann::json summary_fields(int exit_code, const std::vector<AttemptOutcome>& attempts,
                               const std::optional<RunEnd>& end, const std::string& job_root_cause) {
   nlohmann::json all = nlohmann::json::array();
+  size_t traceback_room = kSummaryTracebacks;
   for (const auto& a : attempts) {
     nlohmann::json workers = nlohmann::json::array();
     for (const auto& w : a.workers) {
+      const bool is_cause = a.root_cause && &w == &a.workers[*a.root_cause];
       nlohmann::json jw = w.status ? exit_status_fields(*w.status) : nlohmann::json::object();
       jw.update({{"rank", w.rank},
                  {"local_rank", w.local_rank},
                  {"pid", w.pid},
                  {"terminated_by_ddprun", w.terminated_by_ddprun},
                  {"oom_killed", w.oom_killed}});
-      if (w.error_info) jw["error_message"] = w.error_info->message;
+      if (w.error_info) {
+        jw["error_message"] = w.error_info->message;
+        // The raising frame is at the end; the error file's size is bounded by the reader.
+        const std::string& tb = w.error_info->traceback;
+        // The root cause's always; the others' while the room lasts.
+        const size_t keep = std::min(tb.size(), kSummaryTraceback);
+        if (keep > 0 && (is_cause || keep <= traceback_room)) {
+          jw["error_traceback"] = tb.substr(tb.size() - keep);
+          if (!is_cause) traceback_room -= keep;
+        }
+      }
       workers.push_back(jw);
     }
     nlohmann::json ja{{"attempt", a.attempt}, {"workers", workers}};
     if (a.root_cause) ja["root_cause_rank"] = a.workers[*a.root_cause].rank;
+    if (!a.cause.empty()) ja["cause"] = a.cause;
     all.push_back(ja);
   }
   nlohmann::json fields{{"exit_code", exit_code}, {"attempts", all}};

@@ -49,6 +49,9 @@ struct AttemptOutcome {
   int attempt = 0;
   std::vector<WorkerOutcome> workers;
   std::optional<size_t> root_cause;  // index into workers
+  /// Why the attempt ended, one line (the RunEnd's text: "rank 3 failed with exit code 1",
+  /// "node 1 (host-b): rank 3 ..."); empty when it ended well. The `summary` event's "cause".
+  std::string cause;
 };
 
 struct RunSummaryInput {

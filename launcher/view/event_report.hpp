@@ -89,17 +89,51 @@ struct RankRun {
   bool oom_killed = false;
 };
 
-/// An attempt's failure as the summary tells it (the worker the attempt's root cause names).
+/// A rank's end in one attempt, as the report groups it (worker_exit, the summary's workers).
+struct RankEnd {
+  int rank = 0;
+  std::string local_rank;  // "" when not known
+  std::string exit;        // "3", "SIGTERM"; "" when no exit is in the events
+  bool stopped_by_ddprun = false;
+  bool oom_killed = false;
+  double time = 0;        // its worker_exit's (0: none)
+  std::string message;    // its error file's message, "" when none
+  std::string traceback;  // its error file's traceback (the end kept), "" when none
+  /// "exited with code 3", "was killed by SIGKILL", "has no exit in the events".
+  std::string how() const;
+};
+
+/// What the events say about one attempt's ends: the input of group_attempts().
+struct AttemptRecord {
+  int attempt = 0;
+  /// The rank the attempt's decision names (the summary's root_cause_rank, else the restart's
+  /// failed_rank); none when the cause was no rank of this node (another node, a hang, a signal).
+  std::optional<int> cause_rank;
+  std::string cause;          // the attempt's end in words (summary "cause", restart's)
+  std::vector<RankEnd> ends;  // the ranks that did not end well, or have a message (bounded)
+  size_t ends_left_out = 0;   // not kept (a hostile number of ranks)
+};
+
+/// An attempt's failure: its root cause first, then the other ranks' ends under it.
 struct AttemptFailure {
   int attempt = 0;
-  int rank = 0;
-  std::string local_rank;
-  std::string how;  // "exited with code 3", "was killed by SIGKILL"
-  bool oom_killed = false;
-  std::string message;  // the worker's error file, "" when none
-  std::string traceback;
-  std::string text() const;  // one line
+  std::optional<RankEnd> root;   // the root cause when it is a rank of this node
+  std::string cause;             // the cause in words (the only words when `root` is empty)
+  std::vector<RankEnd> stopped;  // stopped by ddprun or failed after the root cause, by rank
+  size_t stopped_left_out = 0;
+  /// One line: "rank 1 (local rank 1, attempt 0) exited with code 3: ValueError: bad batch".
+  std::string text() const;
+  /// Whom the others stopped because of: "rank 2", else the cause's words.
+  std::string because() const;
 };
+
+/// The one grouping rule of the views (docs/health.md, "Root cause first"), per attempt: the
+/// rank the attempt's decision names is its root cause (with no decision in the events, the
+/// rank that failed on its own first, ddprun's own rule); every other rank that ddprun stopped
+/// or that failed (rank_end(): Stopped or Failed) is under it, "stopped because of" it.
+/// Oldest attempt first whatever the file's order; an attempt with no cause and no rank that
+/// stopped or failed is no failure and is left out.
+std::vector<AttemptFailure> group_attempts(const std::map<int, AttemptRecord>& attempts);
 
 struct JobReport {
   std::string run_id;
@@ -115,7 +149,8 @@ struct JobReport {
   int attempts = 0;
   size_t event_count = 0;
   Kept<RankRun> runs;
-  std::vector<AttemptFailure> attempt_failures;  // from the summary, oldest first (bounded)
+  std::vector<AttemptFailure> attempt_failures;  // group_attempts(), oldest first (bounded)
+  size_t attempt_failures_left_out = 0;          // between the first and the last kReportKeep
   Kept<nlohmann::json> failures;                 // worker_exit not 0 and not stopped by ddprun
   Kept<nlohmann::json> membership;               // node_lost, rescale, spare, pending, excluded
   Kept<nlohmann::json> hangs;                    // hang, stacks_saved, timer_expired, straggler
@@ -141,12 +176,21 @@ class ReportBuilder {
  private:
   Result<Ok> digest(const nlohmann::json& e);
   void note_summary(const nlohmann::json& e);
+  void note_exit(const nlohmann::json& e, double t);
+  void note_restart(const nlohmann::json& e);
+  /// The record of `attempt`, nullptr past the bound on attempts.
+  AttemptRecord* record(int attempt);
+  /// `end` into `rec`: a rank already there gains what it lacked (bounded).
+  void merge_end(AttemptRecord& rec, RankEnd end);
 
   JobReport r_;
   int line_ = 0;
   bool summary_seen_ = false;
   std::string summary_cause_;
   std::map<std::pair<int, int>, size_t> open_;  // (attempt, rank) -> its run's number in runs
+  std::map<int, AttemptRecord> attempts_;       // what group_attempts() groups at finish()
+  size_t stored_ends_ = 0;                      // of all attempts (bounded)
+  size_t stored_text_ = 0;                      // bytes of messages and tracebacks (bounded)
 };
 
 /// The whole text at once (tests): add_line for each line, then finish.

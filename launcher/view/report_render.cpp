@@ -113,18 +113,20 @@ std::string run_time(const RankRun& run) {
 std::string exit_label(const RankRun& run) {
   if (run.exit.empty()) return "(no exit written)";
   std::string s = run.exit;
-  if (run.stopped_by_ddprun) s += " (stopped by ddprun)";
+  if (rank_end(run.exit, run.stopped_by_ddprun) == RankEndKind::Stopped)
+    s += " (stopped by ddprun)";
   if (run.oom_killed) s += " (out of memory)";
   return s;
 }
 
-bool is_failure_exit(const json& e) {
-  const auto by = e.find("terminated_by_ddprun");
-  if (by != e.end() && by->is_boolean() && by->get<bool>()) return false;
-  const std::string code =
-      e.contains("exit_code") ? field_text(e, "exit_code") : field_text(e, "signal");
-  return code != "0";
+/// "rank 0 (local rank 0) was killed by SIGTERM (stopped by ddprun)": a rank's end, one line.
+std::string end_line(const RankEnd& e) {
+  return fmt::format(
+      "rank {} (local rank {}) {}{}{}", e.rank, e.local_rank.empty() ? "?" : e.local_rank, e.how(),
+      e.stopped_by_ddprun ? " (stopped by ddprun)" : "", e.oom_killed ? " (out of memory)" : "");
 }
+
+std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
 
 struct Lane {
   const char* name;
@@ -184,7 +186,7 @@ std::string timeline_svg(const JobReport& r) {
       if (std::find(k.begin(), k.end(), kind) != k.end()) lane = i;
     }
     // A rank that ended well, or that ddprun stopped, is no failure: drawn with the attempts.
-    if (kind == "worker_exit" && (!is_failure_exit(e))) lane = 0;
+    if (kind == "worker_exit" && !is_failure_event(e)) lane = 0;
     if (lane == lanes().size()) return;
     const auto it = e.find("time");
     const double t = it != e.end() && it->is_number() ? it->get<double>() : r.first_time;
@@ -226,21 +228,68 @@ std::string event_rows_html(const JobReport& r, const Kept<json>& events) {
   return out + "</table>";
 }
 
+std::string stopped_html(const AttemptFailure& f) {
+  if (f.stopped.empty() && f.stopped_left_out == 0) return {};
+  std::string out = fmt::format("<div class=\"consequences\"><p>stopped because of {}:</p><ul>",
+                                escape(f.because()));
+  for (const auto& e : f.stopped) {
+    out += fmt::format("<li class=\"consequence\" data-rank=\"{}\">{}{}</li>", e.rank,
+                       escape(end_line(e)),
+                       e.message.empty() ? "" : ": " + escape(first_line(e.message)));
+  }
+  if (f.stopped_left_out > 0)
+    out += fmt::format("<li>... and {} more rank(s)</li>", f.stopped_left_out);
+  return out + "</ul></div>";
+}
+
 std::string attempt_failures_html(const JobReport& r) {
   std::string out;
-  for (const auto& f : r.attempt_failures) {
-    out += fmt::format(
-        "<div class=\"attempt-failure\"><p><b>attempt {}</b>: rank {} (local rank {}) "
-        "{}{}</p>",
-        f.attempt, f.rank, escape(f.local_rank), escape(f.how),
-        f.oom_killed ? " (out of memory)" : "");
-    if (!f.message.empty())
-      out += fmt::format("<pre class=\"message\">{}</pre>", escape(f.message));
-    if (!f.traceback.empty())
-      out += fmt::format("<pre class=\"traceback\">{}</pre>", escape(f.traceback));
-    out += "</div>";
+  for (size_t i = 0; i < r.attempt_failures.size(); ++i) {
+    const AttemptFailure& f = r.attempt_failures[i];
+    if (i == kReportKeep && r.attempt_failures_left_out > 0)
+      out +=
+          fmt::format("<p class=\"left-out\">{}</p>", left_out_text(r.attempt_failures_left_out));
+    out += fmt::format("<div class=\"attempt-failure\" data-attempt=\"{}\"><p><b>attempt {}</b>: ",
+                       f.attempt, f.attempt);
+    if (f.root) {
+      out += fmt::format("<span class=\"root\" data-rank=\"{}\">{}</span> (root cause)</p>",
+                         f.root->rank, escape(end_line(*f.root)));
+      if (!f.root->message.empty())
+        out += fmt::format("<pre class=\"message\">{}</pre>", escape(f.root->message));
+      if (!f.root->traceback.empty())
+        out += fmt::format("<pre class=\"traceback\">{}</pre>", escape(f.root->traceback));
+    } else {
+      out += fmt::format("<span class=\"root\">{}</span> (root cause)</p>", escape(f.because()));
+    }
+    out += stopped_html(f) + "</div>";
   }
   return out;
+}
+
+std::string attempt_failures_md(const JobReport& r) {
+  std::string m = "### Failed attempts\n\n";
+  for (size_t i = 0; i < r.attempt_failures.size(); ++i) {
+    const AttemptFailure& f = r.attempt_failures[i];
+    if (i == kReportKeep && r.attempt_failures_left_out > 0)
+      m += fmt::format("- {}\n", left_out_text(r.attempt_failures_left_out));
+    if (f.root) {
+      m += fmt::format("- attempt {}: {} (root cause)\n", f.attempt, md_cell(end_line(*f.root)));
+      if (!f.root->message.empty()) m += "\n  ```\n  " + indented(f.root->message) + "\n  ```\n";
+      if (!f.root->traceback.empty())
+        m += "\n  ```\n  " + indented(f.root->traceback) + "\n  ```\n";
+    } else {
+      m += fmt::format("- attempt {}: {} (root cause)\n", f.attempt, md_cell(f.because()));
+    }
+    if (f.stopped.empty() && f.stopped_left_out == 0) continue;
+    m += fmt::format("\n  stopped because of {}:\n\n", md_cell(f.because()));
+    for (const auto& e : f.stopped) {
+      m += fmt::format("  - {}{}\n", md_cell(end_line(e)),
+                       e.message.empty() ? "" : ": " + md_cell(first_line(e.message)));
+    }
+    if (f.stopped_left_out > 0)
+      m += fmt::format("  - ... and {} more rank(s)\n", f.stopped_left_out);
+  }
+  return m + "\n";
 }
 
 }  // namespace
@@ -255,7 +304,7 @@ std::string report_html(const JobReport& r, const std::string& source) {
       "table{border-collapse:collapse}td,th{padding:2px 8px;border-bottom:1px solid #e3e6ec;"
       "text-align:left;vertical-align:top}.cause{background:#fde2e1;padding:6px 10px;"
       "border-radius:4px}.ok{background:#e3f4e6}svg text{font:10px system-ui,sans-serif;"
-      "fill:#4a5468}</style></head><body>";
+      "fill:#4a5468}.consequences{margin-left:16px}</style></head><body>";
   h += fmt::format("<h1>ddprun report: job {}</h1>", escape(r.run_id.empty() ? "-" : r.run_id));
   h += "<h2>Summary</h2><table>";
   auto row = [&](const std::string& k, const std::string& v) {
@@ -326,17 +375,7 @@ std::string report_markdown(const JobReport& r, const std::string& source) {
         [&](size_t n) { m += fmt::format("| | | {} |\n", left_out_text(n)); });
     m += "\n";
   };
-  if (!r.attempt_failures.empty()) {
-    m += "### Failed attempts\n\n";
-    for (const auto& f : r.attempt_failures) {
-      m += fmt::format("- attempt {}: rank {} (local rank {}) {}{}\n", f.attempt, f.rank,
-                       md_cell(f.local_rank), md_cell(f.how),
-                       f.oom_killed ? " (out of memory)" : "");
-      if (!f.message.empty()) m += "\n  ```\n  " + indented(f.message) + "\n  ```\n";
-      if (!f.traceback.empty()) m += "\n  ```\n  " + indented(f.traceback) + "\n  ```\n";
-    }
-    m += "\n";
-  }
+  if (!r.attempt_failures.empty()) m += attempt_failures_md(r);
   section("Failures", r.failures);
   section("Lost nodes, re-forms and spares", r.membership);
   section("Hangs, stacks and stragglers", r.hangs);

@@ -43,12 +43,18 @@ std::string field_text(const json& j, const char* key) {
   return it->is_string() ? it->get<std::string>() : dump_json(*it);
 }
 
+RankEndKind rank_end(const std::string& exit, bool stopped_by_ddprun) {
+  if (stopped_by_ddprun) return RankEndKind::Stopped;
+  if (exit.empty()) return RankEndKind::None;
+  return exit == "0" ? RankEndKind::Ok : RankEndKind::Failed;
+}
+
 bool is_failure_event(const json& e) {
   const std::string kind = field_text(e, "event");
   if (kind == "worker_exit") {
-    if (bool_field(e, "terminated_by_ddprun")) return false;
-    const std::string code = e.contains("exit_code") ? field_text(e, "exit_code") : "";
-    return code != "0";
+    // A worker_exit with neither a code nor a signal still ended: not well.
+    const std::string code = e.contains("exit_code") ? field_text(e, "exit_code") : "?";
+    return rank_end(code, bool_field(e, "terminated_by_ddprun")) == RankEndKind::Failed;
   }
   return kind == "hang" || kind == "node_lost" || kind == "timer_expired" || kind == "job_stop" ||
          kind == "rendezvous_failed" || kind == "store_lost" ||
@@ -226,8 +232,9 @@ std::optional<double> RateHistory::rate(int node, int rank) const {
 }
 
 int severity(const RankStatus& r, double hang_timeout_s) {
-  if (r.stopped) return 1;  // stopped because another rank failed: not a failure of its own
-  if (!r.exit.empty() && r.exit != "0") return 4;
+  const RankEndKind end = rank_end(r.exit, r.stopped);
+  if (end == RankEndKind::Stopped) return 1;  // stopped because another rank failed: not its own
+  if (end == RankEndKind::Failed) return 4;
   const double stale_after = std::max(10.0, hang_timeout_s / 2);
   if (r.state == "running" && r.age_s && *r.age_s > stale_after) return 3;
   if (r.straggler) return 2;

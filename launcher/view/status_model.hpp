@@ -46,6 +46,14 @@ struct EventLine {
   long long seq = 0;  // the server's number for it (0: none)
 };
 
+/// How a rank ended, as every view draws it (docs/health.md, "Root cause first"): not ended (or
+/// no exit known), ended well (exit 0), stopped (ddprun stopped it because another rank failed:
+/// never drawn as a failure, whatever its exit) or failed on its own. The one rule `top`, the
+/// report and the dashboard's severity() follow.
+enum class RankEndKind { None, Ok, Stopped, Failed };
+/// `exit`: "" (no exit), "0", a code or a signal's name.
+RankEndKind rank_end(const std::string& exit, bool stopped_by_ddprun);
+
 /// A rank that failed, a hang, a lost node, a stopped job: what `top` keeps on screen across
 /// restarts (the ranks it names are gone by then).
 bool is_failure_event(const nlohmann::json& event);

@@ -123,20 +123,31 @@ std::vector<RankStatus> rank_rows(const StatusModel& m, const RateHistory& rates
   return rows;
 }
 
-std::vector<std::string> render_frame(const StatusModel& m, const RateHistory& rates,
-                                      const FrameOptions& o) {
-  const int width = std::max(o.width, 40);
-  const int height = std::max(o.height, 8);
-  auto paint = [&](const char* code, const std::string& line) {
+namespace {
+
+/// One frame's drawing state: the size, the colour choice and the lines drawn so far.
+struct Frame {
+  const StatusModel& m;
+  const RateHistory& rates;
+  const FrameOptions& o;
+  int width;
+  int height;
+  std::string paint(const char* code, const std::string& line) const {
     return o.color ? std::string(code) + line + kReset : line;
-  };
+  }
+};
+
+/// The title, the nodes, the notices, the end, the failures kept across restarts.
+std::vector<std::string> head_lines(const Frame& f) {
+  const StatusModel& m = f.m;
+  const int width = f.width;
   std::vector<std::string> head;
   head.push_back(
-      paint(kInverse, fit(fmt::format(" ddprun top  job {}  {}  attempt {}  world size {}  "
-                                      "node {} of {}  {}",
-                                      m.run_id.empty() ? "-" : m.run_id, m.state, m.attempt,
-                                      m.world_size, m.node_rank, m.num_nodes, m.host),
-                          width)));
+      f.paint(kInverse, fit(fmt::format(" ddprun top  job {}  {}  attempt {}  world size {}  "
+                                        "node {} of {}  {}",
+                                        m.run_id.empty() ? "-" : m.run_id, m.state, m.attempt,
+                                        m.world_size, m.node_rank, m.num_nodes, m.host),
+                            width)));
   std::string nodes = " nodes:";
   if (m.nodes.empty())
     nodes += " " + (m.host.empty() ? std::string("this node") : m.host) + " (single node)";
@@ -147,80 +158,88 @@ std::vector<std::string> render_frame(const StatusModel& m, const RateHistory& r
   const bool node_trouble = std::any_of(m.nodes.begin(), m.nodes.end(), [](const NodeStatus& n) {
     return n.state == "lost" || n.state == "excluded";
   });
-  head.push_back(paint(node_trouble ? kRed : "", fit(nodes, width)));
+  head.push_back(f.paint(node_trouble ? kRed : "", fit(nodes, width)));
   if (m.node_rank != 0 && m.num_nodes > 1 && !m.job_wide) {
     head.push_back(fit(" this node's ranks only: node 0's endpoint shows every node", width));
   }
-  if (!o.notice.empty()) head.push_back(paint(kYellow, fit(" " + o.notice, width)));
+  if (!f.o.notice.empty()) head.push_back(f.paint(kYellow, fit(" " + f.o.notice, width)));
   if (m.ended()) {
     const bool ok = m.state == "succeeded";
     std::string end = fmt::format(" the job ended: {}, exit {}", m.state,
                                   m.exit_code ? std::to_string(*m.exit_code) : "?");
     if (!m.root_cause.empty()) end += ": " + m.root_cause;
-    head.push_back(paint(ok ? kGreen : kRed, fit(end, width)));
+    head.push_back(f.paint(ok ? kGreen : kRed, fit(end, width)));
   }
   // Failures stay on screen across restarts (the ranks they name are gone by then).
-  const auto& failures = o.failures.empty() ? m.failures : o.failures;
+  const auto& failures = f.o.failures.empty() ? m.failures : f.o.failures;
   const int failures_room = std::min<int>(3, static_cast<int>(failures.size()));
   if (failures_room > 0) {
-    head.push_back(paint(kRed, fit(fmt::format(" failures seen: {}{}", failures.size(),
-                                               failures.size() > 3 ? " (the last 3)" : ""),
-                                   width)));
+    head.push_back(f.paint(kRed, fit(fmt::format(" failures seen: {}{}", failures.size(),
+                                                 failures.size() > 3 ? " (the last 3)" : ""),
+                                     width)));
     for (size_t i = failures.size() - static_cast<size_t>(failures_room); i < failures.size();
          ++i) {
       const auto& e = failures[i];
-      head.push_back(paint(
+      head.push_back(f.paint(
           kRed, fit(fmt::format("   {} {:<12} {}", clock_time(e.time), e.kind, e.text), width)));
     }
   }
+  return head;
+}
 
-  // The other columns take 79 characters: the rate's sparkline gets what is left (none at 80).
-  const int spark_width = std::clamp(width - 80, 0, 40) >= 6 ? std::clamp(width - 80, 0, 40) : 0;
-  auto spark_column = [&](const std::string& text) {
-    return spark_width > 0 ? " " + fit(text, spark_width) : std::string();
-  };
+/// The other columns take 79 characters: the rate's sparkline gets what is left (none at 80).
+int spark_width_of(int width) {
+  return std::clamp(width - 80, 0, 40) >= 6 ? std::clamp(width - 80, 0, 40) : 0;
+}
+
+std::string spark_column(int spark_width, const std::string& text) {
+  return spark_width > 0 ? " " + fit(text, spark_width) : std::string();
+}
+
+std::string columns_line(const Frame& f) {
   const std::string columns =
       fmt::format(" {:>4} {:>5} {:>3} {:>7} {:<8} {:>8} {:>7} {:>4} {:>4}{} {:>6} {:<5} {:>6}",
                   "NODE", "RANK", "LOC", "PID", "STATE", "STEP", "STEP/S", "CPU", "MEM",
-                  spark_column("RATE"), "AGE", "FLAG", "EXIT");
-  head.push_back(paint(kDim, fit(columns, width)));
+                  spark_column(spark_width_of(f.width), "RATE"), "AGE", "FLAG", "EXIT");
+  return f.paint(kDim, fit(columns, f.width));
+}
 
-  // Room: the header, the ranks, then the events (at least 6 of them when there are; every line
-  // the ranks leave free), then the footer.
-  const int events_min = std::min<int>(6, static_cast<int>(m.events.size()));
-  const int fixed = static_cast<int>(head.size()) + 1 + (events_min > 0 ? events_min + 1 : 0);
-  int rank_room = std::max(1, height - fixed);
-  const auto ordered = rank_rows(m, rates, o);
+std::string rank_line(const Frame& f, const RankStatus& r) {
+  const int spark_width = spark_width_of(f.width);
+  const int sev = severity(r, f.m.hang_timeout_s);
+  const std::string state = sev == 4 ? "failed" : r.stopped ? "stopped" : r.state;
+  const std::string flag = sev == 3 ? "STALL" : r.straggler ? "SLOW" : "";
+  const std::string row = fmt::format(
+      " {:>4} {:>5} {:>3} {:>7} {:<8} {:>8} {:>7} {:>4} {:>4}{} {:>6} {:<5} {:>6}", r.node, r.rank,
+      r.local_rank, r.pid, fit(state, 8), r.step ? std::to_string(*r.step) : "-",
+      optional_number(f.rates.rate(r.node, r.rank), "{:.2f}"), cpu_text(r.cpu_percent),
+      memory_text(r.rss_bytes),
+      spark_column(
+          spark_width,
+          sparkline(f.rates.recent(r.node, r.rank, static_cast<size_t>(spark_width)), spark_width)),
+      optional_number(r.age_s, "{:.1f}s"), flag, r.exit.empty() ? "" : r.exit);
+  return f.paint(sev == 4   ? kRed
+                 : sev == 3 ? kYellow
+                 : sev == 2 ? kMagenta
+                            : "",
+                 fit(row, f.width));
+}
+
+/// The ranks that fit in `rank_room` lines (scrolled), and the "more" line when not all fit.
+void add_rank_lines(const Frame& f, int rank_room, std::vector<std::string>& lines) {
+  const FrameOptions& o = f.o;
+  const auto ordered = rank_rows(f.m, f.rates, o);
   const bool all_fit = static_cast<int>(ordered.size()) <= rank_room;
   if (!all_fit) rank_room = std::max(1, rank_room - 1);  // the "more" line
   const int total = static_cast<int>(ordered.size());
   const int first = std::clamp(o.scroll, 0, std::max(0, total - rank_room));
-
-  std::vector<std::string> lines = head;
-  if (total == 0 && !m.ranks.empty()) {
+  if (total == 0 && !f.m.ranks.empty()) {
     lines.push_back(fit(fmt::format(" no rank matches (filter: {}{})", filter_name(o.filter),
                                     o.node ? fmt::format(", node {}", *o.node) : ""),
-                        width));
+                        f.width));
   }
-  for (int i = first; i < first + rank_room && i < total; ++i) {
-    const auto& r = ordered[static_cast<size_t>(i)];
-    const int sev = severity(r, m.hang_timeout_s);
-    const std::string state = sev == 4 ? "failed" : r.stopped ? "stopped" : r.state;
-    const std::string flag = sev == 3 ? "STALL" : r.straggler ? "SLOW" : "";
-    const std::string row = fmt::format(
-        " {:>4} {:>5} {:>3} {:>7} {:<8} {:>8} {:>7} {:>4} {:>4}{} {:>6} {:<5} {:>6}", r.node,
-        r.rank, r.local_rank, r.pid, fit(state, 8), r.step ? std::to_string(*r.step) : "-",
-        optional_number(rates.rate(r.node, r.rank), "{:.2f}"), cpu_text(r.cpu_percent),
-        memory_text(r.rss_bytes),
-        spark_column(
-            sparkline(rates.recent(r.node, r.rank, static_cast<size_t>(spark_width)), spark_width)),
-        optional_number(r.age_s, "{:.1f}s"), flag, r.exit.empty() ? "" : r.exit);
-    lines.push_back(paint(sev == 4   ? kRed
-                          : sev == 3 ? kYellow
-                          : sev == 2 ? kMagenta
-                                     : "",
-                          fit(row, width)));
-  }
+  for (int i = first; i < first + rank_room && i < total; ++i)
+    lines.push_back(rank_line(f, ordered[static_cast<size_t>(i)]));
   if (!all_fit) {
     const int below = std::max(0, total - first - rank_room);
     lines.push_back(
@@ -228,37 +247,59 @@ std::vector<std::string> render_frame(const StatusModel& m, const RateHistory& r
                 ? fmt::format(" ... {} more rank(s), none worse than those above (arrows scroll)",
                               below)
                 : fmt::format(" ... {} above, {} below (arrows scroll)", first, below),
-            width));
+            f.width));
   }
-  if (o.help) {
-    static const char* kHelp[] = {
-        " keys",
-        "   q          quit",
-        "   ?          this help (again: the events)",
-        "   s          sort: worst first, rank, step, steps/s",
-        "   f          filter: all, failed/stalled/slow, running",
-        "   n          node: all, then each node in turn",
-        "   up/down k/j scroll one rank; PgUp/PgDn a page; Home the top",
-        "   Ctrl-Z     suspend (the terminal comes back as it was; fg resumes)",
-    };
-    for (const char* h : kHelp) {
-      if (static_cast<int>(lines.size()) >= height - 1) break;
-      lines.push_back(paint(kDim, fit(h, width)));
-    }
+}
+
+void add_help_lines(const Frame& f, std::vector<std::string>& lines) {
+  static const char* kHelp[] = {
+      " keys",
+      "   q          quit",
+      "   ?          this help (again: the events)",
+      "   s          sort: worst first, rank, step, steps/s",
+      "   f          filter: all, failed/stalled/slow, running",
+      "   n          node: all, then each node in turn",
+      "   up/down k/j scroll one rank; PgUp/PgDn a page; Home the top",
+      "   Ctrl-Z     suspend (the terminal comes back as it was; fg resumes)",
+  };
+  for (const char* h : kHelp) {
+    if (static_cast<int>(lines.size()) >= f.height - 1) break;
+    lines.push_back(f.paint(kDim, fit(h, f.width)));
   }
-  const int free_lines = height - 1 - static_cast<int>(lines.size()) - 1;
+}
+
+/// The recent events: at least `events_min` of them, every line the ranks left free.
+void add_event_lines(const Frame& f, int events_min, std::vector<std::string>& lines) {
+  const auto& events = f.m.events;
+  const int free_lines = f.height - 1 - static_cast<int>(lines.size()) - 1;
   const int events_room =
-      o.help ? 0 : std::min(static_cast<int>(m.events.size()), std::max(events_min, free_lines));
-  if (events_room > 0) {
-    lines.push_back(paint(kDim, fit(" recent events", width)));
-    for (size_t i = m.events.size() - static_cast<size_t>(events_room); i < m.events.size(); ++i) {
-      const auto& e = m.events[i];
-      lines.push_back(fit(fmt::format(" {} {:<12} {}", clock_time(e.time), e.kind, e.text), width));
-    }
+      f.o.help ? 0 : std::min(static_cast<int>(events.size()), std::max(events_min, free_lines));
+  if (events_room <= 0) return;
+  lines.push_back(f.paint(kDim, fit(" recent events", f.width)));
+  for (size_t i = events.size() - static_cast<size_t>(events_room); i < events.size(); ++i) {
+    const auto& e = events[i];
+    lines.push_back(fit(fmt::format(" {} {:<12} {}", clock_time(e.time), e.kind, e.text), f.width));
   }
-  while (static_cast<int>(lines.size()) < height - 1) lines.push_back(fit("", width));
-  if (static_cast<int>(lines.size()) > height - 1) lines.resize(static_cast<size_t>(height - 1));
-  lines.push_back(paint(kDim, fit(fmt::format(" {}  {}", o.source, o.footer), width)));
+}
+
+}  // namespace
+
+std::vector<std::string> render_frame(const StatusModel& m, const RateHistory& rates,
+                                      const FrameOptions& o) {
+  const Frame f{m, rates, o, std::max(o.width, 40), std::max(o.height, 8)};
+  std::vector<std::string> lines = head_lines(f);
+  lines.push_back(columns_line(f));
+  // Room: the header, the ranks, then the events (at least 6 of them when there are; every line
+  // the ranks leave free), then the footer.
+  const int events_min = std::min<int>(6, static_cast<int>(m.events.size()));
+  const int fixed = static_cast<int>(lines.size()) + 1 + (events_min > 0 ? events_min + 1 : 0);
+  add_rank_lines(f, std::max(1, f.height - fixed), lines);
+  if (o.help) add_help_lines(f, lines);
+  add_event_lines(f, events_min, lines);
+  while (static_cast<int>(lines.size()) < f.height - 1) lines.push_back(fit("", f.width));
+  if (static_cast<int>(lines.size()) > f.height - 1)
+    lines.resize(static_cast<size_t>(f.height - 1));
+  lines.push_back(f.paint(kDim, fit(fmt::format(" {}  {}", o.source, o.footer), f.width)));
   return lines;
 }
 

@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 #include <signal.h>
 
+#include "launcher/run/agent_events.hpp"
 #include "launcher/run/run_end.hpp"
 
 using namespace ddp::launcher;
@@ -174,4 +175,45 @@ TEST_CASE("what follows an attempt: a held failure, quarantine, re-form, restart
   flags.failure_held = true;
   CHECK(next_step(failed, flags) == NextStep::AwaitVerdict);
   CHECK(next_step(none, AttemptFlags{true, false, true, 9, 0}) == NextStep::AwaitVerdict);
+}
+
+TEST_CASE(
+    "the summary event: each attempt's cause, and tracebacks bounded (the root cause's kept)") {
+  auto worker = [](int rank, const std::string& traceback, bool stopped) {
+    WorkerOutcome w;
+    w.rank = rank;
+    w.local_rank = rank;
+    w.status = stopped ? ExitStatus::signaled(SIGTERM) : ExitStatus::exited(1);
+    w.terminated_by_ddprun = stopped;
+    if (!traceback.empty()) w.error_info = ErrorFileInfo{"RuntimeError: peer gone", traceback, "1"};
+    return w;
+  };
+  // A collective error raised on 200 ranks, each with a 20 KiB traceback; rank 150 is the cause.
+  AttemptOutcome a;
+  a.attempt = 0;
+  for (int r = 0; r < 200; ++r)
+    a.workers.push_back(worker(r, std::string(20000, 'x') + "frame " + std::to_string(r), false));
+  a.root_cause = 150;
+  a.cause = "rank 150 failed with exit code 1";
+  AttemptOutcome ok;
+  ok.attempt = 1;
+  ok.workers.push_back(worker(0, "", true));
+  const auto j = summary_fields(1, {a, ok}, std::nullopt, "");
+  const auto& first = j["attempts"][0];
+  CHECK(first["cause"] == "rank 150 failed with exit code 1");
+  CHECK(first["root_cause_rank"] == 150);
+  CHECK_FALSE(j["attempts"][1].contains("cause"));
+  size_t total = 0, with = 0;
+  for (const auto& w : first["workers"]) {
+    if (!w.contains("error_traceback")) continue;
+    ++with;
+    const std::string tb = w["error_traceback"];
+    CHECK(tb.size() == 16384);  // the end kept: the raising frame
+    CHECK(tb.find("frame " + std::to_string(w["rank"].get<int>())) != std::string::npos);
+    total += tb.size();
+  }
+  CHECK(first["workers"][150].contains("error_traceback"));  // past the others' room
+  CHECK(with < 200);
+  CHECK(total <= (1u << 20) + 16384);
+  CHECK(first["workers"][199]["error_message"] == "RuntimeError: peer gone");
 }

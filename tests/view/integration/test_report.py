@@ -12,6 +12,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "launcher", "integration"))
 from harness import DDPRUN, main, run  # noqa: E402
 import cdp  # noqa: E402
+import test_multinode as mn  # noqa: E402
 
 ARTEFACTS = os.environ.get("VIEW_ARTEFACTS", os.getcwd())
 
@@ -178,6 +179,121 @@ def test_report_of_a_run_that_failed_once_and_recovered(tmp):
     assert "### Failed attempts" in md, md
     # The launch event's command line is not in the report (as /status leaves it out).
     assert "recover.py\"]" not in md and "argv" not in md, md
+
+
+# Rank 1 fails in attempt 0 with an error file (its message holds an OSC title sequence); ddprun
+# stops rank 0 (SIGTERM); attempt 1 succeeds.
+SECONDARY = r"""import json, os, sys, time
+if os.environ["TORCHELASTIC_RESTART_COUNT"] == "0":
+    if os.environ["RANK"] == "1":
+        time.sleep(0.5)
+        with open(os.environ["TORCHELASTIC_ERROR_FILE"], "w") as f:
+            json.dump({"message": {"message": "ValueError: bad shard 7 \x1b]0;owned\x07",
+                                   "extraInfo": {"py_callstack": "Traceback (most recent call last):\n"
+                                                 "  File \"train.py\", line 12, in step",
+                                                 "timestamp": "1"}}}, f)
+        sys.exit(5)
+    time.sleep(30)
+"""
+
+
+def test_report_groups_the_ranks_a_failure_stopped_under_it(tmp):
+    """Per attempt the root cause first (rank, exit, message, traceback from its error file), the
+    rank ddprun stopped under it as "stopped because of rank 1"; the job recovered, attempt 0's
+    cause is still there. The summary event carries the attempt's cause and the traceback."""
+    import json
+    events = os.path.join(tmp, "secondary.jsonl")
+    r = run(["--nproc-per-node", 2, "--max-restarts", 1, "--events", events,
+             script(tmp, "secondary.py", SECONDARY)], timeout=60)
+    assert r.rc == 0, r
+    summary = [json.loads(l) for l in open(events) if '"summary"' in l][-1]
+    first = [a for a in summary["attempts"] if a["attempt"] == 0][0]
+    assert first["root_cause_rank"] == 1 and first["cause"] == "rank 1 failed with exit code 5", first
+    failed = [w for w in first["workers"] if w["rank"] == 1][0]
+    assert failed["error_traceback"].endswith("line 12, in step"), failed
+    md = report(events, "--format", "md")
+    assert md.returncode == 0, md
+    text = md.stdout
+    # Attempt 0's cause, its message (escapes shown, never raw) and traceback, then the rank it
+    # stopped, in this order.
+    order = ["- attempt 0: rank 1 (local rank 1) exited with code 5 (root cause)\n",
+             "  ValueError: bad shard 7 ^[]0;owned^G\n",
+             "  Traceback (most recent call last):\n",
+             "line 12, in step",
+             "  stopped because of rank 1:\n\n",
+             "  - rank 0 (local rank 0) was killed by SIGTERM (stopped by ddprun)\n"]
+    at = [text.find(o) for o in order]
+    assert all(a >= 0 for a in at) and at == sorted(at), (at, text)
+    assert "\x1b" not in text and "\x07" not in text, text
+    assert "- attempt 1" not in text, text  # it succeeded
+    html_path = os.path.join(ARTEFACTS, "report-secondary.html")
+    assert report(events, "-o", html_path).returncode == 0
+    html = open(html_path).read()
+    assert "\x1b" not in html, html
+    page = check_html_in_chromium(html_path, events, ["Failed attempts", "Ranks"])
+    if page:
+        browser = cdp.Browser(1200, 900)
+        try:
+            browser.navigate("file://" + html_path)
+            browser.wait_for("document.readyState === 'complete'", 20)
+            got = browser.evaluate("""(() => {
+              const a = document.querySelector('.attempt-failure[data-attempt="0"]');
+              return {root: a.querySelector('.root').dataset.rank,
+                      because: a.querySelector('.consequences p').textContent,
+                      stopped: [...a.querySelectorAll('li.consequence')].map(l => l.dataset.rank),
+                      message: a.querySelector('pre.message').textContent};
+            })()""")
+        finally:
+            browser.close()
+        assert got["root"] == "1" and got["stopped"] == ["0"], got
+        assert got["because"] == "stopped because of rank 1:", got
+        assert got["message"].startswith("ValueError: bad shard 7"), got
+    else:
+        assert '<span class="root" data-rank="1">' in html, html
+        assert '<li class="consequence" data-rank="0">' in html, html
+
+
+TWO_NODES = r"""import json, os, sys, time
+if os.environ["TORCHELASTIC_RESTART_COUNT"] == "0":
+    if os.environ["RANK"] == "3":
+        time.sleep(1)
+        with open(os.environ["TORCHELASTIC_ERROR_FILE"], "w") as f:
+            json.dump({"message": {"message": "ValueError: loss is NaN",
+                                   "extraInfo": {"py_callstack": "Traceback: line 5",
+                                                 "timestamp": "1"}}}, f)
+        sys.exit(3)
+    time.sleep(30)
+"""
+
+
+def test_report_of_two_nodes_names_the_other_nodes_rank(tmp):
+    """Two static nodes of 2 ranks: rank 3 (node 1) fails in attempt 0, the job recovers. Node 1's
+    report: rank 3 with its message, rank 2 stopped because of it. Node 0's: the cause in the
+    decision's words (node 1's rank 3; the summary event's per-attempt `cause`), its ranks 0 and
+    1 stopped because of it."""
+    port = mn.free_port()
+    w = script(tmp, "two.py", TWO_NODES)
+    nodes = [mn.Node(tmp, f"node{k}", ["--nnodes", 2, "--node_rank", k, "--nproc_per_node", 2,
+                                      "--master_addr", "127.0.0.1", "--master_port", port,
+                                      "--max-restarts", 1, "--rdzv_conf", mn.FAST, w])
+             for k in (0, 1)]
+    rcs = [n.wait(90) for n in nodes]
+    assert rcs == [0, 0], nodes
+    one = report(nodes[1].events, "--format", "md").stdout
+    order = ["- attempt 0: rank 3 (local rank 1) exited with code 3 (root cause)\n",
+             "  ValueError: loss is NaN\n", "  stopped because of rank 3:\n\n",
+             "  - rank 2 (local rank 0) was killed by SIGTERM (stopped by ddprun)\n"]
+    at = [one.find(o) for o in order]
+    assert all(a >= 0 for a in at) and at == sorted(at), (at, one)
+    zero = report(nodes[0].events, "--format", "md").stdout
+    head = zero.find("- attempt 0: node 1 (")
+    under = zero.find("  stopped because of node 1 (")
+    assert 0 <= head < under, zero
+    assert "rank 3" in zero[head:zero.find("\n", head)], zero
+    for rank in (0, 1):
+        line = f"  - rank {rank} (local rank {rank}) was killed by SIGTERM (stopped by ddprun)\n"
+        assert zero.find(line) > under, (line, zero)
+    assert "- attempt 1" not in zero and "- attempt 1" not in one, (zero, one)
 
 
 def test_report_memory_is_bounded_whatever_the_file_size(tmp):

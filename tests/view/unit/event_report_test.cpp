@@ -166,6 +166,13 @@ TEST_CASE("the lists a report keeps are bounded: the first and the last, and a c
   CHECK(r->runs.size() == 2 * kReportKeep);
   CHECK(r->runs.total() == 5000);
   CHECK(r->runs[2 * kReportKeep - 1].exit == "1");  // the last run's exit found its run
+  // Every attempt failed: the first and the last 1,000 grouped, the count of the others between.
+  REQUIRE(r->attempt_failures.size() == 2 * kReportKeep);
+  CHECK(r->attempt_failures_left_out == 3000);
+  CHECK(r->attempt_failures[kReportKeep].attempt == 4000);
+  const auto md = report_markdown(*r, "e");
+  CHECK(md.find("- attempt 999: rank 0 (local rank ?) exited with code 1 (root cause)\n- ... 3000 "
+                "more left out") != std::string::npos);
   CHECK(report_markdown(*r, "e").find("left out of the report") != std::string::npos);
 }
 
@@ -213,4 +220,171 @@ TEST_CASE("an integer a field cannot hold is a wrong-typed field, not wrapped") 
       "{\"event\":\"worker_start\",\"attempt\":0,\"rank\":2147483647,\"local_rank\":0,\"pid\":1}"
       "\n");
   CHECK(fine);
+}
+
+namespace {
+
+RankEnd end_of(int rank, const std::string& exit, bool stopped, double time,
+               const std::string& message = "") {
+  return RankEnd{rank, std::to_string(rank), exit, stopped, false, time, message, ""};
+}
+
+/// Where `what` is in `text` (checked to be there).
+size_t position(const std::string& text, const std::string& what) {
+  const auto at = text.find(what);
+  INFO(what);
+  CHECK(at != std::string::npos);
+  return at;
+}
+
+// Rank 2 fails with a message; ddprun stops rank 0 (SIGTERM) and rank 1 fails on its own after
+// it (a collective whose peer died); attempt 1 succeeds. The summary lists the attempts out of
+// order; the error message holds an OSC title and a CSI clear.
+const char* kRecovered =
+    R"ev({"event":"launch","time":10,"run_id":"g","program":"t.py","nnodes":1,"node_rank":0,"world_size":3}
+{"event":"worker_start","time":11,"rank":0,"local_rank":0,"attempt":0,"pid":20}
+{"event":"worker_start","time":11,"rank":1,"local_rank":1,"attempt":0,"pid":21}
+{"event":"worker_start","time":11,"rank":2,"local_rank":2,"attempt":0,"pid":22}
+{"event":"worker_exit","time":12,"rank":2,"local_rank":2,"attempt":0,"pid":22,"exit_code":3,"terminated_by_ddprun":false,"oom_killed":false}
+{"event":"worker_exit","time":12.1,"rank":1,"local_rank":1,"attempt":0,"pid":21,"exit_code":1,"terminated_by_ddprun":false,"oom_killed":false}
+{"event":"worker_exit","time":12.2,"rank":0,"local_rank":0,"attempt":0,"pid":20,"signal":"SIGTERM","signal_number":15,"terminated_by_ddprun":true,"oom_killed":false}
+{"event":"restart","time":12.5,"attempt":1,"failed_rank":2}
+{"event":"worker_start","time":13,"rank":0,"local_rank":0,"attempt":1,"pid":30}
+{"event":"worker_start","time":13,"rank":1,"local_rank":1,"attempt":1,"pid":31}
+{"event":"worker_start","time":13,"rank":2,"local_rank":2,"attempt":1,"pid":32}
+{"event":"worker_exit","time":14,"rank":0,"local_rank":0,"attempt":1,"pid":30,"exit_code":0,"terminated_by_ddprun":false,"oom_killed":false}
+{"event":"worker_exit","time":14,"rank":1,"local_rank":1,"attempt":1,"pid":31,"exit_code":0,"terminated_by_ddprun":false,"oom_killed":false}
+{"event":"worker_exit","time":14,"rank":2,"local_rank":2,"attempt":1,"pid":32,"exit_code":0,"terminated_by_ddprun":false,"oom_killed":false}
+{"event":"summary","time":15,"exit_code":0,"attempts":[{"attempt":1,"workers":[{"rank":0,"local_rank":0,"exit_code":0}]},{"attempt":0,"root_cause_rank":2,"cause":"rank 2 failed with exit code 3","workers":[{"rank":0,"local_rank":0,"signal":"SIGTERM","terminated_by_ddprun":true},{"rank":1,"local_rank":1,"exit_code":1,"error_message":"RuntimeError: Connection closed by peer"},{"rank":2,"local_rank":2,"exit_code":3,"error_message":"ValueError: bad batch \u001b]0;owned\u0007\u001b[2J","error_traceback":"Traceback (most recent call last):\n  File \"t.py\", line 9"}]}]}
+)ev";
+
+}  // namespace
+
+TEST_CASE("group_attempts: the root cause first, the other ranks' ends under it, oldest first") {
+  std::map<int, AttemptRecord> attempts;
+  // Added newest first: the order of the file does not matter.
+  attempts[3] = AttemptRecord{
+      3, std::nullopt, "", {end_of(0, "1", false, 9), end_of(1, "SIGTERM", true, 8)}, 0};
+  attempts[2] = AttemptRecord{2, std::nullopt, "", {}, 0};  // no failure: left out
+  // The decision names rank 5, which has no exit in the events (ddprun killed before it).
+  attempts[1] = AttemptRecord{1, 5, "", {end_of(1, "SIGTERM", true, 4)}, 0};
+  attempts[0] = AttemptRecord{0,
+                              2,
+                              "rank 2 failed with exit code 3",
+                              {end_of(1, "1", false, 2.1), end_of(0, "SIGTERM", true, 2.2),
+                               end_of(2, "3", false, 2, "bad")},
+                              7};
+  // Another node's failure: no rank of this node is the cause, its words are.
+  attempts[4] = AttemptRecord{4,
+                              std::nullopt,
+                              "node 1 (b): rank 3 failed with exit code 1",
+                              {end_of(0, "SIGTERM", true, 10)},
+                              0};
+  const auto g = group_attempts(attempts);
+  REQUIRE(g.size() == 4);
+  CHECK(g[0].attempt == 0);
+  REQUIRE(g[0].root);
+  CHECK(g[0].root->rank == 2);
+  CHECK(g[0].text() == "rank 2 (local rank 2, attempt 0) exited with code 3: bad");
+  REQUIRE(g[0].stopped.size() == 2);  // by rank, the failure after the cause among them
+  CHECK(g[0].stopped[0].rank == 0);
+  CHECK(g[0].stopped[1].rank == 1);
+  CHECK(g[0].stopped_left_out == 7);
+  CHECK(g[0].because() == "rank 2");
+  CHECK(g[1].attempt == 1);
+  REQUIRE(g[1].root);
+  CHECK(g[1].root->rank == 5);
+  CHECK(g[1].root->how() == "has no exit in the events");
+  CHECK(g[1].stopped.size() == 1);
+  // No decision in the events (ddprun killed): the first rank that failed on its own.
+  CHECK(g[2].attempt == 3);
+  REQUIRE(g[2].root);
+  CHECK(g[2].root->rank == 0);
+  CHECK(g[2].stopped.size() == 1);
+  CHECK(g[3].attempt == 4);
+  CHECK_FALSE(g[3].root);
+  CHECK(g[3].because() == "node 1 (b): rank 3 failed with exit code 1");
+  CHECK(g[3].text() == "attempt 4: node 1 (b): rank 3 failed with exit code 1");
+}
+
+TEST_CASE("a job that failed once and recovered: attempt 0's cause, then the ranks it stopped") {
+  auto r = report_of_text(kRecovered);
+  REQUIRE(r);
+  CHECK(r->root_cause ==
+        "none: the job succeeded after 1 failed attempt(s); the last failure: rank 2 (local rank "
+        "2, attempt 0) exited with code 3: ValueError: bad batch \x1b]0;owned\x07\x1b[2J");
+  REQUIRE(r->attempt_failures.size() == 1);
+  const auto& f = r->attempt_failures[0];
+  REQUIRE(f.root);
+  CHECK(f.root->traceback.find("line 9") != std::string::npos);
+  REQUIRE(f.stopped.size() == 2);
+  CHECK(f.stopped[1].message == "RuntimeError: Connection closed by peer");
+
+  const auto md = report_markdown(*r, "e");
+  const auto cause =
+      position(md, "- attempt 0: rank 2 (local rank 2) exited with code 3 (root cause)");
+  const auto message = position(md, "\n  ValueError: bad batch");  // its code block
+  const auto under = position(md, "  stopped because of rank 2:\n");
+  const auto rank0 =
+      position(md, "  - rank 0 (local rank 0) was killed by SIGTERM (stopped by ddprun)\n");
+  const auto rank1 = position(
+      md,
+      "  - rank 1 (local rank 1) exited with code 1: RuntimeError: Connection closed by peer\n");
+  CHECK(cause < message);
+  CHECK(message < under);
+  CHECK(under < rank0);
+  CHECK(rank0 < rank1);
+  CHECK(md.find("attempt 1:") == std::string::npos);  // it succeeded: no failure to list
+  // The message's escapes are shown, never sent to the terminal raw (the report's sanitiser).
+  CHECK(md.find('\x1b') == std::string::npos);
+  CHECK(md.find('\x07') == std::string::npos);
+
+  const auto html = report_html(*r, "e");
+  const auto root = position(html,
+                             "<span class=\"root\" data-rank=\"2\">rank 2 (local rank 2) exited "
+                             "with code 3</span> (root cause)");
+  const auto stopped = position(html, "<p>stopped because of rank 2:</p>");
+  CHECK(root < stopped);
+  position(html,
+           "<li class=\"consequence\" data-rank=\"0\">rank 0 (local rank 0) was killed by "
+           "SIGTERM (stopped by ddprun)</li>");
+  position(html,
+           "<li class=\"consequence\" data-rank=\"1\">rank 1 (local rank 1) exited with code "
+           "1: RuntimeError: Connection closed by peer</li>");
+  CHECK(html.find('\x1b') == std::string::npos);
+}
+
+TEST_CASE("grouping from hostile files: attempts out of order, no summary, a cause with no exit") {
+  // Attempt 1's lines before attempt 0's; no summary (ddprun was killed); the restart names rank
+  // 4, which has no worker_exit; rank 0's failure comes after rank 3's in attempt 1.
+  auto r = report_of_text(
+      R"ev({"event":"worker_exit","time":7,"rank":0,"local_rank":0,"attempt":1,"exit_code":6}
+{"event":"worker_exit","time":6,"rank":3,"local_rank":3,"attempt":1,"signal":"SIGKILL"}
+{"event":"worker_exit","time":6.5,"rank":1,"local_rank":1,"attempt":1,"signal":"SIGTERM","terminated_by_ddprun":true}
+{"event":"restart","time":5,"attempt":1,"failed_rank":4}
+{"event":"worker_exit","time":4,"rank":2,"local_rank":2,"attempt":0,"signal":"SIGTERM","terminated_by_ddprun":true}
+{"event":"worker_exit","time":2,"rank":5,"local_rank":5,"attempt":2,"exit_code":0}
+)ev");
+  REQUIRE(r);
+  REQUIRE(r->attempt_failures.size() == 2);  // attempt 2 ended well
+  const auto& a0 = r->attempt_failures[0];
+  CHECK(a0.attempt == 0);
+  REQUIRE(a0.root);
+  CHECK(a0.root->rank == 4);
+  CHECK(a0.root->exit.empty());
+  REQUIRE(a0.stopped.size() == 1);
+  CHECK(a0.stopped[0].rank == 2);
+  const auto& a1 = r->attempt_failures[1];
+  REQUIRE(a1.root);
+  CHECK(a1.root->rank == 3);  // the first to fail on its own
+  CHECK(a1.root->how() == "was killed by SIGKILL");
+  REQUIRE(a1.stopped.size() == 2);
+  CHECK(a1.stopped[0].rank == 0);
+  CHECK(a1.stopped[1].rank == 1);
+  const auto md = report_markdown(*r, "e");
+  CHECK(md.find("- attempt 0: rank 4 (local rank ?) has no exit in the events (root cause)") !=
+        std::string::npos);
+  CHECK(md.find("- attempt 1: rank 3 (local rank 3) was killed by SIGKILL (root cause)") !=
+        std::string::npos);
+  CHECK(r->root_cause.find("unknown") == 0);
 }
