@@ -6,11 +6,13 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
+#include <algorithm>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -26,6 +28,10 @@
 
 extern char** environ;
 
+#ifndef SYS_close_range  // older C library headers (the portable builds' glibc 2.28)
+#define SYS_close_range 436  // one number on every architecture since Linux 5.9
+#endif
+
 namespace ddp::launcher::health {
 namespace {
 
@@ -33,8 +39,29 @@ int pidfd_send_signal(int pidfd, int sig) {
   return static_cast<int>(::syscall(SYS_pidfd_send_signal, pidfd, sig, nullptr, 0));
 }
 
+/// Opens a stacks file for appending, or -1 with `why` set. The file sits in a directory the
+/// workers can write: one of them may have made it a FIFO (an open for writing would block the
+/// loop until a reader comes), a device, or a link to one. Only a regular file is written.
+int open_stacks_file(const std::string& path, std::string& why) {
+  const int fd = ::open(path.c_str(),
+                        O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
+  if (fd < 0) {
+    // ENXIO: a FIFO nobody reads; ELOOP: a link (O_NOFOLLOW).
+    why = errno == ENXIO || errno == ELOOP ? "not a regular file" : std::strerror(errno);
+    return -1;
+  }
+  struct stat info {};
+  if (::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
+    ::close(fd);
+    why = "not a regular file";
+    return -1;
+  }
+  return fd;
+}
+
 void append_line(const std::string& path, const std::string& line) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  std::string why;
+  const int fd = open_stacks_file(path, why);
   if (fd < 0) return;
   ssize_t ignored = ::write(fd, line.data(), line.size());
   (void)ignored;
@@ -78,14 +105,30 @@ pid_t clone_without_exit_signal(int& pidfd) {
   ::_exit(128 + sig);  // a signal that does not end a process by default
 }
 
+/// Closes every descriptor from `first` up (close_range, or one by one on an old kernel).
+void close_from(int first) {
+  if (::syscall(SYS_close_range, first, ~0U, 0) == 0) return;
+  rlimit limit{};
+  const int last = ::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY
+                       ? static_cast<int>(std::min<rlim_t>(limit.rlim_cur, 1 << 20))
+                       : 1 << 16;
+  for (int fd = first; fd < last; ++fd) ::close(fd);
+}
+
 /// The keeper (the clone above, all signals blocked): starts the tool as its own child and ends
-/// as the tool ended. Killed, it takes the tool with it (PR_SET_PDEATHSIG). Only system calls
-/// here: this process is a copy of ddprun made by a raw clone.
-[[noreturn]] void run_keeper(char* const* args, const std::string& output, const sigset_t& old) {
+/// as the tool ended. It dies with ddprun and the tool with it (PR_SET_PDEATHSIG on both), and
+/// neither keeps ddprun's descriptors (the store's and the status server's listening sockets,
+/// the orphan guard's end, output pipes): a ddprun SIGKILLed during a dump leaves nothing
+/// holding its port. Only system calls here: this process is a copy of ddprun made by a raw
+/// clone.
+[[noreturn]] void run_keeper(char* const* args, int output, pid_t ddprun, const sigset_t& old) {
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != ddprun) ::_exit(exit_codes::kCannotInvoke);  // ddprun is gone already
+  if (output < 3) output = ::fcntl(output, F_DUPFD, 3);           // out of the way of 0, 1 and 2
   const int in = ::open("/dev/null", O_RDONLY);
-  const int out = ::open(output.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-  if (in < 0 || out < 0 || ::dup2(in, 0) < 0 || ::dup2(out, 1) < 0 || ::dup2(out, 2) < 0)
+  if (in < 0 || ::dup2(in, 0) < 0 || ::dup2(output, 1) < 0 || ::dup2(output, 2) < 0)
     ::_exit(exit_codes::kCannotInvoke);
+  close_from(3);
   const auto keeper = static_cast<pid_t>(::syscall(SYS_getpid));
   // A plain fork by the raw system call: glibc's fork() must not run in a raw clone's child.
   const auto tool =
@@ -105,18 +148,19 @@ pid_t clone_without_exit_signal(int& pidfd) {
   end_like(status);
 }
 
-/// Starts `argv` with stdin on /dev/null and stdout and stderr appended to `output`, under a
-/// keeper whose pid and pidfd are returned.
-pid_t start_tool(std::vector<std::string>& argv, const std::string& output, int& pidfd) {
+/// Starts `argv` with stdin on /dev/null and stdout and stderr appended to `output` (a
+/// descriptor of the stacks file), under a keeper whose pid and pidfd are returned.
+pid_t start_tool(std::vector<std::string>& argv, int output, int& pidfd) {
   std::vector<char*> args;
   args.reserve(argv.size() + 1);
   for (auto& a : argv) args.push_back(a.data());
   args.push_back(nullptr);
+  const pid_t ddprun = ::getpid();
   sigset_t all, old;
   sigfillset(&all);
   ::pthread_sigmask(SIG_SETMASK, &all, &old);  // no handler of ddprun's runs in the child
   const pid_t pid = clone_without_exit_signal(pidfd);
-  if (pid == 0) run_keeper(args.data(), output, old);
+  if (pid == 0) run_keeper(args.data(), output, ddprun, old);
   const int clone_errno = errno;
   ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
   errno = clone_errno;
@@ -273,9 +317,18 @@ void StackDumper::dump(const std::vector<StackTarget>& targets, const std::strin
                 fmt::format("# ddprun: stacks of rank {} (pid {}) at {} ({}){}\n", t.rank, t.pid,
                             when, reason, result.tool.empty() ? "" : ", by " + result.tool));
     Run::Tool tool;
-    if (!argv.empty()) {
+    std::string unusable;
+    const int output = argv.empty() ? -1 : open_stacks_file(t.output_path, unusable);
+    if (!argv.empty() && output < 0) {
+      // Nowhere to write the stacks (a FIFO or a device put there by a worker): no tool runs.
+      result.outcome = fmt::format("not started: {}", unusable);
+      tool.ended = true;
+    } else if (!argv.empty()) {
       int pidfd = -1;
-      tool.pid = start_tool(argv, t.output_path, pidfd);
+      tool.pid = start_tool(argv, output, pidfd);
+      const int start_errno = errno;
+      ::close(output);
+      errno = start_errno;
       if (tool.pid > 0) {
         tool.pidfd = std::make_unique<boost::asio::posix::stream_descriptor>(io_, pidfd);
       } else {

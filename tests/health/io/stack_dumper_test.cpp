@@ -1,10 +1,13 @@
 // SPDX-License-Identifier: MIT
 // StackDumper against real processes with the real tools (skipped per tool when not installed).
 #include <doctest/doctest.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -83,6 +86,23 @@ bool wait_until_gone(pid_t pid) {
   auto gone = [pid] { return proc_state(pid) == '\0' || proc_state(pid) == 'Z'; };
   for (int i = 0; i < 1000 && !gone(); ++i) ::usleep(10'000);
   return gone();
+}
+
+/// The descriptors `pid` has open, sorted (after the tool's exec: the shell's are gone).
+std::vector<int> open_descriptors(pid_t pid) {
+  for (int i = 0; i < 500; ++i) {  // until the keeper's child has exec'd the tool
+    std::ifstream cmdline("/proc/" + std::to_string(pid) + "/cmdline");
+    std::string argv0;
+    std::getline(cmdline, argv0, '\0');
+    if (argv0 == "sleep") break;
+    ::usleep(10'000);
+  }
+  std::vector<int> fds;
+  for (const auto& entry :
+       std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd"))
+    fds.push_back(std::stoi(entry.path().filename().string()));
+  std::sort(fds.begin(), fds.end());
+  return fds;
 }
 
 std::string dump_dir() {
@@ -230,6 +250,10 @@ TEST_CASE("each tool's end is reported as it was, and the Agent's reaper never t
   slow.gdb = hanging;
   StackDumper second(io, slow, std::chrono::seconds(30));
   results.reset();
+  // A descriptor ddprun holds without close-on-exec (as its store's listening socket once was):
+  // the tool must not inherit it (a ddprun SIGKILLed during a dump left tools holding its port).
+  const int inherited = ::open("/dev/null", O_RDONLY);
+  REQUIRE(inherited > 2);
   second.dump({{1, ::getpid(), dir + "/stacks1.txt"}}, "test",
               [&](std::vector<StackResult> r) { results = r; });
   const auto pids = second.tool_pids();
@@ -238,11 +262,34 @@ TEST_CASE("each tool's end is reported as it was, and the Agent's reaper never t
   CHECK(::kill(pids[0], 0) == 0);
   const pid_t tool = child_of(pids[0]);  // the keeper's child: the tool itself
   REQUIRE(tool > 0);
+  ::close(inherited);
+  CHECK(open_descriptors(tool) == std::vector<int>{0, 1, 2});
   ::kill(pids[0], SIGKILL);  // as the Agent's leftover cleanup once did
   CHECK(run_until(io, [&] { return results.has_value(); }));
   CHECK((*results)[0].outcome == "signal 9");
   CHECK(wait_until_gone(tool));  // the keeper took its tool with it
   CHECK_FALSE((*results)[0].timed_out);
   CHECK(second.tool_pids().empty());
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a stacks file a worker made a FIFO: no tool runs and the loop never blocks on it") {
+  const std::string dir = dump_dir();
+  const std::string fifo = dir + "/stacks.txt";
+  REQUIRE(::mkfifo(fifo.c_str(), 0644) == 0);
+  const std::string tool = dir + "/eu-stack";
+  std::ofstream(tool) << "#!/bin/sh\nexit 0\n";
+  std::filesystem::permissions(tool, std::filesystem::perms::owner_all);
+  StackTools tools;
+  tools.eu_stack = tool;
+  boost::asio::io_context io;
+  StackDumper dumper(io, tools, std::chrono::seconds(30));
+  std::optional<std::vector<StackResult>> results;
+  // Before the fix, opening the FIFO for writing blocked here until a reader came.
+  dumper.dump({{0, ::getpid(), fifo}}, "test", [&](std::vector<StackResult> r) { results = r; });
+  CHECK(run_until(io, [&] { return results.has_value(); }));
+  REQUIRE(results->size() == 1);
+  CHECK((*results)[0].outcome == "not started: not a regular file");
+  CHECK(dumper.tool_pids().empty());
   std::filesystem::remove_all(dir);
 }
