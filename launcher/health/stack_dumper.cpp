@@ -28,7 +28,7 @@
 
 extern char** environ;
 
-#ifndef SYS_close_range  // older C library headers (the portable builds' glibc 2.28)
+#ifndef SYS_close_range      // older C library headers (the portable builds' glibc 2.28)
 #define SYS_close_range 436  // one number on every architecture since Linux 5.9
 #endif
 
