@@ -129,13 +129,29 @@ bool EtcdRoundProtocol::lease_gone() {
   }
 }
 
-RendezvousError EtcdRoundProtocol::lost_while_stopped(int round) const {
-  return RendezvousError(fmt::format(
-      "this node's etcd lease {:x} expired after round {} of job '{}' formed with it (the node was "
-      "stopped or cut off for longer than the lease's TTL of {} s): the other nodes took it for "
-      "lost, and a job of a fixed {} node(s) has no place for it; start it again for a new run "
-      "of the job",
-      lease_.load(), round, options_.run_id, lease_ttl_.count(), options_.max_nodes));
+std::string EtcdRoundProtocol::dropped_line(int round) const {
+  // As c10d's node that the others re-formed without ("this node was dropped from the job",
+  // docs/launcher.md): a node loss, 74, one line.
+  return fmt::format(
+      "this node was dropped from the job: its etcd lease {:x} ended after round {} of job '{}' "
+      "formed with it (the node was stopped or cut off for longer than the lease's TTL of {} s): "
+      "the other nodes took it for lost{}",
+      lease_.load(), round, options_.run_id, lease_ttl_.count(),
+      fixed_size() ? fmt::format(", and a job of a fixed {} node(s) has no place for it; start it "
+                                 "again for a new run of the job",
+                                 options_.max_nodes)
+                   : std::string("; start it again to join the job as a new node"));
+}
+
+void EtcdRoundProtocol::report_dropped(int round) {
+  // As etcd's loss: once, and not in the exit barrier (its workers succeeded; the barrier decides).
+  if (in_barrier_) return;
+  if (etcd_lost_.exchange(true)) return;
+  const std::string line = dropped_line(round);
+  if (callbacks_.on_dropped)
+    callbacks_.on_dropped(line);
+  else if (callbacks_.on_lost)
+    callbacks_.on_lost(line, std::nullopt);
 }
 
 void EtcdRoundProtocol::renew_lease() {
@@ -254,7 +270,13 @@ bool EtcdRoundProtocol::beat() {
   }
   // Fences as etcd's lease semantics say (etcd_lease_fence.hpp): when etcd says the lease is
   // gone, or no member answered for the TTL; time without a leader does not count.
-  if (publish_round_.load() < 0 && outcome != LeaseFence::Outcome::Renewed) {
+  if (const int round = publish_round_.load(); round >= 0 && outcome == LeaseFence::Outcome::Gone) {
+    // etcd dropped this node's lease after its round formed (stopped past the TTL): the others
+    // took it for lost. The same line and end as a join that meets it (dropped_line).
+    report_dropped(round);
+    beat_->ended = true;
+    return false;
+  } else if (publish_round_.load() < 0 && outcome != LeaseFence::Outcome::Renewed) {
     // Not in a formed round yet (joining, pending): nobody counts on this node. An ended lease
     // is renewed by the join, not a loss; etcd gone is found (and reported) by the join's own
     // calls, and the fence starts afresh so joining never counts against it.
@@ -978,7 +1000,8 @@ void EtcdRoundProtocol::on_watch(int round, const RoundRecord& closed,
       auto lease = lease_of_alive_key(key, alive_prefix);
       if (!lease) continue;
       if (*lease == lease_) {
-        report_etcd_lost("this node's lease expired (etcd took it for lost)");
+        // The others' watches read this as this node's loss: it was dropped (dropped_line).
+        report_dropped(round);
         continue;
       }
       auto rank = node_rank_of(closed, *lease);

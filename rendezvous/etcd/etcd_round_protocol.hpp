@@ -43,6 +43,15 @@
 
 namespace ddp::rdzv::etcd {
 
+// This node itself was taken for lost: its lease ended (it was stopped or cut off past the TTL)
+// after a round formed with it, and the others went on (or ended) without it. A node loss (74),
+// not a failed join: what() is the whole line, the same whether a join, the watch or the
+// keepalive met it (EtcdRoundProtocol::dropped_line).
+class NodeDroppedError : public RendezvousError {
+ public:
+  using RendezvousError::RendezvousError;
+};
+
 class EtcdRoundProtocol {
  public:
   using Clock = std::chrono::steady_clock;
@@ -93,6 +102,9 @@ class EtcdRoundProtocol {
     std::function<void(const std::string& role)> on_waiting;  // "pending", "spare"
     // A node (rank) or etcd itself (nullopt) was lost: once per node, once for etcd.
     std::function<void(const std::string& text, std::optional<int> node_rank)> on_lost;
+    // This node itself was dropped (NodeDroppedError's line), met by the watch or the keepalive
+    // in a formed round: once, instead of on_lost.
+    std::function<void(const std::string& line)> on_dropped;
     // The round's stop key, as its payload (the launcher's stop-reason record); once per round.
     std::function<void(const std::string& payload)> on_stop;
     std::function<void(const std::vector<JoinRequest>& pending)> on_pending;
@@ -122,7 +134,8 @@ class EtcdRoundProtocol {
   // watch and finds the workers' store (when the round's node 0 is lost before it announced it,
   // an elastic job's other nodes re-form the next round without it: the result's round says).
   // Throws EtcdUnavailable (etcd did not answer), RoundMembersLostError (too few of the round
-  // before are left: a node loss) or RendezvousError.
+  // before are left: a node loss), NodeDroppedError (this node's lease ended after a fixed-size
+  // job's round formed with it) or RendezvousError.
   RendezvousResult join(int round, const Ask& ask);
   // Offers `payload` as the round's stop reason (the first valid one wins); the payload the key
   // holds afterwards, or `payload` when etcd could not be asked (etcd's loss is reported).
@@ -197,9 +210,15 @@ class EtcdRoundProtocol {
   void stop_keepalive();
   bool lease_gone();
   // A job of a fixed size (min = max nodes, no spares) has no place for a node the others took
-  // for lost: the one line that says so (69) for a node whose lease expired after `round` formed.
+  // for lost.
   bool fixed_size() const { return options_.min_nodes == options_.max_nodes && !options_.spares; }
-  RendezvousError lost_while_stopped(int round) const;
+  // The one line for a node whose lease ended after `round` formed with it (74), whichever of
+  // the join, the watch or the keepalive meets it; reported once (not in the exit barrier).
+  std::string dropped_line(int round) const;
+  NodeDroppedError lost_while_stopped(int round) const {
+    return NodeDroppedError(dropped_line(round));
+  }
+  void report_dropped(int round);
   void renew_lease();
   void choose_generation();
   void leave_etcd();
