@@ -390,6 +390,7 @@ void EtcdRoundProtocol::end_round() {
   left_ranks_.clear();
   progress_seen_.clear();
   views_seen_.clear();
+  oversized_views_.clear();
   stop_seen_ = false;
 }
 
@@ -971,10 +972,23 @@ void EtcdRoundProtocol::on_watch(int round, const RoundRecord& closed,
         continue;
       }
       auto payload = unseal(options_.token, key, e.kv.value);
-      if (!payload || payload->size() > rdzv::kMaxViewBytes) continue;
-      std::lock_guard lock(watch_mutex_);
-      views_seen_[rank] = std::move(*payload);
-      report_views(closed, *my_rank);
+      if (!payload) continue;  // a stranger's record is no view
+      bool oversized_now = false;
+      {
+        std::lock_guard lock(watch_mutex_);
+        if (oversized_views_.count(rank)) continue;
+        if (payload->size() > rdzv::kMaxViewBytes) {
+          // Not ddprun's (an agent never publishes one): once per node and round, then that
+          // node's ranks are not shown, as on c10d; before, dropped without a word.
+          oversized_views_.insert(rank);
+          views_seen_.erase(rank);
+          oversized_now = true;
+        } else {
+          views_seen_[rank] = std::move(*payload);
+        }
+        report_views(closed, *my_rank);
+      }
+      if (oversized_now) note(oversized_view_line(rank, key));
     } else if (e.type == WatchEvent::Type::Put && key == keys_.stop(round)) {
       auto payload = unseal(options_.token, key, e.kv.value);
       if (!payload) continue;  // a stranger's stop is no stop

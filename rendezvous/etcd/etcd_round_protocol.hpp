@@ -278,6 +278,9 @@ class EtcdRoundProtocol {
   std::vector<std::int64_t> reported_pending_;
   std::map<int, NodeProgress> progress_seen_;
   std::map<int, std::string> views_seen_;
+  // Nodes whose view record was over kMaxViewBytes this round: said once, then not shown (as on
+  // c10d), however often their heartbeats rewrite it.
+  std::set<int> oversized_views_;
   std::mutex view_mutex_;
   std::string view_record_;
 };
