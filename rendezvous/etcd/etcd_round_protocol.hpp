@@ -225,6 +225,28 @@ class EtcdRoundProtocol {
   void put_answer(const std::string& key, const std::string& value);
   void start_watch(int round, std::int64_t from_revision, const RoundRecord& closed);
   void on_watch(int round, const RoundRecord& closed, const WatchMessage& message);
+  // on_watch's steps, one kind of key each (`my_rank`: this node's rank in `closed`).
+  void on_pending_event(const WatchEvent& e);
+  void on_progress_put(int round, const RoundRecord& closed, std::optional<int> my_rank,
+                       const KeyValue& kv);
+  void on_view_put(int round, const RoundRecord& closed, std::optional<int> my_rank,
+                   const KeyValue& kv);
+  void on_stop_put(const KeyValue& kv);
+  void on_alive_deleted(int round, const RoundRecord& closed, std::optional<int> my_rank,
+                        const std::string& key, const WatchMessage& message);
+  // exit_barrier's steps: one read of the round's keys; who arrived (a deleted done key the
+  // watch saw still counts, said once per rank); the loss once a missing node's lease ended
+  // for heartbeat_timeout (`gone_since`: when the first one was seen gone).
+  struct BarrierRead {
+    std::int64_t revision = 0;
+    std::optional<std::string> stop;
+    std::set<int> done;  // ranks whose done key is in etcd
+    AliveKeys alive;
+  };
+  BarrierRead read_barrier(int round);
+  std::set<int> arrived_at_barrier(int round, const BarrierRead& read, std::set<int>& told_deleted);
+  std::optional<BarrierResult> barrier_loss(int round, const BarrierVerdict& verdict,
+                                            Clock::time_point& gone_since);
   void report_pending_if_changed();
   void report_views(const RoundRecord& closed, int my_rank);
   std::int64_t reread_round(EtcdGateway& client);
