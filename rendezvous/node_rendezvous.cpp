@@ -446,6 +446,13 @@ std::optional<std::string> default_id_mismatch(StoreClient& client, const StoreC
 
 namespace {}  // namespace
 
+std::string oversized_view_line(int node_rank, const std::string& key) {
+  return fmt::format(
+      "the job-wide view record of node {} ({}) is larger than {} bytes: not ddprun's; that "
+      "node's ranks are not shown for this round",
+      node_rank, key, kMaxViewBytes);
+}
+
 std::string encode_node_progress(const NodeProgress& p) {
   std::string text =
       p.best_step ? fmt::format("{} {}", p.events, *p.best_step) : std::to_string(p.events);
@@ -897,10 +904,8 @@ class MonitorLoop {
           views[v].record = *records.values[at];
         } else if (records.too_large == at) {
           view_exists_[i] = 2;
-          log_line(fmt::format(
-              "the job-wide view record of node {} ({}) is larger than {} bytes: not "
-              "ddprun's; that node's ranks are not shown for this round",
-              nodes_[i].node_rank, view_key(prefix_, nodes_[i].node_rank), kMaxViewBytes));
+          log_line(
+              oversized_view_line(nodes_[i].node_rank, view_key(prefix_, nodes_[i].node_rank)));
         } else if (v < views_seen_.size()) {
           views[v].record = views_seen_[v].record;  // not read this time: as it was
         }

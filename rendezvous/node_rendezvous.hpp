@@ -163,6 +163,9 @@ std::optional<NodeProgress> decode_node_progress(std::string_view text);
 // read it under .../view/<node_rank>: opaque here, at most kMaxViewBytes (a longer one reads as
 // empty). `lost`: its heartbeat stopped (on_node_lost was called for it).
 inline constexpr std::size_t kMaxViewBytes = 65536;
+// The one line for another node's record over kMaxViewBytes at `key` (not ddprun's: an agent
+// never publishes one): said once per node and round, on c10d and on etcd alike.
+std::string oversized_view_line(int node_rank, const std::string& key);
 struct NodeView {
   int node_rank = 0;
   std::string name;

@@ -107,6 +107,9 @@ EtcdRoundProtocol::Callbacks EtcdSession::callbacks() {
   c.on_lost = [this](const std::string& text, std::optional<int> node_rank) {
     on_loop([this, loss = NodeLoss{text, node_rank}] { events_.on_lost(loss); });
   };
+  c.on_dropped = [this](const std::string& line) {
+    on_loop([this, loss = NodeLoss{line, std::nullopt, true}] { events_.on_lost(loss); });
+  };
   c.on_stop = [this](const std::string& payload) {
     on_loop([this, reason = decode_stop_reason(payload)] { events_.on_stop(reason); });
   };
@@ -166,6 +169,8 @@ void EtcdSession::join(int round, const RoundPlan& plan, std::function<void(Join
     } catch (const EtcdUnavailable& e) {
       result = std::string(e.what());
       protocol_->report_etcd_lost(e.what());
+    } catch (const rdzv::etcd::NodeDroppedError& e) {
+      result = NodeLoss{e.what(), std::nullopt, true};
     } catch (const rdzv::RoundMembersLostError& e) {
       result = NodeLoss{e.what(), std::nullopt};
     } catch (const std::exception& e) {

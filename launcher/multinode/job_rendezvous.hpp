@@ -77,6 +77,9 @@ struct RoundPlan {
 struct NodeLoss {
   std::string text;              // "lost node 2 (host-c): no heartbeat for 5 s"
   std::optional<int> node_rank;  // nullopt: the store (and with it the job's state) is gone
+  // This node itself was taken for lost (etcd dropped its lease after its round formed): `text`
+  // is the whole line, the same whether the join or the monitor met it (exit 74).
+  bool dropped = false;
 };
 
 /// The exit barrier ended because every node of the round finished its workers.

@@ -140,11 +140,13 @@ void Agent::on_joined(int attempt, const JobRendezvous::JoinResult& result) {
 
 void Agent::on_join_failed(int attempt, const JobRendezvous::JoinResult& result) {
   if (const auto* loss = std::get_if<NodeLoss>(&result)) {
-    // Nodes of the round left vanished before they rejoined: the job lost them (74).
+    // Nodes of the round left vanished before they rejoined: the job lost them (74). Or this
+    // node was dropped: its line as the monitor would have said it (74).
     events_.emit("rendezvous_failed", {{"attempt", attempt}, {"error", loss->text}});
-    const std::string text = reform_ ? fmt::format("could not re-form the job after \"{}\": {}",
-                                                   reform_->reason, loss->text)
-                                     : fmt::format("could not restart the job: {}", loss->text);
+    const std::string text = loss->dropped ? loss->text
+                             : reform_ ? fmt::format("could not re-form the job after \"{}\": {}",
+                                                     reform_->reason, loss->text)
+                                       : fmt::format("could not restart the job: {}", loss->text);
     say(text);
     end_with(node_lost(NodeLoss{text, std::nullopt}));
     finish_run();
@@ -363,9 +365,10 @@ void Agent::on_node_lost(const NodeLoss& loss) {
   events_.emit("node_lost", fields);
   std::string text = loss.text;
   if (loss.node_rank && try_rescale(*loss.node_rank, text)) return;
-  if (!end_with(node_lost(NodeLoss{text, loss.node_rank}))) return;
+  if (!end_with(node_lost(NodeLoss{text, loss.node_rank, loss.dropped}))) return;
   session_->cancel_waits();
-  say(fmt::format("{}; stopping the job", text));
+  // A dropped node's line is the whole story, word for word as when its join meets it.
+  say(loss.dropped ? text : fmt::format("{}; stopping the job", text));
   if (phase_ == Phase::Running) stop_workers(SIGTERM);
 }
 

@@ -448,10 +448,9 @@ std::string EtcdClient::post(const char* path, const std::string& body) {
   }
 }
 
-std::string EtcdClient::post_once(const char* path, const std::string& body,
-                                  const std::string& token) {
-  const auto deadline = Clock::now() + options_.timeout;
-  const std::size_t members = options_.endpoints.size();
+// What the tries of one call met: the line that ends it when no member gave an answer.
+struct EtcdClient::CallFailures {
+  explicit CallFailures(std::size_t members) : answered(members), oversized_members(members) {}
   std::string last_error = "no member was tried";
   // A refused certificate is the cause to report even when a later try only timed out (a
   // loaded machine): the timeout would hide what the user must fix.
@@ -460,135 +459,170 @@ std::string EtcdClient::post_once(const char* path, const std::string& body,
   // Each member's last answer that was a failure (HTTP 503, not a gateway...): the deadline can
   // cut the last try short on a loaded machine, and "no answer in time" alone would hide what
   // the members said before.
-  std::vector<std::string> answered(members);
+  std::vector<std::string> answered;
   std::string oversized;      // a member's reply was over kMaxReplyBytes: the line naming the bound
   std::string wrong_cluster;  // a member of another etcd cluster answered: the line naming both
-  std::vector<bool> oversized_members(members);
+  std::vector<bool> oversized_members;
+};
+
+std::string EtcdClient::post_once(const char* path, const std::string& body,
+                                  const std::string& token) {
+  const auto deadline = Clock::now() + options_.timeout;
+  const std::size_t members = options_.endpoints.size();
+  CallFailures failures(members);
   // Each member gets a share of the deadline, so that one that hangs (cut off from the leader,
   // or accepting and never answering) leaves time for the others; a round over every member is
   // followed by a short pause.
   const auto share =
       std::max<Clock::duration>(options_.timeout / (members + 1), std::chrono::milliseconds(500));
   for (std::size_t tries = 0; Clock::now() < deadline; ++tries) {
-    if (tries > 0 && tries % members == 0) {
-      asio::steady_timer pause(io_, std::chrono::milliseconds(100));
-      io_.restart();
-      pause.async_wait([](auto) {});
-      io_.run();
-    }
+    if (tries > 0 && tries % members == 0) pause(std::chrono::milliseconds(100));
     const Endpoint& at = options_.endpoints[current_ % members];
     const auto budget = std::min<Clock::duration>(share, deadline - Clock::now());
     if (budget <= Clock::duration::zero()) break;
-    std::string reply;
-    unsigned status = 0;
-    auto& c = *connection_;
-    const bool fresh = !c.open;
-    auto call = [&]() -> asio::awaitable<void> {
-      if (!c.open) {
-        c.stream.emplace(io_, tls_.get());
-        c.buffer.clear();
-      }
-      c.stream->tcp().expires_after(budget);
-      if (!c.open) {
-        co_await connect(*c.stream, at);
-        c.open = true;
-      }
-      auto req = make_request(at, path, body, token);
-      co_await c.stream->with([&](auto& s) { return http::async_write(s, req, use_awaitable); });
-      http::response_parser<http::string_body> parser;
-      parser.body_limit(kMaxReplyBytes);
-      co_await c.stream->with(
-          [&](auto& s) { return http::async_read(s, c.buffer, parser, use_awaitable); });
-      status = parser.get().result_int();
-      if (!parser.get().keep_alive()) c.open = false;
-      reply = std::move(parser.get().body());
-    };
+    const bool fresh = !connection_->open;
     try {
-      run_blocking(io_, call());
-      if (!c.open) c.close();
-      const ReplyVerdict verdict = classify_reply(status, reply);
-      if (verdict.kind == ReplyVerdict::Kind::Answer) {
-        // etcd's answer, but maybe another cluster's (a member silent at the first join's check,
-        // or one replaced since): that member's failure, the next one is tried.
-        if (auto other = other_cluster(*options_.book, at, verdict.cluster_id)) {
-          wrong_cluster = *other;
-          last_error = *other;
-          c.close();
-          ++current_;
-          continue;
-        }
-        options_.book->prefer(current_ % members);
-        return reply;
-      }
-      if (verdict.kind == ReplyVerdict::Kind::Refused) {
-        throw EtcdRefused(
-            fmt::format("etcd member {} refused the request: {}", at.name(), verdict.line),
-            verdict.grpc_code);
-      }
-      etcd_answered = etcd_answered || verdict.etcd_answered;
-      last_error = fmt::format("{}: {}", at.name(), verdict.line);
-      answered[current_ % members] = last_error;
-      c.close();  // the next try goes to another member, on a connection of its own
+      auto [status, reply] = exchange(at, path, body, token, budget);
+      if (auto answer = take_reply(at, status, std::move(reply), failures)) return *answer;
     } catch (const EtcdProtocolError&) {
       throw;
     } catch (const boost::system::system_error& e) {
-      c.close();
-      if (e.code() == http::error::body_limit) {
-        // The member answered: too much (a stranger's huge values, or a broken member or proxy
-        // announcing an absurd length). That member's failure: the next one is tried; when none
-        // answers within the bound, the call ends with this line.
-        oversized = fmt::format(
-            "etcd member {} answered {} with more than the client's bound of {} MiB per reply",
-            at.name(), path, kMaxReplyBytes >> 20);
-        last_error = fmt::format("{}: a reply over the client's bound of {} MiB", at.name(),
-                                 kMaxReplyBytes >> 20);
-        oversized_members[current_ % members] = true;
-        if (std::all_of(oversized_members.begin(), oversized_members.end(),
-                        [](bool o) { return o; }))
-          throw EtcdProtocolError(oversized);  // every member: no use asking again
-        ++current_;
-        continue;
-      }
-      const auto failed = std::current_exception();
-      last_error = fmt::format("{}: {}", at.name(), reason_of(failed));
-      if (e.code() == beast::error::timeout && members > 2) {
-        // A member that accepts and never answers (a black hole, a SIGSTOPped VM) cost its
-        // share: the others are asked at once and the first that answers is tried next, so
-        // black holes listed before a healthy member cannot use up the deadline one by one.
-        if (auto next = first_answering(
-                current_ % members, std::min<Clock::time_point>(deadline, Clock::now() + share))) {
-          current_ = *next;
-          continue;
-        }
-      }
-      if (is_tls_error(failed)) tls_error = last_error;
-      // A TLS-only member closes a plain connection without an answer.
-      if (!tls_ && fresh && is_end_of_stream(failed))
-        last_error += "; is the member TLS-only? then name it https:// or give etcd_cacert";
+      connection_->close();
+      const auto until = std::min<Clock::time_point>(deadline, Clock::now() + share);
+      if (moved_on(e.code(), std::current_exception(), at, path, fresh, until, failures)) continue;
     } catch (...) {
-      c.close();
-      last_error = fmt::format("{}: {}", at.name(), reason_of(std::current_exception()));
+      connection_->close();
+      failures.last_error = fmt::format("{}: {}", at.name(), reason_of(std::current_exception()));
     }
     ++current_;  // the next try (and the next call) starts on another member
   }
-  if (!tls_error.empty()) {
-    throw EtcdUnavailable(
-        fmt::format("TLS with etcd at {} failed ({})", describe(options_.endpoints), tls_error));
+  throw_unanswered(failures);
+}
+
+void EtcdClient::pause(std::chrono::milliseconds duration) {
+  asio::steady_timer pause(io_, duration);
+  io_.restart();
+  pause.async_wait([](auto) {});
+  io_.run();
+}
+
+std::pair<unsigned, std::string> EtcdClient::exchange(const Endpoint& at, const char* path,
+                                                      const std::string& body,
+                                                      const std::string& token,
+                                                      Clock::duration budget) {
+  std::string reply;
+  unsigned status = 0;
+  auto& c = *connection_;
+  // The connection is kept between calls (keep-alive); a fresh one after a failure.
+  auto call = [&]() -> asio::awaitable<void> {
+    if (!c.open) {
+      c.stream.emplace(io_, tls_.get());
+      c.buffer.clear();
+    }
+    c.stream->tcp().expires_after(budget);
+    if (!c.open) {
+      co_await connect(*c.stream, at);
+      c.open = true;
+    }
+    auto req = make_request(at, path, body, token);
+    co_await c.stream->with([&](auto& s) { return http::async_write(s, req, use_awaitable); });
+    http::response_parser<http::string_body> parser;
+    parser.body_limit(kMaxReplyBytes);
+    co_await c.stream->with(
+        [&](auto& s) { return http::async_read(s, c.buffer, parser, use_awaitable); });
+    status = parser.get().result_int();
+    if (!parser.get().keep_alive()) c.open = false;
+    reply = std::move(parser.get().body());
+  };
+  run_blocking(io_, call());
+  if (!c.open) c.close();
+  return {status, std::move(reply)};
+}
+
+std::optional<std::string> EtcdClient::take_reply(const Endpoint& at, unsigned status,
+                                                  std::string reply, CallFailures& failures) {
+  const std::size_t members = options_.endpoints.size();
+  const ReplyVerdict verdict = classify_reply(status, reply);
+  if (verdict.kind == ReplyVerdict::Kind::Answer) {
+    // etcd's answer, but maybe another cluster's (a member silent at the first join's check,
+    // or one replaced since): that member's failure, the next one is tried.
+    if (auto other = other_cluster(*options_.book, at, verdict.cluster_id)) {
+      failures.wrong_cluster = *other;
+      failures.last_error = *other;
+      connection_->close();
+      return std::nullopt;
+    }
+    options_.book->prefer(current_ % members);
+    return reply;
   }
-  if (!oversized.empty()) throw EtcdProtocolError(oversized);
-  if (!wrong_cluster.empty() && !etcd_answered) {
+  if (verdict.kind == ReplyVerdict::Kind::Refused) {
+    throw EtcdRefused(
+        fmt::format("etcd member {} refused the request: {}", at.name(), verdict.line),
+        verdict.grpc_code);
+  }
+  failures.etcd_answered = failures.etcd_answered || verdict.etcd_answered;
+  failures.last_error = fmt::format("{}: {}", at.name(), verdict.line);
+  failures.answered[current_ % members] = failures.last_error;
+  connection_->close();  // the next try goes to another member, on a connection of its own
+  return std::nullopt;
+}
+
+bool EtcdClient::moved_on(const boost::system::error_code& code, std::exception_ptr failed,
+                          const Endpoint& at, const char* path, bool fresh, Clock::time_point until,
+                          CallFailures& failures) {
+  const std::size_t members = options_.endpoints.size();
+  if (code == http::error::body_limit) {
+    // The member answered: too much (a stranger's huge values, or a broken member or proxy
+    // announcing an absurd length). That member's failure: the next one is tried; when none
+    // answers within the bound, the call ends with this line.
+    failures.oversized = fmt::format(
+        "etcd member {} answered {} with more than the client's bound of {} MiB per reply",
+        at.name(), path, kMaxReplyBytes >> 20);
+    failures.last_error = fmt::format("{}: a reply over the client's bound of {} MiB", at.name(),
+                                      kMaxReplyBytes >> 20);
+    failures.oversized_members[current_ % members] = true;
+    if (std::all_of(failures.oversized_members.begin(), failures.oversized_members.end(),
+                    [](bool o) { return o; }))
+      throw EtcdProtocolError(failures.oversized);  // every member: no use asking again
+    return false;
+  }
+  failures.last_error = fmt::format("{}: {}", at.name(), reason_of(failed));
+  if (code == beast::error::timeout && members > 2) {
+    // A member that accepts and never answers (a black hole, a SIGSTOPped VM) cost its
+    // share: the others are asked at once and the first that answers is tried next, so
+    // black holes listed before a healthy member cannot use up the deadline one by one.
+    if (auto next = first_answering(current_ % members, until)) {
+      current_ = *next;
+      return true;
+    }
+  }
+  if (is_tls_error(failed)) failures.tls_error = failures.last_error;
+  // A TLS-only member closes a plain connection without an answer.
+  if (!tls_ && fresh && is_end_of_stream(failed))
+    failures.last_error += "; is the member TLS-only? then name it https:// or give etcd_cacert";
+  return false;
+}
+
+void EtcdClient::throw_unanswered(CallFailures& failures) const {
+  if (!failures.tls_error.empty()) {
+    throw EtcdUnavailable(fmt::format("TLS with etcd at {} failed ({})",
+                                      describe(options_.endpoints), failures.tls_error));
+  }
+  if (!failures.oversized.empty()) throw EtcdProtocolError(failures.oversized);
+  if (!failures.wrong_cluster.empty() && !failures.etcd_answered) {
     throw EtcdUnavailable(fmt::format(
         "no member of this job's etcd cluster at {} answered within "
         "{:.3g} s; {}",
-        describe(options_.endpoints), options_.timeout.count() / 1000.0, wrong_cluster));
+        describe(options_.endpoints), options_.timeout.count() / 1000.0, failures.wrong_cluster));
   }
-  for (const auto& line : answered) {
+  std::string& last_error = failures.last_error;
+  for (const auto& line : failures.answered) {
     if (!line.empty() && line != last_error) last_error += "; before: " + line;
   }
   throw EtcdUnavailable(
       fmt::format("etcd at {} did not answer within {:.3g} s ({})", describe(options_.endpoints),
                   options_.timeout.count() / 1000.0, last_error),
-      etcd_answered);
+      failures.etcd_answered);
 }
 
 void EtcdClient::check_one_cluster(std::chrono::milliseconds within) {
@@ -811,7 +845,8 @@ EtcdWatch::~EtcdWatch() {
 
 void EtcdWatch::run() {
   const std::size_t members = options_.endpoints.size();
-  std::size_t current = timing_.first_member % members;
+  current_ = timing_.first_member % members;
+  failed_at_.assign(members, std::nullopt);
   // Each member gets a share of the give-up until it says "created" (at most the options'
   // timeout): a member that accepts and never answers (SIGSTOPped, cut off) leaves time for
   // the others, so every member is tried within the give-up.
@@ -819,140 +854,169 @@ void EtcdWatch::run() {
       std::min<std::chrono::milliseconds>(
           options_.timeout, timing_.give_up / static_cast<int>(std::max<std::size_t>(members, 1))),
       std::chrono::milliseconds(200));
-  // Per member, when it last failed to serve (no "created", refused, unreachable): such a
-  // member is tried after every member that served last time, the oldest failure first.
-  std::vector<std::optional<Clock::time_point>> failed_at(members);
-  // The member after `left`: the members that did not fail first (round-robin from the one after
-  // it), then those that failed, the oldest failure first; `left` itself (silent or broken) last.
-  auto next_member = [&](std::size_t left) {
-    std::optional<std::size_t> best;
-    for (std::size_t i = 1; i < members; ++i) {
-      const std::size_t m = (left + i) % members;
-      if (!best) {
-        best = m;
-      } else if (failed_at[m] && failed_at[*best] && *failed_at[m] < *failed_at[*best]) {
-        best = m;
-      } else if (!failed_at[m] && failed_at[*best]) {
-        best = m;
-      }
-    }
-    return best.value_or(left);
-  };
   // When the stream broke (or the watch began): the give-up counts from here, not from the last
   // message, so that a quiet stretch before a member's loss is not counted against the others.
-  auto broken_since = Clock::now();
-  std::string last_error;
-  auto fail = [&](const std::string& why) {
-    if (!stopping_ && callbacks_.on_error) callbacks_.on_error(why);
-  };
+  broken_since_ = Clock::now();
   while (!stopping_) {
-    const Endpoint& at = options_.endpoints[current % members];
-    MemberStream stream(io_, tls_.get());
-    beast::flat_buffer buffer;
-    bool created = false;
-    std::int64_t compacted = 0;  // > 0: etcd compacted what this watch needs
-    std::string token;
-    if (!options_.user.empty()) {  // a fresh token for each (re)connection: the last may expire
-      try {
-        EtcdClient auth(options_);
-        token = auth.auth_token();
-      } catch (const EtcdUnavailable& e) {
-        last_error = e.what();  // unreachable now: counted as a failed try below
-        token.clear();
-      } catch (const std::exception& e) {
-        return fail(e.what());
-      }
-    }
-    const bool authenticated = options_.user.empty() || !token.empty();
-    auto call = [&]() -> asio::awaitable<void> {
-      // Until "created", the options' timeout: a member that accepts and never answers is
-      // left for the next one.
-      stream.tcp().expires_after(share);
-      co_await connect(stream, at);
-      auto req =
-          make_request(at, "/v3/watch", watch_request(key_, range_end_, next_revision_), token);
-      req.keep_alive(false);
-      co_await stream.with([&](auto& s) { return http::async_write(s, req, use_awaitable); });
-      co_await read_watch(stream, buffer, [&](const WatchMessage& m) {
-        if (m.compact_revision > 0) {
-          compacted = m.compact_revision;
-          return false;
-        }
-        if (m.canceled) {
-          throw EtcdRefused(
-              fmt::format("etcd cancelled the watch on {} ({})", key_, m.cancel_reason),
-              kGrpcCancelled);
-        }
-        // A member of another etcd cluster (silent at the first join's check) is no member of
-        // this job's: its stream is that member's failure.
-        if (auto other = other_cluster(*options_.book, at, m.cluster_id))
-          throw EtcdUnavailable(*other);
-        if (m.created) created = true;
-        // The stream is alive: it answered. Silent for `silence` from now on, it is not.
-        if (timing_.silence.count() > 0) {
-          stream.tcp().expires_after(timing_.silence);
-        } else if (created) {
-          stream.tcp().expires_never();
-        }
-        if (!m.events.empty()) {
-          next_revision_ = m.events.back().kv.mod_revision + 1;
-        } else if (!m.created && m.revision > 0) {
-          // A progress notification: every event up to its revision was sent.
-          next_revision_ = std::max(next_revision_, m.revision + 1);
-        }
-        if (!stopping_ && callbacks_.on_message && (!m.events.empty() || m.created))
-          callbacks_.on_message(m);
-        return !stopping_.load();
-      });
-    };
-    try {
-      if (authenticated) run_blocking(io_, call(), &stopping_);
-    } catch (const EtcdRefused& e) {
-      if (!grpc_code_is_transient(e.grpc_code())) return fail(e.what());
-      last_error = fmt::format("{}: {}", at.name(), e.what());
-    } catch (...) {
-      std::string reason = reason_of(std::current_exception());
-      if (reason == "no answer in time")
-        reason = created ? fmt::format("the stream was silent for {:.3g} s",
-                                       timing_.silence.count() / 1000.0)
-                         : "no answer in time";
-      last_error = fmt::format("{}: {}", at.name(), reason);
-    }
+    const Endpoint& at = options_.endpoints[current_ % members];
+    const std::optional<std::string> token = stream_token();
+    if (!token) return;  // etcd refused the user: said
+    Served served;
+    const bool authenticated = options_.user.empty() || !token->empty();
+    if (authenticated && !serve(at, *token, share, served)) return;
     if (stopping_) return;
-    if (compacted > 0) {
-      // Not a failure: the owner reads its state now and the watch goes on from there.
-      if (!callbacks_.on_compacted) {
-        return fail(fmt::format("etcd compacted the watch on {} at revision {}", key_, compacted));
-      }
-      try {
-        next_revision_ = callbacks_.on_compacted(compacted);
-      } catch (const std::exception& e) {
-        last_error = fmt::format("re-reading after etcd's compaction at revision {}: {}", compacted,
-                                 e.what());
-        if (Clock::now() - broken_since > timing_.give_up) return fail(last_error);
-        continue;
-      }
-      broken_since = Clock::now();
+    if (served.compacted > 0) {
+      if (!resume_after_compaction(served.compacted)) return;
       continue;
     }
-    const std::size_t left = current % members;
-    if (created) {
-      broken_since = Clock::now();  // it served: the give-up counts from now
-      failed_at[left].reset();
-    } else {
-      failed_at[left] = Clock::now();
-    }
-    if (Clock::now() - broken_since > timing_.give_up) {
-      return fail(fmt::format("no member of etcd at {} served the watch for {:.3g} s ({})",
-                              describe(options_.endpoints), timing_.give_up.count() / 1000.0,
-                              last_error));
-    }
-    current = next_member(left);
-    // Every member failed: a short pause before the next round over them.
-    if (std::all_of(failed_at.begin(), failed_at.end(),
-                    [](const auto& f) { return f.has_value(); }))
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (!move_on(served.created)) return;
   }
+}
+
+void EtcdWatch::fail(const std::string& why) {
+  if (!stopping_ && callbacks_.on_error) callbacks_.on_error(why);
+}
+
+std::optional<std::string> EtcdWatch::stream_token() {
+  if (options_.user.empty()) return std::string();
+  // A fresh token for each (re)connection: the last may have expired.
+  try {
+    EtcdClient auth(options_);
+    return auth.auth_token();
+  } catch (const EtcdUnavailable& e) {
+    last_error_ = e.what();  // unreachable now: counted as a failed try
+    return std::string();
+  } catch (const std::exception& e) {
+    fail(e.what());
+    return std::nullopt;
+  }
+}
+
+bool EtcdWatch::serve(const Endpoint& at, const std::string& token, std::chrono::milliseconds share,
+                      Served& served) {
+  MemberStream stream(io_, tls_.get());
+  beast::flat_buffer buffer;
+  auto call = [&]() -> asio::awaitable<void> {
+    // Until "created", the options' timeout: a member that accepts and never answers is
+    // left for the next one.
+    stream.tcp().expires_after(share);
+    co_await connect(stream, at);
+    auto req =
+        make_request(at, "/v3/watch", watch_request(key_, range_end_, next_revision_), token);
+    req.keep_alive(false);
+    co_await stream.with([&](auto& s) { return http::async_write(s, req, use_awaitable); });
+    co_await read_watch(stream, buffer, [&](const WatchMessage& m) {
+      return on_stream_message(m, at, stream, served);
+    });
+  };
+  try {
+    run_blocking(io_, call(), &stopping_);
+  } catch (const EtcdRefused& e) {
+    if (!grpc_code_is_transient(e.grpc_code())) {
+      fail(e.what());
+      return false;
+    }
+    last_error_ = fmt::format("{}: {}", at.name(), e.what());
+  } catch (...) {
+    std::string reason = reason_of(std::current_exception());
+    if (reason == "no answer in time")
+      reason = served.created ? fmt::format("the stream was silent for {:.3g} s",
+                                            timing_.silence.count() / 1000.0)
+                              : "no answer in time";
+    last_error_ = fmt::format("{}: {}", at.name(), reason);
+  }
+  return true;
+}
+
+bool EtcdWatch::on_stream_message(const WatchMessage& m, const Endpoint& at, MemberStream& stream,
+                                  Served& served) {
+  if (m.compact_revision > 0) {
+    served.compacted = m.compact_revision;
+    return false;
+  }
+  if (m.canceled) {
+    throw EtcdRefused(fmt::format("etcd cancelled the watch on {} ({})", key_, m.cancel_reason),
+                      kGrpcCancelled);
+  }
+  // A member of another etcd cluster (silent at the first join's check) is no member of
+  // this job's: its stream is that member's failure.
+  if (auto other = other_cluster(*options_.book, at, m.cluster_id)) throw EtcdUnavailable(*other);
+  if (m.created) served.created = true;
+  // The stream is alive: it answered. Silent for `silence` from now on, it is not.
+  if (timing_.silence.count() > 0) {
+    stream.tcp().expires_after(timing_.silence);
+  } else if (served.created) {
+    stream.tcp().expires_never();
+  }
+  if (!m.events.empty()) {
+    next_revision_ = m.events.back().kv.mod_revision + 1;
+  } else if (!m.created && m.revision > 0) {
+    // A progress notification: every event up to its revision was sent.
+    next_revision_ = std::max(next_revision_, m.revision + 1);
+  }
+  if (!stopping_ && callbacks_.on_message && (!m.events.empty() || m.created))
+    callbacks_.on_message(m);
+  return !stopping_.load();
+}
+
+bool EtcdWatch::resume_after_compaction(std::int64_t compacted) {
+  // Not a failure: the owner reads its state now and the watch goes on from there.
+  if (!callbacks_.on_compacted) {
+    fail(fmt::format("etcd compacted the watch on {} at revision {}", key_, compacted));
+    return false;
+  }
+  try {
+    next_revision_ = callbacks_.on_compacted(compacted);
+  } catch (const std::exception& e) {
+    last_error_ =
+        fmt::format("re-reading after etcd's compaction at revision {}: {}", compacted, e.what());
+    if (Clock::now() - broken_since_ > timing_.give_up) {
+      fail(last_error_);
+      return false;
+    }
+    return true;
+  }
+  broken_since_ = Clock::now();
+  return true;
+}
+
+bool EtcdWatch::move_on(bool created) {
+  const std::size_t left = current_ % options_.endpoints.size();
+  if (created) {
+    broken_since_ = Clock::now();  // it served: the give-up counts from now
+    failed_at_[left].reset();
+  } else {
+    failed_at_[left] = Clock::now();
+  }
+  if (Clock::now() - broken_since_ > timing_.give_up) {
+    fail(fmt::format("no member of etcd at {} served the watch for {:.3g} s ({})",
+                     describe(options_.endpoints), timing_.give_up.count() / 1000.0, last_error_));
+    return false;
+  }
+  current_ = next_member(left);
+  // Every member failed: a short pause before the next round over them.
+  if (std::all_of(failed_at_.begin(), failed_at_.end(),
+                  [](const auto& f) { return f.has_value(); }))
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  return true;
+}
+
+std::size_t EtcdWatch::next_member(std::size_t left) const {
+  // The members that did not fail first (round-robin from the one after `left`), then those
+  // that failed, the oldest failure first; `left` itself (silent or broken) last.
+  const std::size_t members = options_.endpoints.size();
+  std::optional<std::size_t> best;
+  for (std::size_t i = 1; i < members; ++i) {
+    const std::size_t m = (left + i) % members;
+    if (!best) {
+      best = m;
+    } else if (failed_at_[m] && failed_at_[*best] && *failed_at_[m] < *failed_at_[*best]) {
+      best = m;
+    } else if (!failed_at_[m] && failed_at_[*best]) {
+      best = m;
+    }
+  }
+  return best.value_or(left);
 }
 
 std::unique_ptr<EtcdGateway> ClientCluster::connect(std::chrono::milliseconds timeout) {

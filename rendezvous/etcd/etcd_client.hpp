@@ -7,8 +7,10 @@
 
 #include <atomic>
 #include <boost/asio/io_context.hpp>
+#include <boost/system/error_code.hpp>
 #include <chrono>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -16,6 +18,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "rendezvous/etcd/etcd_codec.hpp"
@@ -26,6 +29,8 @@ class context;
 }
 
 namespace ddp::rdzv::etcd {
+
+class MemberStream;  // one connection to a member (etcd_client.cpp)
 
 struct Endpoint {
   std::string host;  // an IPv6 address without its brackets
@@ -177,6 +182,27 @@ class EtcdClient final : public EtcdGateway {
   // POSTs `body` to `path` on some member; the reply's body. Retries on another member when one
   // does not answer, cannot connect, or says it has no leader, until the deadline.
   std::string post_once(const char* path, const std::string& body, const std::string& token);
+  // post_once's steps. What the tries met, for the line that ends the call.
+  struct CallFailures;
+  // A round over every member failed: a short pause (on the client's io_context).
+  void pause(std::chrono::milliseconds duration);
+  // One request on the kept connection (a fresh one when closed) within `budget`: the reply's
+  // HTTP status and body. Throws the transport's error.
+  std::pair<unsigned, std::string> exchange(const Endpoint& at, const char* path,
+                                            const std::string& body, const std::string& token,
+                                            std::chrono::steady_clock::duration budget);
+  // The reply when it is etcd's answer from the job's cluster; nullopt when it is that member's
+  // failure (noted in `failures`). Throws EtcdRefused for etcd's final "no".
+  std::optional<std::string> take_reply(const Endpoint& at, unsigned status, std::string reply,
+                                        CallFailures& failures);
+  // A transport failure of member `at` (noted in `failures`); true when the next member to try
+  // was chosen already (one that answered while `at` hung). Throws when every member's reply
+  // was over the bound.
+  bool moved_on(const boost::system::error_code& code, std::exception_ptr failed,
+                const Endpoint& at, const char* path, bool fresh,
+                std::chrono::steady_clock::time_point until, CallFailures& failures);
+  // No member answered within the deadline: the line that names why.
+  [[noreturn]] void throw_unanswered(CallFailures& failures) const;
   void authenticate();
   // Asks every member but `skip` for its status at once until `deadline`; the first that
   // answered as a member of the job's cluster.
@@ -211,7 +237,30 @@ class EtcdWatch final : public EtcdWatchStream {
   EtcdWatch& operator=(const EtcdWatch&) = delete;
 
  private:
+  // What one member's stream did: said "created" (it served), or etcd compacted past it.
+  struct Served {
+    bool created = false;
+    std::int64_t compacted = 0;  // > 0: etcd compacted what this watch needs
+  };
+  // The watch thread: streams from one member after another until stopped or given up.
   void run();
+  // run's steps. Each that returns false has ended the watch (on_error said why, unless stopping).
+  void fail(const std::string& why);
+  // The token for the next stream ("" without a user, or when etcd did not answer: that try
+  // fails); nullopt when etcd refused the user.
+  std::optional<std::string> stream_token();
+  // One stream from member `at` until it breaks, falls silent or is compacted.
+  bool serve(const Endpoint& at, const std::string& token, std::chrono::milliseconds share,
+             Served& served);
+  // One message of that stream; whether to read on.
+  bool on_stream_message(const WatchMessage& m, const Endpoint& at, MemberStream& stream,
+                         Served& served);
+  bool resume_after_compaction(std::int64_t compacted);
+  // After a member's stream ended: gives up (no member served for the give-up) or picks the next.
+  bool move_on(bool created);
+  // The member to try after `left`.
+  std::size_t next_member(std::size_t left) const;
+
   ClientOptions options_;
   std::string key_;
   std::string range_end_;
@@ -221,7 +270,14 @@ class EtcdWatch final : public EtcdWatchStream {
   boost::asio::io_context io_{1};
   std::shared_ptr<boost::asio::ssl::context> tls_;  // null: plain http
   std::atomic<bool> stopping_{false};
-  std::thread thread_;
+  // The watch thread's own state (run and its steps).
+  std::size_t current_ = 0;  // the member streamed from (modulo the members)
+  // Per member, when it last failed to serve (no "created", refused, unreachable): such a
+  // member is tried after every member that served last time, the oldest failure first.
+  std::vector<std::optional<std::chrono::steady_clock::time_point>> failed_at_;
+  std::chrono::steady_clock::time_point broken_since_;
+  std::string last_error_;
+  std::thread thread_;  // last: it starts once the state above is built
 };
 
 // The real cluster: EtcdClients and EtcdWatches on `options`' members (a connection's timeout

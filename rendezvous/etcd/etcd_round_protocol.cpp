@@ -129,13 +129,29 @@ bool EtcdRoundProtocol::lease_gone() {
   }
 }
 
-RendezvousError EtcdRoundProtocol::lost_while_stopped(int round) const {
-  return RendezvousError(fmt::format(
-      "this node's etcd lease {:x} expired after round {} of job '{}' formed with it (the node was "
-      "stopped or cut off for longer than the lease's TTL of {} s): the other nodes took it for "
-      "lost, and a job of a fixed {} node(s) has no place for it; start it again for a new run "
-      "of the job",
-      lease_.load(), round, options_.run_id, lease_ttl_.count(), options_.max_nodes));
+std::string EtcdRoundProtocol::dropped_line(int round) const {
+  // As c10d's node that the others re-formed without ("this node was dropped from the job",
+  // docs/launcher.md): a node loss, 74, one line.
+  return fmt::format(
+      "this node was dropped from the job: its etcd lease {:x} ended after round {} of job '{}' "
+      "formed with it (the node was stopped or cut off for longer than the lease's TTL of {} s): "
+      "the other nodes took it for lost{}",
+      lease_.load(), round, options_.run_id, lease_ttl_.count(),
+      fixed_size() ? fmt::format(", and a job of a fixed {} node(s) has no place for it; start it "
+                                 "again for a new run of the job",
+                                 options_.max_nodes)
+                   : std::string("; start it again to join the job as a new node"));
+}
+
+void EtcdRoundProtocol::report_dropped(int round) {
+  // As etcd's loss: once, and not in the exit barrier (its workers succeeded; the barrier decides).
+  if (in_barrier_) return;
+  if (etcd_lost_.exchange(true)) return;
+  const std::string line = dropped_line(round);
+  if (callbacks_.on_dropped)
+    callbacks_.on_dropped(line);
+  else if (callbacks_.on_lost)
+    callbacks_.on_lost(line, std::nullopt);
 }
 
 void EtcdRoundProtocol::renew_lease() {
@@ -254,7 +270,13 @@ bool EtcdRoundProtocol::beat() {
   }
   // Fences as etcd's lease semantics say (etcd_lease_fence.hpp): when etcd says the lease is
   // gone, or no member answered for the TTL; time without a leader does not count.
-  if (publish_round_.load() < 0 && outcome != LeaseFence::Outcome::Renewed) {
+  if (const int round = publish_round_.load(); round >= 0 && outcome == LeaseFence::Outcome::Gone) {
+    // etcd dropped this node's lease after its round formed (stopped past the TTL): the others
+    // took it for lost. The same line and end as a join that meets it (dropped_line).
+    report_dropped(round);
+    beat_->ended = true;
+    return false;
+  } else if (publish_round_.load() < 0 && outcome != LeaseFence::Outcome::Renewed) {
     // Not in a formed round yet (joining, pending): nobody counts on this node. An ended lease
     // is renewed by the join, not a loss; etcd gone is found (and reported) by the join's own
     // calls, and the fence starts afresh so joining never counts against it.
@@ -368,6 +390,7 @@ void EtcdRoundProtocol::end_round() {
   left_ranks_.clear();
   progress_seen_.clear();
   views_seen_.clear();
+  oversized_views_.clear();
   stop_seen_ = false;
 }
 
@@ -893,123 +916,164 @@ void EtcdRoundProtocol::start_watch(int round, std::int64_t from_revision,
                      }});
 }
 
+namespace {
+// The node rank a key under `prefix` names when it is a member's of `closed` (nullopt: a
+// stranger's key, or not a number).
+std::optional<int> member_rank_in(const std::string& key, const std::string& prefix,
+                                  const RoundRecord& closed) {
+  int rank = -1;
+  const char* end = key.data() + key.size();
+  auto [at, ec] = std::from_chars(key.data() + prefix.size(), end, rank);
+  if (ec != std::errc{} || at != end || rank < 0 || rank >= static_cast<int>(closed.members.size()))
+    return std::nullopt;
+  return rank;
+}
+}  // namespace
+
 void EtcdRoundProtocol::on_watch(int round, const RoundRecord& closed,
                                  const WatchMessage& message) {
   const std::string alive_prefix = keys_.alive_prefix(round);
   const std::string done_prefix = keys_.done_prefix(round);
   const std::string left_prefix = keys_.left_prefix(round);
   const std::string pending_prefix = keys_.pending_prefix();
-  const std::string progress_prefix = keys_.progress_prefix(round);
-  const std::string view_prefix = keys_.view_prefix(round);
   const auto my_rank = node_rank_of(closed, lease_);
   bool pending_changed = false;
+  const std::string progress_prefix = keys_.progress_prefix(round);
+  const std::string view_prefix = keys_.view_prefix(round);
+  // Each event by the kind of key it is: the job's pending board, then the round's keys.
   for (const auto& e : message.events) {
     const std::string& key = e.kv.key;
+    const bool put = e.type == WatchEvent::Type::Put;
     if (key.starts_with(pending_prefix)) {
-      std::lock_guard lock(watch_mutex_);
-      if (e.type == WatchEvent::Type::Put)
-        pending_.put(key, e.kv.value, e.kv.create_revision);
-      else
-        pending_.erase(key);
+      on_pending_event(e);
       pending_changed = true;
-    } else if (e.type == WatchEvent::Type::Put && key.starts_with(progress_prefix)) {
-      int rank = -1;
-      auto [end, ec] =
-          std::from_chars(key.data() + progress_prefix.size(), key.data() + key.size(), rank);
-      if (ec != std::errc{} || end != key.data() + key.size() || rank == my_rank || rank < 0 ||
-          rank >= static_cast<int>(closed.members.size())) {
-        continue;
-      }
-      const auto payload = unseal(options_.token, key, e.kv.value);
-      const auto progress = payload ? rdzv::decode_node_progress(*payload) : std::nullopt;
-      if (!progress) continue;
-      std::optional<long long> best;
-      bool others_started = true;
-      {
-        std::lock_guard lock(watch_mutex_);
-        // From none (as each round starts) to something is progress; the same value is not.
-        rdzv::NodeProgress& seen = progress_seen_[rank];
-        if (seen == *progress) continue;
-        seen = *progress;
-        std::size_t started = 0;
-        for (const auto& [r, p] : progress_seen_) {
-          if (p.best_step && (!best || *p.best_step > *best)) best = *p.best_step;
-          if (p.all_started) ++started;
-        }
-        // A member that published nothing yet has not started.
-        others_started = started + 1 >= closed.members.size();
-      }
-      if (callbacks_.on_progress_elsewhere) callbacks_.on_progress_elsewhere(best, others_started);
-    } else if (e.type == WatchEvent::Type::Put && key.starts_with(view_prefix)) {
-      int rank = -1;
-      auto [end, ec] =
-          std::from_chars(key.data() + view_prefix.size(), key.data() + key.size(), rank);
-      if (ec != std::errc{} || end != key.data() + key.size() || !my_rank || rank == *my_rank ||
-          rank < 0 || rank >= static_cast<int>(closed.members.size())) {
-        continue;
-      }
-      auto payload = unseal(options_.token, key, e.kv.value);
-      if (!payload || payload->size() > rdzv::kMaxViewBytes) continue;
-      std::lock_guard lock(watch_mutex_);
-      views_seen_[rank] = std::move(*payload);
-      report_views(closed, *my_rank);
-    } else if (e.type == WatchEvent::Type::Put && key == keys_.stop(round)) {
-      auto payload = unseal(options_.token, key, e.kv.value);
-      if (!payload) continue;  // a stranger's stop is no stop
-      {
-        std::lock_guard lock(watch_mutex_);
-        if (stop_seen_) continue;
-        stop_seen_ = true;
-      }
-      if (callbacks_.on_stop) callbacks_.on_stop(*payload);
-    } else if (e.type == WatchEvent::Type::Put && key.starts_with(left_prefix)) {
+    } else if (put && key.starts_with(progress_prefix)) {
+      on_progress_put(round, closed, my_rank, e.kv);
+    } else if (put && key.starts_with(view_prefix)) {
+      on_view_put(round, closed, my_rank, e.kv);
+    } else if (put && key == keys_.stop(round)) {
+      on_stop_put(e.kv);
+    } else if (put && key.starts_with(left_prefix)) {
       if (!unseal(options_.token, key, e.kv.value)) continue;
       int rank = -1;
       std::from_chars(key.data() + left_prefix.size(), key.data() + key.size(), rank);
       std::lock_guard lock(watch_mutex_);
       left_ranks_.insert(rank);
-    } else if (e.type == WatchEvent::Type::Put && key.starts_with(done_prefix)) {
+    } else if (put && key.starts_with(done_prefix)) {
       if (!unseal(options_.token, key, e.kv.value)) continue;
       int rank = -1;
       std::from_chars(key.data() + done_prefix.size(), key.data() + key.size(), rank);
       std::lock_guard lock(watch_mutex_);
       done_ranks_[rank] = e.kv.mod_revision;
     } else if (e.type == WatchEvent::Type::Delete && key.starts_with(alive_prefix)) {
-      auto lease = lease_of_alive_key(key, alive_prefix);
-      if (!lease) continue;
-      if (*lease == lease_) {
-        report_etcd_lost("this node's lease expired (etcd took it for lost)");
-        continue;
-      }
-      auto rank = node_rank_of(closed, *lease);
-      if (!rank) continue;  // not a member of the round as it closed
-      {
-        std::lock_guard lock(watch_mutex_);
-        // A node that finished its workers and left is no loss.
-        if (done_ranks_.count(*rank) || !lost_ranks_.insert(*rank).second) continue;
-        if (my_rank) report_views(closed, *my_rank);  // before the loss: the view shows it lost
-      }
-      bool left = false;
-      {
-        std::lock_guard lock(watch_mutex_);
-        left = left_ranks_.count(*rank) > 0;
-      }
-      // A cleanup (`etcdctl del --prefix`) deletes the record, which no lease holds, with it.
-      const bool with_round_keys =
-          std::any_of(message.events.begin(), message.events.end(), [&](const WatchEvent& other) {
-            return other.type == WatchEvent::Type::Delete && other.kv.key == keys_.record(round);
-          });
-      if (callbacks_.on_lost) {
-        callbacks_.on_lost(alive_gone_text(*rank, closed.members.at(*rank).name,
-                                           why_alive_gone(left, with_round_keys),
-                                           static_cast<double>(lease_ttl_.count())),
-                           *rank);
-      }
+      on_alive_deleted(round, closed, my_rank, key, message);
     }
   }
   if (pending_changed) {
     std::lock_guard lock(watch_mutex_);
     report_pending_if_changed();
+  }
+}
+
+void EtcdRoundProtocol::on_pending_event(const WatchEvent& e) {
+  std::lock_guard lock(watch_mutex_);
+  if (e.type == WatchEvent::Type::Put)
+    pending_.put(e.kv.key, e.kv.value, e.kv.create_revision);
+  else
+    pending_.erase(e.kv.key);
+}
+
+void EtcdRoundProtocol::on_progress_put(int round, const RoundRecord& closed,
+                                        std::optional<int> my_rank, const KeyValue& kv) {
+  const auto rank = member_rank_in(kv.key, keys_.progress_prefix(round), closed);
+  if (!rank || rank == my_rank) return;
+  const auto payload = unseal(options_.token, kv.key, kv.value);
+  const auto progress = payload ? rdzv::decode_node_progress(*payload) : std::nullopt;
+  if (!progress) return;
+  std::optional<long long> best;
+  bool others_started = true;
+  {
+    std::lock_guard lock(watch_mutex_);
+    // From none (as each round starts) to something is progress; the same value is not.
+    rdzv::NodeProgress& seen = progress_seen_[*rank];
+    if (seen == *progress) return;
+    seen = *progress;
+    std::size_t started = 0;
+    for (const auto& [r, p] : progress_seen_) {
+      if (p.best_step && (!best || *p.best_step > *best)) best = *p.best_step;
+      if (p.all_started) ++started;
+    }
+    // A member that published nothing yet has not started.
+    others_started = started + 1 >= closed.members.size();
+  }
+  if (callbacks_.on_progress_elsewhere) callbacks_.on_progress_elsewhere(best, others_started);
+}
+
+void EtcdRoundProtocol::on_view_put(int round, const RoundRecord& closed,
+                                    std::optional<int> my_rank, const KeyValue& kv) {
+  const auto rank = member_rank_in(kv.key, keys_.view_prefix(round), closed);
+  if (!rank || !my_rank || rank == my_rank) return;
+  auto payload = unseal(options_.token, kv.key, kv.value);
+  if (!payload) return;  // a stranger's record is no view
+  bool oversized_now = false;
+  {
+    std::lock_guard lock(watch_mutex_);
+    if (oversized_views_.count(*rank)) return;
+    if (payload->size() > rdzv::kMaxViewBytes) {
+      // Not ddprun's (an agent never publishes one): once per node and round, then that
+      // node's ranks are not shown, as on c10d; before, dropped without a word.
+      oversized_views_.insert(*rank);
+      views_seen_.erase(*rank);
+      oversized_now = true;
+    } else {
+      views_seen_[*rank] = std::move(*payload);
+    }
+    report_views(closed, *my_rank);
+  }
+  if (oversized_now) note(oversized_view_line(*rank, kv.key));
+}
+
+void EtcdRoundProtocol::on_stop_put(const KeyValue& kv) {
+  auto payload = unseal(options_.token, kv.key, kv.value);
+  if (!payload) return;  // a stranger's stop is no stop
+  {
+    std::lock_guard lock(watch_mutex_);
+    if (stop_seen_) return;
+    stop_seen_ = true;
+  }
+  if (callbacks_.on_stop) callbacks_.on_stop(*payload);
+}
+
+void EtcdRoundProtocol::on_alive_deleted(int round, const RoundRecord& closed,
+                                         std::optional<int> my_rank, const std::string& key,
+                                         const WatchMessage& message) {
+  auto lease = lease_of_alive_key(key, keys_.alive_prefix(round));
+  if (!lease) return;
+  if (*lease == lease_) {
+    // The others' watches read this as this node's loss: it was dropped (dropped_line).
+    report_dropped(round);
+    return;
+  }
+  auto rank = node_rank_of(closed, *lease);
+  if (!rank) return;  // not a member of the round as it closed
+  bool left = false;
+  {
+    std::lock_guard lock(watch_mutex_);
+    // A node that finished its workers and left is no loss.
+    if (done_ranks_.count(*rank) || !lost_ranks_.insert(*rank).second) return;
+    if (my_rank) report_views(closed, *my_rank);  // before the loss: the view shows it lost
+    left = left_ranks_.count(*rank) > 0;
+  }
+  // A cleanup (`etcdctl del --prefix`) deletes the record, which no lease holds, with it.
+  const bool with_round_keys =
+      std::any_of(message.events.begin(), message.events.end(), [&](const WatchEvent& other) {
+        return other.type == WatchEvent::Type::Delete && other.kv.key == keys_.record(round);
+      });
+  if (callbacks_.on_lost) {
+    callbacks_.on_lost(
+        alive_gone_text(*rank, closed.members.at(*rank).name, why_alive_gone(left, with_round_keys),
+                        static_cast<double>(lease_ttl_.count())),
+        *rank);
   }
 }
 
@@ -1097,68 +1161,20 @@ EtcdRoundProtocol::BarrierResult EtcdRoundProtocol::exit_barrier() {
     const std::string mine = keys_.done(round, joined_->node_rank);
     client_->put(mine, seal(options_.token, mine, "1"));
     const std::string prefix = keys_.round(round);
-    const std::string done_prefix = keys_.done_prefix(round);
-    const std::string alive_prefix = keys_.alive_prefix(round);
-    const RoundRecord& closed = closed_round_;
     std::set<int> told_deleted;
     auto gone_since = Clock::time_point::max();  // max: every missing node is alive
     while (!cancel_) {
-      auto read = client_->range(prefix, prefix_end(prefix));
-      std::set<int> in_etcd;
-      std::optional<std::string> stop;
-      AliveKeys alive;
-      for (const auto& kv : read.kvs) {
-        if (kv.key == keys_.stop(round)) {
-          stop = unseal(options_.token, kv.key, kv.value);
-        } else if (kv.key.starts_with(done_prefix) && unseal(options_.token, kv.key, kv.value)) {
-          int rank = -1;
-          std::from_chars(kv.key.data() + done_prefix.size(), kv.key.data() + kv.key.size(), rank);
-          in_etcd.insert(rank);
-        } else if (auto lease = lease_of_alive_key(kv.key, alive_prefix)) {
-          alive[*lease] = kv.mod_revision;
-        }
-      }
-      if (stop) {
-        result = BarrierResult{BarrierResult::End::Stopped, *stop, {}};
+      const BarrierRead read = read_barrier(round);
+      if (read.stop) {
+        result = BarrierResult{BarrierResult::End::Stopped, *read.stop, {}};
         break;
       }
-      // A node that arrived has arrived: its done key, once the watch saw it, counts even when
-      // someone deleted it afterwards (an operator's cleanup run early, a stranger).
-      std::set<int> arrived = in_etcd;
-      std::set<int> deleted;  // seen arriving at or before this read, gone from it
-      {
-        std::lock_guard lock(watch_mutex_);
-        for (const auto& [rank, revision] : done_ranks_) {
-          arrived.insert(rank);
-          if (!in_etcd.count(rank) && revision <= read.revision) deleted.insert(rank);
-        }
-      }
-      arrived.insert(joined_->node_rank);
-      for (const int rank : deleted) {
-        if (rank < 0 || rank >= joined_->num_nodes || !told_deleted.insert(rank).second) continue;
-        note(
-            fmt::format("exit barrier: the key {} of node {} ({}) was deleted after it arrived "
-                        "(by someone else); it still counts as arrived",
-                        keys_.done(round, rank), rank, closed.members.at(rank).name));
-      }
-      const BarrierVerdict verdict = barrier_verdict(closed, arrived, alive);
+      const BarrierVerdict verdict =
+          barrier_verdict(closed_round_, arrived_at_barrier(round, read, told_deleted), read.alive);
       if (verdict.all_arrived) break;
-      // The bound: a node that did not arrive and whose lease ended will never arrive. The
-      // watch reports such a loss at once; this holds even when the watch missed it.
-      if (!verdict.gone.empty()) {
-        if (gone_since == Clock::time_point::max()) gone_since = now();
-        if (now() - gone_since >= options_.heartbeat_timeout) {
-          result = BarrierResult{
-              BarrierResult::End::Lost,
-              {},
-              fmt::format("exit barrier of round {} of job '{}' on etcd: {} did "
-                          "not arrive and {} etcd lease ended (arrived: {})",
-                          round, options_.run_id, verdict.gone,
-                          verdict.gone_count == 1 ? "its" : "their", verdict.arrived_text)};
-          break;
-        }
-      } else {
-        gone_since = Clock::time_point::max();
+      if (auto lost = barrier_loss(round, verdict, gone_since)) {
+        result = std::move(*lost);
+        break;
       }
       (void)client_->wait_for_change(prefix, prefix_end(prefix), read.revision + 1,
                                      options_.heartbeat_interval);
@@ -1178,6 +1194,70 @@ EtcdRoundProtocol::BarrierResult EtcdRoundProtocol::exit_barrier() {
   }
   in_barrier_ = false;
   return result;
+}
+
+EtcdRoundProtocol::BarrierRead EtcdRoundProtocol::read_barrier(int round) {
+  const std::string prefix = keys_.round(round);
+  const std::string done_prefix = keys_.done_prefix(round);
+  const std::string alive_prefix = keys_.alive_prefix(round);
+  auto read = client_->range(prefix, prefix_end(prefix));
+  BarrierRead out;
+  out.revision = read.revision;
+  for (const auto& kv : read.kvs) {
+    if (kv.key == keys_.stop(round)) {
+      out.stop = unseal(options_.token, kv.key, kv.value);
+    } else if (kv.key.starts_with(done_prefix) && unseal(options_.token, kv.key, kv.value)) {
+      int rank = -1;
+      std::from_chars(kv.key.data() + done_prefix.size(), kv.key.data() + kv.key.size(), rank);
+      out.done.insert(rank);
+    } else if (auto lease = lease_of_alive_key(kv.key, alive_prefix)) {
+      out.alive[*lease] = kv.mod_revision;
+    }
+  }
+  return out;
+}
+
+std::set<int> EtcdRoundProtocol::arrived_at_barrier(int round, const BarrierRead& read,
+                                                    std::set<int>& told_deleted) {
+  // A node that arrived has arrived: its done key, once the watch saw it, counts even when
+  // someone deleted it afterwards (an operator's cleanup run early, a stranger).
+  std::set<int> arrived = read.done;
+  std::set<int> deleted;  // seen arriving at or before this read, gone from it
+  {
+    std::lock_guard lock(watch_mutex_);
+    for (const auto& [rank, revision] : done_ranks_) {
+      arrived.insert(rank);
+      if (!read.done.count(rank) && revision <= read.revision) deleted.insert(rank);
+    }
+  }
+  arrived.insert(joined_->node_rank);
+  for (const int rank : deleted) {
+    if (rank < 0 || rank >= joined_->num_nodes || !told_deleted.insert(rank).second) continue;
+    note(
+        fmt::format("exit barrier: the key {} of node {} ({}) was deleted after it arrived "
+                    "(by someone else); it still counts as arrived",
+                    keys_.done(round, rank), rank, closed_round_.members.at(rank).name));
+  }
+  return arrived;
+}
+
+std::optional<EtcdRoundProtocol::BarrierResult> EtcdRoundProtocol::barrier_loss(
+    int round, const BarrierVerdict& verdict, Clock::time_point& gone_since) {
+  // The bound: a node that did not arrive and whose lease ended will never arrive. The
+  // watch reports such a loss at once; this holds even when the watch missed it.
+  if (verdict.gone.empty()) {
+    gone_since = Clock::time_point::max();
+    return std::nullopt;
+  }
+  if (gone_since == Clock::time_point::max()) gone_since = now();
+  if (now() - gone_since < options_.heartbeat_timeout) return std::nullopt;
+  return BarrierResult{
+      BarrierResult::End::Lost,
+      {},
+      fmt::format("exit barrier of round {} of job '{}' on etcd: {} did "
+                  "not arrive and {} etcd lease ended (arrived: {})",
+                  round, options_.run_id, verdict.gone, verdict.gone_count == 1 ? "its" : "their",
+                  verdict.arrived_text)};
 }
 
 void EtcdRoundProtocol::leave() {

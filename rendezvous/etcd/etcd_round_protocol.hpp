@@ -43,6 +43,15 @@
 
 namespace ddp::rdzv::etcd {
 
+// This node itself was taken for lost: its lease ended (it was stopped or cut off past the TTL)
+// after a round formed with it, and the others went on (or ended) without it. A node loss (74),
+// not a failed join: what() is the whole line, the same whether a join, the watch or the
+// keepalive met it (EtcdRoundProtocol::dropped_line).
+class NodeDroppedError : public RendezvousError {
+ public:
+  using RendezvousError::RendezvousError;
+};
+
 class EtcdRoundProtocol {
  public:
   using Clock = std::chrono::steady_clock;
@@ -93,6 +102,9 @@ class EtcdRoundProtocol {
     std::function<void(const std::string& role)> on_waiting;  // "pending", "spare"
     // A node (rank) or etcd itself (nullopt) was lost: once per node, once for etcd.
     std::function<void(const std::string& text, std::optional<int> node_rank)> on_lost;
+    // This node itself was dropped (NodeDroppedError's line), met by the watch or the keepalive
+    // in a formed round: once, instead of on_lost.
+    std::function<void(const std::string& line)> on_dropped;
     // The round's stop key, as its payload (the launcher's stop-reason record); once per round.
     std::function<void(const std::string& payload)> on_stop;
     std::function<void(const std::vector<JoinRequest>& pending)> on_pending;
@@ -122,7 +134,8 @@ class EtcdRoundProtocol {
   // watch and finds the workers' store (when the round's node 0 is lost before it announced it,
   // an elastic job's other nodes re-form the next round without it: the result's round says).
   // Throws EtcdUnavailable (etcd did not answer), RoundMembersLostError (too few of the round
-  // before are left: a node loss) or RendezvousError.
+  // before are left: a node loss), NodeDroppedError (this node's lease ended after a fixed-size
+  // job's round formed with it) or RendezvousError.
   RendezvousResult join(int round, const Ask& ask);
   // Offers `payload` as the round's stop reason (the first valid one wins); the payload the key
   // holds afterwards, or `payload` when etcd could not be asked (etcd's loss is reported).
@@ -197,15 +210,43 @@ class EtcdRoundProtocol {
   void stop_keepalive();
   bool lease_gone();
   // A job of a fixed size (min = max nodes, no spares) has no place for a node the others took
-  // for lost: the one line that says so (69) for a node whose lease expired after `round` formed.
+  // for lost.
   bool fixed_size() const { return options_.min_nodes == options_.max_nodes && !options_.spares; }
-  RendezvousError lost_while_stopped(int round) const;
+  // The one line for a node whose lease ended after `round` formed with it (74), whichever of
+  // the join, the watch or the keepalive meets it; reported once (not in the exit barrier).
+  std::string dropped_line(int round) const;
+  NodeDroppedError lost_while_stopped(int round) const {
+    return NodeDroppedError(dropped_line(round));
+  }
+  void report_dropped(int round);
   void renew_lease();
   void choose_generation();
   void leave_etcd();
   void put_answer(const std::string& key, const std::string& value);
   void start_watch(int round, std::int64_t from_revision, const RoundRecord& closed);
   void on_watch(int round, const RoundRecord& closed, const WatchMessage& message);
+  // on_watch's steps, one kind of key each (`my_rank`: this node's rank in `closed`).
+  void on_pending_event(const WatchEvent& e);
+  void on_progress_put(int round, const RoundRecord& closed, std::optional<int> my_rank,
+                       const KeyValue& kv);
+  void on_view_put(int round, const RoundRecord& closed, std::optional<int> my_rank,
+                   const KeyValue& kv);
+  void on_stop_put(const KeyValue& kv);
+  void on_alive_deleted(int round, const RoundRecord& closed, std::optional<int> my_rank,
+                        const std::string& key, const WatchMessage& message);
+  // exit_barrier's steps: one read of the round's keys; who arrived (a deleted done key the
+  // watch saw still counts, said once per rank); the loss once a missing node's lease ended
+  // for heartbeat_timeout (`gone_since`: when the first one was seen gone).
+  struct BarrierRead {
+    std::int64_t revision = 0;
+    std::optional<std::string> stop;
+    std::set<int> done;  // ranks whose done key is in etcd
+    AliveKeys alive;
+  };
+  BarrierRead read_barrier(int round);
+  std::set<int> arrived_at_barrier(int round, const BarrierRead& read, std::set<int>& told_deleted);
+  std::optional<BarrierResult> barrier_loss(int round, const BarrierVerdict& verdict,
+                                            Clock::time_point& gone_since);
   void report_pending_if_changed();
   void report_views(const RoundRecord& closed, int my_rank);
   std::int64_t reread_round(EtcdGateway& client);
@@ -259,6 +300,9 @@ class EtcdRoundProtocol {
   std::vector<std::int64_t> reported_pending_;
   std::map<int, NodeProgress> progress_seen_;
   std::map<int, std::string> views_seen_;
+  // Nodes whose view record was over kMaxViewBytes this round: said once, then not shown (as on
+  // c10d), however often their heartbeats rewrite it.
+  std::set<int> oversized_views_;
   std::mutex view_mutex_;
   std::string view_record_;
 };

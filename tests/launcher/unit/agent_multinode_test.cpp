@@ -245,6 +245,32 @@ TEST_CASE("a restart names the round left, and a loss of its nodes meanwhile end
   CHECK(failed[0]["error"].get<std::string>().find("while the job restarted") != std::string::npos);
 }
 
+TEST_CASE("a node dropped by the others ends 74 with its own line, from the monitor or a join") {
+  // etcd: this node's lease ended after its round formed (stopped past its TTL). Before, the
+  // monitor's report ended 74 and a restart's join 69, each with its own words.
+  const std::string line =
+      "this node was dropped from the job: its etcd lease 7a ended after round 0 of job 'job' "
+      "formed with it (…)";
+  MultiNodeRun run;
+  run.config.max_restarts = 3;
+  SUBCASE("the monitor") {
+    run.script.join = [](int, const RoundPlan&) { return round_of(1, 2, 2); };
+    run.script.on_round = [&](FakeJobRendezvous& r, int) {
+      r.deliver_loss(NodeLoss{line, std::nullopt, true});
+    };
+  }
+  SUBCASE("a restart's join") {
+    run.script.join = [&](int round, const RoundPlan&) -> JobRendezvous::JoinResult {
+      if (round == 0) return round_of(1, 2, 2);
+      return NodeLoss{line, std::nullopt, true};
+    };
+    run.workers = [](const EnvMap&) { return FakeBehaviour{ExitStatus::exited(3)}; };
+  }
+  CHECK(run.run() == 74);
+  CHECK(run.events("summary")[0]["end"] == "node_lost");
+  CHECK(run.events("summary")[0]["job_root_cause"] == line);  // not "could not restart the job"
+}
+
 TEST_CASE("workers see the round's layout: global ranks after the nodes before this one") {
   MultiNodeRun run;
   run.script.join = [](int, const RoundPlan&) { return round_of(2, 3, 2); };
