@@ -205,14 +205,30 @@ bool is_python_process(pid_t pid) {
   return exe.filename().string().starts_with("python");
 }
 
-/// One dump: a tool per target, a shared deadline, and the callback once the last one ends.
+std::vector<ToolCommand> tool_commands(const StackTools& tools, pid_t pid) {
+  std::vector<ToolCommand> commands;
+  const std::string p = std::to_string(pid);
+  if (!tools.py_spy.empty() && is_python_process(pid))
+    commands.push_back({"py-spy", {tools.py_spy, "dump", "--pid", p}});
+  if (!tools.eu_stack.empty()) commands.push_back({"eu-stack", {tools.eu_stack, "-p", p}});
+  if (!tools.gdb.empty()) {
+    commands.push_back(
+        {"gdb", {tools.gdb, "-nx", "-batch", "-p", p, "-ex", "thread apply all bt"}});
+  }
+  return commands;
+}
+
+/// One dump: a tool per target (the next one in line when it fails), a shared deadline, and
+/// the callback once the last one ends.
 struct StackDumper::Run : std::enable_shared_from_this<StackDumper::Run> {
   struct Tool {
     pid_t pid = -1;
     std::unique_ptr<boost::asio::posix::stream_descriptor> pidfd;
     bool ended = false;
+    std::vector<ToolCommand> next;  // the tools to try, in order, should this one fail
   };
-  explicit Run(boost::asio::io_context& io) : deadline(io) {}
+  explicit Run(boost::asio::io_context& io) : io(io), deadline(io) {}
+  boost::asio::io_context& io;
   boost::asio::steady_timer deadline;
   std::vector<Tool> tools;
   std::vector<StackResult> results;
@@ -239,13 +255,57 @@ struct StackDumper::Run : std::enable_shared_from_this<StackDumper::Run> {
     }
     tools[i].ended = true;
     if (results[i].outcome.empty()) results[i].outcome = outcome;
-    if (outcome != "ok" && !results[i].timed_out && !cancelled) {
-      append_line(results[i].output_path,
-                  fmt::format("# ddprun: {} ended with {}\n", results[i].tool, outcome));
-    }
     boost::system::error_code ignored;
     tools[i].pidfd->close(ignored);
+    if (outcome != "ok" && !results[i].timed_out && !cancelled) {
+      append_line(results[i].output_path,
+                  fmt::format("# ddprun: {} ended with {}{}\n", results[i].tool, outcome,
+                              tools[i].next.empty() ? "" : "; trying " + tools[i].next[0].name));
+      // A tool that cannot do it here (a pyenv shim without it, py-spy on a stopped process)
+      // hands over to the next one, within the same deadline.
+      if (start_next(i)) return;
+    }
     if (--pending == 0) finish();
+  }
+  /// Starts the next tool in line for target `i`; false when none is left or none starts.
+  bool start_next(size_t i) {
+    while (!tools[i].next.empty()) {
+      ToolCommand command = std::move(tools[i].next.front());
+      tools[i].next.erase(tools[i].next.begin());
+      results[i].tool = command.name;
+      results[i].outcome.clear();
+      if (start(i, command)) {
+        watch(i);
+        return true;
+      }
+    }
+    return false;
+  }
+  /// Starts `command` for target `i` (its output appended to the stacks file); false, with the
+  /// outcome and a line in the file, when it cannot.
+  bool start(size_t i, ToolCommand& command) {
+    std::string unusable;
+    const int output = open_stacks_file(results[i].output_path, unusable);
+    if (output < 0) {
+      // Nowhere to write the stacks (a FIFO or a device put there by a worker): no tool runs.
+      results[i].outcome = fmt::format("not started: {}", unusable);
+      tools[i].next.clear();
+      return false;
+    }
+    int pidfd = -1;
+    const pid_t pid = start_tool(command.argv, output, pidfd);
+    const int start_errno = errno;
+    ::close(output);
+    if (pid <= 0) {
+      append_line(results[i].output_path, fmt::format("# ddprun: cannot run {}: {}\n",
+                                                      command.argv[0], std::strerror(start_errno)));
+      results[i].outcome = "not started";
+      return false;
+    }
+    tools[i].pid = pid;
+    tools[i].pidfd = std::make_unique<boost::asio::posix::stream_descriptor>(io, pidfd);
+    tools[i].ended = false;
+    return true;
   }
   void finish() {
     deadline.cancel();
@@ -300,49 +360,17 @@ void StackDumper::dump(const std::vector<StackTarget>& targets, const std::strin
   run->done = std::move(done);
   const std::string when = format_utc(std::chrono::system_clock::now());
   for (const auto& t : targets) {
-    StackResult result{t.rank, t.pid, t.output_path, "", false, ""};
-    std::vector<std::string> argv;
-    if (!tools_.py_spy.empty() && is_python_process(t.pid)) {
-      result.tool = "py-spy";
-      argv = {tools_.py_spy, "dump", "--pid", std::to_string(t.pid)};
-    } else if (!tools_.eu_stack.empty()) {
-      result.tool = "eu-stack";
-      argv = {tools_.eu_stack, "-p", std::to_string(t.pid)};
-    } else if (!tools_.gdb.empty()) {
-      result.tool = "gdb";
-      argv = {tools_.gdb,           "-nx", "-batch", "-p", std::to_string(t.pid), "-ex",
-              "thread apply all bt"};
-    }
+    std::vector<ToolCommand> commands = tool_commands(tools_, t.pid);
+    const std::string first = commands.empty() ? "" : commands[0].name;
     append_line(t.output_path,
                 fmt::format("# ddprun: stacks of rank {} (pid {}) at {} ({}){}\n", t.rank, t.pid,
-                            when, reason, result.tool.empty() ? "" : ", by " + result.tool));
-    Run::Tool tool;
-    std::string unusable;
-    const int output = argv.empty() ? -1 : open_stacks_file(t.output_path, unusable);
-    if (!argv.empty() && output < 0) {
-      // Nowhere to write the stacks (a FIFO or a device put there by a worker): no tool runs.
-      result.outcome = fmt::format("not started: {}", unusable);
-      tool.ended = true;
-    } else if (!argv.empty()) {
-      int pidfd = -1;
-      tool.pid = start_tool(argv, output, pidfd);
-      const int start_errno = errno;
-      ::close(output);
-      errno = start_errno;
-      if (tool.pid > 0) {
-        tool.pidfd = std::make_unique<boost::asio::posix::stream_descriptor>(io_, pidfd);
-      } else {
-        append_line(t.output_path,
-                    fmt::format("# ddprun: cannot run {}: {}\n", argv[0], std::strerror(errno)));
-        result.outcome = "not started";
-        tool.ended = true;
-      }
-    } else {
+                            when, reason, first.empty() ? "" : ", by " + first));
+    if (commands.empty())
       append_line(t.output_path, "# ddprun: no stack tool found (py-spy, eu-stack, gdb)\n");
-      tool.ended = true;
-    }
-    run->results.push_back(std::move(result));
-    run->tools.push_back(std::move(tool));
+    run->results.push_back(StackResult{t.rank, t.pid, t.output_path, first, false, ""});
+    run->tools.push_back(Run::Tool{-1, nullptr, true, std::move(commands)});
+    const size_t i = run->tools.size() - 1;
+    if (!run->tools[i].next.empty()) run->start_next(i);
   }
   for (const auto& t : run->tools) {
     if (!t.ended) ++run->pending;
@@ -355,9 +383,6 @@ void StackDumper::dump(const std::vector<StackTarget>& targets, const std::strin
   run->idle = [this, raw = run.get()] {
     if (running_.get() == raw) running_.reset();
   };
-  for (size_t i = 0; i < run->tools.size(); ++i) {
-    if (!run->tools[i].ended) run->watch(i);  // a pidfd becomes readable when its process ends
-  }
   run->deadline.expires_after(limit_);
   run->deadline.async_wait([run](const boost::system::error_code& ec) {
     if (!ec) run->kill_all(true);  // their pidfds turn readable next: ended() follows

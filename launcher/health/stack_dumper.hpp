@@ -50,6 +50,15 @@ struct StackResult {
   std::string outcome;
 };
 
+/// One way to take a process's stacks: the tool's name and its command line.
+struct ToolCommand {
+  std::string name;
+  std::vector<std::string> argv;
+};
+/// The tools to try on `pid`, best first: py-spy for a Python process, then eu-stack, then gdb
+/// (those installed). A tool that fails hands over to the next.
+std::vector<ToolCommand> tool_commands(const StackTools& tools, pid_t pid);
+
 class StackDumper {
  public:
   using Done = std::function<void(std::vector<StackResult>)>;

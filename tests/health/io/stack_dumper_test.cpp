@@ -158,6 +158,9 @@ TEST_CASE("Python stacks through py-spy name the sleeping line") {
   std::ofstream(dir + "/sleepy.py") << "import time\ndef stuck_here():\n    "
                                        "time.sleep(60)\nprint('ready', flush=True)\nstuck_here()\n";
   pid_t py = start({"python3", dir + "/sleepy.py"});
+  // python3 may be a shim (pyenv) that execs the interpreter later, under load much later: the
+  // tool is chosen by what the process is when the dump starts.
+  for (int i = 0; i < 3000 && !is_python_process(py); ++i) ::usleep(10'000);
   ::usleep(500'000);
   std::optional<std::vector<StackResult>> results;
   dumper.dump({{0, py, dir + "/stacks.txt"}}, "test",
@@ -291,5 +294,45 @@ TEST_CASE("a stacks file a worker made a FIFO: no tool runs and the loop never b
   REQUIRE(results->size() == 1);
   CHECK((*results)[0].outcome == "not started: not a regular file");
   CHECK(dumper.tool_pids().empty());
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a tool that fails hands over to the next one (a pyenv shim without py-spy)") {
+  const std::string dir = dump_dir();
+  const std::string shim = dir + "/eu-stack";  // as a pyenv shim whose version lacks the tool
+  std::ofstream(shim) << "#!/bin/sh\necho 'pyenv: eu-stack: command not found' >&2\nexit 127\n";
+  const std::string gdb = dir + "/gdb";
+  std::ofstream(gdb) << "#!/bin/sh\necho '#0  0x0000 in main ()'\n";
+  for (const auto& tool : {shim, gdb})
+    std::filesystem::permissions(tool, std::filesystem::perms::owner_all);
+  StackTools tools;
+  tools.eu_stack = shim;
+  tools.gdb = gdb;
+  boost::asio::io_context io;
+  StackDumper dumper(io, tools, std::chrono::seconds(30));
+  std::optional<std::vector<StackResult>> results;
+  dumper.dump({{0, ::getpid(), dir + "/stacks.txt"}}, "test",
+              [&](std::vector<StackResult> r) { results = r; });
+  CHECK(run_until(io, [&] {
+    reap_tools();
+    return results.has_value();
+  }));
+  REQUIRE(results->size() == 1);
+  CHECK((*results)[0].tool == "gdb");
+  CHECK((*results)[0].outcome == "ok");
+  const std::string text = read_file(dir + "/stacks.txt");
+  CHECK(text.find("eu-stack ended with exit 127; trying gdb") != std::string::npos);
+  CHECK(text.find("#0  0x0000 in main ()") != std::string::npos);
+
+  // The last one failing too: its outcome stands, nothing more is tried.
+  std::ofstream(gdb) << "#!/bin/sh\nexit 2\n";
+  StackDumper again(io, tools, std::chrono::seconds(30));
+  results.reset();
+  again.dump({{0, ::getpid(), dir + "/stacks2.txt"}}, "test",
+             [&](std::vector<StackResult> r) { results = r; });
+  CHECK(run_until(io, [&] { return results.has_value(); }));
+  CHECK((*results)[0].tool == "gdb");
+  CHECK((*results)[0].outcome == "exit 2");
+  CHECK(read_file(dir + "/stacks2.txt").find("gdb ended with exit 2\n") != std::string::npos);
   std::filesystem::remove_all(dir);
 }
