@@ -341,6 +341,7 @@ void HealthMonitor::check_hang() {
                                                : "start"},
                        {"suspects", suspects}});
   hooks_.say(fmt::format("{}; saving every worker's stacks before stopping the job", stop.text));
+  if (hooks_.on_hang_verdict) hooks_.on_hang_verdict(stop.text);
   dump_stacks("hang", [this, stop](std::vector<std::string> saved) mutable {
     stop.details.insert(stop.details.end(), saved.begin(), saved.end());
     hooks_.on_hung(stop);
@@ -357,6 +358,16 @@ void HealthMonitor::hung_elsewhere(const std::string& text,
   dump_stacks("hang on another node", [text, then](std::vector<std::string> saved) {
     then(HealthStop{text, std::move(saved)});
   });
+}
+
+bool HealthMonitor::dumping() const { return stacks_.busy(); }
+
+void HealthMonitor::after_dump(std::function<void()> then) {
+  if (!stacks_.busy()) {
+    boost::asio::post(io_, std::move(then));
+    return;
+  }
+  dump_waiters_.push_back([then = std::move(then)](const std::vector<std::string>&) { then(); });
 }
 
 void HealthMonitor::dump_stacks(const std::string& reason,

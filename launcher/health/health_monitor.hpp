@@ -63,6 +63,9 @@ class HealthMonitor {
     std::function<void(const char* event, nlohmann::json fields)> emit;  // an --events line
     /// The job is hung; its stacks are saved. Stop it as failed (exit 75).
     std::function<void(const HealthStop&)> on_hung;
+    /// The hang verdict (its one line), before the stacks are saved: the attempt's end from now
+    /// on, whatever fails while the stacks are saved.
+    std::function<void(const std::string& text)> on_hang_verdict;
     /// A watchdog timer of `pid` expired; stacks are saved. Signal it with `sig`, as torchrun.
     std::function<void(pid_t pid, int sig, const HealthStop&)> on_timer_expired;
     /// Multi-node: this node's progress in the attempt changed (`events`: progress events that
@@ -141,6 +144,10 @@ class HealthMonitor {
   void linger(std::function<void()> done, bool ended_by_signal = false);
   /// The stack tools still running: ddprun's children, but not the workers' leftovers.
   std::vector<pid_t> stack_tools() const;
+  /// Whether a stack dump runs now: no rank may be signalled while its tool is attached.
+  bool dumping() const;
+  /// Calls `then` once the running dump has ended (posted at once when none runs).
+  void after_dump(std::function<void()> then);
 
   // For /status, /metrics and tests.
   const ProgressTracker& progress() const { return tracker_; }

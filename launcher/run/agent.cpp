@@ -552,6 +552,19 @@ void Agent::on_shutdown_signal(int sig) {
 }
 
 void Agent::stop_workers(int sig) {
+  if (health_->dumping() && phase_ == Phase::Running) {
+    // No rank is signalled while its stack tool is attached (docs/health.md): the stop waits
+    // for the dump, which its own limit bounds. A second Ctrl-C still kills at once.
+    if (!stop_after_dump_) {
+      say("the workers' stacks are being saved; they are stopped once that is done");
+      health_->after_dump([this] {
+        const int deferred = *std::exchange(stop_after_dump_, std::nullopt);
+        if (phase_ == Phase::Running || phase_ == Phase::Stopping) stop_workers(deferred);
+      });
+    }
+    stop_after_dump_ = sig;
+    return;
+  }
   const bool first = phase_ == Phase::Running;
   phase_ = Phase::Stopping;
   health_->stopping();
@@ -610,15 +623,24 @@ void Agent::after_worker_exit() {
     phase_ = Phase::Cleaning;
     leftover_rounds_ = 0;
     empty_looks_ = 0;
-    cleanup_timer_.expires_after(kLeftoverDeadline);
-    cleanup_timer_.async_wait([this](const boost::system::error_code& ec) {
-      if (ec || phase_ != Phase::Cleaning) return;
-      say("warning: some leftover processes did not die within 5 s of SIGKILL (stuck in the "
-          "kernel?)");
-      finish_attempt();
-    });
+    arm_leftover_deadline(kLeftoverDeadline);
   }
   clean_up_leftovers();
+}
+
+void Agent::arm_leftover_deadline(std::chrono::milliseconds after) {
+  cleanup_timer_.expires_after(after);
+  cleanup_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec || phase_ != Phase::Cleaning) return;
+    if (health_->dumping()) {
+      // The stack dump still runs (its own limit bounds it): not a process stuck in the kernel.
+      arm_leftover_deadline(std::chrono::milliseconds(500));
+      return;
+    }
+    say("warning: some leftover processes did not die within 5 s of SIGKILL (stuck in the "
+        "kernel?)");
+    finish_attempt();
+  });
 }
 
 void Agent::clean_up_leftovers() {

@@ -186,6 +186,9 @@ class Agent {
   void stop_workers(int sig);
   void kill_everything_now();
   void after_worker_exit();
+  /// The cleanup's bound: leftovers still there `after` this are reported and left (a stack
+  /// dump still running pushes it back; the dump's own limit bounds that).
+  void arm_leftover_deadline(std::chrono::milliseconds after);
   void clean_up_leftovers();
   void look_for_leftovers_again(std::chrono::milliseconds after);
   /// ddprun's live children and the job cgroup's members, less the stack dumper's tools: once
@@ -206,6 +209,7 @@ class Agent {
   /// The monitor judged the job hung and saved the stacks: a RunEnd of kind Hung, then stop as
   /// for a failure (multi-node: offered to the other nodes as the job's stop, exit 75).
   void on_hung(const health::HealthStop& stop);
+  void on_hang_verdict(const std::string& text);
   void on_timer_expired(pid_t pid, int sig, const health::HealthStop& stop);
   /// Multi-node: another node judged the job hung (its stop stands as this attempt's end); save
   /// the stacks here, then stop. False when `reason` is not a hang or no worker runs here.
@@ -280,6 +284,7 @@ class Agent {
   };
   std::optional<Reform> reform_;
   std::optional<StopReason> held_failure_;  // this node's failure, not yet offered (see above)
+  std::optional<int> stop_after_dump_;      // a stop (its signal) waiting for the stack dump
   int hold_renewals_ = 0;  // of the held failure's wait, after a stall of this agent
   std::optional<RoundLeft> restart_from_;  // the round a pending restart left (none: no restart)
   RoundLeft round_left() const;            // round_ (empty without one), left now

@@ -18,6 +18,7 @@ std::unique_ptr<health::HealthMonitor> Agent::make_health_monitor() {
     events_.emit(event, std::move(fields));
   };
   hooks.on_hung = [this](const health::HealthStop& stop) { on_hung(stop); };
+  hooks.on_hang_verdict = [this](const std::string& text) { on_hang_verdict(text); };
   hooks.on_timer_expired = [this](pid_t pid, int sig, const health::HealthStop& stop) {
     on_timer_expired(pid, sig, stop);
   };
@@ -68,17 +69,24 @@ void Agent::record_health_stop(const health::HealthStop& stop) {
   keep_run_dir_ = true;  // the stacks are the evidence
 }
 
-void Agent::on_hung(const health::HealthStop& stop) {
+void Agent::on_hang_verdict(const std::string& text) {
   if (phase_ != Phase::Running) return;
-  record_health_stop(stop);
   const int node_rank = session_ && layout_ ? layout_->node_rank : -1;
-  const RunEnd cause = hung(stop.text, node_rank, setup_.host);
-  // Multi-node: offered as the job's stop (unless another node's stop already stands); the
-  // other nodes save their stacks too, then stop with the same exit code (75).
+  const RunEnd cause = hung(text, node_rank, setup_.host);
+  // The verdict is the attempt's end from now: a rank that fails while the stacks are saved
+  // does not replace it (75, not its own code). Multi-node: offered as the job's stop (unless
+  // another node's stop already stands); the other nodes save their stacks too, then stop with
+  // the same exit code (75).
   if (end_with(cause) && session_ && layout_) {
     session_->broadcast_stop(StopReason{cause.exit_code, node_rank, cause.text, {}});
   }
-  stop_workers(SIGTERM);
+}
+
+void Agent::on_hung(const health::HealthStop& stop) {
+  if (phase_ == Phase::Done) return;
+  record_health_stop(stop);  // the stacks are the evidence, however the attempt went meanwhile
+  // A stop that waited for these stacks (Ctrl-C, a failure) goes with its own signal.
+  if (phase_ == Phase::Running && !stop_after_dump_) stop_workers(SIGTERM);
 }
 
 bool Agent::stop_for_hang_elsewhere(const StopReason& reason) {

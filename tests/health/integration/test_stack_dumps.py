@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: MIT
 """Stack dumps at a hang, tried as a hostile worker and an unlucky operator would (breaker of
-2026-12-07, findings F1 and F2): a worker that makes its stacks.txt a FIFO must not freeze
-ddprun, and a ddprun SIGKILLed while its tools run must leave no tool, and no copy of itself,
-holding its ports. No torch needed.
+2026-12-07, findings F1, F2 and F3): a worker that makes its stacks.txt a FIFO must not freeze
+ddprun; a ddprun SIGKILLed while its tools run must leave no tool, and no copy of itself,
+holding its ports; a rank failing, or Ctrl-C, while the stacks are saved must neither signal a
+rank under its tool nor lose the stacks or the verdict. No torch needed.
 Usage: test_stack_dumps.py [test names]"""
 import os
 import socket
@@ -116,6 +117,87 @@ def test_ddprun_sigkilled_during_a_dump_leaves_no_tool_nor_keeper_holding_its_po
         stop(proc)
         for pid, _ in processes_naming(marker):
             os.kill(pid, 9)
+
+
+def slow_tools(tmp):
+    """A PATH whose stack tools each take 3 s, marking their start and end in `tmp`."""
+    tools = os.path.join(tmp, "slow-tools")
+    os.mkdir(tools)
+    for name in ("py-spy", "eu-stack", "gdb"):
+        write(os.path.join(tools, name), f"""\
+            #!/bin/sh
+            touch {tmp}/tool-started
+            sleep 3
+            echo "stacks from the slow tool"
+            touch {tmp}/tool-done
+            """, 0o755)
+    return clean_env(PATH=f"{tools}:{os.environ['PATH']}")
+
+
+def test_a_worker_failing_during_the_dump_leaves_the_verdict_and_the_stacks(tmp):
+    """F3: a rank that failed while the stacks were saved became the root cause (exit 3, not
+    75), its peers were signalled under their tools and the cleanup's 5 s bound cancelled the
+    dump with a false 'stuck in the kernel' warning (no stacks_saved)."""
+    worker = write(os.path.join(tmp, "fails_during_dump.py"), f"""\
+        import os, sys, time
+        print("up", flush=True)
+        while not os.path.exists("{tmp}/tool-started"):
+            time.sleep(0.05)
+        if os.environ["LOCAL_RANK"] == "1":
+            sys.exit(3)  # during the dump, after the verdict
+        time.sleep(600)
+        """)
+    events = os.path.join(tmp, "events.jsonl")
+    proc = start(["--nproc-per-node", "2", "--hang-timeout", "2", "--hang-startup-timeout", "2",
+                  "--log-dir", os.path.join(tmp, "logs"), "--events", events, worker],
+                 env=slow_tools(tmp))
+    try:
+        out, err = proc.communicate(timeout=90)
+    finally:
+        stop(proc)
+    assert proc.returncode == 75, (proc.returncode, err)
+    assert "stuck in the kernel" not in err, err
+    saved = events_of(events, "stacks_saved")
+    assert len(saved) == 1 and [f["outcome"] for f in saved[0]["files"]] == ["ok", "ok"], saved
+    summary = events_of(events, "summary")[0]
+    assert summary["end"] == "hung", summary
+    # Rank 0 was stopped by ddprun once its stacks were saved, not under its tool.
+    exits = {e["rank"]: e for e in events_of(events, "worker_exit")}
+    assert exits[0]["terminated_by_ddprun"] and exits[0]["time"] >= saved[0]["time"], exits
+
+
+def test_sigint_during_a_dump_waits_for_the_stacks(tmp):
+    """F3: Ctrl-C while the stacks were saved signalled every rank at once, under its tool, and
+    the dump was cancelled. Now the workers get the signal once the dump has ended (its own
+    limit bounds that); the run ends 130 with the stacks saved."""
+    worker = write(os.path.join(tmp, "interrupted.py"), f"""\
+        import os, signal, sys, time
+        def interrupted(sig, frame):
+            done = os.path.exists("{tmp}/tool-done")
+            with open("{tmp}/signalled-" + os.environ["LOCAL_RANK"], "w") as f:
+                f.write(("after the tool" if done else "under the tool") + f" {{sig}}")
+            sys.exit(1)
+        signal.signal(signal.SIGINT, interrupted)
+        signal.signal(signal.SIGTERM, interrupted)
+        print("up", flush=True)
+        time.sleep(600)
+        """)
+    events = os.path.join(tmp, "events.jsonl")
+    proc = start(["--nproc-per-node", "2", "--hang-timeout", "2", "--hang-startup-timeout", "2",
+                  "--log-dir", os.path.join(tmp, "logs"), "--events", events, worker],
+                 env=slow_tools(tmp))
+    try:
+        wait_until(lambda: os.path.exists(f"{tmp}/tool-started"), 60, "the dump")
+        proc.send_signal(2)
+        out, err = proc.communicate(timeout=90)
+    finally:
+        stop(proc)
+    assert proc.returncode == 130, (proc.returncode, err)
+    for rank in (0, 1):
+        with open(f"{tmp}/signalled-{rank}") as f:
+            assert f.read() == "after the tool 2", rank  # SIGINT, as the user sent
+    saved = events_of(events, "stacks_saved")
+    assert len(saved) == 1 and [f["outcome"] for f in saved[0]["files"]] == ["ok", "ok"], saved
 
 
 if __name__ == "__main__":
