@@ -9,9 +9,36 @@ namespace ddp::launcher {
 
 namespace {
 constexpr size_t kSummaryTraceback = 16384;  // the last bytes of a worker's traceback
-// Of all the other workers' tracebacks together (a collective error raised on every rank): the
-// summary stays one line a reader takes whole (`ddprun report` refuses lines over 16 MiB).
-constexpr size_t kSummaryTracebacks = 1u << 20;
+constexpr size_t kSummaryMessage = 16384;    // the first bytes of a worker's error message
+// The room of the attempts' root causes' messages and tracebacks (a failure repeated every
+// attempt), and that of all the other workers' (a collective error raised on every rank); the
+// job's root cause (the last attempt's) is kept whatever is left. The summary stays one line a
+// reader takes whole: `ddprun report` refuses lines over 16 MiB, and JSON may write a control
+// byte as six.
+constexpr size_t kSummaryCauseRoom = 1u << 20;
+constexpr size_t kSummaryOtherRoom = 1u << 20;
+
+/// A worker's error message and traceback, cut to their bounds, while `room` lasts (always for
+/// `keep_whole`, the job's root cause).
+void add_error_fields(nlohmann::json& jw, const ErrorFileInfo& error, bool keep_whole,
+                      size_t& room) {
+  auto fits = [&](size_t bytes) {
+    if (keep_whole) return true;
+    if (bytes > room) return false;
+    room -= bytes;
+    return true;
+  };
+  const std::string& message = error.message;
+  const size_t message_bytes = std::min(message.size(), kSummaryMessage);
+  if (fits(message_bytes)) {
+    jw["error_message"] =
+        message.size() > kSummaryMessage ? message.substr(0, kSummaryMessage) + " [cut]" : message;
+  }
+  // The raising frame is at the end; the error file's size is bounded by the reader.
+  const std::string& tb = error.traceback;
+  const size_t keep = std::min(tb.size(), kSummaryTraceback);
+  if (keep > 0 && fits(keep)) jw["error_traceback"] = tb.substr(tb.size() - keep);
+}
 }  // namespace
 
 nlohmann::json exit_status_fields(const ExitStatus& s) {
@@ -88,9 +115,11 @@ std::string rescale_text(const RescaleRecord& c) {
 nlohmann::json summary_fields(int exit_code, const std::vector<AttemptOutcome>& attempts,
                               const std::optional<RunEnd>& end, const std::string& job_root_cause) {
   nlohmann::json all = nlohmann::json::array();
-  size_t traceback_room = kSummaryTracebacks;
+  size_t cause_room = kSummaryCauseRoom;
+  size_t other_room = kSummaryOtherRoom;
   for (const auto& a : attempts) {
     nlohmann::json workers = nlohmann::json::array();
+    const bool last = &a == &attempts.back();
     for (const auto& w : a.workers) {
       const bool is_cause = a.root_cause && &w == &a.workers[*a.root_cause];
       nlohmann::json jw = w.status ? exit_status_fields(*w.status) : nlohmann::json::object();
@@ -99,17 +128,8 @@ nlohmann::json summary_fields(int exit_code, const std::vector<AttemptOutcome>& 
                  {"pid", w.pid},
                  {"terminated_by_ddprun", w.terminated_by_ddprun},
                  {"oom_killed", w.oom_killed}});
-      if (w.error_info) {
-        jw["error_message"] = w.error_info->message;
-        // The raising frame is at the end; the error file's size is bounded by the reader.
-        const std::string& tb = w.error_info->traceback;
-        // The root cause's always; the others' while the room lasts.
-        const size_t keep = std::min(tb.size(), kSummaryTraceback);
-        if (keep > 0 && (is_cause || keep <= traceback_room)) {
-          jw["error_traceback"] = tb.substr(tb.size() - keep);
-          if (!is_cause) traceback_room -= keep;
-        }
-      }
+      if (w.error_info)
+        add_error_fields(jw, *w.error_info, last && is_cause, is_cause ? cause_room : other_room);
       workers.push_back(jw);
     }
     nlohmann::json ja{{"attempt", a.attempt}, {"workers", workers}};

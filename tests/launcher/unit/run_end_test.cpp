@@ -6,6 +6,7 @@
 
 #include "launcher/run/agent_events.hpp"
 #include "launcher/run/run_end.hpp"
+#include "rendezvous/json_text.hpp"
 
 using namespace ddp::launcher;
 
@@ -216,4 +217,33 @@ TEST_CASE(
   CHECK(with < 200);
   CHECK(total <= (1u << 20) + 16384);
   CHECK(first["workers"][199]["error_message"] == "RuntimeError: peer gone");
+}
+
+TEST_CASE("the summary event stays one line a reader takes whole: a huge message every attempt") {
+  // Breaker of 2026-12-07: rank 0 failed 19 attempts with a 0.95 MB message each; the summary
+  // line was 18 MB and `ddprun report` refused ddprun's own file (lines over 16 MiB).
+  std::vector<AttemptOutcome> attempts;
+  for (int k = 0; k < 19; ++k) {
+    AttemptOutcome a;
+    a.attempt = k;
+    WorkerOutcome w;
+    w.rank = 0;
+    w.status = ExitStatus::exited(1);
+    std::string csi;  // U+009B (CSI) over and over: JSON writes each as six bytes
+    for (int i = 0; i < 475000; ++i) csi += "\xc2\x9b";
+    w.error_info = ErrorFileInfo{csi + "attempt " + std::to_string(k),
+                                 std::string(20000, 't') + "frame " + std::to_string(k), "1"};
+    a.workers.push_back(w);
+    a.root_cause = 0;
+    a.cause = "rank 0 failed with exit code 1";
+    attempts.push_back(a);
+  }
+  const auto j = summary_fields(1, attempts, std::nullopt, "");
+  const std::string line = ddp::dump_json(j);  // as the events file writes it
+  CHECK(line.size() < (16u << 20));
+  const auto& last = j["attempts"][18]["workers"][0];
+  REQUIRE(last.contains("error_message"));  // the job's root cause, kept
+  CHECK(last["error_message"].get<std::string>().size() == 16384 + 6);  // cut, and says so
+  CHECK(last["error_traceback"].get<std::string>().find("frame 18") != std::string::npos);
+  CHECK(j["attempts"][0]["workers"][0].contains("error_message"));  // the first ones too
 }
