@@ -43,7 +43,10 @@ std::string escape(const std::string& s) {
 /// Job text as inert Markdown: no raw HTML, entity, link, image, code span or * emphasis can come
 /// out of it (a CommonMark viewer renders raw HTML by default), and it stays in its table cell.
 /// `_` stays: a path's attempt_1 is no emphasis.
-std::string md_cell(const std::string& s) {
+std::string md_cell(const std::string& raw) {
+  // Controls made visible first: ESC and GS become `^[` and `^]`, brackets this escapes too (made
+  // visible afterwards, they formed a link around the text between them).
+  const std::string s = visible_line(raw);
   std::string out;
   out.reserve(s.size());
   for (char c : s) {

@@ -200,6 +200,27 @@ TEST_CASE("job text in the Markdown report is inert: no raw HTML, link or image 
   CHECK(outside.find("## ddprun report: job &lt;b&gt;r&lt;/b&gt;") != std::string::npos);
 }
 
+TEST_CASE("controls shown as ^[ and ^] open no Markdown link (breaker of 2026-12-07)") {
+  // ESC and GS were made visible after the brackets were escaped: `^[click here^](https://…)`
+  // rendered as a link in the root cause line, the stopped ranks' lines and the heading.
+  auto r = report_of_text(
+      R"ev({"event":"launch","time":1,"run_id":"\u001bjob\u001d(https://evil.example/r)","program":"p","nnodes":1,"node_rank":0,"world_size":2}
+{"event":"worker_start","time":2,"rank":0,"local_rank":0,"attempt":0,"pid":5}
+{"event":"worker_start","time":2,"rank":1,"local_rank":1,"attempt":0,"pid":6}
+{"event":"worker_exit","time":3,"rank":0,"local_rank":0,"attempt":0,"pid":5,"exit_code":1,"terminated_by_ddprun":false,"oom_killed":false}
+{"event":"worker_exit","time":4,"rank":1,"local_rank":1,"attempt":0,"pid":6,"signal":15,"terminated_by_ddprun":true,"oom_killed":false}
+{"event":"summary","time":6,"exit_code":1,"attempts":[{"attempt":0,"root_cause_rank":0,"cause":"\u001bcause\u001d(https://evil.example/c)","workers":[{"rank":0,"local_rank":0,"exit_code":1,"error_message":"\u001bclick here\u001d(https://evil.example/x)"},{"rank":1,"local_rank":1,"signal":15,"terminated_by_ddprun":true,"error_message":"\u001bstopped\u001d(https://evil.example/s)"}]}]}
+)ev");
+  REQUIRE(r);
+  const auto md = report_markdown(*r, "e");
+  const auto block = md.find("```");  // code blocks stay literal; no link forms there
+  const auto outside = block == std::string::npos ? md : md.substr(0, block);
+  CHECK(outside.find("evil.example") != std::string::npos);
+  for (auto at = outside.find("]("); at != std::string::npos; at = outside.find("](", at + 1))
+    CHECK(outside[at - 1] == '\\');  // an escaped ] opens no link
+  CHECK(outside.find('\x1b') == std::string::npos);
+}
+
 TEST_CASE("an integer a field cannot hold is a wrong-typed field, not wrapped") {
   auto big_rank = report_of_text(
       "{\"event\":\"launch\",\"time\":1}\n"
