@@ -296,14 +296,16 @@ void ReportBuilder::note_exit(const json& e, double t) {
   const auto end = rank_end(exit_text(e), by_ddprun);
   if (end != RankEndKind::Stopped && end != RankEndKind::Failed) return;
   if (AttemptRecord* rec = record(attempt)) {
-    merge_end(*rec, RankEnd{rank,
-                            field_text(e, "local_rank"),
-                            exit_text(e),
-                            by_ddprun,
-                            flag(e, "oom_killed"),
-                            t,
-                            {},
-                            {}});
+    merge_end(*rec,
+              RankEnd{rank,
+                      field_text(e, "local_rank"),
+                      exit_text(e),
+                      by_ddprun,
+                      flag(e, "oom_killed"),
+                      t,
+                      {},
+                      {}},
+              false);
   }
 }
 
@@ -326,7 +328,7 @@ AttemptRecord* ReportBuilder::record(int attempt) {
   return &attempts_.emplace(attempt, std::move(rec)).first->second;
 }
 
-void ReportBuilder::merge_end(AttemptRecord& rec, RankEnd end) {
+void ReportBuilder::merge_end(AttemptRecord& rec, RankEnd end, bool from_summary) {
   auto keep_text = [&](std::string& into, const std::string& text, size_t max, bool tail) {
     if (!into.empty() || text.empty() || stored_text_ >= kMaxStoredText) return;
     into = text.size() <= max ? text : tail ? text.substr(text.size() - max) : text.substr(0, max);
@@ -337,7 +339,8 @@ void ReportBuilder::merge_end(AttemptRecord& rec, RankEnd end) {
   if (it == rec.ends.end()) {
     const bool is_cause = rec.cause_rank && *rec.cause_rank == end.rank;
     if (!is_cause && (rec.ends.size() >= kMaxEndsPerAttempt || stored_ends_ >= kMaxStoredEnds)) {
-      ++rec.ends_left_out;
+      ++(from_summary ? rec.left_out_summary : rec.left_out_exits);
+      rec.ends_left_out = std::max(rec.left_out_summary, rec.left_out_exits);
       return;
     }
     ++stored_ends_;
@@ -382,7 +385,7 @@ void ReportBuilder::note_summary(const json& e) {
       const bool is_cause = rec->cause_rank && *rec->cause_rank == end.rank;
       if (is_cause || kind == RankEndKind::Stopped || kind == RankEndKind::Failed ||
           !end.message.empty())
-        merge_end(*rec, std::move(end));
+        merge_end(*rec, std::move(end), true);
     }
   }
 }

@@ -111,7 +111,11 @@ struct AttemptRecord {
   std::optional<int> cause_rank;
   std::string cause;          // the attempt's end in words (summary "cause", restart's)
   std::vector<RankEnd> ends;  // the ranks that did not end well, or have a message (bounded)
-  size_t ends_left_out = 0;   // not kept (a hostile number of ranks)
+  size_t ends_left_out = 0;   // not kept (a hostile number of ranks): the larger count below
+  // Left out, counted per source: a rank past the bound comes from its worker_exit and again
+  // from the summary's workers, and no set of its numbers is kept (that would be unbounded).
+  size_t left_out_exits = 0;
+  size_t left_out_summary = 0;
 };
 
 /// An attempt's failure: its root cause first, then the other ranks' ends under it.
@@ -181,7 +185,8 @@ class ReportBuilder {
   /// The record of `attempt`, nullptr past the bound on attempts.
   AttemptRecord* record(int attempt);
   /// `end` into `rec`: a rank already there gains what it lacked (bounded).
-  void merge_end(AttemptRecord& rec, RankEnd end);
+  /// `from_summary`: the end comes from the summary's workers (else from a worker_exit).
+  void merge_end(AttemptRecord& rec, RankEnd end, bool from_summary);
 
   JobReport r_;
   int line_ = 0;

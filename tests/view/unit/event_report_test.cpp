@@ -221,6 +221,32 @@ TEST_CASE("controls shown as ^[ and ^] open no Markdown link (breaker of 2026-12
   CHECK(outside.find('\x1b') == std::string::npos);
 }
 
+TEST_CASE("ranks past the bound are counted once, seen in their exit and in the summary") {
+  // Breaker of 2026-12-07: 100 ranks, rank 5 failed: "... and 72 more rank(s)" instead of 36.
+  std::string text =
+      R"({"event":"launch","time":1,"run_id":"r","program":"p","nnodes":1,"node_rank":0,"world_size":100})"
+      "\n";
+  std::string workers;
+  for (int r = 0; r < 100; ++r) {
+    const std::string exit = r == 5 ? R"("exit_code":1,"terminated_by_ddprun":false)"
+                                    : R"("signal":15,"terminated_by_ddprun":true)";
+    text += fmt::format(
+        R"({{"event":"worker_exit","time":2,"rank":{},"local_rank":{},"attempt":0,"pid":{},{},"oom_killed":false}})"
+        "\n",
+        r, r, 100 + r, exit);
+    workers += fmt::format(R"({}{{"rank":{},"local_rank":{},{}}})", r ? "," : "", r, r, exit);
+  }
+  text += fmt::format(
+      R"({{"event":"summary","time":3,"exit_code":1,"attempts":[{{"attempt":0,"root_cause_rank":5,"workers":[{}]}}]}})"
+      "\n",
+      workers);
+  auto r = report_of_text(text);
+  REQUIRE(r);
+  REQUIRE(r->attempt_failures.size() == 1);
+  const auto& f = r->attempt_failures[0];
+  CHECK(f.stopped.size() + f.stopped_left_out == 99);  // every rank but the cause, once
+}
+
 TEST_CASE("an integer a field cannot hold is a wrong-typed field, not wrapped") {
   auto big_rank = report_of_text(
       "{\"event\":\"launch\",\"time\":1}\n"
