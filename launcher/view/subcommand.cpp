@@ -6,12 +6,14 @@
 #include <fmt/format.h>
 
 #include "common/exit_codes.hpp"
+#include "launcher/common/terminal_text.hpp"
 #include "launcher/output/output_sink.hpp"
 
 namespace ddp::launcher::view {
 
 int subcommand_fail(std::string_view name, int code, const std::string& line) {
-  write_fully(STDERR_FILENO, fmt::format("ddprun {}: {}\n", name, line));
+  // The line may name a file or quote job text: nothing in it acts on the terminal.
+  write_fully(STDERR_FILENO, fmt::format("ddprun {}: {}\n", name, visible_line(line)));
   return code;
 }
 

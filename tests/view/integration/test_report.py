@@ -126,6 +126,11 @@ def test_bad_input_is_one_line_with_a_defined_code(tmp):
                          "[" * 100000 + "]" * 100000 + "}\n"))
     assert deep.returncode == 65, deep
     assert "line 2 is nested deeper than 64 levels" in deep.stderr, deep
+    # A file name with controls (breaker of 2026-12-07): the line shows them, never acts on them.
+    hostile = report(os.path.join(tmp, "a\x1b[2J\x07\u202eb.jsonl"))
+    assert hostile.returncode == 66, hostile
+    assert not any(c in hostile.stderr for c in "\x1b\x07\u202e"), hostile
+    assert "a^[[2J^G" in hostile.stderr, hostile
 
 
 
