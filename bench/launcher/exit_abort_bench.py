@@ -9,7 +9,9 @@ under torchrun 2.x, side by side (the launchers alternate, run by run).
 A run is bad when the launcher does not end 0, or a rank's stderr says it aborted ("terminate
 called", SIGABRT / signal 6). Prints the counts per launcher, and the first bad run's stderr tail.
 Exit 0 when no ddprun run was bad, 1 otherwise, 77 without torch (CTest
-launcher.torch.init_method_exit runs a few iterations of ddprun alone).
+launcher.torch.init_method_exit runs a few iterations of ddprun alone, with
+--tolerate-exit-abort: a rank that dies in the interpreter's exit after every rank printed Done,
+reported by ddprun as 134 naming the SIGABRT, is counted and printed but does not fail it).
 """
 import argparse
 import os
@@ -41,7 +43,7 @@ def prefix(name, build):
     return [sys.executable, "-m", "torch.distributed.run"]
 
 
-def run_once(cmd_prefix, timeout):
+def run_once(cmd_prefix, timeout, is_ddprun):
     port = free_port()
     cmd = cmd_prefix + ["--nnodes=1", "--nproc-per-node=4", "--master-addr=localhost",
                         f"--master-port={port}", "--monitor-interval=1", WORKER,
@@ -62,6 +64,12 @@ def run_once(cmd_prefix, timeout):
         except ProcessLookupError:
             pass
     if ABORT.search(err):
+        # Every rank did its work and one died in the interpreter's exit (torch's teardown race,
+        # docs/launcher.md): told apart from an abort before the work, which nothing excuses.
+        # Under ddprun the run must then end 134 naming the SIGABRT, as for any failure.
+        if out.count("Done") == 4 and (not is_ddprun or (
+                p.returncode == 134 and "failed with signal SIGABRT" in err)):
+            return "abort at exit", err, time.monotonic() - start
         return "abort", err, time.monotonic() - start
     if p.returncode != 0:
         return f"rc {p.returncode}", err, time.monotonic() - start
@@ -76,6 +84,10 @@ def main():
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--launchers", default="ddprun,torchrun")
     ap.add_argument("--timeout", type=float, default=180)
+    ap.add_argument("--tolerate-exit-abort", action="store_true",
+                    help="a rank dying in the interpreter's exit after every rank printed Done, "
+                         "reported faithfully, is counted and printed but not bad (CTest: torch's "
+                         "own teardown race must not fail CI; the rate is this script's job)")
     args = ap.parse_args()
     if subprocess.run([sys.executable, "-c", "import torch.distributed"],
                       capture_output=True).returncode != 0:
@@ -86,13 +98,14 @@ def main():
     first_bad = {}
     for i in range(args.runs):
         for n in names:
-            verdict, err, secs = run_once(prefix(n, args.build), args.timeout)
+            verdict, err, secs = run_once(prefix(n, args.build), args.timeout, n == "ddprun")
             tally[n][verdict] = tally[n].get(verdict, 0) + 1
-            if verdict != "ok" and n not in first_bad:
+            tolerated = verdict == "ok" or (args.tolerate_exit_abort and verdict == "abort at exit")
+            if not tolerated and n not in first_bad:
                 first_bad[n] = err[-3000:]
             print(f"run {i + 1} {n}: {verdict} ({secs:.1f} s)", file=sys.stderr, flush=True)
     for n in names:
-        bad = sum(c for v, c in tally[n].items() if v != "ok")
+        bad = sum(c for v, c in tally[n].items() if v != "ok")  # the rate, whatever is tolerated
         print(f"{n}: {bad} of {args.runs} runs bad {dict(sorted(tally[n].items()))}")
     for n, err in first_bad.items():
         print(f"--- first bad {n} run, stderr tail:\n{err}")
