@@ -134,6 +134,22 @@ def slow_tools(tmp):
     return clean_env(PATH=f"{tools}:{os.environ['PATH']}")
 
 
+def run_hung_job(tmp, worker, during=None):
+    """Two ranks of `worker` with --hang-timeout 2 under the slow tools; `during(proc)` runs
+    while ddprun does. Returns (the ended process, its stderr, the events file)."""
+    events = os.path.join(tmp, "events.jsonl")
+    proc = start(["--nproc-per-node", "2", "--hang-timeout", "2", "--hang-startup-timeout", "2",
+                  "--log-dir", os.path.join(tmp, "logs"), "--events", events, worker],
+                 env=slow_tools(tmp))
+    try:
+        if during:
+            during(proc)
+        _, err = proc.communicate(timeout=90)
+    finally:
+        stop(proc)
+    return proc, err, events
+
+
 def test_a_worker_failing_during_the_dump_leaves_the_verdict_and_the_stacks(tmp):
     """F3: a rank that failed while the stacks were saved became the root cause (exit 3, not
     75), its peers were signalled under their tools and the cleanup's 5 s bound cancelled the
@@ -147,14 +163,7 @@ def test_a_worker_failing_during_the_dump_leaves_the_verdict_and_the_stacks(tmp)
             sys.exit(3)  # during the dump, after the verdict
         time.sleep(600)
         """)
-    events = os.path.join(tmp, "events.jsonl")
-    proc = start(["--nproc-per-node", "2", "--hang-timeout", "2", "--hang-startup-timeout", "2",
-                  "--log-dir", os.path.join(tmp, "logs"), "--events", events, worker],
-                 env=slow_tools(tmp))
-    try:
-        out, err = proc.communicate(timeout=90)
-    finally:
-        stop(proc)
+    proc, err, events = run_hung_job(tmp, worker)
     assert proc.returncode == 75, (proc.returncode, err)
     assert "stuck in the kernel" not in err, err
     saved = events_of(events, "stacks_saved")
@@ -182,16 +191,10 @@ def test_sigint_during_a_dump_waits_for_the_stacks(tmp):
         print("up", flush=True)
         time.sleep(600)
         """)
-    events = os.path.join(tmp, "events.jsonl")
-    proc = start(["--nproc-per-node", "2", "--hang-timeout", "2", "--hang-startup-timeout", "2",
-                  "--log-dir", os.path.join(tmp, "logs"), "--events", events, worker],
-                 env=slow_tools(tmp))
-    try:
+    def interrupt(proc):
         wait_until(lambda: os.path.exists(f"{tmp}/tool-started"), 60, "the dump")
         proc.send_signal(2)
-        out, err = proc.communicate(timeout=90)
-    finally:
-        stop(proc)
+    proc, err, events = run_hung_job(tmp, worker, during=interrupt)
     assert proc.returncode == 130, (proc.returncode, err)
     for rank in (0, 1):
         with open(f"{tmp}/signalled-{rank}") as f:
